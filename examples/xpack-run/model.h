@@ -1,0 +1,38 @@
+// The interface every model architecture implements. A model is built from the
+// trunk weights plus an expert source and evaluates tokens at given positions,
+// keeping whatever per-sequence state it needs (KV cache, recurrent state,
+// compressed KV) between calls.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "experts.h"
+#include "weights.h"
+
+namespace xrun {
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual int n_vocab() const = 0;
+  // Evaluates `n` tokens at positions pos0 .. pos0+n-1 (continuing the sequence
+  // evaluated so far: pos0 == number of tokens already evaluated) as one batch
+  // (prefill) or one token (decode). Writes n rows of n_vocab logits to `logits`.
+  virtual void eval(const int32_t* tokens, int n, int pos0, float* logits) = 0;
+  // Forgets the sequence (KV cache etc.).
+  virtual void reset() = 0;
+};
+
+// Factories, one per architecture file in models/. They read hyperparameters
+// only from GGUF metadata and throw ModelError naming a missing key/tensor.
+std::unique_ptr<Model> make_llama(const Weights& w, ExpertSource* experts);
+std::unique_ptr<Model> make_deepseek4(const Weights& w, ExpertSource* experts);
+std::unique_ptr<Model> make_kimi_k3(const Weights& w, ExpertSource* experts);
+
+// Dispatches on w.arch(); throws ModelError("unsupported architecture X").
+std::unique_ptr<Model> make_model(const Weights& w, ExpertSource* experts);
+
+}  // namespace xrun

@@ -1,0 +1,328 @@
+/*
+ * libxpack: stream the routed experts of a Mixture-of-Experts model from an NVMe
+ * SSD into a byte-budgeted device cache.
+ *
+ * This header is the whole public contract of libxpack.so.
+ *
+ * Conventions (modelled on liburing, zstd and sqlite3):
+ *  - Every symbol starts with xpack_ / XPACK_. Handles are opaque.
+ *  - Every function that can fail returns int: 0 on success, a negative code on
+ *    failure. Codes above XPACK_E_BASE are negated errno values (-ENOENT, -EIO ...),
+ *    so the operating system's errno is preserved; codes at or below XPACK_E_BASE
+ *    are libxpack's own (XPACK_E_*). xpack_strerror() names both.
+ *  - Each handle keeps the message of its most recent failure
+ *    (xpack_gguf_errmsg, xpack_pack_errmsg ...). A failed open has no handle, so
+ *    xpack_last_error() returns the calling thread's most recent message.
+ *  - Constructors are xpack_X_open/create; destructors xpack_X_close/destroy
+ *    accept NULL.
+ *  - Option structs start with `size_t size`, set by the caller to sizeof(struct);
+ *    libxpack reads only the fields that fit, so old callers keep working when a
+ *    struct grows. Passing NULL for options means "all defaults".
+ *  - Every function states its thread safety.
+ */
+#ifndef XPACK_XPACK_H
+#define XPACK_XPACK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(XPACK_BUILDING)
+#define XPACK_API __attribute__((visibility("default")))
+#else
+#define XPACK_API
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Version                                                                   */
+/* ------------------------------------------------------------------------ */
+
+#define XPACK_VERSION_MAJOR 0
+#define XPACK_VERSION_MINOR 1
+#define XPACK_VERSION_PATCH 0
+#define XPACK_VERSION_NUMBER \
+  (XPACK_VERSION_MAJOR * 10000 + XPACK_VERSION_MINOR * 100 + XPACK_VERSION_PATCH)
+#define XPACK_VERSION_STRING "0.1.0"
+
+/* The version of the library actually loaded, as XPACK_VERSION_NUMBER / _STRING.
+ * Thread-safe. */
+XPACK_API unsigned xpack_version_number(void);
+XPACK_API const char *xpack_version(void);
+
+/* ------------------------------------------------------------------------ */
+/* Errors                                                                    */
+/* ------------------------------------------------------------------------ */
+
+enum xpack_error {
+  XPACK_OK = 0,
+  XPACK_E_BASE = -1000,         /* codes <= this are libxpack's own */
+  XPACK_E_INVALID_ARG = -1001,  /* NULL handle, bad option, index out of range */
+  XPACK_E_FORMAT = -1002,       /* malformed file content not covered below */
+  XPACK_E_TRUNCATED = -1003,    /* file ends before a structure it declares */
+  XPACK_E_BAD_MAGIC = -1004,    /* not a GGUF / not an Expert Pack */
+  XPACK_E_VERSION = -1005,      /* unsupported format version */
+  XPACK_E_CHECKSUM = -1006,     /* header/index checksum mismatch */
+  XPACK_E_SIZE_MISMATCH = -1007,/* file size differs from what the header implies */
+  XPACK_E_MISALIGNED = -1008,   /* offset, length, stride or buffer not aligned */
+  XPACK_E_IDENTITY = -1009,     /* pack was not built from this trunk/source */
+  XPACK_E_UNKNOWN_TYPE = -1010, /* unknown ggml type id */
+  XPACK_E_NOT_FOUND = -1011,    /* no such key, tensor, layer, role */
+  XPACK_E_TYPE = -1012,         /* value has another type than the one asked for */
+  XPACK_E_OBJECT_CHECKSUM = -1013, /* an expert object's payload is damaged */
+  XPACK_E_SPLIT = -1014,        /* inconsistent or incomplete GGUF split set */
+  XPACK_E_LIMIT = -1015,        /* a count or size beyond sane limits (hostile input) */
+  XPACK_E_UNSUPPORTED = -1016,  /* valid input this version cannot handle */
+  XPACK_E_NO_DIRECT_IO = -1017, /* O_DIRECT refused and buffered mode not requested */
+  XPACK_E_CAPACITY = -1018,     /* cache budget holds fewer slots than top-k */
+  XPACK_E_OVERLAP = -1019,      /* two tensors share bytes */
+  XPACK_E_DUPLICATE = -1020,    /* duplicate key or tensor name */
+  XPACK_E_URING = -1021,        /* io_uring unavailable (kernel refused it) */
+  XPACK_E_DEVICE = -1022,       /* device backend (CUDA) error */
+  XPACK_E_INTERNAL = -1099      /* a bug in libxpack */
+};
+
+/* A static English description of any return code (errno or XPACK_E_*).
+ * Never returns NULL. Thread-safe. */
+XPACK_API const char *xpack_strerror(int code);
+
+/* Message of the calling thread's most recent failed libxpack call ("" if none).
+ * Valid until the next failing call on this thread. Thread-safe (thread-local). */
+XPACK_API const char *xpack_last_error(void);
+
+/* ------------------------------------------------------------------------ */
+/* ggml tensor types                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* ggml type ids as stored in GGUF (only the ones libxpack knows are listed). */
+enum xpack_ggml_type {
+  XPACK_TYPE_F32 = 0,
+  XPACK_TYPE_F16 = 1,
+  XPACK_TYPE_Q4_0 = 2,
+  XPACK_TYPE_Q4_1 = 3,
+  XPACK_TYPE_Q5_0 = 6,
+  XPACK_TYPE_Q5_1 = 7,
+  XPACK_TYPE_Q8_0 = 8,
+  XPACK_TYPE_Q8_1 = 9,
+  XPACK_TYPE_Q2_K = 10,
+  XPACK_TYPE_Q3_K = 11,
+  XPACK_TYPE_Q4_K = 12,
+  XPACK_TYPE_Q5_K = 13,
+  XPACK_TYPE_Q6_K = 14,
+  XPACK_TYPE_Q8_K = 15,
+  XPACK_TYPE_I8 = 24,
+  XPACK_TYPE_I16 = 25,
+  XPACK_TYPE_I32 = 26,
+  XPACK_TYPE_I64 = 27,
+  XPACK_TYPE_F64 = 28,
+  XPACK_TYPE_BF16 = 30,
+  XPACK_TYPE_MXFP4 = 39
+};
+
+/* Name ("Q2_K"), elements per block and bytes per block of a ggml type.
+ * Any out pointer may be NULL. Returns XPACK_E_UNKNOWN_TYPE for ids not in the
+ * table. Thread-safe. */
+XPACK_API int xpack_type_info(uint32_t type, const char **name, uint32_t *block_elems,
+                              uint32_t *block_bytes);
+
+/* ------------------------------------------------------------------------ */
+/* GGUF reader (single files and gguf-split sets)                            */
+/* ------------------------------------------------------------------------ */
+
+typedef struct xpack_gguf xpack_gguf;
+
+/* GGUF metadata value types (the ids stored in the file). */
+enum xpack_gguf_value_type {
+  XPACK_GGUF_U8 = 0, XPACK_GGUF_I8 = 1, XPACK_GGUF_U16 = 2, XPACK_GGUF_I16 = 3,
+  XPACK_GGUF_U32 = 4, XPACK_GGUF_I32 = 5, XPACK_GGUF_F32 = 6, XPACK_GGUF_BOOL = 7,
+  XPACK_GGUF_STRING = 8, XPACK_GGUF_ARRAY = 9, XPACK_GGUF_U64 = 10, XPACK_GGUF_I64 = 11,
+  XPACK_GGUF_F64 = 12
+};
+
+enum xpack_gguf_flags {
+  /* Open only the named file even if its name looks like a split shard. */
+  XPACK_GGUF_SINGLE_FILE = 1u << 0
+};
+
+typedef struct xpack_gguf_options {
+  size_t size;    /* sizeof(xpack_gguf_options) */
+  uint32_t flags; /* XPACK_GGUF_* */
+} xpack_gguf_options;
+
+/* Opens a GGUF file. When the name matches NAME-0000k-of-0000N.gguf, all N shards
+ * are found beside it, checked (split.no, split.count, split.tensors.count) and
+ * presented as one tensor table; metadata comes from the first shard. Tensor data
+ * is memory-mapped lazily. On failure *out is NULL and xpack_last_error() says why.
+ * Thread-safe (distinct handles are independent). */
+XPACK_API int xpack_gguf_open(const char *path, const xpack_gguf_options *opts,
+                              xpack_gguf **out);
+/* Closes the handle and unmaps its data. Accepts NULL. Not thread-safe with other
+ * calls on the same handle. */
+XPACK_API void xpack_gguf_close(xpack_gguf *g);
+/* The message of the most recent failure on this handle ("" if none). Not
+ * thread-safe with failing calls on the same handle. */
+XPACK_API const char *xpack_gguf_errmsg(const xpack_gguf *g);
+
+/* All the metadata/tensor accessors below are thread-safe: a handle is read-only
+ * after open (tensor data is mapped under an internal lock). Strings returned
+ * live as long as the handle. */
+
+XPACK_API uint32_t xpack_gguf_version(const xpack_gguf *g);
+XPACK_API uint32_t xpack_gguf_shard_count(const xpack_gguf *g);
+XPACK_API int64_t xpack_gguf_key_count(const xpack_gguf *g);
+/* Index of a key, or XPACK_E_NOT_FOUND. */
+XPACK_API int64_t xpack_gguf_find_key(const xpack_gguf *g, const char *key);
+XPACK_API const char *xpack_gguf_key_name(const xpack_gguf *g, int64_t idx);
+/* The value type (enum xpack_gguf_value_type) or a negative code. */
+XPACK_API int xpack_gguf_key_type(const xpack_gguf *g, int64_t idx);
+/* Any integer or bool value; XPACK_E_TYPE for other types, XPACK_E_LIMIT if a
+ * u64 does not fit in int64_t. */
+XPACK_API int xpack_gguf_get_int(const xpack_gguf *g, int64_t idx, int64_t *out);
+/* F32/F64 (and integers, converted). */
+XPACK_API int xpack_gguf_get_float(const xpack_gguf *g, int64_t idx, double *out);
+XPACK_API int xpack_gguf_get_string(const xpack_gguf *g, int64_t idx, const char **s,
+                                    size_t *len);
+/* For an array value: element type and count. */
+XPACK_API int xpack_gguf_get_array(const xpack_gguf *g, int64_t idx, int *elem_type,
+                                   uint64_t *n);
+XPACK_API int xpack_gguf_get_array_int(const xpack_gguf *g, int64_t idx, uint64_t i,
+                                       int64_t *out);
+XPACK_API int xpack_gguf_get_array_float(const xpack_gguf *g, int64_t idx, uint64_t i,
+                                         double *out);
+XPACK_API int xpack_gguf_get_array_string(const xpack_gguf *g, int64_t idx, uint64_t i,
+                                          const char **s, size_t *len);
+
+typedef struct xpack_tensor_info {
+  size_t size;          /* sizeof(xpack_tensor_info), set by the caller */
+  const char *name;     /* lives as long as the handle */
+  uint32_t type;        /* enum xpack_ggml_type */
+  uint32_t n_dims;
+  uint64_t ne[4];       /* ne[0] is the contiguous dimension; unused dims are 1 */
+  uint64_t nbytes;
+  uint32_t shard;       /* 0-based shard index */
+  uint64_t file_offset; /* absolute offset of the data in its shard file */
+} xpack_tensor_info;
+
+XPACK_API int64_t xpack_gguf_tensor_count(const xpack_gguf *g);
+/* Index of a tensor by name, or XPACK_E_NOT_FOUND. */
+XPACK_API int64_t xpack_gguf_find_tensor(const xpack_gguf *g, const char *name);
+XPACK_API int xpack_gguf_tensor_info(const xpack_gguf *g, int64_t idx,
+                                     xpack_tensor_info *out);
+/* Pointer to the tensor's bytes (read-only mapping of its shard). */
+XPACK_API int xpack_gguf_tensor_data(xpack_gguf *g, int64_t idx, const void **data);
+
+/* ------------------------------------------------------------------------ */
+/* Expert Pack (doc/pack-format.md)                                          */
+/* ------------------------------------------------------------------------ */
+
+typedef struct xpack_pack xpack_pack;
+
+typedef struct xpack_pack_options {
+  size_t size;            /* sizeof(xpack_pack_options) */
+  /* If non-NULL, the trunk GGUF (or original GGUF) the pack must belong to:
+   * open fails with XPACK_E_IDENTITY when its metadata identity differs. */
+  const char *trunk_path;
+} xpack_pack_options;
+
+/* Opens an Expert Pack and checks everything that is cheap to check: magic,
+ * version, header/index checksum, sizes, alignment of every offset and of the
+ * stride, file size. Fails closed with a specific code. Payload checksums are
+ * checked by xpack_pack_validate. Thread-safe (distinct handles). */
+XPACK_API int xpack_pack_open(const char *path, const xpack_pack_options *opts,
+                              xpack_pack **out);
+/* Accepts NULL. Not thread-safe with other calls on the same handle. */
+XPACK_API void xpack_pack_close(xpack_pack *p);
+/* Not thread-safe with failing calls on the same handle. */
+XPACK_API const char *xpack_pack_errmsg(const xpack_pack *p);
+
+enum xpack_validate_level {
+  XPACK_VALIDATE_STRUCTURE = 0, /* what open checks, again */
+  XPACK_VALIDATE_CHECKSUMS = 1  /* plus the xxh3-64 of every object's payload */
+};
+
+/* Where validation found damage. */
+typedef struct xpack_pack_fault {
+  size_t size;            /* sizeof(xpack_pack_fault) */
+  uint32_t layer;         /* GGUF block index */
+  uint32_t expert;
+  int32_t role;           /* role index, or -1 when the whole object is blamed */
+} xpack_pack_fault;
+
+/* Validates the pack. With XPACK_VALIDATE_CHECKSUMS reads every object; on the
+ * first bad object returns XPACK_E_OBJECT_CHECKSUM and fills *fault (may be NULL).
+ * Thread-safe (uses pread, no shared state). */
+XPACK_API int xpack_pack_validate(xpack_pack *p, int level, xpack_pack_fault *fault);
+
+typedef struct xpack_pack_info {
+  size_t size;            /* sizeof(xpack_pack_info), set by the caller */
+  uint32_t version;       /* format version */
+  const char *arch;       /* general.architecture of the source */
+  uint32_t n_layers;      /* MoE layers present (object table rows) */
+  uint32_t n_experts;     /* routed experts per layer */
+  uint32_t n_experts_used;/* top-k (0 if the source did not say) */
+  uint32_t n_roles;
+  uint32_t alignment;     /* 4096 */
+  uint64_t data_start;
+  uint64_t object_stride; /* bytes between consecutive objects, multiple of alignment */
+  uint64_t object_bytes;  /* payload bytes of one object (<= stride) */
+  uint64_t file_size;
+  uint8_t source_sha256[32]; /* identity: SHA-256 over the source metadata section(s) */
+} xpack_pack_info;
+
+/* All accessors below are thread-safe (the handle is read-only after open). */
+/* The path the pack was opened with. */
+XPACK_API const char *xpack_pack_path(const xpack_pack *p);
+XPACK_API int xpack_pack_get_info(const xpack_pack *p, xpack_pack_info *out);
+/* GGUF block index of object-table row `layer_slot`. */
+XPACK_API int xpack_pack_layer_block(const xpack_pack *p, uint32_t layer_slot,
+                                     uint32_t *block);
+/* Object-table row of GGUF block `block`, or XPACK_E_NOT_FOUND (a dense layer). */
+XPACK_API int xpack_pack_layer_slot(const xpack_pack *p, uint32_t block,
+                                    uint32_t *layer_slot);
+
+typedef struct xpack_role_info {
+  size_t size;          /* sizeof(xpack_role_info), set by the caller */
+  const char *name;     /* "gate", "up", "down", "gate_up", ... */
+  uint32_t type;        /* enum xpack_ggml_type */
+  uint32_t n_dims;      /* dims of one expert's slice (the expert dim removed) */
+  uint64_t ne[3];
+  uint64_t offset;      /* byte offset inside every object */
+  uint64_t nbytes;
+} xpack_role_info;
+
+XPACK_API int xpack_pack_role_info(const xpack_pack *p, uint32_t role,
+                                   xpack_role_info *out);
+/* Role index by name, or XPACK_E_NOT_FOUND. */
+XPACK_API int xpack_pack_find_role(const xpack_pack *p, const char *name);
+/* Source tensor name of a role in a given GGUF block (e.g. blk.3.ffn_up_exps.weight). */
+XPACK_API int xpack_pack_role_source(const xpack_pack *p, uint32_t role, uint32_t block,
+                                     char *buf, size_t buf_size);
+/* Absolute file offset of object (layer_slot, expert):
+ * data_start + (layer_slot * n_experts + expert) * object_stride. */
+XPACK_API int xpack_pack_object_offset(const xpack_pack *p, uint32_t layer_slot,
+                                       uint32_t expert, uint64_t *offset);
+/* The stored xxh3-64 of an object's payload. */
+XPACK_API int xpack_pack_object_checksum(const xpack_pack *p, uint32_t layer_slot,
+                                         uint32_t expert, uint64_t *xxh3);
+/* Synchronous convenience read of one object's payload (object_bytes) into buf;
+ * verifies its checksum when verify != 0. Thread-safe (pread). */
+XPACK_API int xpack_pack_read_object(xpack_pack *p, uint32_t layer_slot, uint32_t expert,
+                                     void *buf, size_t buf_size, int verify);
+
+/* ------------------------------------------------------------------------ */
+/* I/O engine (io_uring O_DIRECT reads into registered staging slots)        */
+/* ------------------------------------------------------------------------ */
+/* XPACK-IO-SECTION: declarations of the I/O engine go here. */
+
+/* ------------------------------------------------------------------------ */
+/* Expert cache                                                              */
+/* ------------------------------------------------------------------------ */
+/* XPACK-CACHE-SECTION: declarations of the expert cache go here. */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* XPACK_XPACK_H */

@@ -1,0 +1,40 @@
+// Helpers shared by the doctest suites: scratch directories, file I/O, and the
+// locations of the test data folders.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace xpack::test {
+
+// A fresh directory under $TMPDIR (or /tmp), removed with its contents on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+std::vector<uint8_t> read_file(const std::filesystem::path& p);
+void write_file(const std::filesystem::path& p, const std::vector<uint8_t>& bytes);
+
+// test/data in the source tree.
+std::filesystem::path data_dir();
+// The build directory (tools are built there: build/tools/xpack-build ...).
+std::filesystem::path build_dir();
+// ../shared next to the checkout, if present. Tests that need it must report
+// themselves as skipped (doctest MESSAGE + return) when this is empty.
+std::optional<std::filesystem::path> shared_dir();
+
+// Runs a shell command, returns its exit status and captures stdout+stderr.
+int run_command(const std::string& cmd, std::string* output = nullptr);
+
+}  // namespace xpack::test
