@@ -1,0 +1,43 @@
+// Replays a routing trace against one cache of N slots shared by all layers,
+// with the runtime's rules: the experts of one (step, layer) group are requested
+// together (hits and misses counted once per distinct key), stay protected until
+// the group ends, and a group of more than top_k lines is a prefill request.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cache/policy.h"
+#include "stats/routing_trace.h"
+
+namespace xpack::cache {
+
+struct ReplayOptions {
+  uint64_t capacity = 0;  // slots
+  PolicyKind policy = PolicyKind::kHybrid;
+  // Lines per token; 0 = the smallest group size in the trace (a decode step).
+  uint32_t top_k = 0;
+};
+
+struct LayerCounts {
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+};
+
+struct ReplayResult {
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t evictions = 0;
+  // Misses that found every slot protected (a group wider than the cache): the
+  // expert is streamed without being kept, as a runtime wave would.
+  uint64_t bypassed = 0;
+  std::vector<LayerCounts> per_layer;  // index = layer
+  double hit_rate() const {
+    return hits + misses ? double(hits) / double(hits + misses) : 0.0;
+  }
+};
+
+Result<ReplayResult> replay_trace(const std::vector<stats::TraceRecord>& trace,
+                                  const ReplayOptions& opts);
+
+}  // namespace xpack::cache

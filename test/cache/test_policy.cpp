@@ -1,0 +1,195 @@
+// Eviction policies and the replay against hand-computed sequences.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "cache/replay.h"
+#include "cache/slot_directory.h"
+
+using namespace xpack;
+using namespace xpack::cache;
+using xpack::stats::TraceRecord;
+
+namespace {
+
+// One group per element: step i, layer 0, the given expert.
+std::vector<TraceRecord> decode_trace(const std::vector<uint32_t>& experts) {
+  std::vector<TraceRecord> t;
+  for (size_t i = 0; i < experts.size(); ++i) t.push_back({i, 0, experts[i]});
+  return t;
+}
+
+ReplayResult run(const std::vector<TraceRecord>& t, uint64_t cap, PolicyKind p, uint32_t k = 0) {
+  ReplayOptions o;
+  o.capacity = cap;
+  o.policy = p;
+  o.top_k = k;
+  auto r = replay_trace(t, o);
+  REQUIRE(r.ok());
+  return *r;
+}
+
+}  // namespace
+
+TEST_CASE("policy names parse and print") {
+  CHECK(*parse_policy("lru") == PolicyKind::kLru);
+  CHECK(*parse_policy("lfu") == PolicyKind::kLfu);
+  CHECK(*parse_policy("hybrid") == PolicyKind::kHybrid);
+  CHECK(*parse_policy("belady") == PolicyKind::kBelady);
+  CHECK(parse_policy("fifo").error().code == XPACK_E_INVALID_ARG);
+  CHECK(std::string(policy_name(PolicyKind::kHybrid)) == "hybrid");
+}
+
+TEST_CASE("sequence 1 2 3 1 4 2 5 1 2 3, capacity 3") {
+  auto t = decode_trace({1, 2, 3, 1, 4, 2, 5, 1, 2, 3});
+  // LRU: hits at the 2nd 1 and the 3rd 2 (see doc/cache.md for the walk-through).
+  auto lru = run(t, 3, PolicyKind::kLru);
+  CHECK(lru.hits == 2);
+  CHECK(lru.misses == 8);
+  CHECK(lru.evictions == 5);
+  auto lfu = run(t, 3, PolicyKind::kLfu);
+  CHECK(lfu.hits == 3);
+  CHECK(lfu.misses == 7);
+  auto hyb = run(t, 3, PolicyKind::kHybrid);
+  CHECK(hyb.hits == 3);
+  CHECK(hyb.misses == 7);
+  auto min = run(t, 3, PolicyKind::kBelady);
+  // MIN: 1,2,3 miss; 1 hit; 4 evicts 3 (next use last); 2 hit; 5 evicts 4 (never);
+  // 1 hit; 2 hit; 3 miss.
+  CHECK(min.hits == 4);
+  CHECK(min.misses == 6);
+}
+
+TEST_CASE("sequence 1 2 1 3 2 4 2, capacity 2: the hybrid's count survives eviction") {
+  auto t = decode_trace({1, 2, 1, 3, 2, 4, 2});
+  CHECK(run(t, 2, PolicyKind::kLru).hits == 2);     // 1, last 2
+  CHECK(run(t, 2, PolicyKind::kLfu).hits == 1);     // only the second 1
+  CHECK(run(t, 2, PolicyKind::kHybrid).hits == 2);  // 2 comes back with count 2, keeps its slot
+  CHECK(run(t, 2, PolicyKind::kBelady).hits == 3);
+}
+
+TEST_CASE("hybrid: victim choice step by step") {
+  SlotDirectory dir(2, make_hybrid_policy());
+  auto none = [](Key) { return false; };
+  auto req = [&](uint32_t e) {
+    Key k = make_key(0, e);
+    dir.policy().on_request(k);
+    if (dir.find(k)) {
+      dir.policy().on_hit(k);
+      return std::optional<Key>();
+    }
+    auto p = dir.place(k, Phase::kDecode, none);
+    REQUIRE(p.has_value());
+    return p->evicted;
+  };
+  CHECK_FALSE(req(1).has_value());
+  CHECK_FALSE(req(2).has_value());
+  CHECK(*dir.find(make_key(0, 1)) == 0);  // first empty slot first
+  CHECK(*dir.find(make_key(0, 2)) == 1);
+  req(1);                                   // hit, f1 = 2
+  CHECK(req(3) == make_key(0, 2));          // f2 = 1 < f1
+  CHECK(*dir.find(make_key(0, 3)) == 1);    // takes the freed slot
+  CHECK(req(2) == make_key(0, 3));          // f3 = 1 lowest; f2 now 2
+  CHECK(req(4) == make_key(0, 1));          // f1 = f2 = 2: oldest (1) goes
+}
+
+TEST_CASE("hybrid: count is capped at 255, so heavy keys tie and recency decides") {
+  SlotDirectory dir(2, make_hybrid_policy());
+  auto none = [](Key) { return false; };
+  Key a = make_key(0, 1), b = make_key(0, 2), c = make_key(0, 3);
+  for (int i = 0; i < 300; ++i) {
+    dir.policy().on_request(a);
+    if (dir.find(a)) dir.policy().on_hit(a); else REQUIRE(dir.place(a, Phase::kDecode, none));
+  }
+  for (int i = 0; i < 255; ++i) {
+    dir.policy().on_request(b);
+    if (dir.find(b)) dir.policy().on_hit(b); else REQUIRE(dir.place(b, Phase::kDecode, none));
+  }
+  dir.policy().on_request(c);
+  auto p = dir.place(c, Phase::kDecode, none);
+  REQUIRE(p);
+  // Uncapped, a (300) would outrank b (255); capped they tie and a is older.
+  CHECK(p->evicted == a);
+}
+
+TEST_CASE("hybrid: prefill scans newest first, decode oldest first") {
+  // Three single-expert groups, then one group of two tokens (2 lines > top_k 1),
+  // then expert 1 again.
+  std::vector<TraceRecord> t = {{0, 0, 1}, {1, 0, 2}, {2, 0, 3}, {3, 0, 4}, {3, 0, 5}, {4, 0, 1}};
+  // Prefill: 4 evicts 3 (newest), 5 evicts 2 -> 1 survives and hits.
+  auto pre = run(t, 3, PolicyKind::kHybrid, 1);
+  CHECK(pre.hits == 1);
+  // With top_k 2 the same group is a decode step: 4 evicts 1, 5 evicts 2 -> 1 misses.
+  auto dec = run(t, 3, PolicyKind::kHybrid, 2);
+  CHECK(dec.hits == 0);
+  CHECK(dec.misses == 6);
+}
+
+TEST_CASE("protected keys are never evicted") {
+  for (auto kind : {PolicyKind::kLru, PolicyKind::kLfu, PolicyKind::kHybrid, PolicyKind::kBelady}) {
+    SlotDirectory dir(3, make_policy(kind));
+    auto none = [](Key) { return false; };
+    for (uint32_t e = 0; e < 3; ++e) REQUIRE(dir.place(make_key(0, e), Phase::kDecode, none));
+    // Protect everything: no victim.
+    auto all = [](Key) { return true; };
+    CHECK_FALSE(dir.place(make_key(0, 9), Phase::kDecode, all).has_value());
+    CHECK(dir.resident_count() == 3);
+    // Protect all but expert 1: it must be the victim, whatever the policy prefers.
+    auto all_but_1 = [](Key k) { return key_expert(k) != 1; };
+    auto p = dir.place(make_key(0, 9), Phase::kPrefill, all_but_1);
+    REQUIRE(p);
+    CHECK(p->evicted == make_key(0, 1));
+    CHECK(p->slot == 1);
+  }
+}
+
+TEST_CASE("replay: a group wider than the cache bypasses instead of evicting its own keys") {
+  // Group of 3 distinct experts in a cache of 2 slots.
+  std::vector<TraceRecord> t = {{0, 0, 1}, {0, 0, 2}, {0, 0, 3}, {1, 0, 1}, {1, 0, 2}, {1, 0, 3}};
+  auto r = run(t, 2, PolicyKind::kLru, 3);
+  CHECK(r.misses == 4);  // group 0: 3 misses, 1 bypassed; group 1: 3 is missing
+  CHECK(r.hits == 2);
+  CHECK(r.bypassed == 2);
+  CHECK(r.evictions == 0);
+}
+
+TEST_CASE("replay: one cache shared by layers, counted per layer, distinct keys per group") {
+  // step 0: layer 0 {1,2}, layer 1 {1,1(dup),3}; step 1: layer 0 {1,2}, layer 1 {1,3}
+  std::vector<TraceRecord> t = {{0, 0, 1}, {0, 0, 2}, {0, 1, 1}, {0, 1, 1}, {0, 1, 3},
+                                {1, 0, 1}, {1, 0, 2}, {1, 1, 1}, {1, 1, 3}};
+  auto r = run(t, 4, PolicyKind::kLru, 2);
+  REQUIRE(r.per_layer.size() == 2);
+  CHECK(r.per_layer[0].misses == 2);
+  CHECK(r.per_layer[0].hits == 2);
+  CHECK(r.per_layer[1].misses == 2);  // duplicate expert counted once
+  CHECK(r.per_layer[1].hits == 2);
+  // (0,1) and (1,1) are different keys: capacity 3 makes them compete.
+  auto small = run(t, 3, PolicyKind::kLru, 2);
+  CHECK(small.hits + small.misses == 8);
+  CHECK(small.hits < 4);
+}
+
+TEST_CASE("replay: belady never does worse than the online policies") {
+  std::vector<TraceRecord> t;
+  uint64_t x = 12345;
+  for (uint64_t s = 0; s < 400; ++s)
+    for (uint32_t l = 0; l < 3; ++l)
+      for (int j = 0; j < 2; ++j) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t e = uint32_t((x >> 33) % 16);
+        e = e * e / 16;  // skewed towards small ids
+        t.push_back({s, l, e});
+      }
+  for (uint64_t cap : {2, 5, 9, 20}) {
+    auto min = run(t, cap, PolicyKind::kBelady);
+    for (auto p : {PolicyKind::kLru, PolicyKind::kLfu, PolicyKind::kHybrid})
+      CHECK(run(t, cap, p).hits <= min.hits);
+  }
+}
+
+TEST_CASE("replay: bad capacity is rejected") {
+  ReplayOptions o;
+  o.capacity = 0;
+  CHECK(replay_trace({}, o).error().code == XPACK_E_INVALID_ARG);
+}
