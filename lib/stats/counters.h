@@ -1,0 +1,63 @@
+// The expert cache's telemetry. Every event updates the counters under one lock,
+// so a snapshot is always consistent (e.g. hits + misses equals the distinct
+// experts requested so far, and pack_read_bytes equals completed reads x object
+// size). Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <vector>
+
+#include "stats/histogram.h"
+
+namespace xpack::stats {
+
+struct Counters {
+  uint64_t cache_hits = 0;
+  uint64_t cache_misses = 0;
+  uint64_t cache_evictions = 0;
+  uint64_t pack_reads = 0;        // objects read from the pack
+  uint64_t pack_read_bytes = 0;
+  uint64_t h2d_bytes = 0;
+  uint64_t fallback_count = 0;    // reads that went through the page cache
+  uint64_t io_errors = 0;         // objects that failed to arrive intact
+  uint64_t prefetch_issued = 0;   // prefetch loads started
+  uint64_t prefetch_used = 0;     // prefetched experts later requested
+  uint64_t prefetch_wasted = 0;   // prefetched experts evicted (or failed) unused
+  uint64_t acquires = 0;          // acquire calls
+  uint64_t steps = 0;             // release calls (one per layer-step)
+  uint64_t stall_ns = 0;          // time callers spent blocked waiting for misses
+  uint64_t stall_waits = 0;       // waits that had to block
+  std::vector<uint64_t> route_calls_by_layer;
+  std::vector<uint64_t> route_tokens_by_layer;
+  std::vector<uint64_t> hits_by_layer;
+  std::vector<uint64_t> misses_by_layer;
+  Log2Histogram read_latency;     // submit -> object in staging
+  Log2Histogram h2d_latency;      // copy enqueued -> copy done
+};
+
+class Telemetry {
+ public:
+  explicit Telemetry(uint32_t n_layers) {
+    c_.route_calls_by_layer.assign(n_layers, 0);
+    c_.route_tokens_by_layer.assign(n_layers, 0);
+    c_.hits_by_layer.assign(n_layers, 0);
+    c_.misses_by_layer.assign(n_layers, 0);
+  }
+  // Applies one event's changes atomically with respect to snapshot().
+  void update(const std::function<void(Counters&)>& fn) {
+    std::lock_guard lk(mu_);
+    fn(c_);
+  }
+  Counters snapshot() const {
+    std::lock_guard lk(mu_);
+    return c_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  Counters c_;
+};
+
+}  // namespace xpack::stats
