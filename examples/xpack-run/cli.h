@@ -1,0 +1,39 @@
+// Command line of xpack-run: what the user asked for, parsed and checked before
+// any model file is touched.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace xrun {
+
+struct CliOptions {
+  std::string model_path;        // -m: trunk GGUF (with --pack) or a plain GGUF / any shard
+  std::string pack_path;         // --pack: Expert Pack; empty = experts from the GGUF itself
+  std::optional<std::string> prompt_text;              // -p
+  std::optional<std::vector<int32_t>> prompt_ids;      // --prompt-ids (used as-is, no BOS)
+  int n_predict = 32;            // -n; 0 = only evaluate the prompt
+  float temperature = 0.0f;      // 0 = greedy (ties -> lowest id)
+  uint64_t seed = 0;
+  uint64_t cache_mib = 2048;     // expert cache budget
+  std::string device = "cpu";
+  int threads = 0;               // 0 = hardware concurrency
+  std::string logits_out;        // raw f32 rows
+  bool json = false;
+  std::string stats_path;
+  bool ignore_eos = false;
+  bool verify_experts = false;   // checksum every expert object read from the pack
+  bool help = false;
+};
+
+// Parses argv. On a usage error returns nullopt and fills *error.
+std::optional<CliOptions> parse_cli(int argc, char** argv, std::string* error);
+
+// Comma-separated non-negative token ids ("1,2,3"); nullopt on any junk.
+std::optional<std::vector<int32_t>> parse_id_list(const std::string& s);
+
+const char* usage_text();
+
+}  // namespace xrun

@@ -1,0 +1,28 @@
+// Constructors of the two ExpertSource implementations.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "experts.h"
+#include "weights.h"
+
+namespace xrun {
+
+struct PackSourceOptions {
+  std::string pack_path;
+  std::string trunk_path;      // checked against the pack's identity ("" = no check)
+  uint64_t budget_bytes = 0;   // expert cache budget
+  bool verify = false;         // xxh3 of every object read
+};
+
+// Experts served from an Expert Pack through libxpack's C API, kept in a
+// byte-budgeted cache; experts that do not fit are read again when next used.
+std::unique_ptr<ExpertSource> make_pack_experts(const PackSourceOptions& opts, int n_expected_experts);
+
+// Experts sliced out of the 3-D ffn_*_exps tensors of a plain GGUF. Nullptr
+// when the GGUF has no routed-expert tensors at all.
+std::unique_ptr<ExpertSource> make_gguf_experts(const Weights& w);
+
+}  // namespace xrun

@@ -1,0 +1,222 @@
+// Routed experts from an Expert Pack through libxpack's public C API, held in
+// a byte-budgeted host cache (least recently used object evicted first).
+// Objects of the layer being computed are pinned until release(layer), so a
+// request is always served in full even when it is larger than the budget:
+// routing is never altered to fit the cache.
+#include <chrono>
+#include <cstdlib>
+#include <list>
+#include <memory>
+#include <unordered_map>
+
+#include "experts_factory.h"
+#include "ops.h"
+#include "xpack/xpack.h"
+
+namespace xrun {
+
+namespace {
+
+struct AlignedFree {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<uint8_t, AlignedFree>;
+
+struct RoleView {
+  std::string name;
+  ExpertMatrix matrix;  // data is the offset inside the object
+};
+
+class PackExperts final : public ExpertSource {
+ public:
+  PackExperts(const PackSourceOptions& o, int n_expected_experts) : opts_(o) {
+    xpack_pack_options popts{};
+    popts.size = sizeof(popts);
+    popts.trunk_path = o.trunk_path.empty() ? nullptr : o.trunk_path.c_str();
+    int rc = xpack_pack_open(o.pack_path.c_str(), &popts, &pack_);
+    if (rc != 0) {
+      throw ModelError("cannot open expert pack " + o.pack_path + ": " + xpack_last_error() + " (" +
+                       xpack_strerror(rc) + ")");
+    }
+    xpack_pack_info info{};
+    info.size = sizeof(info);
+    check(xpack_pack_get_info(pack_, &info), "pack info");
+    n_experts_ = static_cast<int>(info.n_experts);
+    n_layers_ = info.n_layers;
+    object_bytes_ = info.object_bytes;
+    if (n_expected_experts > 0 && n_expected_experts != n_experts_) {
+      throw ModelError("expert pack has " + std::to_string(n_experts_) + " experts per layer, the model " +
+                       std::to_string(n_expected_experts));
+    }
+    for (uint32_t r = 0; r < info.n_roles; ++r) {
+      xpack_role_info ri{};
+      ri.size = sizeof(ri);
+      check(xpack_pack_role_info(pack_, r, &ri), "role info");
+      if (ri.offset + ri.nbytes > object_bytes_) throw ModelError("pack role " + std::string(ri.name) + " exceeds its object");
+      RoleView v;
+      v.name = ri.name;
+      v.matrix.type = ri.type;
+      v.matrix.ne0 = static_cast<int64_t>(ri.ne[0]);
+      v.matrix.ne1 = static_cast<int64_t>(ri.n_dims >= 2 ? ri.ne[1] * (ri.n_dims >= 3 ? ri.ne[2] : 1) : 1);
+      v.matrix.nbytes = static_cast<size_t>(ri.nbytes);
+      v.matrix.data = reinterpret_cast<const void*>(static_cast<uintptr_t>(ri.offset));
+      roles_.push_back(std::move(v));
+    }
+    alloc_bytes_ = (object_bytes_ + 4095) / 4096 * 4096;
+    budget_objects_ = o.budget_bytes / alloc_bytes_;
+  }
+
+  ~PackExperts() override { xpack_pack_close(pack_); }
+
+  bool has_layer(int layer) const override {
+    uint32_t slot = 0;
+    return layer >= 0 && xpack_pack_layer_slot(pack_, static_cast<uint32_t>(layer), &slot) == 0;
+  }
+  int n_experts() const override { return n_experts_; }
+
+  void acquire(int layer, const int32_t* experts, int n, std::vector<ExpertWeights>& out) override {
+    uint32_t slot = 0;
+    if (layer < 0 || xpack_pack_layer_slot(pack_, static_cast<uint32_t>(layer), &slot) != 0) {
+      throw ModelError("expert pack has no layer " + std::to_string(layer));
+    }
+    ++acquire_calls_;
+    std::vector<Entry*> entries(static_cast<size_t>(n), nullptr);
+    std::vector<std::pair<Entry*, int>> misses;
+    // Hits first: pin them so that making room for misses cannot evict them.
+    for (int i = 0; i < n; ++i) {
+      int e = experts[i];
+      if (e < 0 || e >= n_experts_) throw ModelError("expert id " + std::to_string(e) + " out of range");
+      uint64_t key = uint64_t(slot) * uint64_t(n_experts_) + uint64_t(e);
+      auto it = map_.find(key);
+      if (it != map_.end()) {
+        Entry* en = &*it->second;
+        lru_.splice(lru_.end(), lru_, it->second);  // most recently used at the back
+        en->pinned_layer = layer;
+        entries[i] = en;
+        ++hits_;
+      }
+    }
+    for (int i = 0; i < n; ++i) {
+      if (entries[i]) continue;
+      uint64_t key = uint64_t(slot) * uint64_t(n_experts_) + uint64_t(experts[i]);
+      Buffer buf = make_room();
+      lru_.push_back(Entry{key, std::move(buf), layer});
+      auto pos = std::prev(lru_.end());
+      map_[key] = pos;
+      entries[i] = &*pos;
+      misses.emplace_back(&*pos, experts[i]);
+      ++misses_;
+    }
+    // Misses are read in parallel: xpack_pack_read_object is a thread-safe pread.
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<int> rcs(misses.size(), 0);
+    parallel_for(static_cast<int64_t>(misses.size()), [&](int64_t b, int64_t end) {
+      for (int64_t m = b; m < end; ++m) {
+        rcs[m] = xpack_pack_read_object(pack_, slot, static_cast<uint32_t>(misses[m].second),
+                                        misses[m].first->buf.get(), alloc_bytes_, opts_.verify ? 1 : 0);
+      }
+    });
+    read_ns_ += static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+    for (size_t m = 0; m < misses.size(); ++m) {
+      if (rcs[m] != 0) {
+        ++read_errors_;
+        // Never keep a half-read object in the cache.
+        drop(misses[m].first->key);
+        throw ModelError("reading expert " + std::to_string(misses[m].second) + " of layer " +
+                         std::to_string(layer) + " from " + opts_.pack_path + " failed: " + xpack_pack_errmsg(pack_) +
+                         " (" + xpack_strerror(rcs[m]) + ")");
+      }
+      read_bytes_ += object_bytes_;
+    }
+    out.clear();
+    out.resize(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      out[i].expert = experts[i];
+      for (const RoleView& r : roles_) {
+        ExpertMatrix m = r.matrix;
+        m.data = entries[i]->buf.get() + reinterpret_cast<uintptr_t>(r.matrix.data);
+        out[i].roles.emplace_back(r.name, m);
+      }
+    }
+    peak_objects_ = std::max<uint64_t>(peak_objects_, lru_.size());
+  }
+
+  void release(int layer) override {
+    for (Entry& e : lru_) {
+      if (e.pinned_layer == layer) e.pinned_layer = kUnpinned;
+    }
+  }
+
+  std::string counters_json() const override {
+    auto kv = [](const char* k, uint64_t v) { return std::string("\"") + k + "\":" + std::to_string(v); };
+    return "{\"source\":\"pack\"," + kv("cache_hits", hits_) + "," + kv("cache_misses", misses_) + "," +
+           kv("cache_evictions", evictions_) + "," + kv("pack_read_bytes", read_bytes_) + "," +
+           kv("read_ns", read_ns_) + "," + kv("io_errors", read_errors_) + "," +
+           kv("acquire_calls", acquire_calls_) + "," + kv("budget_bytes", opts_.budget_bytes) + "," +
+           kv("budget_objects", budget_objects_) + "," + kv("object_bytes", object_bytes_) + "," +
+           kv("peak_resident_objects", peak_objects_) + "," + kv("n_layers", n_layers_) + "}";
+  }
+
+ private:
+  static constexpr int kUnpinned = -1 << 30;
+  struct Entry {
+    uint64_t key;
+    Buffer buf;
+    int pinned_layer;
+  };
+
+  void check(int rc, const char* what) {
+    if (rc != 0) throw ModelError(std::string(what) + ": " + xpack_pack_errmsg(pack_) + " (" + xpack_strerror(rc) + ")");
+  }
+
+  // A buffer for one more object: evicts unpinned objects (oldest first) while
+  // the cache is at its budget, reusing the evicted memory.
+  Buffer make_room() {
+    Buffer reuse;
+    while (lru_.size() >= budget_objects_) {
+      auto victim = lru_.end();
+      for (auto it = lru_.begin(); it != lru_.end(); ++it) {
+        if (it->pinned_layer == kUnpinned) {
+          victim = it;
+          break;
+        }
+      }
+      if (victim == lru_.end()) break;  // everything pinned: go over budget for this request
+      map_.erase(victim->key);
+      if (!reuse) reuse = std::move(victim->buf);
+      lru_.erase(victim);
+      ++evictions_;
+    }
+    if (reuse) return reuse;
+    void* p = std::aligned_alloc(4096, alloc_bytes_);
+    if (!p) throw ModelError("out of memory allocating an expert buffer");
+    return Buffer(static_cast<uint8_t*>(p));
+  }
+
+  void drop(uint64_t key) {
+    auto it = map_.find(key);
+    if (it == map_.end()) return;
+    lru_.erase(it->second);
+    map_.erase(it);
+  }
+
+  PackSourceOptions opts_;
+  xpack_pack* pack_ = nullptr;
+  int n_experts_ = 0;
+  uint64_t n_layers_ = 0;
+  uint64_t object_bytes_ = 0, alloc_bytes_ = 0, budget_objects_ = 0;
+  std::vector<RoleView> roles_;
+  std::list<Entry> lru_;
+  std::unordered_map<uint64_t, std::list<Entry>::iterator> map_;
+  uint64_t hits_ = 0, misses_ = 0, evictions_ = 0, read_bytes_ = 0, read_ns_ = 0, read_errors_ = 0;
+  uint64_t acquire_calls_ = 0, peak_objects_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<ExpertSource> make_pack_experts(const PackSourceOptions& opts, int n_expected_experts) {
+  return std::make_unique<PackExperts>(opts, n_expected_experts);
+}
+
+}  // namespace xrun

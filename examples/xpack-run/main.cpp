@@ -1,0 +1,199 @@
+// xpack-run: load a model (trunk GGUF + Expert Pack, or a plain GGUF), evaluate
+// the prompt as one batch, then decode token by token, with every routed
+// expert served through libxpack's C API.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "experts_factory.h"
+#include "model.h"
+#include "ops.h"
+#include "sampling.h"
+#include "text.h"
+#include "weights.h"
+#include "xpack/xpack.h"
+
+namespace xrun {
+namespace {
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out;
+}
+
+std::string json_ids(const std::vector<int32_t>& ids) {
+  std::string s = "[";
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  return s + "]";
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+class LogitsWriter {
+ public:
+  explicit LogitsWriter(const std::string& path) {
+    if (path.empty()) return;
+    f_.open(path, std::ios::binary | std::ios::trunc);
+    if (!f_) throw ModelError("cannot write --logits-out file " + path);
+  }
+  // Floats are written in host order; every supported host is little-endian.
+  void write(const float* rows, size_t n_floats) {
+    if (!f_.is_open()) return;
+    f_.write(reinterpret_cast<const char*>(rows), static_cast<std::streamsize>(n_floats * sizeof(float)));
+    if (!f_) throw ModelError("writing --logits-out failed");
+  }
+  void close() {
+    if (f_.is_open()) f_.close();
+  }
+
+ private:
+  std::ofstream f_;
+};
+
+int run(const CliOptions& o) {
+  if (o.device == "cuda") {
+    std::fprintf(stderr, "xpack-run: --device cuda: the CUDA backend is not built/implemented yet; use --device cpu\n");
+    return 1;
+  }
+  if (o.threads > 0) set_threads(o.threads);
+
+  auto t_load = std::chrono::steady_clock::now();
+  Weights weights(o.model_path);
+  std::unique_ptr<ExpertSource> experts;
+  if (!o.pack_path.empty()) {
+    PackSourceOptions po;
+    po.pack_path = o.pack_path;
+    po.trunk_path = o.model_path;
+    po.budget_bytes = o.cache_mib << 20;
+    po.verify = o.verify_experts;
+    experts = make_pack_experts(po, static_cast<int>(weights.get_int(weights.arch_key("expert_count"), 0)));
+  } else {
+    experts = make_gguf_experts(weights);
+  }
+  std::unique_ptr<Model> model = make_model(weights, experts.get());
+  const int n_vocab = model->n_vocab();
+  const double load_s = seconds_since(t_load);
+
+  std::unique_ptr<TextCodec> codec = make_text_codec(weights);
+  std::vector<int32_t> prompt;
+  if (o.prompt_ids) {
+    prompt = *o.prompt_ids;
+  } else {
+    if (!codec) throw ModelError("-p needs a tokenizer, and this build or model has none; use --prompt-ids");
+    prompt = codec->encode(*o.prompt_text);
+  }
+  if (prompt.empty()) throw ModelError("the prompt is empty");
+  const int32_t eos = static_cast<int32_t>(weights.get_int("tokenizer.ggml.eos_token_id", -1));
+
+  LogitsWriter logits_out(o.logits_out);
+  std::vector<float> logits(prompt.size() * size_t(n_vocab));
+  auto t_prefill = std::chrono::steady_clock::now();
+  model->eval(prompt.data(), static_cast<int>(prompt.size()), 0, logits.data());
+  const double prefill_s = seconds_since(t_prefill);
+  logits_out.write(logits.data(), logits.size());
+
+  Sampler sampler(o.temperature, o.seed);
+  std::vector<int32_t> gen;
+  std::string text;
+  const bool stream_text = !o.json && codec;
+  std::vector<float> row(logits.end() - n_vocab, logits.end());
+  auto t_decode = std::chrono::steady_clock::now();
+  int n_decoded = 0;
+  for (int i = 0; i < o.n_predict; ++i) {
+    int32_t tok = sampler.sample(row.data(), n_vocab);
+    gen.push_back(tok);
+    if (codec) {
+      std::string piece = codec->piece(tok);
+      text += piece;
+      if (stream_text) {
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+      }
+    }
+    if (tok == eos && !o.ignore_eos) break;
+    int pos = static_cast<int>(prompt.size() + gen.size()) - 1;
+    model->eval(&tok, 1, pos, row.data());
+    logits_out.write(row.data(), row.size());
+    ++n_decoded;
+  }
+  const double decode_s = seconds_since(t_decode);
+  logits_out.close();
+  if (stream_text) std::fputs("\n", stdout);
+  if (!codec && !o.json) {
+    // No tokenizer: print the ids so the run is still useful.
+    std::printf("%s\n", json_ids(gen).c_str());
+  }
+
+  const double prefill_tok_s = prefill_s > 0 ? double(prompt.size()) / prefill_s : 0.0;
+  const double decode_tok_s = decode_s > 0 && n_decoded > 0 ? double(n_decoded) / decode_s : 0.0;
+  std::ostringstream js;
+  js.precision(6);
+  js << "{\"prompt_ids\":" << json_ids(prompt) << ",\"gen_ids\":" << json_ids(gen) << ",\"text\":\""
+     << json_escape(text) << "\",\"prefill_tok_s\":" << prefill_tok_s << ",\"decode_tok_s\":" << decode_tok_s
+     << ",\"load_s\":" << load_s << ",\"prefill_s\":" << prefill_s << ",\"decode_s\":" << decode_s
+     << ",\"threads\":" << threads() << ",\"backend\":\"" << backend().name() << "\",\"arch\":\""
+     << json_escape(weights.arch()) << "\",\"expert_source\":\"" << (o.pack_path.empty() ? "gguf" : "pack")
+     << "\",\"counters\":" << (experts ? experts->counters_json() : std::string("{}")) << "}";
+  if (o.json) std::printf("%s\n", js.str().c_str());
+  if (!o.stats_path.empty()) {
+    std::ofstream sf(o.stats_path, std::ios::trunc);
+    sf << js.str() << "\n";
+    if (!sf) throw ModelError("cannot write --stats file " + o.stats_path);
+  }
+  if (!o.json) {
+    std::fprintf(stderr, "xpack-run: prompt %zu tokens %.1f tok/s, generated %zu tokens %.1f tok/s\n",
+                 prompt.size(), prefill_tok_s, gen.size(), decode_tok_s);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace xrun
+
+int main(int argc, char** argv) {
+  std::string error;
+  auto opts = xrun::parse_cli(argc, argv, &error);
+  if (!opts) {
+    std::fprintf(stderr, "xpack-run: %s\n\n%s", error.c_str(), xrun::usage_text());
+    return 2;
+  }
+  if (opts->help) {
+    std::fputs(xrun::usage_text(), stdout);
+    return 0;
+  }
+  try {
+    return xrun::run(*opts);
+  } catch (const xrun::ModelError& e) {
+    std::fprintf(stderr, "xpack-run: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "xpack-run: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,14 @@
+// Architecture dispatch: the GGUF's general.architecture picks the model file.
+#include "model.h"
+
+namespace xrun {
+
+std::unique_ptr<Model> make_model(const Weights& w, ExpertSource* experts) {
+  const std::string& arch = w.arch();
+  if (arch == "llama") return make_llama(w, experts);
+  if (arch == "deepseek4") return make_deepseek4(w, experts);
+  if (arch == "kimi-k3") return make_kimi_k3(w, experts);
+  throw ModelError("unsupported architecture " + arch);
+}
+
+}  // namespace xrun

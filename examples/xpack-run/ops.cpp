@@ -1,0 +1,220 @@
+// Elementwise math, the backend registry and the worker pool behind parallel_for.
+#include "ops.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "cpu_backend.h"
+#include "xpack/xpack.h"
+
+namespace xrun {
+
+// --- fallback numerics ------------------------------------------------------
+// Weak definitions so the runtime works before dequant.cpp (the numerics
+// helper's exact decoders) is linked; its strong definitions replace these.
+__attribute__((weak)) size_t row_bytes(uint32_t type, int64_t ne0) {
+  uint32_t block_elems = 0, block_bytes = 0;
+  if (xpack_type_info(type, nullptr, &block_elems, &block_bytes) != 0 || block_elems == 0) {
+    throw ModelError("unknown ggml type " + std::to_string(type));
+  }
+  return static_cast<size_t>(ne0 / block_elems) * block_bytes;
+}
+
+__attribute__((weak)) void dequantize(uint32_t type, const void* src, float* dst, int64_t n) {
+  if (type == XPACK_TYPE_F32) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  if (type == XPACK_TYPE_I32) {
+    const auto* s = static_cast<const int32_t*>(src);
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i]);
+    return;
+  }
+  throw ModelError("dequantize: ggml type " + std::to_string(type) + " not supported by this build");
+}
+
+// --- worker pool ---------------------------------------------------------------
+
+namespace {
+
+// A fixed set of workers that run one parallel_for at a time. Work is handed
+// out in chunks through an atomic counter; the caller works too.
+class WorkerPool {
+ public:
+  explicit WorkerPool(int n_threads) {
+    for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  }
+  ~WorkerPool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+  void run(int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t)>& fn) {
+    std::unique_lock<std::mutex> run_lock(run_mu_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      fn_ = &fn;
+      n_ = n;
+      chunk_ = chunk;
+      next_.store(0);
+      active_ = static_cast<int>(workers_.size());
+      ++generation_;
+    }
+    cv_.notify_all();
+    work();
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [&] { return active_ == 0; });
+    fn_ = nullptr;
+  }
+
+ private:
+  void work() {
+    for (;;) {
+      int64_t b = next_.fetch_add(chunk_);
+      if (b >= n_) break;
+      (*fn_)(b, std::min(n_, b + chunk_));
+    }
+  }
+  void worker_loop() {
+    uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+      }
+      work();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (--active_ == 0) done_cv_.notify_one();
+      }
+    }
+  }
+
+  std::vector<std::thread> workers_;
+  std::mutex run_mu_;
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  bool stop_ = false;
+  uint64_t generation_ = 0;
+  int active_ = 0;
+  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+  int64_t n_ = 0, chunk_ = 1;
+  std::atomic<int64_t> next_{0};
+};
+
+int g_threads = 0;
+std::unique_ptr<WorkerPool> g_pool;
+std::mutex g_pool_mu;
+thread_local bool t_in_parallel = false;
+
+WorkerPool& pool() {
+  std::lock_guard<std::mutex> lock(g_pool_mu);
+  if (!g_pool) g_pool = std::make_unique<WorkerPool>(threads());
+  return *g_pool;
+}
+
+}  // namespace
+
+void set_threads(int n) {
+  std::lock_guard<std::mutex> lock(g_pool_mu);
+  g_threads = n;
+  g_pool.reset();
+}
+
+int threads() {
+  if (g_threads > 0) return g_threads;
+  unsigned hc = std::thread::hardware_concurrency();
+  return hc == 0 ? 1 : static_cast<int>(std::min(hc, 64u));
+}
+
+void parallel_for(int64_t n, const std::function<void(int64_t begin, int64_t end)>& fn) {
+  if (n <= 0) return;
+  WorkerPool* p = (t_in_parallel || threads() == 1 || n == 1) ? nullptr : &pool();
+  if (!p || p->size() == 1) {
+    fn(0, n);
+    return;
+  }
+  // About four chunks per worker balances uneven rows without much overhead.
+  int64_t chunk = std::max<int64_t>(1, n / (int64_t(p->size()) * 4));
+  t_in_parallel = true;
+  auto guarded = [&](int64_t b, int64_t e) {
+    bool was = t_in_parallel;
+    t_in_parallel = true;
+    fn(b, e);
+    t_in_parallel = was;
+  };
+  p->run(n, chunk, guarded);
+  t_in_parallel = false;
+}
+
+// --- backend -------------------------------------------------------------------
+
+ComputeBackend& backend() {
+  static CpuBackend cpu;
+  return cpu;
+}
+
+void matmul(const WeightTensor& w, const float* x, int n_tokens, float* y) {
+  backend().matmul(w.type, w.data, w.ne[0], w.rows(), x, n_tokens, y);
+}
+
+void matmul(const ExpertMatrix& w, const float* x, int n_tokens, float* y) {
+  backend().matmul(w.type, w.data, w.ne0, w.ne1, x, n_tokens, y);
+}
+
+// --- elementwise -----------------------------------------------------------------
+
+void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* y) {
+  // Float squares summed in double, then one float scale: ggml's order.
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(n)) + eps);
+  for (int64_t i = 0; i < n; ++i) {
+    float v = x[i] * scale;
+    y[i] = weight ? v * weight[i] : v;
+  }
+}
+
+void softmax_inplace(float* x, int64_t n) {
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += x[i];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+float softplus(float x) {
+  // log(1 + e^x) without overflow for large x.
+  return x > 20.0f ? x : std::log1p(std::exp(x));
+}
+
+std::vector<float> to_float(const WeightTensor& w) {
+  int64_t n = w.ne[0] * w.ne[1] * w.ne[2] * w.ne[3];
+  std::vector<float> out(static_cast<size_t>(n));
+  const size_t rb = row_bytes(w.type, w.ne[0]);
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  for (int64_t r = 0; r < w.rows(); ++r) {
+    dequantize(w.type, src + static_cast<size_t>(r) * rb, out.data() + r * w.ne[0], w.ne[0]);
+  }
+  return out;
+}
+
+}  // namespace xrun
