@@ -209,7 +209,8 @@ Result<std::vector<uint8_t>> encode_index(const Index& idx) {
   return b;
 }
 
-Result<Index> decode_index(IndexSource& src, uint64_t actual, const std::string& name) {
+Result<Index> decode_index(IndexSource& src, uint64_t actual, const std::string& name,
+                           bool check_index_checksum) {
   uint8_t h[kHeaderBytes];
   if (actual < sizeof kMagic) return err(XPACK_E_TRUNCATED, "{}: {} bytes is too small for an Expert Pack", name, actual);
   XPACK_TRY(src.read(0, h, sizeof kMagic));
@@ -288,7 +289,7 @@ Result<Index> decode_index(IndexSource& src, uint64_t actual, const std::string&
   std::memcpy(buf.data(), h, kHeaderBytes);
   XPACK_TRY(src.read(kHeaderBytes, buf.data() + kHeaderBytes, idx.data_start - kHeaderBytes));
   uint64_t isum = xxh3(buf.data() + kHeaderBytes, idx.data_start - kHeaderBytes);
-  if (isum != get64(h + kOffIndexChecksum))
+  if (check_index_checksum && isum != get64(h + kOffIndexChecksum))
     return err(XPACK_E_CHECKSUM, "{}: index checksum mismatch (stored {:016x}, computed {:016x})", name,
                get64(h + kOffIndexChecksum), isum);
   const uint8_t* b = buf.data();

@@ -126,7 +126,10 @@ struct IndexSource {
   virtual ~IndexSource() = default;
   virtual Status read(uint64_t off, void* dst, size_t n) = 0;
 };
-Result<Index> decode_index(IndexSource& src, uint64_t actual_file_size, const std::string& name);
+// `check_index_checksum` = false is only for the builder resuming its own partial
+// file, whose checksum rows are being filled in.
+Result<Index> decode_index(IndexSource& src, uint64_t actual_file_size, const std::string& name,
+                           bool check_index_checksum = true);
 
 // xxh3-64 helpers.
 uint64_t xxh3(const void* data, size_t n);
