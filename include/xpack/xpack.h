@@ -314,7 +314,101 @@ XPACK_API int xpack_pack_read_object(xpack_pack *p, uint32_t layer_slot, uint32_
 /* ------------------------------------------------------------------------ */
 /* I/O engine (io_uring O_DIRECT reads into registered staging slots)        */
 /* ------------------------------------------------------------------------ */
-/* XPACK-IO-SECTION: declarations of the I/O engine go here. */
+/* The engine reads Expert Pack objects with io_uring (O_DIRECT, registered
+ * buffers and files) into N staging slots of pinned-for-I/O host memory, and
+ * reports each object as soon as all of its read_splits ranges arrived.
+ * Design: doc/io.md. Single issuer: the first thread that submits or reaps owns
+ * the ring; every call below except create/destroy/errmsg/get_counters/
+ * slot_data must come from that thread. */
+
+typedef struct xpack_engine xpack_engine;
+
+typedef struct xpack_engine_options {
+  size_t size;           /* sizeof(xpack_engine_options) */
+  uint32_t slots;        /* staging slots, each one object (0 = default 8) */
+  uint32_t queue_depth;  /* reads in flight at most, the ring size (0 = default 64) */
+  uint32_t read_splits;  /* aligned ranges per object read (0 = default 1) */
+  int32_t sqpoll;        /* 1: kernel submission-polling thread (default 0) */
+  /* 1 (default): O_DIRECT, and XPACK_E_NO_DIRECT_IO where the filesystem refuses
+   * it. 0: read through the page cache, each read counted in fallback_count.
+   * NB: a zero-filled struct means buffered; start from xpack_engine_options_init. */
+  int32_t direct_io;
+  int32_t numa_node;     /* NUMA node for the staging memory, -1 (default) = any */
+} xpack_engine_options;
+
+/* Fills *opts with the defaults (and opts->size). Thread-safe. */
+XPACK_API int xpack_engine_options_init(xpack_engine_options *opts);
+
+/* Creates an engine reading from pack `p` (which must outlive the engine): opens
+ * the pack file O_DIRECT, sets up io_uring (SINGLE_ISSUER|DEFER_TASKRUN or the
+ * best flags the kernel accepts), allocates and registers the staging slots
+ * (raising RLIMIT_MEMLOCK's soft limit if needed). Errors: XPACK_E_URING (kernel
+ * refused io_uring), XPACK_E_NO_DIRECT_IO, XPACK_E_LIMIT (locked-memory limit,
+ * with what to set), XPACK_E_MISALIGNED, XPACK_E_INVALID_ARG. On failure *out is
+ * NULL and xpack_last_error() says why. Thread-safe (distinct engines). */
+XPACK_API int xpack_engine_create(xpack_pack *p, const xpack_engine_options *opts,
+                                  xpack_engine **out);
+/* Waits for reads in flight when called on the issuing thread, then frees
+ * everything. Accepts NULL. Not thread-safe with other calls on the engine. */
+XPACK_API void xpack_engine_destroy(xpack_engine *e);
+/* Message of the most recent failure on this engine, including failed reads
+ * ("" if none). Not thread-safe with failing calls on the same engine. */
+XPACK_API const char *xpack_engine_errmsg(const xpack_engine *e);
+
+typedef struct xpack_read_request {
+  uint32_t layer_slot;   /* object-table row (xpack_pack_layer_slot) */
+  uint32_t expert;
+  uint32_t slot;         /* staging slot, must not have a read in flight */
+} xpack_read_request;
+
+/* Queues n object reads and submits them with one io_uring_submit (up to the
+ * queue depth; the rest enter as reads finish). All or nothing: a request with
+ * an unknown object, a slot out of range or busy, or a slot used twice rejects
+ * the whole batch (XPACK_E_INVALID_ARG). Issuing thread only. */
+XPACK_API int xpack_engine_submit(xpack_engine *e, const xpack_read_request *reqs, size_t n);
+
+typedef struct xpack_read_completion {
+  uint32_t slot;
+  uint32_t layer_slot;
+  uint32_t expert;
+  int32_t status;        /* 0: slot holds the object; else -errno (e.g. -EIO) or
+                            XPACK_E_TRUNCATED (file ended early); the slot is not ready */
+} xpack_read_completion;
+
+/* Reaps finished objects in completion order into out[0..max). timeout_ms: 0 =
+ * never block; < 0 = block until at least one object finished (returns 0 at once
+ * when nothing is in flight); > 0 = block at most that long. Returns the number
+ * written (>= 0) or a negative code. Issuing thread only. */
+XPACK_API int xpack_engine_reap(xpack_engine *e, xpack_read_completion *out, size_t max,
+                                int timeout_ms);
+
+/* The slot's bytes: valid only after a successful completion for it and until
+ * the slot is submitted again. *bytes is the object payload size. Fails with
+ * XPACK_E_INVALID_ARG when the slot is out of range or not ready (empty, being
+ * read, or its read failed). Thread-safe with respect to the issuing thread only
+ * for slots that thread does not resubmit meanwhile. */
+XPACK_API int xpack_engine_slot_data(const xpack_engine *e, uint32_t slot, const void **data,
+                                     size_t *bytes);
+
+typedef struct xpack_engine_counters {
+  size_t size;                 /* sizeof(xpack_engine_counters), set by the caller */
+  uint64_t reads;              /* read operations that returned data (splits, retries) */
+  uint64_t read_bytes;
+  uint64_t objects_completed;
+  uint64_t io_errors;          /* objects that failed */
+  uint64_t fallback_count;     /* buffered reads (direct_io = 0) */
+  uint64_t short_read_retries;
+  uint64_t transient_retries;  /* EINTR / EAGAIN resubmissions */
+  uint64_t lat_p50_ns;         /* per-object read latency quantiles */
+  uint64_t lat_p99_ns;
+  uint64_t lat_p999_ns;
+  uint64_t lat_log2_ns[64];    /* objects with latency in [2^i, 2^(i+1)) ns */
+  uint32_t ring_flags;         /* IORING_SETUP_* flags the ring runs with */
+} xpack_engine_counters;
+
+/* Copies the counters. Not thread-safe with the issuing thread's calls (the
+ * counters are plain integers): call it from the issuing thread. */
+XPACK_API int xpack_engine_get_counters(const xpack_engine *e, xpack_engine_counters *out);
 
 /* ------------------------------------------------------------------------ */
 /* Expert cache                                                              */
