@@ -1,0 +1,149 @@
+// xpack-inspect: summary of an Expert Pack; --verify checks every object checksum.
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/checked_math.h"
+#include "gguf/ggml_type.h"
+#include "pack/describe.h"
+#include "pack/pack_reader.h"
+
+namespace {
+
+const char kUsage[] =
+    "usage: xpack-inspect PACK [--json] [--verify] [--trunk GGUF]\n"
+    "\n"
+    "Prints the model architecture, layers, experts, roles (type, offset, bytes),\n"
+    "object stride, payload vs padding bytes and the source identity of an Expert Pack.\n"
+    "  --json         one JSON object on stdout (keys: format, version, arch, data_start,\n"
+    "                 object_stride, n_experts, layers, roles[{name,type,offset,nbytes}], ...)\n"
+    "  --verify       check the xxh3-64 of every object and role; names the first bad\n"
+    "                 (layer, expert, role)\n"
+    "  --trunk GGUF   also check that GGUF is this pack's trunk (or its source)\n"
+    "exit status: 0 all well, 1 damaged/unreadable pack, 2 usage error\n";
+
+std::string role_name(const xpack::pack::PackReader& r, int32_t role) {
+  return role >= 0 ? r.roles()[role].name : std::string("(between roles)");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string path, trunk;
+  bool json = false, verify = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (a == "--json") {
+      json = true;
+    } else if (a == "--verify") {
+      verify = true;
+    } else if (a == "--trunk" && i + 1 < argc) {
+      trunk = argv[++i];
+    } else if (a.empty() || a[0] == '-' || !path.empty()) {
+      std::fprintf(stderr, "xpack-inspect: unexpected argument '%s'\n\n%s", a.c_str(), kUsage);
+      return 2;
+    } else {
+      path = a;
+    }
+  }
+  if (path.empty()) {
+    std::fprintf(stderr, "xpack-inspect: no PACK given\n\n%s", kUsage);
+    return 2;
+  }
+  auto opened = xpack::pack::PackReader::open(path, xpack::pack::OpenOptions{trunk});
+  if (!opened.ok()) {
+    std::fprintf(stderr, "xpack-inspect: %s (%s)\n", opened.error().message.c_str(),
+                 xpack_strerror(opened.error().code));
+    if (json) {
+      nlohmann::ordered_json j;
+      j["ok"] = false;
+      j["code"] = opened.error().code;
+      j["error"] = opened.error().message;
+      std::printf("%s\n", j.dump(2).c_str());
+    }
+    return 1;
+  }
+  const auto& r = *opened;
+  const auto& idx = r.index();
+
+  xpack::Status vs;
+  xpack::pack::Fault fault;
+  if (verify) {
+    bool tty = !json && isatty(STDERR_FILENO);
+    auto cb = [](uint64_t done, uint64_t total, void*) {
+      std::fprintf(stderr, "\rverify %llu / %llu objects", static_cast<unsigned long long>(done),
+                   static_cast<unsigned long long>(total));
+    };
+    vs = r.validate(xpack::pack::ValidateLevel::kChecksums, &fault, tty ? +cb : nullptr, nullptr);
+    if (tty) std::fputc('\n', stderr);
+  }
+
+  if (json) {
+    auto j = xpack::pack::describe_index(idx);
+    j["path"] = path;
+    if (!trunk.empty()) j["trunk_identity_ok"] = true;
+    if (verify) {
+      nlohmann::ordered_json v;
+      v["ok"] = vs.ok();
+      if (!vs.ok()) {
+        v["error"] = vs.error().message;
+        if (vs.error().code == XPACK_E_OBJECT_CHECKSUM) {
+          v["layer"] = fault.block;
+          v["layer_slot"] = fault.layer_slot;
+          v["expert"] = fault.expert;
+          v["role"] = role_name(r, fault.role);
+        }
+      }
+      j["verify"] = v;
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    char a[32], b[32], c[32];
+    uint64_t payload = xpack::pack::payload_bytes(idx);
+    std::printf("Expert Pack v%u  %s\n", idx.version, path.c_str());
+    std::printf("arch           %s\n", idx.arch.c_str());
+    std::string layers;
+    for (uint32_t blk : idx.layer_blocks) layers += (layers.empty() ? "" : ",") + std::to_string(blk);
+    std::printf("layers         %u MoE layers: blocks %s\n", idx.n_layers(), layers.c_str());
+    std::printf("experts        %u per layer, top-k %u, %llu objects\n", idx.n_experts, idx.n_experts_used,
+                static_cast<unsigned long long>(idx.n_objects()));
+    std::printf("object         %llu payload bytes, stride %llu, data_start %llu\n",
+                static_cast<unsigned long long>(idx.object_bytes), static_cast<unsigned long long>(idx.object_stride),
+                static_cast<unsigned long long>(idx.data_start));
+    std::printf("roles          %-8s %-6s %12s %12s  %s\n", "name", "type", "offset", "bytes", "shape");
+    for (const auto& role : idx.roles) {
+      const auto* ti = xpack::gguf::type_info(role.type);
+      std::string shape;
+      for (uint32_t d = 0; d < role.n_dims; ++d) shape += (d ? " x " : "") + std::to_string(role.ne[d]);
+      std::printf("               %-8s %-6s %12llu %12llu  %s  (%s)\n", role.name.c_str(), ti ? ti->name : "?",
+                  static_cast<unsigned long long>(role.offset), static_cast<unsigned long long>(role.nbytes),
+                  shape.c_str(), role.source_pattern.c_str());
+    }
+    std::printf("file           %s: payload %s, padding + index %s\n", xpack::human_bytes(idx.file_size, a, sizeof a),
+                xpack::human_bytes(payload, b, sizeof b), xpack::human_bytes(idx.file_size - payload, c, sizeof c));
+    std::printf("source         %s (%zu file%s)\n", r.source_identity_hex().c_str(), idx.shards.size(),
+                idx.shards.size() == 1 ? "" : "s");
+    if (!trunk.empty()) std::printf("trunk          %s belongs to this pack\n", trunk.c_str());
+    if (verify) {
+      if (vs.ok())
+        std::printf("verify         OK: all %llu objects match their checksums\n",
+                    static_cast<unsigned long long>(idx.n_objects()));
+      else if (vs.error().code == XPACK_E_OBJECT_CHECKSUM)
+        std::printf("verify         FAILED: layer %u (slot %u), expert %u, role %s is damaged\n", fault.block,
+                    fault.layer_slot, fault.expert, role_name(r, fault.role).c_str());
+      else
+        std::printf("verify         FAILED: %s\n", vs.error().message.c_str());
+    }
+  }
+  if (!vs.ok()) {
+    std::fprintf(stderr, "xpack-inspect: %s\n", vs.error().message.c_str());
+    return 1;
+  }
+  return 0;
+}
