@@ -59,6 +59,11 @@ class Device {
   virtual Status copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   // Blocks until the copy stream is drained.
   virtual Status synchronize() = 0;
+  // Makes copies enqueued from now on wait for the work already enqueued on a
+  // caller's stream (cudaStream_t for CUDA; ignored by the host backend, whose
+  // "compute" is synchronous). Used when slots are released while kernels that
+  // read them may still be running. nullptr = nothing to wait for.
+  virtual Status order_after(void* foreign_stream) = 0;
 };
 
 struct HostDeviceOptions {

@@ -1,0 +1,534 @@
+#include "cache/expert_cache.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include <xxhash.h>
+
+#include "common/checked_math.h"
+#include "io/device_registrar.h"
+#include "io/read_engine.h"
+#include "stats/stats_json.h"
+
+namespace xpack::cache {
+namespace {
+
+uint64_t now_ns() {
+  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now().time_since_epoch())
+                      .count());
+}
+
+// Device slots start at this alignment so kernels can use vector loads.
+constexpr uint64_t kSlotAlignment = 256;
+
+}  // namespace
+
+ExpertCache::ExpertCache(ObjectSource src, device::Device& dev, const CacheOptions& opts)
+    : src_(std::move(src)), dev_(dev), opts_(opts), telemetry_(src_.n_layers) {}
+
+Result<std::unique_ptr<ExpertCache>> ExpertCache::create(ObjectSource source,
+                                                         device::Device& device,
+                                                         const CacheOptions& opts) {
+  if (source.n_layers == 0 || source.n_experts == 0 || source.object_bytes == 0 ||
+      !source.offset)
+    return err(XPACK_E_INVALID_ARG, "cache: empty object source");
+  if (source.read_bytes < source.object_bytes || source.read_bytes % 4096 != 0)
+    return err(XPACK_E_MISALIGNED, "cache: read size {} must be a multiple of 4096 >= {}",
+               source.read_bytes, source.object_bytes);
+  if (opts.policy == PolicyKind::kBelady)
+    return err(XPACK_E_INVALID_ARG, "cache: belady needs the future; it exists in xpack-sim only");
+  if (opts.staging_slots == 0 || opts.staging_slots > 4096)
+    return err(XPACK_E_INVALID_ARG, "cache: staging_slots must be 1..4096");
+  if (opts.read_splits == 0 || opts.read_splits > 64)
+    return err(XPACK_E_INVALID_ARG, "cache: read_splits must be 1..64");
+  if (opts.verify && !source.checksum)
+    return err(XPACK_E_INVALID_ARG, "cache: verification needs object checksums");
+  std::unique_ptr<ExpertCache> c(new ExpertCache(std::move(source), device, opts));
+  XPACK_TRY(c->init());
+  return c;
+}
+
+Status ExpertCache::init() {
+  // slots = floor(min(requested, free - reserve) / slot size)
+  XPACK_ASSIGN_OR_RETURN(device::MemoryInfo mem, dev_.memory_info());
+  uint64_t avail = mem.free_bytes > opts_.reserve_bytes ? mem.free_bytes - opts_.reserve_bytes : 0;
+  uint64_t budget = opts_.budget_bytes ? std::min(opts_.budget_bytes, avail) : avail;
+  slot_stride_ = align_up(src_.object_bytes, kSlotAlignment);
+  uint64_t all_objects = uint64_t(src_.n_layers) * src_.n_experts;
+  uint64_t slots = std::min<uint64_t>(budget / slot_stride_, all_objects);
+  uint64_t need = std::max<uint32_t>(src_.top_k, 1);
+  if (slots < need)
+    return err(XPACK_E_CAPACITY,
+               "cache: a budget of {} bytes (requested {}, free {}, reserve {}) holds {} slots of "
+               "{} bytes, fewer than top-k = {}",
+               budget, opts_.budget_bytes, mem.free_bytes, opts_.reserve_bytes, slots,
+               slot_stride_, need);
+  n_slots_ = uint32_t(std::min<uint64_t>(slots, UINT32_MAX));
+  XPACK_ASSIGN_OR_RETURN(void* base, dev_.allocate(n_slots_ * slot_stride_));
+  slots_base_ = static_cast<uint8_t*>(base);
+
+  slots_.resize(n_slots_);
+  for (auto& s : slots_) {
+    XPACK_ASSIGN_OR_RETURN(s.ready, dev_.create_event());
+  }
+  dir_ = std::make_unique<SlotDirectory>(n_slots_, make_policy(opts_.policy));
+
+  staging_.resize(opts_.staging_slots);
+  for (auto& st : staging_) {
+    XPACK_ASSIGN_OR_RETURN(st.copied, dev_.create_event());
+  }
+  registrar_ = std::make_unique<io::DeviceHostRegistrar>(dev_);
+  io::EngineConfig ec;
+  ec.paths = {src_.path};
+  ec.slot_count = opts_.staging_slots;
+  ec.slot_bytes = src_.read_bytes;
+  ec.queue_depth = std::max<uint32_t>(opts_.queue_depth, 1);
+  ec.read_splits = opts_.read_splits;
+  ec.direct_io = opts_.direct_io;
+  ec.registrar = registrar_.get();
+  ec.faults = opts_.faults;
+  ec.on_complete = [this](const io::Completion& c) { on_read_complete(c); };
+  XPACK_ASSIGN_OR_RETURN(engine_, io::ReadEngine::create(std::move(ec)));
+
+  if (!opts_.trace_path.empty()) {
+    XPACK_ASSIGN_OR_RETURN(trace_, stats::RoutingTraceWriter::open(opts_.trace_path));
+  }
+  io_thread_ = std::thread([this] { io_loop(); });
+  return {};
+}
+
+ExpertCache::~ExpertCache() {
+  if (io_thread_.joinable()) {
+    {
+      std::lock_guard lk(mu_);
+      stop_ = true;
+    }
+    io_cv_.notify_all();
+    io_thread_.join();
+  }
+  (void)dev_.synchronize();
+  if (engine_) (void)write_stats();
+  if (trace_) (void)trace_->flush();
+  engine_.reset();  // unregisters the staging arena before the registrar goes
+  if (slots_base_) dev_.deallocate(slots_base_);
+}
+
+void* ExpertCache::slot_data(uint32_t slot) const {
+  return slot < n_slots_ ? slots_base_ + uint64_t(slot) * slot_stride_ : nullptr;
+}
+
+bool ExpertCache::is_protected(Key k) const {
+  auto s = dir_->find(k);
+  if (!s) return false;
+  const Slot& slot = slots_[*s];
+  // A slot whose read is in flight cannot be retargeted: the read would land
+  // in it later.
+  return slot.pins > 0 || slot.state == SlotState::kLoading;
+}
+
+void ExpertCache::start_load(uint32_t slot, Key k, bool prefetch) {
+  Slot& s = slots_[slot];
+  s.state = SlotState::kLoading;
+  s.key = k;
+  s.error = 0;
+  s.prefetched_unused = prefetch;
+  (prefetch ? pending_prefetch_ : pending_).push_back(LoadJob{slot, k, now_ns()});
+}
+
+Result<Acquired> ExpertCache::acquire(uint32_t layer, const uint32_t* experts, size_t n,
+                                      uint32_t n_tokens) {
+  if (layer >= src_.n_layers)
+    return err(XPACK_E_INVALID_ARG, "acquire: layer {} out of range ({} layers)", layer,
+               src_.n_layers);
+  if (n == 0 || !experts) return err(XPACK_E_INVALID_ARG, "acquire: no experts");
+  std::vector<Key> keys;
+  keys.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (experts[i] >= src_.n_experts)
+      return err(XPACK_E_INVALID_ARG, "acquire: expert {} out of range ({} experts)", experts[i],
+                 src_.n_experts);
+    keys.push_back(make_key(layer, experts[i]));
+  }
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  if (keys.size() > n_slots_)
+    return err(XPACK_E_CAPACITY, "acquire: {} distinct experts, cache has {} slots", keys.size(),
+               n_slots_);
+  Phase phase = n_tokens > 1 ? Phase::kPrefill : Phase::kDecode;
+
+  Acquired out;
+  uint64_t hits = 0, misses = 0, evictions = 0, wasted = 0, used = 0;
+  {
+    std::lock_guard lk(mu_);
+    if (int64_t(layer) <= last_layer_) ++step_;
+    last_layer_ = layer;
+    if (trace_) (void)trace_->write(step_, layer, experts, n);
+
+    EvictionPolicy& policy = dir_->policy();
+    for (Key k : keys) policy.on_request(k);
+    auto protect = [this](Key k) { return is_protected(k); };
+    std::vector<Key> pinned;
+    std::unordered_map<Key, std::pair<uint32_t, bool>> where;  // slot, hit
+    for (Key k : keys) {
+      if (auto s = dir_->find(k)) {
+        Slot& slot = slots_[*s];
+        ++slot.pins;
+        pinned.push_back(k);
+        policy.on_hit(k);
+        // A failed load keeps its slot until its holders release it; this
+        // request sees the same failure in wait().
+        ++hits;
+        if (slot.prefetched_unused) {
+          slot.prefetched_unused = false;
+          ++used;
+        }
+        where[k] = {*s, true};
+        continue;
+      }
+      auto placed = dir_->place(k, phase, protect);
+      if (!placed) {
+        for (Key p : pinned) unpin(p);
+        // Loads already started for this request go on (their entries become
+        // ordinary unprotected ones), so they are counted as what they were.
+        telemetry_.update([&](stats::Counters& c) {
+          c.cache_hits += hits;
+          c.cache_misses += misses;
+          c.cache_evictions += evictions;
+          c.prefetch_used += used;
+          c.prefetch_wasted += wasted;
+          c.hits_by_layer[layer] += hits;
+          c.misses_by_layer[layer] += misses;
+        });
+        if (misses) io_cv_.notify_one();
+        return err(XPACK_E_CAPACITY,
+                   "acquire: no evictable slot for layer {} expert {} (all {} slots protected)",
+                   layer, key_expert(k), n_slots_);
+      }
+      ++misses;
+      if (placed->evicted) {
+        ++evictions;
+        if (slots_[placed->slot].prefetched_unused) ++wasted;
+      }
+      start_load(placed->slot, k, false);
+      slots_[placed->slot].pins = 1;
+      pinned.push_back(k);
+      where[k] = {placed->slot, false};
+    }
+    TicketId id = next_ticket_++;
+    Ticket t{layer, keys, {}};
+    out.ticket = id;
+    out.experts.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      auto [slot, hit] = where.at(make_key(layer, experts[i]));
+      t.entry_slot.push_back(slot);
+      out.experts.push_back(ExpertHandle{experts[i], slot, slot_data(slot),
+                                         slots_[slot].ready.get(), hit});
+    }
+    tickets_.emplace(id, std::move(t));
+  }
+  if (misses) io_cv_.notify_one();
+  telemetry_.update([&](stats::Counters& c) {
+    ++c.acquires;
+    c.cache_hits += hits;
+    c.cache_misses += misses;
+    c.cache_evictions += evictions;
+    c.prefetch_used += used;
+    c.prefetch_wasted += wasted;
+    c.hits_by_layer[layer] += hits;
+    c.misses_by_layer[layer] += misses;
+    ++c.route_calls_by_layer[layer];
+    c.route_tokens_by_layer[layer] += n_tokens;
+  });
+  return out;
+}
+
+Status ExpertCache::wait(TicketId ticket, size_t index) {
+  uint64_t t0 = 0;
+  device::Event* ev = nullptr;
+  {
+    std::unique_lock lk(mu_);
+    auto it = tickets_.find(ticket);
+    if (it == tickets_.end()) return err(XPACK_E_INVALID_ARG, "wait: unknown ticket {}", ticket);
+    if (index >= it->second.entry_slot.size())
+      return err(XPACK_E_INVALID_ARG, "wait: index {} out of range", index);
+    Slot& s = slots_[it->second.entry_slot[index]];
+    if (s.state == SlotState::kLoading) {
+      t0 = now_ns();
+      state_cv_.wait(lk, [&] { return s.state != SlotState::kLoading; });
+    }
+    if (s.state == SlotState::kFailed) {
+      return err(s.error, "expert {} of layer {} failed to load: {}", key_expert(s.key),
+                 key_layer(s.key), xpack_strerror(s.error));
+    }
+    ev = s.ready.get();
+  }
+  auto done = ev->query();
+  if (!done.ok()) return std::move(done).error();
+  if (!*done) {
+    if (!t0) t0 = now_ns();
+    XPACK_TRY(ev->wait());
+  }
+  if (t0) {
+    uint64_t dt = now_ns() - t0;
+    telemetry_.update([&](stats::Counters& c) {
+      c.stall_ns += dt;
+      ++c.stall_waits;
+    });
+  }
+  return {};
+}
+
+Status ExpertCache::wait_all(TicketId ticket) {
+  size_t n;
+  {
+    std::lock_guard lk(mu_);
+    auto it = tickets_.find(ticket);
+    if (it == tickets_.end()) return err(XPACK_E_INVALID_ARG, "wait: unknown ticket {}", ticket);
+    n = it->second.entry_slot.size();
+  }
+  Status first;
+  for (size_t i = 0; i < n; ++i) {
+    Status st = wait(ticket, i);
+    if (!st.ok() && first.ok()) first = st;
+  }
+  return first;
+}
+
+void ExpertCache::unpin(Key k) {
+  auto s = dir_->find(k);
+  if (!s) return;
+  Slot& slot = slots_[*s];
+  if (slot.pins > 0) --slot.pins;
+  if (slot.pins == 0 && slot.state == SlotState::kFailed) {
+    dir_->remove(k);
+    slot.state = SlotState::kEmpty;
+  }
+}
+
+Status ExpertCache::release(TicketId ticket, void* compute_stream) {
+  if (compute_stream) XPACK_TRY(dev_.order_after(compute_stream));
+  uint64_t steps = 0;
+  {
+    std::lock_guard lk(mu_);
+    auto it = tickets_.find(ticket);
+    if (it == tickets_.end())
+      return err(XPACK_E_INVALID_ARG, "release: unknown or already released ticket {}", ticket);
+    for (Key k : it->second.keys) unpin(k);
+    tickets_.erase(it);
+  }
+  telemetry_.update([&](stats::Counters& c) { steps = ++c.steps; });
+  if (opts_.stats_interval && steps % opts_.stats_interval == 0) XPACK_TRY(write_stats());
+  return {};
+}
+
+Result<size_t> ExpertCache::prefetch(uint32_t layer, const uint32_t* experts, size_t n) {
+  if (layer >= src_.n_layers)
+    return err(XPACK_E_INVALID_ARG, "prefetch: layer {} out of range", layer);
+  if (n && !experts) return err(XPACK_E_INVALID_ARG, "prefetch: null expert list");
+  for (size_t i = 0; i < n; ++i)
+    if (experts[i] >= src_.n_experts)
+      return err(XPACK_E_INVALID_ARG, "prefetch: expert {} out of range", experts[i]);
+  size_t started = 0;
+  uint64_t evictions = 0, wasted = 0;
+  {
+    std::lock_guard lk(mu_);
+    auto protect = [this](Key k) { return is_protected(k); };
+    for (size_t i = 0; i < n; ++i) {
+      Key k = make_key(layer, experts[i]);
+      if (dir_->find(k)) continue;
+      auto placed = dir_->place(k, Phase::kDecode, protect, /*prefetch=*/true);
+      if (!placed) continue;  // nothing the hint may displace
+      if (placed->evicted) {
+        ++evictions;
+        if (slots_[placed->slot].prefetched_unused) ++wasted;
+      }
+      start_load(placed->slot, k, true);
+      slots_[placed->slot].pins = 0;
+      ++started;
+    }
+  }
+  if (started) io_cv_.notify_one();
+  telemetry_.update([&](stats::Counters& c) {
+    c.prefetch_issued += started;
+    c.cache_evictions += evictions;
+    c.prefetch_wasted += wasted;
+  });
+  return started;
+}
+
+// ---- I/O thread --------------------------------------------------------------
+
+void ExpertCache::fail_load(const LoadJob& job, int code) {
+  {
+    std::lock_guard lk(mu_);
+    Slot& s = slots_[job.slot];
+    bool wasted = s.prefetched_unused;
+    // Counted before the state change is visible, so a waiter that sees the
+    // failure also sees it counted.
+    telemetry_.update([&](stats::Counters& c) {
+      ++c.io_errors;
+      if (wasted) ++c.prefetch_wasted;
+    });
+    s.error = code;
+    s.state = SlotState::kFailed;
+    s.prefetched_unused = false;
+    if (s.pins == 0) {  // nobody waits: drop it now
+      dir_->remove(job.key);
+      s.state = SlotState::kEmpty;
+    }
+  }
+  state_cv_.notify_all();
+}
+
+void ExpertCache::on_read_complete(const io::Completion& c) {
+  Staging& st = staging_[c.slot];
+  LoadJob job = st.job;
+  uint64_t read_ns = now_ns() - job.queued_ns;
+  int status = c.status;
+  const uint8_t* staged = engine_->slot_data(c.slot);
+  if (status == 0 && c.bytes < src_.object_bytes) status = XPACK_E_TRUNCATED;
+  if (status == 0 && opts_.verify) {
+    uint64_t h = XXH3_64bits(staged, src_.object_bytes);
+    if (h != src_.checksum(key_layer(job.key), key_expert(job.key)))
+      status = XPACK_E_OBJECT_CHECKSUM;
+  }
+  if (status == 0) {
+    Status cp = dev_.copy_to_device_async(slot_data(job.slot), staged, src_.object_bytes,
+                                          slots_[job.slot].ready.get());
+    if (cp.ok()) cp = dev_.record(*st.copied);
+    if (!cp.ok()) status = cp.error().code < 0 ? cp.error().code : XPACK_E_DEVICE;
+  }
+  if (status != 0) {
+    st.busy = false;
+    st.copying = false;
+    fail_load(job, status);
+    return;
+  }
+  st.copying = true;
+  st.copy_enqueued_ns = now_ns();
+  uint64_t fallback = engine_->counters().fallback_count;
+  telemetry_.update([&](stats::Counters& ct) {
+    ++ct.pack_reads;
+    ct.pack_read_bytes += c.bytes;
+    ct.h2d_bytes += src_.object_bytes;
+    ct.fallback_count = fallback;
+    ct.read_latency.record(read_ns);
+  });
+  {
+    std::lock_guard lk(mu_);
+    slots_[job.slot].state = SlotState::kCopying;
+  }
+  state_cv_.notify_all();
+}
+
+void ExpertCache::reap_copies(bool block_for_one) {
+  // Staging buffers whose copy finished become free. When asked, block on the
+  // oldest copy so a waiting load can proceed.
+  Staging* oldest = nullptr;
+  for (auto& st : staging_) {
+    if (!st.copying) continue;
+    auto done = st.copied->query();
+    if (!done.ok() || *done) {
+      telemetry_.update(
+          [&](stats::Counters& c) { c.h2d_latency.record(now_ns() - st.copy_enqueued_ns); });
+      st.copying = false;
+      st.busy = false;
+      continue;
+    }
+    if (!oldest || st.copy_enqueued_ns < oldest->copy_enqueued_ns) oldest = &st;
+  }
+  if (block_for_one && oldest) {
+    (void)oldest->copied->wait();
+    telemetry_.update(
+        [&](stats::Counters& c) { c.h2d_latency.record(now_ns() - oldest->copy_enqueued_ns); });
+    oldest->copying = false;
+    oldest->busy = false;
+  }
+}
+
+void ExpertCache::io_loop() {
+  std::vector<io::ReadRequest> batch;
+  std::vector<io::Completion> unused;
+  for (;;) {
+    reap_copies(false);
+    size_t free_staging = 0;
+    for (auto& st : staging_) free_staging += !st.busy;
+    bool want_more;
+    batch.clear();
+    {
+      std::unique_lock lk(mu_);
+      auto has_work = [&] {
+        return stop_ || !pending_.empty() || !pending_prefetch_.empty() ||
+               engine_->objects_in_flight() > 0;
+      };
+      if (!has_work()) io_cv_.wait(lk, has_work);
+      if (stop_ && pending_.empty() && pending_prefetch_.empty() &&
+          engine_->objects_in_flight() == 0)
+        break;
+      // Demand loads first; prefetches only use staging left over.
+      uint32_t si = 0;
+      auto take = [&](std::deque<LoadJob>& q) {
+        while (!q.empty() && free_staging > 0) {
+          while (staging_[si].busy) ++si;
+          Staging& st = staging_[si];
+          st.busy = true;
+          st.job = q.front();
+          q.pop_front();
+          --free_staging;
+          batch.push_back(io::ReadRequest{0, src_.offset(key_layer(st.job.key),
+                                                         key_expert(st.job.key)),
+                                          src_.read_bytes, si, st.job.key});
+        }
+      };
+      take(pending_);
+      take(pending_prefetch_);
+      want_more = !pending_.empty() || !pending_prefetch_.empty();
+    }
+    if (!batch.empty()) {
+      Status st = engine_->submit(batch);
+      if (!st.ok()) {
+        for (auto& r : batch) {
+          staging_[r.slot].busy = false;
+          fail_load(staging_[r.slot].job, st.error().code);
+        }
+      }
+    }
+    if (engine_->objects_in_flight() > 0) {
+      auto got = engine_->poll(0, &unused);
+      if (got.ok() && *got == 0) {
+        // Nothing landed yet: block briefly in the kernel, but wake often enough
+        // to pick up new demand loads.
+        (void)engine_->poll(1, &unused);
+      }
+    } else if (want_more) {
+      reap_copies(true);  // every staging buffer is waiting for its copy
+    }
+  }
+}
+
+Status ExpertCache::write_stats() {
+  if (opts_.stats_path.empty()) return {};
+  auto c = telemetry_.snapshot();
+  auto j = stats::counters_to_json(c);
+  {
+    std::lock_guard lk(mu_);
+    j["resident_experts"] = dir_->resident_count();
+    j["resident_bytes"] = uint64_t(dir_->resident_count()) * src_.object_bytes;
+  }
+  j["pack_path"] = src_.path;
+  j["cache_policy"] = policy_name(opts_.policy);
+  j["cache_capacity_experts"] = n_slots_;
+  j["cache_capacity_bytes"] = uint64_t(n_slots_) * slot_stride_;
+  j["object_bytes"] = src_.object_bytes;
+  j["staging_slots"] = opts_.staging_slots;
+  j["staged_bytes"] = uint64_t(opts_.staging_slots) * src_.read_bytes;
+  j["read_splits"] = opts_.read_splits;
+  j["direct_io"] = opts_.direct_io;
+  j["verify"] = opts_.verify;
+  j["device_backend"] = dev_.backend_name();
+  std::lock_guard lk(stats_write_mu_);
+  return stats::write_file_atomic(opts_.stats_path, j.dump(2) + "\n");
+}
+
+}  // namespace xpack::cache

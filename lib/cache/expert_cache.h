@@ -1,0 +1,186 @@
+// The expert cache: a byte-budgeted set of device slots, each holding one whole
+// expert object, filled from the pack by the I/O engine.
+//
+// acquire() returns at once: hits are ready immediately; misses get a slot (an
+// empty one first, else the policy's victim among unprotected entries) and are
+// handed to the I/O thread in one batch. The I/O thread owns the read engine (it
+// is single-issuer); as each object lands in staging it enqueues the H2D copy into
+// the slot and records the slot's ready event, so the caller can compute with the
+// hits while misses load and wait per expert. A staging buffer is reused only
+// after its copy's event completed. A slot whose read or verification failed is
+// never published: waiters get the error, and the entry is dropped on release.
+//
+// Experts of an acquire stay protected (never evicted) until release(). Prefetch
+// loads into free slots or over entries the policy ranks no higher than the hint.
+//
+// Thread-safety: every public method is thread-safe; several threads may acquire,
+// wait and release concurrently. A ticket must be released exactly once, and its
+// handles are valid until then.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "cache/object_source.h"
+#include "cache/policy.h"
+#include "cache/slot_directory.h"
+#include "common/result.h"
+#include "device/device.h"
+#include "io/fault_injection.h"
+#include "stats/counters.h"
+#include "stats/routing_trace.h"
+
+namespace xpack::io {
+class ReadEngine;
+struct Completion;
+class DeviceHostRegistrar;
+}  // namespace xpack::io
+
+namespace xpack::cache {
+
+struct CacheOptions {
+  uint64_t budget_bytes = 0;   // requested device bytes; 0 = as much as is free
+  uint64_t reserve_bytes = 0;  // device bytes left free for everything else
+  PolicyKind policy = PolicyKind::kHybrid;  // belady is refused (offline only)
+  uint32_t staging_slots = 8;
+  uint32_t read_splits = 1;
+  uint32_t queue_depth = 64;
+  bool direct_io = true;
+  bool verify = false;         // xxh3 of every object on arrival
+  std::string stats_path;      // JSON written atomically; empty = none
+  uint64_t stats_interval = 0; // write every N releases (and at close); 0 = close only
+  std::string trace_path;      // routing trace CSV; empty = none
+  const io::FaultPlan* faults = nullptr;  // tests
+};
+
+using TicketId = uint64_t;
+
+struct ExpertHandle {
+  uint32_t expert = 0;
+  uint32_t slot = 0;
+  void* data = nullptr;              // device address of the object
+  device::Event* ready = nullptr;    // complete once the object is in the slot
+  bool hit = false;
+};
+
+struct Acquired {
+  TicketId ticket = 0;
+  std::vector<ExpertHandle> experts;  // in the order requested
+};
+
+class ExpertCache {
+ public:
+  // `device` must outlive the cache.
+  static Result<std::unique_ptr<ExpertCache>> create(ObjectSource source, device::Device& device,
+                                                     const CacheOptions& opts);
+  ~ExpertCache();
+  ExpertCache(const ExpertCache&) = delete;
+  ExpertCache& operator=(const ExpertCache&) = delete;
+
+  // n expert ids of one layer for n_tokens tokens (duplicates allowed: one entry
+  // per id, sharing the slot). n_tokens > 1 marks a prefill request.
+  // XPACK_E_INVALID_ARG for a bad layer/expert/n; XPACK_E_CAPACITY when the
+  // distinct experts cannot all be placed because too many slots are protected.
+  Result<Acquired> acquire(uint32_t layer, const uint32_t* experts, size_t n,
+                           uint32_t n_tokens = 1);
+  // Blocks until expert `index` of the ticket is in its slot, or returns the
+  // error of its load (its slot is then not published).
+  Status wait(TicketId ticket, size_t index);
+  // Waits for all; returns the first error but waits for every expert.
+  Status wait_all(TicketId ticket);
+  // Ends the protection of the ticket's experts. `compute_stream` (may be null):
+  // the stream whose work reads the slots; later copies are ordered after it.
+  Status release(TicketId ticket, void* compute_stream = nullptr);
+  // Starts loads of the listed experts that are not resident, at lower priority:
+  // only into free slots or over entries the policy values no more. Returns how
+  // many loads it started.
+  Result<size_t> prefetch(uint32_t layer, const uint32_t* experts, size_t n);
+
+  stats::Counters counters() const { return telemetry_.snapshot(); }
+  // Writes the stats JSON now (no-op without a stats path).
+  Status write_stats();
+
+  uint32_t slot_count() const { return n_slots_; }
+  uint64_t slot_stride() const { return slot_stride_; }
+  uint64_t object_bytes() const { return src_.object_bytes; }
+  void* slot_data(uint32_t slot) const;
+  const ObjectSource& source() const { return src_; }
+  PolicyKind policy() const { return opts_.policy; }
+
+ private:
+  enum class SlotState : uint8_t { kEmpty, kLoading, kCopying, kFailed };
+  struct Slot {
+    SlotState state = SlotState::kEmpty;
+    Key key = 0;
+    uint32_t pins = 0;
+    int error = 0;
+    bool prefetched_unused = false;
+    std::unique_ptr<device::Event> ready;
+  };
+  struct LoadJob {
+    uint32_t slot;
+    Key key;
+    uint64_t queued_ns;
+  };
+  struct Staging {
+    bool busy = false;           // read in flight or copy not yet seen complete
+    bool copying = false;
+    LoadJob job{};
+    uint64_t copy_enqueued_ns = 0;
+    std::unique_ptr<device::Event> copied;
+  };
+  struct Ticket {
+    uint32_t layer;
+    std::vector<Key> keys;            // distinct, pinned
+    std::vector<uint32_t> entry_slot; // per requested entry
+  };
+
+  ExpertCache(ObjectSource src, device::Device& dev, const CacheOptions& opts);
+  Status init();
+  bool is_protected(Key k) const;  // under mu_
+  void start_load(uint32_t slot, Key k, bool prefetch);  // under mu_
+  void unpin(Key k);  // under mu_
+  void io_loop();
+  void on_read_complete(const io::Completion& c);
+  void fail_load(const LoadJob& job, int code);
+  void reap_copies(bool block_for_one);
+
+  ObjectSource src_;
+  device::Device& dev_;
+  CacheOptions opts_;
+  uint32_t n_slots_ = 0;
+  uint64_t slot_stride_ = 0;
+  uint8_t* slots_base_ = nullptr;
+
+  mutable std::mutex mu_;
+  std::condition_variable state_cv_;  // a slot left kLoading
+  std::condition_variable io_cv_;     // new jobs or stop
+  std::unique_ptr<SlotDirectory> dir_;
+  std::vector<Slot> slots_;
+  std::unordered_map<TicketId, Ticket> tickets_;
+  TicketId next_ticket_ = 1;
+  std::deque<LoadJob> pending_;       // demand loads first, then prefetches
+  std::deque<LoadJob> pending_prefetch_;
+  uint64_t step_ = 0;
+  int64_t last_layer_ = -1;
+  bool stop_ = false;
+
+  // I/O thread only.
+  std::unique_ptr<io::DeviceHostRegistrar> registrar_;
+  std::unique_ptr<io::ReadEngine> engine_;
+  std::vector<Staging> staging_;
+  std::thread io_thread_;
+
+  stats::Telemetry telemetry_;
+  std::mutex stats_write_mu_;
+  std::unique_ptr<stats::RoutingTraceWriter> trace_;
+};
+
+}  // namespace xpack::cache

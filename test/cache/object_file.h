@@ -1,0 +1,55 @@
+// A synthetic object file for cache tests: n_layers x n_experts objects of
+// `object_bytes` each (stride rounded to 4096), every byte a function of
+// (layer, expert, offset) so a misplaced or torn object is detected.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <vector>
+
+#include <xxhash.h>
+
+#include "cache/object_source.h"
+#include "fixtures.h"
+
+namespace xpack::test {
+
+inline uint8_t object_byte(uint32_t layer, uint32_t expert, uint64_t i) {
+  uint64_t x = (uint64_t(layer) * 1000003u + expert) * 2654435761u + i * 40503u;
+  return uint8_t(x ^ (x >> 13) ^ (i >> 8));
+}
+
+inline std::vector<uint8_t> expected_object(uint32_t layer, uint32_t expert, uint64_t bytes) {
+  std::vector<uint8_t> v(bytes);
+  for (uint64_t i = 0; i < bytes; ++i) v[i] = object_byte(layer, expert, i);
+  return v;
+}
+
+inline cache::ObjectSource write_object_file(const std::filesystem::path& path, uint32_t n_layers,
+                                             uint32_t n_experts, uint64_t object_bytes,
+                                             uint32_t top_k) {
+  uint64_t stride = (object_bytes + 4095) / 4096 * 4096;
+  std::vector<uint8_t> file(stride * n_layers * n_experts, 0);
+  std::vector<uint64_t> sums(size_t(n_layers) * n_experts);
+  for (uint32_t l = 0; l < n_layers; ++l)
+    for (uint32_t e = 0; e < n_experts; ++e) {
+      uint64_t base = (uint64_t(l) * n_experts + e) * stride;
+      for (uint64_t i = 0; i < object_bytes; ++i) file[base + i] = object_byte(l, e, i);
+      sums[size_t(l) * n_experts + e] = XXH3_64bits(file.data() + base, object_bytes);
+    }
+  write_file(path, file);
+  cache::ObjectSource s;
+  s.path = path.string();
+  s.n_layers = n_layers;
+  s.n_experts = n_experts;
+  s.top_k = top_k;
+  s.object_bytes = object_bytes;
+  s.read_bytes = stride;
+  s.offset = [n_experts, stride](uint32_t l, uint32_t e) {
+    return (uint64_t(l) * n_experts + e) * stride;
+  };
+  s.checksum = [sums, n_experts](uint32_t l, uint32_t e) { return sums[size_t(l) * n_experts + e]; };
+  return s;
+}
+
+}  // namespace xpack::test

@@ -1,0 +1,363 @@
+// The expert cache core on the host device backend: sizing, delivery, bytes in
+// slots, protection, exact counters, prefetch, verification, I/O errors,
+// telemetry files, concurrency (run under TSan in build-cache-tsan).
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <random>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "cache/expert_cache.h"
+#include "cache/replay.h"
+#include "object_file.h"
+
+using namespace xpack;
+using namespace xpack::cache;
+using xpack::test::expected_object;
+
+namespace {
+
+constexpr uint64_t kObj = 10000;   // payload bytes; slot stride 10240, read 12288
+constexpr uint64_t kStride = 10240;
+
+struct Fixture {
+  test::TempDir dir;
+  ObjectSource src;
+  std::unique_ptr<device::Device> dev;
+  explicit Fixture(uint32_t layers = 2, uint32_t experts = 16, uint32_t top_k = 2,
+                   device::HostDeviceOptions dopts = {}) {
+    src = test::write_object_file(dir / "objects.bin", layers, experts, kObj, top_k);
+    dev = device::make_host_device(dopts);
+  }
+  std::unique_ptr<ExpertCache> make(uint32_t slots, CacheOptions o = {}) {
+    if (!o.budget_bytes) o.budget_bytes = slots * kStride;
+    auto c = ExpertCache::create(src, *dev, o);
+    REQUIRE_MESSAGE(c.ok(), (c.ok() ? "" : c.error().message));
+    REQUIRE((*c)->slot_count() == slots);
+    return std::move(*c);
+  }
+};
+
+void check_slot_bytes(device::Device& dev, const ExpertHandle& h, uint32_t layer) {
+  std::vector<uint8_t> got(kObj);
+  REQUIRE(dev.copy_to_host(got.data(), h.data, kObj).ok());
+  CHECK_MESSAGE(got == expected_object(layer, h.expert, kObj),
+                "slot " << h.slot << " expert " << h.expert);
+}
+
+Acquired acquire_ok(ExpertCache& c, uint32_t layer, std::vector<uint32_t> ids, uint32_t tok = 1) {
+  auto a = c.acquire(layer, ids.data(), ids.size(), tok);
+  REQUIRE_MESSAGE(a.ok(), (a.ok() ? "" : a.error().message));
+  return std::move(*a);
+}
+
+}  // namespace
+
+TEST_CASE("cache: slot count from the byte budget, reserve and free memory") {
+  device::HostDeviceOptions d;
+  d.memory_bytes = 20 * kStride + 5;
+  Fixture f(2, 16, 2, d);
+  CacheOptions o;
+  o.budget_bytes = 9 * kStride + kStride - 1;  // floor -> 9
+  auto c = ExpertCache::create(f.src, *f.dev, o);
+  REQUIRE(c.ok());
+  CHECK((*c)->slot_count() == 9);
+  c->reset();
+  // Budget larger than free - reserve: the reserve wins.
+  o.budget_bytes = 100 * kStride;
+  o.reserve_bytes = 16 * kStride;
+  c = ExpertCache::create(f.src, *f.dev, o);
+  REQUIRE(c.ok());
+  CHECK((*c)->slot_count() == 4);
+  CHECK(f.dev->memory_info()->free_bytes == 16 * kStride + 5);  // 4 slots allocated
+  c->reset();
+  CHECK(f.dev->memory_info()->free_bytes == 20 * kStride + 5);  // freed on destroy
+  // Fewer slots than top-k: refused with XPACK_E_CAPACITY.
+  o.budget_bytes = 1 * kStride;
+  o.reserve_bytes = 0;
+  auto bad = ExpertCache::create(f.src, *f.dev, o);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().code == XPACK_E_CAPACITY);
+  o.reserve_bytes = 20 * kStride;  // nothing left
+  o.budget_bytes = 0;
+  CHECK(ExpertCache::create(f.src, *f.dev, o).error().code == XPACK_E_CAPACITY);
+  o = {};
+  o.policy = PolicyKind::kBelady;
+  CHECK(ExpertCache::create(f.src, *f.dev, o).error().code == XPACK_E_INVALID_ARG);
+}
+
+TEST_CASE("cache: every delivered slot holds exactly its pack object") {
+  Fixture f(3, 16, 4);
+  auto c = f.make(10);
+  for (uint32_t layer = 0; layer < 3; ++layer)
+    for (uint32_t first = 0; first < 16; first += 4) {
+      auto a = acquire_ok(*c, layer, {first + 3, first, first + 2, first + 1});
+      REQUIRE(c->wait_all(a.ticket).ok());
+      for (auto& h : a.experts) check_slot_bytes(*f.dev, h, layer);
+      REQUIRE(c->release(a.ticket).ok());
+    }
+  auto s = c->counters();
+  CHECK(s.cache_misses == 48);
+  CHECK(s.pack_reads == 48);
+  CHECK(s.h2d_bytes == 48 * kObj);
+  CHECK(s.pack_read_bytes == 48 * 12288);
+  CHECK(s.io_errors == 0);
+}
+
+TEST_CASE("cache: counters exact on a scripted trace, equal to the simulator's") {
+  // 1 2 3 1 4 2 5 1 2 3 in 3 slots: hand-computed LRU hits 2, misses 8, evictions 5.
+  std::vector<uint32_t> seq = {1, 2, 3, 1, 4, 2, 5, 1, 2, 3};
+  for (auto kind : {PolicyKind::kLru, PolicyKind::kLfu, PolicyKind::kHybrid}) {
+    Fixture f(1, 8, 1);
+    CacheOptions o;
+    o.policy = kind;
+    auto c = f.make(3, o);
+    std::vector<stats::TraceRecord> trace;
+    for (size_t i = 0; i < seq.size(); ++i) {
+      auto a = acquire_ok(*c, 0, {seq[i]});
+      REQUIRE(c->wait_all(a.ticket).ok());
+      check_slot_bytes(*f.dev, a.experts[0], 0);
+      REQUIRE(c->release(a.ticket).ok());
+      trace.push_back({i, 0, seq[i]});
+    }
+    ReplayOptions ro;
+    ro.capacity = 3;
+    ro.policy = kind;
+    auto sim = replay_trace(trace, ro);
+    REQUIRE(sim.ok());
+    auto s = c->counters();
+    CAPTURE(policy_name(kind));
+    CHECK(s.cache_hits == sim->hits);
+    CHECK(s.cache_misses == sim->misses);
+    CHECK(s.cache_evictions == sim->evictions);
+    CHECK(s.route_calls_by_layer[0] == 10);
+    CHECK(s.steps == 10);
+    if (kind == PolicyKind::kLru) {
+      CHECK(s.cache_hits == 2);
+      CHECK(s.cache_misses == 8);
+      CHECK(s.cache_evictions == 5);
+    }
+  }
+}
+
+TEST_CASE("cache: protected experts are never evicted; too many protected is an error") {
+  Fixture f(1, 16, 2);
+  CacheOptions o;
+  o.policy = PolicyKind::kLru;
+  auto c = f.make(3, o);
+  auto held = acquire_ok(*c, 0, {0, 1});
+  REQUIRE(c->wait_all(held.ticket).ok());
+  auto b = acquire_ok(*c, 0, {2});
+  REQUIRE(c->wait_all(b.ticket).ok());
+  // Two new experts but only one slot is unprotected (2 is still held): refused.
+  std::vector<uint32_t> two = {3, 4};
+  auto full = c->acquire(0, two.data(), 2);
+  REQUIRE_FALSE(full.ok());
+  CHECK(full.error().code == XPACK_E_CAPACITY);
+  REQUIRE(c->release(b.ticket).ok());
+  // 0 and 1 are LRU-older than 2, yet protected: 3 must take 2's slot.
+  for (uint32_t e = 3; e < 8; ++e) {
+    auto a = acquire_ok(*c, 0, {e});
+    CHECK(a.experts[0].slot == b.experts[0].slot);
+    REQUIRE(c->wait_all(a.ticket).ok());
+    REQUIRE(c->release(a.ticket).ok());
+  }
+  for (auto& h : held.experts) check_slot_bytes(*f.dev, h, 0);
+  REQUIRE(c->release(held.ticket).ok());
+  CHECK(c->release(held.ticket).error().code == XPACK_E_INVALID_ARG);  // twice
+  // Bad arguments.
+  uint32_t bad = 16;
+  CHECK(c->acquire(0, &bad, 1).error().code == XPACK_E_INVALID_ARG);
+  CHECK(c->acquire(1, two.data(), 2).error().code == XPACK_E_INVALID_ARG);
+  CHECK(c->acquire(0, nullptr, 0).error().code == XPACK_E_INVALID_ARG);
+  std::vector<uint32_t> four = {8, 9, 10, 11};
+  CHECK(c->acquire(0, four.data(), 4).error().code == XPACK_E_CAPACITY);
+  CHECK(c->wait(12345, 0).error().code == XPACK_E_INVALID_ARG);
+}
+
+TEST_CASE("cache: acquire returns before the copies finish; hits are ready at once") {
+  device::HostDeviceOptions d;
+  d.copy_bytes_per_second = 20'000'000;  // 10 KB copy = 0.5 ms
+  Fixture f(1, 16, 2, d);
+  auto c = f.make(8);
+  auto a = acquire_ok(*c, 0, {1, 2, 3, 4});
+  for (auto& h : a.experts) CHECK_FALSE(h.hit);
+  // Duplicates share one slot and count once.
+  auto dup = acquire_ok(*c, 0, {1, 1, 2}, 2);
+  CHECK(dup.experts[0].slot == dup.experts[1].slot);
+  CHECK(dup.experts[0].hit);
+  REQUIRE(c->wait_all(a.ticket).ok());
+  REQUIRE(c->wait_all(dup.ticket).ok());
+  for (auto& h : a.experts) {
+    CHECK(*h.ready->query());
+    check_slot_bytes(*f.dev, h, 0);
+  }
+  REQUIRE(c->release(a.ticket).ok());
+  REQUIRE(c->release(dup.ticket).ok());
+  auto s = c->counters();
+  CHECK(s.cache_hits == 2);
+  CHECK(s.cache_misses == 4);
+  CHECK(s.route_tokens_by_layer[0] == 3);
+  CHECK(s.stall_waits >= 1);
+  CHECK(s.read_latency.count() == 4);
+}
+
+TEST_CASE("cache: an injected read error fails that expert only, and the cache recovers") {
+  Fixture f(1, 16, 2);
+  io::FaultPlan plan;
+  plan.completions.push_back({make_key(0, 5), -1, EIO, 0, 1});
+  CacheOptions o;
+  o.faults = &plan;
+  auto c = f.make(4, o);
+  auto a = acquire_ok(*c, 0, {5, 6});
+  auto e5 = c->wait(a.ticket, 0);
+  REQUIRE_FALSE(e5.ok());
+  CHECK(e5.error().code == -EIO);
+  CHECK(c->wait(a.ticket, 1).ok());
+  check_slot_bytes(*f.dev, a.experts[1], 0);
+  CHECK(c->wait_all(a.ticket).error().code == -EIO);
+  auto s = c->counters();
+  CHECK(s.io_errors == 1);
+  CHECK(s.pack_reads == 1);
+  // A concurrent request of the failed expert sees the same failure.
+  auto again = acquire_ok(*c, 0, {5});
+  CHECK(c->wait_all(again.ticket).error().code == -EIO);
+  REQUIRE(c->release(again.ticket).ok());
+  REQUIRE(c->release(a.ticket).ok());
+  // After release the failed entry is gone: the next request reloads it.
+  auto b = acquire_ok(*c, 0, {5});
+  CHECK_FALSE(b.experts[0].hit);
+  REQUIRE(c->wait_all(b.ticket).ok());
+  check_slot_bytes(*f.dev, b.experts[0], 0);
+  REQUIRE(c->release(b.ticket).ok());
+  CHECK(c->counters().io_errors == 1);
+}
+
+TEST_CASE("cache: verification rejects an object whose checksum does not match") {
+  Fixture f(1, 16, 2);
+  auto good = f.src.checksum;
+  f.src.checksum = [good](uint32_t l, uint32_t e) { return e == 3 ? good(l, e) ^ 1 : good(l, e); };
+  CacheOptions o;
+  o.verify = true;
+  auto c = f.make(4, o);
+  auto a = acquire_ok(*c, 0, {3, 4});
+  CHECK(c->wait(a.ticket, 0).error().code == XPACK_E_OBJECT_CHECKSUM);
+  CHECK(c->wait(a.ticket, 1).ok());
+  REQUIRE(c->release(a.ticket).ok());
+  CHECK(c->counters().io_errors == 1);
+  CHECK(c->counters().h2d_bytes == kObj);  // the bad object was never copied
+}
+
+TEST_CASE("cache: prefetch fills free slots, counts used and wasted, never evicts protected") {
+  Fixture f(1, 16, 1);
+  CacheOptions o;
+  o.policy = PolicyKind::kLru;
+  auto c = f.make(3, o);
+  std::vector<uint32_t> hint = {1, 2};
+  auto n = c->prefetch(0, hint.data(), 2);
+  REQUIRE(n.ok());
+  CHECK(*n == 2);
+  auto a = acquire_ok(*c, 0, {1});
+  CHECK(a.experts[0].hit);
+  REQUIRE(c->wait_all(a.ticket).ok());
+  check_slot_bytes(*f.dev, a.experts[0], 0);
+  // Hold 1; fill the last slot with 3, hold it; a hint now may only displace 2.
+  auto b = acquire_ok(*c, 0, {3});
+  REQUIRE(c->wait_all(b.ticket).ok());
+  std::vector<uint32_t> hint2 = {7, 8};
+  n = c->prefetch(0, hint2.data(), 2);
+  REQUIRE(n.ok());
+  CHECK(*n == 1);  // 7 replaces the unused prefetch of 2; 8 finds nothing evictable
+  REQUIRE(c->release(a.ticket).ok());
+  REQUIRE(c->release(b.ticket).ok());
+  auto s = c->counters();
+  CHECK(s.prefetch_issued == 3);
+  CHECK(s.prefetch_used == 1);
+  CHECK(s.prefetch_wasted == 1);
+  CHECK(s.cache_misses == 1);  // only 3
+  auto d = acquire_ok(*c, 0, {7});
+  CHECK(d.experts[0].hit);
+  REQUIRE(c->wait_all(d.ticket).ok());
+  check_slot_bytes(*f.dev, d.experts[0], 0);
+  REQUIRE(c->release(d.ticket).ok());
+}
+
+TEST_CASE("cache: stats JSON every N releases and at close; routing trace replays") {
+  Fixture f(2, 16, 2);
+  CacheOptions o;
+  o.stats_path = (f.dir / "stats.json").string();
+  o.stats_interval = 2;
+  o.trace_path = (f.dir / "trace.csv").string();
+  {
+    auto c = f.make(6, o);
+    auto a = acquire_ok(*c, 0, {1, 2});
+    REQUIRE(c->release(a.ticket).ok());
+    CHECK_FALSE(std::filesystem::exists(o.stats_path));
+    auto b = acquire_ok(*c, 1, {1, 2});
+    REQUIRE(c->release(b.ticket).ok());
+    REQUIRE(std::filesystem::exists(o.stats_path));
+    auto j = nlohmann::json::parse(test::read_file(o.stats_path));
+    CHECK(j["steps"] == 2);
+    CHECK(j["cache_misses"] == 4);
+    auto d = acquire_ok(*c, 0, {2, 3});  // new step (layer went back to 0)
+    REQUIRE(c->wait_all(d.ticket).ok());
+    REQUIRE(c->release(d.ticket).ok());
+  }
+  auto j = nlohmann::json::parse(test::read_file(o.stats_path));
+  CHECK(j["steps"] == 3);
+  CHECK(j["cache_hits"] == 1);
+  CHECK(j["cache_capacity_experts"] == 6);
+  CHECK(j["route_calls_by_layer"][0] == 2);
+  auto trace = stats::read_routing_trace(o.trace_path);
+  REQUIRE(trace.ok());
+  REQUIRE(trace->size() == 6);
+  CHECK((*trace)[4].step == 1);
+  CHECK((*trace)[5].expert == 3);
+  ReplayOptions ro;
+  ro.capacity = 6;
+  auto sim = replay_trace(*trace, ro);
+  REQUIRE(sim.ok());
+  CHECK(sim->hits == 1);
+  CHECK(sim->misses == 5);
+}
+
+TEST_CASE("cache: concurrent acquire / wait / release from several threads") {
+  Fixture f(2, 32, 4);
+  CacheOptions o;
+  o.staging_slots = 4;
+  o.read_splits = 2;
+  auto c = f.make(24, o);
+  constexpr int kThreads = 4, kIters = 60;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < kThreads; ++t)
+    ts.emplace_back([&, t] {
+      std::mt19937 rng(t * 7919 + 1);
+      for (int i = 0; i < kIters; ++i) {
+        uint32_t layer = rng() % 2;
+        std::vector<uint32_t> ids;
+        for (int k = 0; k < 4; ++k) ids.push_back(rng() % 12 + (rng() % 4 == 0 ? 12 : 0));
+        auto a = c->acquire(layer, ids.data(), ids.size(), 1);
+        if (!a.ok()) {  // all slots protected by other threads: legal, retry later
+          if (a.error().code != XPACK_E_CAPACITY) ++failures;
+          continue;
+        }
+        if (!c->wait_all(a->ticket).ok()) ++failures;
+        for (auto& h : a->experts) {
+          std::vector<uint8_t> got(kObj);
+          if (!f.dev->copy_to_host(got.data(), h.data, kObj).ok() ||
+              got != expected_object(layer, h.expert, kObj))
+            ++failures;
+        }
+        if (!c->release(a->ticket).ok()) ++failures;
+      }
+    });
+  for (auto& t : ts) t.join();
+  CHECK(failures == 0);
+  auto s = c->counters();
+  CHECK(s.io_errors == 0);
+  CHECK(s.pack_reads == s.cache_misses);
+  CHECK(s.acquires == s.steps);
+}
