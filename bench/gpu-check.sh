@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# One-shot check for the GPU machine: configure and build with CUDA when
+# available, run the whole test suite, then measure reads on this machine's disk
+# with bench/compare-fio.sh and xpack-fio (all modes, and --h2d when CUDA is
+# built), and print a short summary at the end.
+#
+# usage: bench/gpu-check.sh [FILE_DIR]   (FILE_DIR: where the test file goes;
+#                                         default: the build directory)
+# Environment: XPACK_CHECK_SIZE (default 4G), XPACK_CHECK_RUNTIME (default 10).
+set -uo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+build="build-gpu"
+size="${XPACK_CHECK_SIZE:-4G}"
+runtime="${XPACK_CHECK_RUNTIME:-10}"
+log="$(mktemp)"
+summary=()
+
+if [ -d "$build" ]; then
+  meson setup --reconfigure "$build" -Dcuda=auto 2>&1 | tail -5
+else
+  meson setup "$build" -Dcuda=auto 2>&1 | tail -5
+fi
+if ! meson compile -C "$build" 2>&1 | tail -20; then
+  echo "gpu-check: build failed"; exit 1
+fi
+if [ ! -x "$build/bench/xpack-fio" ]; then
+  echo "gpu-check: build failed (no $build/bench/xpack-fio)"; exit 1
+fi
+cuda="no"
+grep -q "XPACK_HAVE_CUDA" "$build/build.ninja" 2>/dev/null && cuda="yes"
+summary+=("build: ok (cuda: $cuda)")
+
+meson test -C "$build" --print-errorlogs 2>&1 | tee "$log" | tail -15
+summary+=("tests: $(grep -E '^(Ok|Fail|Skipped|Timeout):' "$log" | tr -s ' ' | paste -sd ' ')")
+
+dir="${1:-$root/$build}"
+file="$dir/xpack-fio-check.bin"
+echo; echo "== disk"; df -T "$dir"; uname -r; nproc
+
+echo; echo "== compare-fio (bs 1M qd 32 rand)"
+bench/compare-fio.sh --build "$build" --file "$file" --size "$size" --bs 1M --qd 32 \
+  --pattern rand --runtime "$runtime" 2>&1 | tee "$log"
+summary+=("$(grep 'throughput ratio' "$log")")
+summary+=("$(grep 'CPU s/GB ratio' "$log")")
+
+echo; echo "== xpack-fio all modes (bs 4M qd 16 rand)"
+"$build/bench/xpack-fio" --file "$file" --bs 4M --qd 16 --runtime "$runtime" --mode all 2>&1 | tee "$log"
+summary+=("all modes 4M/16: $(awk '$1 ~ /^(buffered|pread-direct|uring|uring-fixed|uring-sqpoll)$/ {printf "%s %s GB/s; ", $1, $2}' "$log")")
+
+if [ "$cuda" = yes ]; then
+  echo; echo "== xpack-fio --h2d (bs 4M qd 16 rand)"
+  "$build/bench/xpack-fio" --file "$file" --bs 4M --qd 16 --runtime "$runtime" --mode uring-fixed --h2d 2>&1 | tee "$log"
+  summary+=("uring-fixed +h2d: $(awk '$1=="uring-fixed" {print $2" GB/s"}' "$log")")
+fi
+
+echo
+echo "== summary ($(date -u +%Y-%m-%dT%H:%MZ), $(uname -r))"
+for s in "${summary[@]}"; do echo "  $s"; done
+rm -f "$log"
