@@ -36,7 +36,8 @@ Measures SSD -> pinned host memory read throughput the way libxpack reads expert
 
 Sizes take K, M, G, T suffixes (powers of two: 4K = 4096), optionally followed by iB/B.
 GB/s is 10^9 bytes per second. CPU seconds per GB is user+system time of this process
-(getrusage) per 10^9 bytes. As root the page cache is dropped before each mode.
+(getrusage) per 10^9 bytes. As root the page cache is dropped before each mode
+(XPACK_FIO_KEEP_CACHE=1 in the environment keeps it).
 )";
 
 std::optional<uint64_t> parse_size(const std::string& s) {
