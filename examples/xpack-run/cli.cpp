@@ -21,7 +21,7 @@ const char* usage_text() {
          "      --greedy          temperature 0, ties to the lowest id (the default)\n"
          "      --temp T          sampling temperature (0 = greedy)\n"
          "      --seed S          sampling seed (default 0)\n"
-         "      --cache-mib M     expert cache budget in MiB (default 2048)\n"
+         "      --cache-mib M     expert cache budget in MiB (default 2048; fractions allowed)\n"
          "      --device D        cpu | cuda (default cpu)\n"
          "  -t, --threads N       CPU threads (default: all cores)\n"
          "      --logits-out FILE raw little-endian float32 logits, n_vocab per row: every prompt\n"
@@ -117,8 +117,10 @@ std::optional<CliOptions> parse_cli(int argc, char** argv, std::string* error) {
       if (!value(&v) || !parse_int(v, 0, INT64_MAX, &n)) return fail("--seed: expected an integer >= 0");
       o.seed = static_cast<uint64_t>(n);
     } else if (a == "--cache-mib") {
-      if (!value(&v) || !parse_int(v, 1, int64_t(1) << 40, &n)) return fail("--cache-mib: expected MiB >= 1");
-      o.cache_mib = static_cast<uint64_t>(n);
+      float mib = 0;
+      if (!value(&v) || !parse_float(v, &mib) || !(mib > 0.0f) || mib > 1e9f)
+        return fail("--cache-mib: expected a size in MiB > 0 (fractions allowed)");
+      o.cache_mib = mib;
     } else if (a == "--device") {
       if (!value(&o.device)) return fail("missing value for --device");
       if (o.device != "cpu" && o.device != "cuda") return fail("--device: expected cpu or cuda, got '" + o.device + "'");

@@ -17,7 +17,7 @@ struct CliOptions {
   int n_predict = 32;            // -n; 0 = only evaluate the prompt
   float temperature = 0.0f;      // 0 = greedy (ties -> lowest id)
   uint64_t seed = 0;
-  uint64_t cache_mib = 2048;     // expert cache budget
+  double cache_mib = 2048;       // expert cache budget (fractions allowed: 0.25)
   std::string device = "cpu";
   int threads = 0;               // 0 = hardware concurrency
   std::string logits_out;        // raw f32 rows

@@ -15,6 +15,11 @@ class CpuBackend final : public ComputeBackend {
   const char* name() const override { return "cpu"; }
 };
 
+// parallel_for, but run inline when the whole job is too small to pay for
+// waking the workers (work = rough count of multiply-adds per item).
+void parallel_for_work(int64_t n, int64_t work_per_item,
+                       const std::function<void(int64_t begin, int64_t end)>& fn);
+
 // Dot product of two float vectors, summed in a fixed order.
 float dot_f32(const float* a, const float* b, int64_t n);
 

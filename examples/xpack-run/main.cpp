@@ -90,7 +90,7 @@ int run(const CliOptions& o) {
     PackSourceOptions po;
     po.pack_path = o.pack_path;
     po.trunk_path = o.model_path;
-    po.budget_bytes = o.cache_mib << 20;
+    po.budget_bytes = static_cast<uint64_t>(o.cache_mib * 1048576.0);
     po.verify = o.verify_experts;
     experts = make_pack_experts(po, static_cast<int>(weights.get_int(weights.arch_key("expert_count"), 0)));
   } else {

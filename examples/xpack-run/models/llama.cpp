@@ -18,6 +18,7 @@
 #include <map>
 #include <numeric>
 
+#include "cpu_backend.h"
 #include "model.h"
 #include "ops.h"
 
@@ -230,7 +231,7 @@ class Llama final : public Model {
     std::vector<float> attn(size_t(n) * q_w);
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     const int64_t group = HQ / HK;
-    parallel_for(int64_t(n) * HQ, [&](int64_t begin, int64_t end) {
+    parallel_for_work(int64_t(n) * HQ, int64_t(n_kv) * D * 2, [&](int64_t begin, int64_t end) {
       std::vector<float> score(n_kv);
       for (int64_t job = begin; job < end; ++job) {
         const int t = static_cast<int>(job / HQ);

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Checks xpack-run against llama.cpp's logits for one oracle model and prompt.
+
+For MODEL (a file in ORACLE/models, e.g. deepseek4-f32.gguf or
+kimi-k3-q2k-q3k-00001-of-00003.gguf) and PROMPT (short | long):
+
+ 1. converts MODEL with xpack-build into a temporary directory;
+ 2. runs xpack-run teacher-forced on prompt_ids + gen_ids (-n 0) through the pack
+    with a small cache (--cache-mib 4, experts stream), through the pack with a
+    cache large enough to keep every expert resident, and from the plain GGUF;
+ 3. requires the three logits files to be bit-identical;
+ 4. compares every row with the reference: the model's .seq.f32, or for a
+    quantized model the -deq logits (exact arithmetic on the quantized weights):
+    max |diff| <= 1e-3 per row, except rows at and after the first position
+    where llama.cpp's routing margin (route.json: experts, indexer blocks) is
+    below 2e-5, since there a tiny numeric difference may legitimately pick
+    another expert.
+
+Exit status: 0 pass, 1 fail, 77 skipped (oracle folder absent), 2 usage.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+TOL = 1e-3
+MARGIN = 2e-5
+
+
+def reference_name(oracle, model_file, prompt):
+    """Logits base name for a model file: shards map to their whole model, and a
+    quantized model is compared with its dequantized (-deq) reference."""
+    base = re.sub(r"-\d{5}-of-\d{5}$", "", model_file[: -len(".gguf")])
+    deq = f"{base}-deq"
+    if os.path.exists(os.path.join(oracle, "logits", f"{deq}.{prompt}.seq.f32")):
+        return deq
+    return base
+
+
+def first_fragile_position(route):
+    """Smallest position where any routing decision had a margin below MARGIN."""
+    first = None
+    for kind in ("moe", "lid"):
+        for layer, rec in (route.get(kind) or {}).items():
+            for pos, margin in zip(rec.get("pos", []), rec.get("margin", [])):
+                if margin is not None and margin < MARGIN:
+                    if first is None or pos < first:
+                        first = pos
+    return first
+
+
+def run(cmd, **kw):
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    if r.returncode != 0:
+        sys.stderr.write(f"command failed ({r.returncode}): {' '.join(cmd)}\n{r.stdout}{r.stderr}\n")
+        sys.exit(1)
+    return r.stdout
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--xpack-run", required=True)
+    ap.add_argument("--xpack-build", required=True)
+    ap.add_argument("--oracle", required=True, help="the oracle folder (../shared/oracle)")
+    ap.add_argument("--model", required=True, help="file name in ORACLE/models")
+    ap.add_argument("--prompt", required=True, choices=["short", "long"])
+    ap.add_argument("--cache-mib", default="4", help="budget of the streamed run")
+    ap.add_argument("--threads", default=None)
+    args = ap.parse_args()
+    args.xpack_run = os.path.abspath(args.xpack_run)
+    args.xpack_build = os.path.abspath(args.xpack_build)
+
+    if not os.path.isdir(os.path.join(args.oracle, "models")):
+        print(f"SKIPPED: oracle folder {args.oracle} absent")
+        return 77
+    model_path = os.path.join(args.oracle, "models", args.model)
+    if not os.path.exists(model_path):
+        print(f"SKIPPED: {model_path} absent")
+        return 77
+
+    ref = reference_name(args.oracle, args.model, args.prompt)
+    logits_dir = os.path.join(args.oracle, "logits")
+    with open(os.path.join(logits_dir, f"{ref}.{args.prompt}.json")) as f:
+        meta = json.load(f)
+    with open(os.path.join(logits_dir, f"{ref}.{args.prompt}.route.json")) as f:
+        route = json.load(f)
+    n_vocab = int(meta["n_vocab"])
+    ids = list(meta["prompt_ids"]) + list(meta["gen_ids"])
+    want = np.fromfile(os.path.join(logits_dir, f"{ref}.{args.prompt}.seq.f32"), dtype="<f4").reshape(-1, n_vocab)
+    if want.shape[0] != len(ids):
+        print(f"reference has {want.shape[0]} rows for {len(ids)} ids")
+        return 1
+    fragile = first_fragile_position(route)
+
+    extra = ["--threads", args.threads] if args.threads else []
+    id_arg = ",".join(str(i) for i in ids)
+    with tempfile.TemporaryDirectory(prefix="xpack-oracle-") as tmp:
+        out = os.path.join(tmp, "m")
+        run([args.xpack_build, model_path, "-o", out])
+        runs = {}
+        counters = {}
+        for name, cmd in (
+            ("streamed", ["-m", out + ".trunk.gguf", "--pack", out + ".xpack", "--cache-mib", args.cache_mib]),
+            ("resident", ["-m", out + ".trunk.gguf", "--pack", out + ".xpack", "--cache-mib", "65536"]),
+            ("plain-gguf", ["-m", model_path]),
+        ):
+            f32 = os.path.join(tmp, name + ".f32")
+            stdout = run([args.xpack_run] + cmd + ["--prompt-ids", id_arg, "-n", "0", "--json", "--logits-out", f32] + extra)
+            counters[name] = json.loads(stdout).get("counters", {})
+            runs[name] = np.fromfile(f32, dtype="<f4")
+
+    ok = True
+    c = counters["streamed"]
+    print(f"{args.model} / {args.prompt}: reference {ref}, {len(ids)} rows; streamed run: "
+          f"{c.get('cache_misses')} misses, {c.get('cache_evictions')} evictions, "
+          f"{c.get('budget_objects')} objects fit the budget")
+    for name in ("resident", "plain-gguf"):
+        same = runs[name].tobytes() == runs["streamed"].tobytes()
+        print(f"  streamed vs {name}: {'bit-identical' if same else 'DIFFERENT'}")
+        ok &= same
+
+    got = runs["streamed"].reshape(-1, n_vocab)
+    if got.shape != want.shape:
+        print(f"  logits shape {got.shape}, expected {want.shape}")
+        return 1
+    row_max = np.abs(got.astype(np.float64) - want.astype(np.float64)).max(axis=1)
+    checked = len(ids) if fragile is None else fragile
+    within = int((row_max[:checked] <= TOL).sum())
+    bad = [r for r in range(checked) if not row_max[r] <= TOL]
+    print(f"  rows checked: {checked} (first routing margin < {MARGIN}: "
+          f"{'none' if fragile is None else 'position %d' % fragile}); within {TOL}: {within}; "
+          f"max |diff| over checked rows {row_max[:checked].max() if checked else 0:.3g}, "
+          f"over all rows {row_max.max():.3g}")
+    if bad:
+        print(f"  FAIL: first row over tolerance {bad[0]} (|diff| {row_max[bad[0]]:.3g}); {len(bad)} rows over")
+        ok = False
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+#include "runtime_harness.h"
+
+#include <cstdio>
+#include <cstring>
+#include <cstdlib>
+#include <fstream>
+#include <stdexcept>
+
+#include <openssl/evp.h>
+
+#include "fixtures.h"
+
+namespace xrun_test {
+
+std::string q(const fs::path& p) {
+  std::string s = "'";
+  for (char c : p.string()) s += (c == '\'') ? std::string("'\\''") : std::string(1, c);
+  return s + "'";
+}
+
+RunResult run(const std::string& cmd) {
+  xpack::test::TempDir tmp;
+  fs::path err = tmp / "stderr";
+  RunResult r;
+  // run_command merges stderr into its capture; keep it apart in a file.
+  r.rc = xpack::test::run_command("( " + cmd + " ) 2>" + q(err), &r.out);
+  std::ifstream f(err);
+  r.err.assign(std::istreambuf_iterator<char>(f), {});
+  return r;
+}
+
+fs::path xpack_run_exe() { return xpack::test::build_dir() / "examples" / "xpack-run"; }
+fs::path xpack_build_exe() { return xpack::test::build_dir() / "tools" / "xpack-build"; }
+
+fs::path source_root() {
+  const char* v = std::getenv("XPACK_SOURCE_ROOT");
+  return fs::path(v && *v ? v : ".");
+}
+
+std::string sha256_file(const fs::path& p) {
+  std::vector<uint8_t> bytes = xpack::test::read_file(p);
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(bytes.data(), bytes.size(), md, &len, EVP_sha256(), nullptr);
+  static const char* hex = "0123456789abcdef";
+  std::string s;
+  for (unsigned i = 0; i < len; ++i) {
+    s += hex[md[i] >> 4];
+    s += hex[md[i] & 15];
+  }
+  return s;
+}
+
+std::optional<fs::path> stories260k() {
+  static const char* kSha = "270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d";
+  std::vector<fs::path> candidates = {xpack::test::data_dir() / "stories260K.gguf"};
+  if (auto s = xpack::test::shared_dir()) candidates.push_back(*s / "models" / "stories260K.gguf");
+  for (const auto& c : candidates) {
+    if (!fs::exists(c)) continue;
+    if (sha256_file(c) != kSha) throw std::runtime_error(c.string() + " has the wrong sha256");
+    return c;
+  }
+  return std::nullopt;
+}
+
+std::vector<float> read_f32(const fs::path& p) {
+  std::vector<uint8_t> b = xpack::test::read_file(p);
+  if (b.size() % 4 != 0) throw std::runtime_error(p.string() + ": size not a multiple of 4");
+  std::vector<float> f(b.size() / 4);
+  std::memcpy(f.data(), b.data(), b.size());
+  return f;
+}
+
+std::string join_ids(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  return s;
+}
+
+}  // namespace xrun_test

@@ -1,0 +1,186 @@
+// xpack-run end to end on stories260K (real trained weights): llama.cpp's greedy
+// ids and text, decode-vs-batch consistency, and clear errors on bad input.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "fixtures.h"
+#include "runtime_harness.h"
+
+using namespace xrun_test;
+using nlohmann::json;
+
+namespace {
+
+json golden() {
+  fs::path p = xpack::test::data_dir() / "stories260K.once.json";
+  std::ifstream f(p);
+  REQUIRE_MESSAGE(f.good(), "missing " << p);
+  return json::parse(f);
+}
+
+std::string xrun(const std::string& args) { return q(xpack_run_exe()) + " " + args; }
+
+}  // namespace
+
+TEST_CASE("stories260K: greedy ids after <s> Once equal llama.cpp's") {
+  auto model = stories260k();
+  if (!model) {
+    MESSAGE("SKIPPED: stories260K.gguf not found in test/data or ../shared/models");
+    return;
+  }
+  json g = golden();
+  auto want = g["gen_ids"].get<std::vector<int32_t>>();
+  REQUIRE(want.size() == 60);
+  RunResult r = run(xrun("-m " + q(*model) + " --prompt-ids 1,403 -n 60 --json"));
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  json out = json::parse(r.out);
+  CHECK(out["prompt_ids"].get<std::vector<int32_t>>() == std::vector<int32_t>{1, 403});
+  CHECK(out["gen_ids"].get<std::vector<int32_t>>() == want);
+  CHECK(out["prefill_tok_s"].get<double>() > 0);
+  CHECK(out["decode_tok_s"].get<double>() > 0);
+  CHECK(out.contains("counters"));
+}
+
+TEST_CASE("stories260K: same ids with 1 thread and with 3 threads") {
+  auto model = stories260k();
+  if (!model) {
+    MESSAGE("SKIPPED: stories260K.gguf not found");
+    return;
+  }
+  xpack::test::TempDir tmp;
+  RunResult a = run(xrun("-m " + q(*model) + " --prompt-ids 1,403 -n 16 -t 1 --logits-out " + q(tmp / "a.f32")));
+  RunResult b = run(xrun("-m " + q(*model) + " --prompt-ids 1,403 -n 16 -t 3 --logits-out " + q(tmp / "b.f32")));
+  REQUIRE(a.rc == 0);
+  REQUIRE(b.rc == 0);
+  // Each output element is summed by one thread in a fixed order: bit-identical.
+  CHECK(xpack::test::read_file(tmp / "a.f32") == xpack::test::read_file(tmp / "b.f32"));
+}
+
+TEST_CASE("stories260K: -p \"Once\" prints llama.cpp's story") {
+  auto model = stories260k();
+  if (!model) {
+    MESSAGE("SKIPPED: stories260K.gguf not found");
+    return;
+  }
+  RunResult r = run(xrun("-m " + q(*model) + " -p Once -n 60"));
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  const std::string want =
+      " upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she "
+      "saw a big, red ball. She wanted to play with it, but it was too high.\n";
+  CHECK(r.out.substr(0, want.size()) == want);
+
+  RunResult j = run(xrun("-m " + q(*model) + " -p Once -n 60 --json"));
+  REQUIRE(j.rc == 0);
+  json out = json::parse(j.out);
+  // BOS comes from the tokenizer metadata: the prompt is <s> Once.
+  CHECK(out["prompt_ids"].get<std::vector<int32_t>>() == std::vector<int32_t>{1, 403});
+  CHECK(out["gen_ids"].get<std::vector<int32_t>>() == golden()["gen_ids"].get<std::vector<int32_t>>());
+  CHECK(out["text"].get<std::string>().substr(0, want.size()) == want);
+}
+
+TEST_CASE("stories260K: --logits-out rows; decode with KV cache equals one batch") {
+  auto model = stories260k();
+  if (!model) {
+    MESSAGE("SKIPPED: stories260K.gguf not found");
+    return;
+  }
+  xpack::test::TempDir tmp;
+  RunResult r = run(xrun("-m " + q(*model) + " --prompt-ids 1,403,407 -n 20 --json --logits-out " +
+                         q(tmp / "gen.f32")));
+  REQUIRE(r.rc == 0);
+  auto gen = json::parse(r.out)["gen_ids"].get<std::vector<int32_t>>();
+  REQUIRE(gen.size() == 20);
+  std::vector<float> a = read_f32(tmp / "gen.f32");
+  const size_t n_vocab = 512;
+  // Every prompt row, then one row per generated token after it is fed back.
+  REQUIRE(a.size() == (3 + 20) * n_vocab);
+
+  std::vector<int32_t> all = {1, 403, 407};
+  all.insert(all.end(), gen.begin(), gen.end());
+  RunResult b = run(xrun("-m " + q(*model) + " --prompt-ids " + join_ids(all) + " -n 0 --logits-out " +
+                         q(tmp / "batch.f32")));
+  REQUIRE(b.rc == 0);
+  std::vector<float> c = read_f32(tmp / "batch.f32");
+  REQUIRE(c.size() == a.size());
+  float worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - c[i]));
+  CHECK(worst <= 1e-4f);
+  // The greedy ids are the argmax of the previous row.
+  for (size_t k = 0; k < gen.size(); ++k) {
+    const float* row = &a[(2 + k) * n_vocab];
+    size_t best = 0;
+    for (size_t v = 1; v < n_vocab; ++v)
+      if (row[v] > row[best]) best = v;
+    CHECK(int32_t(best) == gen[k]);
+  }
+}
+
+TEST_CASE("xpack-run: bad input gives a clear error and a non-zero exit") {
+  auto model = stories260k();
+  xpack::test::TempDir tmp;
+
+  RunResult r = run(xrun("-m " + q(tmp / "nope.gguf") + " --prompt-ids 1"));
+  CHECK(r.rc == 1);
+  CHECK(r.err.find("nope.gguf") != std::string::npos);
+
+  r = run(xrun("--prompt-ids 1"));
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("-m MODEL is required") != std::string::npos);
+
+  r = run(xrun("-m x.gguf --prompt-ids 1,x"));
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("--prompt-ids") != std::string::npos);
+
+  r = run(xrun("-m x.gguf --prompt-ids 1, -n 3"));
+  CHECK(r.rc == 2);
+
+  r = run(xrun("-m x.gguf -p hi --prompt-ids 1"));
+  CHECK(r.rc == 2);
+
+  r = run(xrun("-m x.gguf --prompt-ids 1 -n -1"));
+  CHECK(r.rc == 2);
+
+  r = run(xrun("-m x.gguf --prompt-ids 1 --bogus"));
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("--bogus") != std::string::npos);
+
+  r = run(xrun("--help"));
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("--prompt-ids") != std::string::npos);
+
+  // A file that is not a GGUF.
+  xpack::test::write_file(tmp / "junk.gguf", std::vector<uint8_t>(100, 0x41));
+  r = run(xrun("-m " + q(tmp / "junk.gguf") + " --prompt-ids 1"));
+  CHECK(r.rc == 1);
+  CHECK(r.err.find("junk.gguf") != std::string::npos);
+
+  if (!model) {
+    MESSAGE("SKIPPED (partly): stories260K.gguf not found");
+    return;
+  }
+  r = run(xrun("-m " + q(*model) + " --prompt-ids 1 --device cuda"));
+  CHECK(r.rc == 1);
+  CHECK(r.err.find("not built/implemented") != std::string::npos);
+
+  r = run(xrun("-m " + q(*model) + " --prompt-ids 1,512 -n 1"));
+  CHECK(r.rc == 1);
+  CHECK(r.err.find("512") != std::string::npos);
+
+  // A truncated copy of the model.
+  std::vector<uint8_t> bytes = xpack::test::read_file(*model);
+  bytes.resize(bytes.size() / 2);
+  xpack::test::write_file(tmp / "half.gguf", bytes);
+  r = run(xrun("-m " + q(tmp / "half.gguf") + " --prompt-ids 1"));
+  CHECK(r.rc == 1);
+  CHECK(r.err.find("half.gguf") != std::string::npos);
+
+  // stories260K is dense: a pack that does not exist is an error, not ignored.
+  r = run(xrun("-m " + q(*model) + " --pack " + q(tmp / "none.xpack") + " --prompt-ids 1"));
+  CHECK(r.rc == 1);
+  CHECK(r.err.find("none.xpack") != std::string::npos);
+}

@@ -1,0 +1,156 @@
+// The real-weights MoE fixture (stories260K split into 4 experts, test-models.md
+// section 3) through xpack-build and the pack path: the same greedy ids as the
+// dense model, logits bit-identical whether experts stream through a tiny cache,
+// stay resident, or come straight from the GGUF; a split source works too.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "fixtures.h"
+#include "runtime_harness.h"
+
+using namespace xrun_test;
+using nlohmann::json;
+
+namespace {
+
+std::string xrun(const std::string& args) { return q(xpack_run_exe()) + " " + args; }
+
+std::vector<int32_t> golden_ids() {
+  std::ifstream f(xpack::test::data_dir() / "stories260K.once.json");
+  REQUIRE(f.good());
+  return json::parse(f)["gen_ids"].get<std::vector<int32_t>>();
+}
+
+// Writes the fixture with test/runtime/make_moe_fixture.py (gguf-py).
+void make_fixture(const fs::path& model, const fs::path& out, const std::string& extra = "") {
+  RunResult r = run("python3 " + q(source_root() / "test" / "runtime" / "make_moe_fixture.py") + " " + q(model) +
+                    " " + q(out) + " " + extra);
+  INFO(r.out << r.err);
+  REQUIRE_MESSAGE(r.rc == 0, "make_moe_fixture.py failed (needs python3 with numpy and gguf)");
+}
+
+void build_pack(const fs::path& src, const fs::path& out_prefix) {
+  RunResult r = run(q(xpack_build_exe()) + " " + q(src) + " -o " + q(out_prefix));
+  INFO(r.out << r.err);
+  REQUIRE(r.rc == 0);
+  REQUIRE(fs::exists(out_prefix.string() + ".xpack"));
+  REQUIRE(fs::exists(out_prefix.string() + ".trunk.gguf"));
+}
+
+json run_json(const std::string& args) {
+  RunResult r = run(xrun(args + " --json"));
+  INFO(args << "\n" << r.err);
+  REQUIRE(r.rc == 0);
+  return json::parse(r.out);
+}
+
+}  // namespace
+
+TEST_CASE("MoE fixture: pack streamed / resident / plain GGUF all give the dense model's ids") {
+  auto model = stories260k();
+  if (!model) {
+    MESSAGE("SKIPPED: stories260K.gguf not found");
+    return;
+  }
+  xpack::test::TempDir tmp;
+  make_fixture(*model, tmp / "moe.gguf");
+  build_pack(tmp / "moe.gguf", tmp / "moe");
+  const std::string trunk = q(tmp / "moe.trunk.gguf"), pack = q(tmp / "moe.xpack");
+  const std::vector<int32_t> want = golden_ids();
+
+  // One object = gate + up + down of 64x64 F32 = 48 KiB; 0.2 MiB holds four,
+  // exactly one layer's worth, so every layer of every step streams.
+  json streamed = run_json("-m " + trunk + " --pack " + pack + " --prompt-ids 1,403 -n 60 --cache-mib 0.2 " +
+                           "--logits-out " + q(tmp / "streamed.f32"));
+  json resident = run_json("-m " + trunk + " --pack " + pack + " --prompt-ids 1,403 -n 60 --cache-mib 64 " +
+                           "--logits-out " + q(tmp / "resident.f32"));
+  json plain = run_json("-m " + q(tmp / "moe.gguf") + " --prompt-ids 1,403 -n 60 --logits-out " +
+                        q(tmp / "plain.f32"));
+  CHECK(streamed["gen_ids"].get<std::vector<int32_t>>() == want);
+  CHECK(resident["gen_ids"].get<std::vector<int32_t>>() == want);
+  CHECK(plain["gen_ids"].get<std::vector<int32_t>>() == want);
+  CHECK(streamed["expert_source"] == "pack");
+  CHECK(plain["expert_source"] == "gguf");
+
+  const auto s = xpack::test::read_file(tmp / "streamed.f32");
+  CHECK(s.size() == (2 + 60) * 512 * 4);
+  CHECK(s == xpack::test::read_file(tmp / "resident.f32"));
+  CHECK(s == xpack::test::read_file(tmp / "plain.f32"));
+
+  // Resident: each of the 5 x 4 objects read once. Streamed: read again and again.
+  const json& rc = resident["counters"];
+  const json& sc = streamed["counters"];
+  CHECK(rc["cache_misses"].get<uint64_t>() == 20);
+  CHECK(rc["cache_evictions"].get<uint64_t>() == 0);
+  CHECK(sc["cache_misses"].get<uint64_t>() > 20 * 10);
+  CHECK(sc["cache_evictions"].get<uint64_t>() > 0);
+  CHECK(sc["pack_read_bytes"].get<uint64_t>() == sc["cache_misses"].get<uint64_t>() * sc["object_bytes"].get<uint64_t>());
+}
+
+TEST_CASE("MoE fixture: a converted trunk without --pack, a foreign pack, a damaged pack") {
+  auto model = stories260k();
+  if (!model) {
+    MESSAGE("SKIPPED: stories260K.gguf not found");
+    return;
+  }
+  xpack::test::TempDir tmp;
+  make_fixture(*model, tmp / "moe.gguf");
+  build_pack(tmp / "moe.gguf", tmp / "moe");
+
+  // The trunk has routers but no expert tensors: say what is missing.
+  RunResult r = run(xrun("-m " + q(tmp / "moe.trunk.gguf") + " --prompt-ids 1,403 -n 1"));
+  CHECK(r.rc == 1);
+  CHECK(r.err.find("ffn_gate_exps") != std::string::npos);
+  CHECK(r.err.find("--pack") != std::string::npos);
+
+  // A pack built from another model (top-2 random router) does not belong to this trunk.
+  make_fixture(*model, tmp / "other.gguf", "--used 2 --router random");
+  build_pack(tmp / "other.gguf", tmp / "other");
+  r = run(xrun("-m " + q(tmp / "moe.trunk.gguf") + " --pack " + q(tmp / "other.xpack") + " --prompt-ids 1,403 -n 1"));
+  CHECK(r.rc == 1);
+  CHECK(r.err.find("other.xpack") != std::string::npos);
+
+  // Flip one payload byte of the last object: --verify-experts refuses to use it.
+  std::vector<uint8_t> bytes = xpack::test::read_file(tmp / "moe.xpack");
+  bytes[bytes.size() - 4096 * 2 - 17] ^= 0x40;
+  xpack::test::write_file(tmp / "bad.xpack", bytes);
+  r = run(xrun("-m " + q(tmp / "moe.trunk.gguf") + " --pack " + q(tmp / "bad.xpack") +
+               " --verify-experts --prompt-ids 1,403 -n 4"));
+  CHECK(r.rc == 1);
+  CHECK(r.err.find("expert") != std::string::npos);
+}
+
+TEST_CASE("MoE fixture top-2: pack path and plain GGUF path agree bit for bit; split source") {
+  auto model = stories260k();
+  if (!model) {
+    MESSAGE("SKIPPED: stories260K.gguf not found");
+    return;
+  }
+  xpack::test::TempDir tmp;
+  make_fixture(*model, tmp / "top2.gguf", "--used 2 --router random");
+  build_pack(tmp / "top2.gguf", tmp / "top2");
+  json a = run_json("-m " + q(tmp / "top2.trunk.gguf") + " --pack " + q(tmp / "top2.xpack") +
+                    " --prompt-ids 1,403,407,261 -n 30 --cache-mib 0.1 --logits-out " + q(tmp / "a.f32"));
+  json b = run_json("-m " + q(tmp / "top2.gguf") + " --prompt-ids 1,403,407,261 -n 30 --logits-out " + q(tmp / "b.f32"));
+  CHECK(a["gen_ids"] == b["gen_ids"]);
+  CHECK(xpack::test::read_file(tmp / "a.f32") == xpack::test::read_file(tmp / "b.f32"));
+
+  // The same model as a gguf-split set: any shard opens the whole set.
+  make_fixture(*model, tmp / "split.gguf", "--used 2 --router random --split-max-tensors 20");
+  std::vector<fs::path> shards;
+  for (const auto& e : fs::directory_iterator(tmp.path()))
+    if (e.path().filename().string().rfind("split-0000", 0) == 0) shards.push_back(e.path());
+  REQUIRE(shards.size() >= 2);
+  for (const auto& shard : shards) {
+    json c = run_json("-m " + q(shard) + " --prompt-ids 1,403,407,261 -n 30 --logits-out " + q(tmp / "c.f32"));
+    CHECK(c["gen_ids"] == b["gen_ids"]);
+    CHECK(xpack::test::read_file(tmp / "c.f32") == xpack::test::read_file(tmp / "b.f32"));
+  }
+  build_pack(shards.back(), tmp / "fromsplit");
+  json d = run_json("-m " + q(tmp / "fromsplit.trunk.gguf") + " --pack " + q(tmp / "fromsplit.xpack") +
+                    " --prompt-ids 1,403,407,261 -n 30 --cache-mib 0.1 --logits-out " + q(tmp / "d.f32"));
+  CHECK(d["gen_ids"] == b["gen_ids"]);
+  CHECK(xpack::test::read_file(tmp / "d.f32") == xpack::test::read_file(tmp / "b.f32"));
+}
