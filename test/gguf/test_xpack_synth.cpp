@@ -1,0 +1,268 @@
+// xpack-synth output: the shapes, types, metadata and quant blocks the seed
+// models have, determinism, and gguf-split sets.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <string>
+
+#include "fixtures.h"
+#include "gguf/gguf_model.h"
+#include "gguf_test_util.h"
+
+using namespace xpack;
+using namespace xpack::gguf;
+
+namespace {
+
+std::string synth() { return (test::build_dir() / "tools" / "xpack-synth").string(); }
+
+void run_synth(const std::string& args, int expect_rc = 0, std::string* out = nullptr) {
+  std::string output;
+  int rc = test::run_command(synth() + " " + args, &output);
+  CHECK_MESSAGE(rc == expect_rc, "xpack-synth " << args << "\n" << output);
+  if (out) *out = output;
+}
+
+float f16_to_f32(uint16_t h) {
+  uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 31, man = h & 0x3FF;
+  if (exp == 31) return man ? NAN : (sign ? -INFINITY : INFINITY);
+  float v = exp == 0 ? std::ldexp(static_cast<float>(man), -24)
+                     : std::ldexp(static_cast<float>(man | 0x400), static_cast<int>(exp) - 25);
+  return sign ? -v : v;
+}
+
+uint16_t rd16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+
+// Checks every block's scale fields are finite and in a sane range; returns the
+// number of blocks checked.
+uint64_t check_quant_blocks(const TensorInfo& t, const uint8_t* p) {
+  std::vector<size_t> f16_fields;
+  size_t block = 0;
+  switch (t.type) {
+    case XPACK_TYPE_Q8_0: block = 34; f16_fields = {0}; break;
+    case XPACK_TYPE_Q2_K: block = 84; f16_fields = {80, 82}; break;
+    case XPACK_TYPE_Q3_K: block = 110; f16_fields = {108}; break;
+    case XPACK_TYPE_MXFP4: block = 17; break;
+    default: return 0;
+  }
+  REQUIRE(t.nbytes % block == 0);
+  uint64_t n = t.nbytes / block, bad = 0;
+  for (uint64_t b = 0; b < n; ++b) {
+    const uint8_t* blk = p + b * block;
+    for (size_t off : f16_fields) {
+      float d = f16_to_f32(rd16(blk + off));
+      if (!std::isfinite(d) || d <= 0 || d > 1) ++bad;
+    }
+    if (t.type == XPACK_TYPE_MXFP4 && (blk[0] < 100 || blk[0] > 130)) ++bad;  // E8M0 scale
+  }
+  CHECK_MESSAGE(bad == 0, t.name);
+  return n;
+}
+
+struct ArchCase {
+  const char* arch;
+  const char* gguf_arch;
+  uint32_t gate_type, down_type;
+  uint32_t dense;
+};
+
+}  // namespace
+
+TEST_CASE("xpack-synth: --help and argument errors") {
+  std::string out;
+  run_synth("--help", 0, &out);
+  CHECK(out.find("--arch") != std::string::npos);
+  CHECK(out.find("--shards") != std::string::npos);
+  test::TempDir dir;
+  auto o = (dir / "x.gguf").string();
+  run_synth("-o " + o, 2);                                    // no --arch
+  run_synth("--arch gpt5 -o " + o, 2);                        // unknown arch
+  run_synth("--arch deepseek4", 2);                           // no output
+  run_synth("--arch kimi-k3 --ff 96 -o " + o, 2);             // Q2_K needs 256
+  run_synth("--arch deepseek4 --embd 100 -o " + o, 2);        // MXFP4 needs 32
+  run_synth("--arch mixtral --top-k 9 --experts 8 -o " + o, 2);
+  run_synth("--arch kimi-k3 --layers 2 --dense-layers 2 -o " + o, 2);
+  run_synth("--arch deepseek4 --layers x -o " + o, 2);
+  run_synth("--arch deepseek4 --bogus -o " + o, 2);
+  CHECK(!std::filesystem::exists(o));
+}
+
+TEST_CASE("xpack-synth: models shaped like the seed models") {
+  const ArchCase cases[] = {
+      {"deepseek4", "deepseek4", XPACK_TYPE_MXFP4, XPACK_TYPE_MXFP4, 0},
+      {"kimi-k3", "kimi-k3", XPACK_TYPE_Q2_K, XPACK_TYPE_Q3_K, 1},
+      {"mixtral", "llama", XPACK_TYPE_Q8_0, XPACK_TYPE_Q8_0, 0},
+  };
+  test::TempDir dir;
+  for (const auto& c : cases) {
+    INFO(c.arch);
+    auto path = (dir / (std::string(c.arch) + ".gguf")).string();
+    run_synth(std::string("-q --arch ") + c.arch + " --layers 3 --experts 6 --top-k 3 --embd 256 --ff 512 -o " + path);
+    auto m = Model::open(path);
+    REQUIRE_MESSAGE(m.ok(), m.error().message);
+    const File& f = m->meta();
+    std::string a = c.gguf_arch;
+    CHECK(m->arch() == a);
+    CHECK(f.get_uint(a + ".block_count").value() == 3);
+    CHECK(f.get_uint(a + ".expert_count").value() == 6);
+    CHECK(f.get_uint(a + ".expert_used_count").value() == 3);
+    CHECK(f.get_uint(a + ".embedding_length").value() == 256);
+    if (a != "llama") {
+      CHECK(f.get_uint(a + ".leading_dense_block_count").value() == c.dense);
+      CHECK(f.get_uint(a + ".expert_feed_forward_length").value() == 512);
+    }
+    CHECK(f.find("tokenizer.ggml.tokens")->array.size() == 512);
+    for (uint32_t b = 0; b < 3; ++b) {
+      std::string p = "blk." + std::to_string(b) + ".";
+      const TensorInfo* gate = m->find_tensor(p + "ffn_gate_exps.weight");
+      const TensorInfo* up = m->find_tensor(p + "ffn_up_exps.weight");
+      const TensorInfo* down = m->find_tensor(p + "ffn_down_exps.weight");
+      if (b < c.dense) {
+        CHECK(gate == nullptr);
+        CHECK(down == nullptr);
+        CHECK(m->find_tensor(p + "ffn_gate_inp.weight") == nullptr);
+        CHECK(m->find_tensor(p + "ffn_up.weight") != nullptr);
+        continue;
+      }
+      REQUIRE(gate);
+      REQUIRE(up);
+      REQUIRE(down);
+      CHECK(gate->type == c.gate_type);
+      CHECK(up->type == c.gate_type);
+      CHECK(down->type == c.down_type);
+      CHECK(gate->n_dims == 3);
+      CHECK(gate->ne == std::array<uint64_t, 4>{256, 512, 6, 1});
+      CHECK(up->ne == gate->ne);
+      CHECK(down->ne == std::array<uint64_t, 4>{512, 256, 6, 1});
+      const TensorInfo* router = m->find_tensor(p + "ffn_gate_inp.weight");
+      REQUIRE(router);
+      CHECK(router->ne == std::array<uint64_t, 4>{256, 6, 1, 1});
+      if (a != "llama") {
+        CHECK(m->find_tensor(p + "exp_probs_b.bias") != nullptr);
+        CHECK(m->find_tensor(p + "ffn_gate_shexp.weight") != nullptr);
+        CHECK(m->find_tensor(p + "ffn_down_shexp.weight") != nullptr);
+      }
+    }
+    uint64_t blocks = 0;
+    for (const auto& t : m->tensors()) {
+      auto p = m->tensor_data(t);
+      REQUIRE(p.ok());
+      blocks += check_quant_blocks(t, *p);
+      if (t.type == XPACK_TYPE_F32) {
+        const float* x = reinterpret_cast<const float*>(*p);
+        bool finite = true;
+        for (uint64_t k = 0; k < t.nbytes / 4; ++k) finite = finite && std::isfinite(x[k]);
+        CHECK_MESSAGE(finite, t.name);
+      }
+    }
+    CHECK(blocks > 1000);
+  }
+}
+
+TEST_CASE("xpack-synth: hash-routing table of deepseek4 holds valid expert ids") {
+  test::TempDir dir;
+  auto path = (dir / "d.gguf").string();
+  run_synth("-q --arch deepseek4 --layers 4 --experts 5 --top-k 2 -o " + path);
+  auto m = Model::open(path);
+  REQUIRE(m.ok());
+  CHECK(m->meta().get_uint("deepseek4.expert_gating_func").value() == 4);
+  for (uint32_t b = 0; b < 4; ++b) {
+    const TensorInfo* t = m->find_tensor("blk." + std::to_string(b) + ".ffn_gate_tid2eid.weight");
+    if (b >= 3) {
+      CHECK(t == nullptr);
+      continue;
+    }
+    REQUIRE(t);
+    CHECK(t->type == XPACK_TYPE_I32);
+    CHECK(t->ne == std::array<uint64_t, 4>{2, 512, 1, 1});
+    auto p = m->tensor_data(*t);
+    REQUIRE(p.ok());
+    const int32_t* ids = reinterpret_cast<const int32_t*>(*p);
+    bool in_range = true;
+    for (uint64_t k = 0; k < t->nbytes / 4; ++k) in_range = in_range && ids[k] >= 0 && ids[k] < 5;
+    CHECK(in_range);
+  }
+}
+
+TEST_CASE("xpack-synth: deterministic from --seed") {
+  test::TempDir dir;
+  auto a = (dir / "a.gguf").string(), b = (dir / "b.gguf").string(), c = (dir / "c.gguf").string();
+  run_synth("-q --arch kimi-k3 --seed 7 -o " + a);
+  run_synth("-q --arch kimi-k3 --seed 7 -o " + b);
+  run_synth("-q --arch kimi-k3 --seed 8 -o " + c);
+  auto ba = test::read_file(a), bb = test::read_file(b), bc = test::read_file(c);
+  CHECK(ba == bb);
+  REQUIRE(ba.size() == bc.size());  // same layout ...
+  CHECK(ba != bc);                  // ... different weights
+}
+
+TEST_CASE("xpack-synth: fused gate_up variant") {
+  test::TempDir dir;
+  auto path = (dir / "f.gguf").string();
+  run_synth("-q --arch deepseek4 --layers 2 --experts 4 --fused-gate-up --embd 64 --ff 96 -o " + path);
+  auto m = Model::open(path);
+  REQUIRE(m.ok());
+  const TensorInfo* gu = m->find_tensor("blk.1.ffn_gate_up_exps.weight");
+  REQUIRE(gu);
+  CHECK(gu->type == XPACK_TYPE_MXFP4);
+  CHECK(gu->ne == std::array<uint64_t, 4>{64, 192, 4, 1});
+  CHECK(m->find_tensor("blk.1.ffn_gate_exps.weight") == nullptr);
+  CHECK(m->find_tensor("blk.1.ffn_up_exps.weight") == nullptr);
+  CHECK(m->find_tensor("blk.1.ffn_down_exps.weight") != nullptr);
+}
+
+TEST_CASE("xpack-synth: --shards writes a gguf-split set equal to the single file") {
+  test::TempDir dir;
+  auto single = (dir / "k.gguf").string();
+  auto split = (dir / "ks.gguf").string();
+  run_synth("-q --arch kimi-k3 --layers 5 --seed 3 -o " + single);
+  run_synth("-q --arch kimi-k3 --layers 5 --seed 3 --shards 4 -o " + split);
+  auto one = Model::open(single);
+  REQUIRE(one.ok());
+  for (uint32_t k = 1; k <= 4; ++k) {
+    auto shard_path = split_shard_path((dir / "ks").string(), k, 4);
+    REQUIRE(std::filesystem::exists(shard_path));
+    // Each shard is a self-contained GGUF with the split keys of gguf-split.
+    auto f = File::open(shard_path);
+    REQUIRE_MESSAGE(f.ok(), f.error().message);
+    const Value* no = f->find("split.no");
+    const Value* count = f->find("split.count");
+    const Value* total = f->find("split.tensors.count");
+    REQUIRE(no);
+    REQUIRE(count);
+    REQUIRE(total);
+    CHECK(no->type == ValueType::U16);
+    CHECK(no->u == k - 1);
+    CHECK(count->type == ValueType::U16);
+    CHECK(count->u == 4);
+    CHECK(total->type == ValueType::I32);
+    CHECK(total->u == one->tensors().size());
+    // Other metadata only in the first shard.
+    CHECK((f->find("general.architecture") != nullptr) == (k == 1));
+    CHECK(f->kvs().size() == (k == 1 ? one->meta().kvs().size() + 3 : 3));
+  }
+  auto set = Model::open(split_shard_path((dir / "ks").string(), 3, 4));
+  REQUIRE_MESSAGE(set.ok(), set.error().message);
+  CHECK(set->shards().size() == 4);
+  REQUIRE(set->tensors().size() == one->tensors().size());
+  for (const auto& t : one->tensors()) {
+    const TensorInfo* s = set->find_tensor(t.name);
+    REQUIRE_MESSAGE(s, t.name);
+    CHECK(s->type == t.type);
+    CHECK(s->ne == t.ne);
+    auto a = one->tensor_data(t);
+    auto b = set->tensor_data(*s);
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    CHECK_MESSAGE(std::memcmp(*a, *b, t.nbytes) == 0, t.name);
+  }
+  // Metadata equal apart from the split keys.
+  for (const auto& kv : one->meta().kvs()) {
+    const Value* v = set->meta().find(kv.key);
+    REQUIRE_MESSAGE(v, kv.key);
+    CHECK(test::same_value(*v, kv.value));
+  }
+  run_synth("-q --arch kimi-k3 --shards 1000 -o " + (dir / "too-many.gguf").string(), 1);
+}
