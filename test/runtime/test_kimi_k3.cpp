@@ -1,0 +1,250 @@
+// Kimi-K3 (examples/xpack-run/models/kimi_k3) against llama.cpp's own logits in
+// ../shared/oracle: teacher-forced prefill rows, greedy decode through the KDA /
+// MLA state, every model file (F32, Q2_K/Q3_K experts, the 3-shard set), and
+// damaged models that must fail with a message naming what is wrong.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "fixtures.h"
+#include "runtime_harness.h"
+
+using namespace xrun_test;
+using nlohmann::json;
+
+namespace {
+
+constexpr int kVocab = 512;  // the oracle models' vocabulary (MANIFEST.md)
+
+std::optional<fs::path> oracle_dir() {
+  auto shared = xpack::test::shared_dir();
+  if (!shared || !fs::exists(*shared / "oracle" / "models" / "kimi-k3-f32.gguf")) return std::nullopt;
+  return *shared / "oracle";
+}
+
+json read_json(const fs::path& p) {
+  std::ifstream f(p);
+  REQUIRE_MESSAGE(f.good(), p.string());
+  return json::parse(f);
+}
+
+// First sequence position where a routed-expert choice of llama.cpp had a margin
+// below 2e-5: from there on a different (equally valid) choice may change rows.
+size_t first_fragile_position(const json& route, size_t n_rows) {
+  size_t first = n_rows;
+  for (const auto& [layer, r] : route["moe"].items()) {
+    const auto& pos = r["pos"];
+    const auto& margin = r["margin"];
+    for (size_t i = 0; i < pos.size(); ++i)
+      if (!margin[i].is_null() && margin[i].get<double>() < 2e-5) first = std::min(first, pos[i].get<size_t>());
+  }
+  return first;
+}
+
+struct RowStats {
+  double max_diff = 0;
+  size_t rows_ok = 0;
+  long first_fail = -1;
+};
+
+RowStats compare_rows(const std::vector<float>& got, const std::vector<float>& want, size_t n_rows,
+                      double tol) {
+  RowStats s;
+  for (size_t r = 0; r < n_rows; ++r) {
+    double d = 0;
+    for (int v = 0; v < kVocab; ++v)
+      d = std::max(d, static_cast<double>(std::fabs(got[r * kVocab + v] - want[r * kVocab + v])));
+    s.max_diff = std::max(s.max_diff, d);
+    if (d <= tol)
+      ++s.rows_ok;
+    else if (s.first_fail < 0)
+      s.first_fail = static_cast<long>(r);
+  }
+  return s;
+}
+
+// xpack-run teacher-forced on ids, -n 0: one logits row per id.
+std::vector<float> run_logits(const std::string& model_args, const std::vector<int32_t>& ids, const fs::path& out,
+                              int n_gen = 0) {
+  RunResult r = run(q(xpack_run_exe()) + " " + model_args + " --prompt-ids " + join_ids(ids) + " -n " +
+                    std::to_string(n_gen) + " --ignore-eos --logits-out " + q(out));
+  REQUIRE_MESSAGE(r.rc == 0, model_args + "\n" + r.out + r.err);
+  return read_f32(out);
+}
+
+// Checks every row of one (model, prompt) against the oracle's sequential logits.
+void check_oracle(const fs::path& oracle, const std::string& model_args, const std::string& ref,
+                  const fs::path& tmp) {
+  const json meta = read_json(oracle / "logits" / (ref + ".json"));
+  std::vector<int32_t> ids = meta["prompt_ids"].get<std::vector<int32_t>>();
+  for (int32_t g : meta["gen_ids"]) ids.push_back(g);
+  const std::vector<float> want = read_f32(oracle / "logits" / (ref + ".seq.f32"));
+  REQUIRE(want.size() == ids.size() * kVocab);
+
+  const std::vector<float> got = run_logits(model_args, ids, tmp / "logits.f32");
+  REQUIRE(got.size() == want.size());
+  const size_t n_checked = first_fragile_position(read_json(oracle / "logits" / (ref + ".route.json")), ids.size());
+  const RowStats s = compare_rows(got, want, n_checked, 1e-3);
+  MESSAGE(ref << " [" << model_args.substr(model_args.rfind('/') + 1) << "]: max|diff| " << s.max_diff << ", "
+              << s.rows_ok << "/" << n_checked << " rows within 1e-3 (" << ids.size() << " rows)");
+  CHECK_MESSAGE(s.first_fail < 0, ref << ": first row over 1e-3: " << s.first_fail);
+  CHECK(n_checked > ids.size() / 2);  // the margin escape must not hide most of the run
+}
+
+}  // namespace
+
+TEST_CASE("kimi-k3: teacher-forced logits match llama.cpp on every oracle model") {
+  auto oracle = oracle_dir();
+  if (!oracle) {
+    MESSAGE("SKIPPED: ../shared/oracle (kimi-k3 models) not found");
+    return;
+  }
+  xpack::test::TempDir tmp;
+  const fs::path models = *oracle / "models";
+  struct Case {
+    const char* file;
+    const char* ref;
+  } cases[] = {
+      {"kimi-k3-f32.gguf", "kimi-k3-f32"},
+      // quantized weights computed exactly: compared with the dequantized model's logits
+      {"kimi-k3-q2k-q3k.gguf", "kimi-k3-q2k-q3k-deq"},
+      {"kimi-k3-q2k-q3k-00001-of-00003.gguf", "kimi-k3-q2k-q3k-deq"},
+  };
+  for (const Case& c : cases)
+    for (const char* prompt : {"short", "long"}) {
+      INFO(std::string(c.file) + " " + prompt);
+      check_oracle(*oracle, "-m " + q(models / c.file) + " -t 2", std::string(c.ref) + "." + prompt, tmp.path());
+    }
+}
+
+TEST_CASE("kimi-k3: the pack path streams experts through a 4 MiB cache, bit-identical to the GGUF") {
+  auto oracle = oracle_dir();
+  if (!oracle) {
+    MESSAGE("SKIPPED: ../shared/oracle (kimi-k3 models) not found");
+    return;
+  }
+  xpack::test::TempDir tmp;
+  struct Case {
+    const char* file;
+    const char* ref;
+  } cases[] = {
+      {"kimi-k3-f32.gguf", "kimi-k3-f32"},
+      {"kimi-k3-q2k-q3k-00001-of-00003.gguf", "kimi-k3-q2k-q3k-deq"},
+  };
+  int i = 0;
+  for (const Case& c : cases) {
+    INFO(std::string(c.file));
+    const fs::path src = *oracle / "models" / c.file;
+    const fs::path prefix = tmp / ("k" + std::to_string(i++));
+    RunResult b = run(q(xpack_build_exe()) + " " + q(src) + " -o " + q(prefix));
+    REQUIRE_MESSAGE(b.rc == 0, b.out + b.err);
+    const std::string pack_args = "-m " + q(prefix.string() + ".trunk.gguf") + " --pack " +
+                                  q(prefix.string() + ".xpack") + " --cache-mib 4 -t 2";
+    for (const char* prompt : {"short", "long"}) {
+      INFO(std::string(prompt));
+      const std::string ref = std::string(c.ref) + "." + prompt;
+      check_oracle(*oracle, pack_args, ref, tmp.path());
+      // streamed experts and the GGUF's own expert tensors: the same bytes, the same logits
+      const json meta = read_json(*oracle / "logits" / (ref + ".json"));
+      std::vector<int32_t> ids = meta["prompt_ids"].get<std::vector<int32_t>>();
+      for (int32_t g : meta["gen_ids"]) ids.push_back(g);
+      const std::vector<float> streamed = run_logits(pack_args, ids, tmp / "streamed.f32");
+      const std::vector<float> plain = run_logits("-m " + q(src) + " -t 2", ids, tmp / "plain.f32");
+      CHECK(streamed == plain);
+    }
+  }
+}
+
+TEST_CASE("kimi-k3: greedy decode through the KDA/MLA state equals the batch and llama.cpp") {
+  auto oracle = oracle_dir();
+  if (!oracle) {
+    MESSAGE("SKIPPED: ../shared/oracle (kimi-k3 models) not found");
+    return;
+  }
+  xpack::test::TempDir tmp;
+  for (const char* ref : {"kimi-k3-f32.short", "kimi-k3-f32.long"}) {
+    INFO(std::string(ref));
+    const json meta = read_json(*oracle / "logits" / (std::string(ref) + ".json"));
+    const auto prompt = meta["prompt_ids"].get<std::vector<int32_t>>();
+    const auto gen = meta["gen_ids"].get<std::vector<int32_t>>();
+    const std::string model = "-m " + q(*oracle / "models" / "kimi-k3-f32.gguf") + " -t 2";
+
+    RunResult r = run(q(xpack_run_exe()) + " " + model + " --prompt-ids " + join_ids(prompt) + " -n " +
+                      std::to_string(gen.size()) + " --ignore-eos --json --logits-out " + q(tmp / "dec.f32"));
+    REQUIRE_MESSAGE(r.rc == 0, r.out + r.err);
+    // the JSON object is the last line of stdout (the harness may merge stderr before it)
+    const size_t brace = r.out.rfind("\n{");
+    const json out = json::parse(brace == std::string::npos ? r.out : r.out.substr(brace + 1));
+    CHECK(out["gen_ids"].get<std::vector<int32_t>>() == gen);
+    const std::vector<float> decoded = read_f32(tmp / "dec.f32");
+    REQUIRE(decoded.size() == (prompt.size() + gen.size()) * kVocab);
+
+    // The same tokens as one batch: every decode row (one token at a time on the
+    // state left by the prefill) within 1e-4 of the batch row.
+    std::vector<int32_t> all = prompt;
+    all.insert(all.end(), gen.begin(), gen.end());
+    const std::vector<float> batch = run_logits(model, all, tmp / "batch.f32");
+    const RowStats s = compare_rows(decoded, batch, all.size(), 1e-4);
+    MESSAGE(std::string(ref) << ": decode vs batch max|diff| " << s.max_diff);
+    CHECK_MESSAGE(s.first_fail < 0, "first decode row over 1e-4: " << s.first_fail);
+
+    const std::vector<float> want = read_f32(*oracle / "logits" / (std::string(ref) + ".seq.f32"));
+    CHECK(compare_rows(decoded, want, all.size(), 1e-3).first_fail < 0);
+  }
+}
+
+TEST_CASE("kimi-k3: damaged models fail with a message naming the problem") {
+  auto oracle = oracle_dir();
+  if (!oracle) {
+    MESSAGE("SKIPPED: ../shared/oracle (kimi-k3 models) not found");
+    return;
+  }
+  xpack::test::TempDir tmp;
+  const fs::path mutate = source_root() / "test" / "runtime" / "kimi_k3_mutate.py";
+  struct Damage {
+    const char* src;
+    const char* change;
+    const char* expect;  // must appear in stderr
+  } damages[] = {
+      {"kimi-k3-f32.gguf", "--drop-tensor blk.2.ssm_f_b.weight", "blk.2.ssm_f_b.weight"},
+      {"kimi-k3-f32.gguf", "--drop-tensor blk.3.attn_k_b.weight", "blk.3.attn_k_b.weight"},
+      {"kimi-k3-f32.gguf", "--drop-tensor output_res_score.weight", "output_res_score.weight"},
+      {"kimi-k3-f32.gguf", "--drop-tensor blk.1.ffn_routed_down.weight", "blk.1.ffn_routed_down.weight"},
+      {"kimi-k3-f32.gguf", "--drop-key kimi-k3.attn_res.block_size", "kimi-k3.attn_res.block_size"},
+      {"kimi-k3-f32.gguf", "--drop-key kimi-k3.kda.head_dim", "kimi-k3.kda.head_dim"},
+      {"kimi-k3-f32.gguf", "--drop-key kimi-k3.activation.situ_beta", "kimi-k3.activation.situ_beta"},
+      {"kimi-k3-f32.gguf", "--set-int kimi-k3.expert_gating_func=9", "expert_gating_func"},
+      {"kimi-k3-f32.gguf", "--set-int kimi-k3.expert_used_count=9", "expert_used_count"},
+      {"kimi-k3-f32.gguf", "--set-int kimi-k3.rope.dimension_count=48", "rope.dimension_count"},
+      // a head dim that does not match the tensors is a shape error on the first KDA tensor
+      {"kimi-k3-f32.gguf", "--set-int kimi-k3.kda.head_dim=16", "blk.0.ssm_conv1d_q.weight"},
+      {"kimi-k3-f32.gguf", "--cut-tensor blk.1.exp_probs_b.bias=7", "blk.1.exp_probs_b.bias"},
+      {"kimi-k3-f32.gguf", "--cut-tensor blk.0.ssm_a=3", "blk.0.ssm_a"},
+      {"kimi-k3-q2k-q3k.gguf", "--drop-tensor blk.3.attn_gate.weight", ""},  // optional: must still run
+  };
+  int i = 0;
+  for (const Damage& d : damages) {
+    const std::string change = d.change;
+    CAPTURE(change);
+    const fs::path bad = tmp / ("bad" + std::to_string(i++) + ".gguf");
+    RunResult m = run("python3 " + q(mutate) + " " + q(*oracle / "models" / d.src) + " " + q(bad) + " " + d.change);
+    REQUIRE_MESSAGE(m.rc == 0, "kimi_k3_mutate.py failed (needs python3 with numpy and gguf): " + m.out + m.err);
+    RunResult r = run(q(xpack_run_exe()) + " -m " + q(bad) + " --prompt-ids 1,403,407 -n 0");
+    const std::string said = r.out + r.err;  // wherever the harness leaves stderr
+    INFO(said);
+    if (*d.expect == '\0') {
+      CHECK(r.rc == 0);
+    } else {
+      CHECK(r.rc != 0);
+      CHECK(said.find(d.expect) != std::string::npos);
+    }
+  }
+
+  // token ids outside the vocabulary are refused, not read out of bounds
+  RunResult r = run(q(xpack_run_exe()) + " -m " + q(*oracle / "models" / "kimi-k3-f32.gguf") +
+                    " --prompt-ids 1,512 -n 0");
+  CHECK(r.rc != 0);
+  CHECK((r.out + r.err).find("512") != std::string::npos);
+}
