@@ -1,0 +1,332 @@
+// xpack-build / xpack-inspect, run as programs: round trips on real (oracle) and
+// synthetic models, split sets, resume, consume-source, damage and bad input.
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "gguf/gguf_writer.h"
+#include "pack/pack_reader.h"
+#include "pack_test_util.h"
+#include "roundtrip_check.h"
+
+using namespace xpack;
+using namespace xpack::test;
+
+namespace {
+
+bool same_file(const fs::path& a, const fs::path& b) {
+  auto x = read_file(a), y = read_file(b);
+  return !x.empty() && x == y;
+}
+
+fs::path oracle(const fs::path& shared, const std::string& name) { return shared / "oracle" / "models" / name; }
+
+void copy_split(const fs::path& shared, const fs::path& dir) {
+  for (int k = 1; k <= 3; ++k) {
+    std::string n = "kimi-k3-q2k-q3k-0000" + std::to_string(k) + "-of-00003.gguf";
+    fs::copy_file(oracle(shared, n), dir / n);
+  }
+}
+
+// A tiny MoE GGUF whose layers disagree on the type of one role.
+void write_inconsistent_model(const fs::path& path) {
+  gguf::Writer w(32);
+  w.add_kv("general.architecture", gguf::val::str("toy"));
+  std::vector<std::vector<uint8_t>> data;
+  auto add = [&](const std::string& name, uint32_t type, std::vector<uint64_t> ne, size_t nbytes) {
+    w.add_tensor(name, type, ne);
+    data.emplace_back(nbytes, uint8_t(data.size() + 1));
+  };
+  add("token_embd.weight", 0, {32, 8}, 32 * 8 * 4);
+  add("blk.0.ffn_up_exps.weight", 0, {32, 16, 4}, 32 * 16 * 4 * 4);
+  add("blk.0.ffn_down_exps.weight", 0, {16, 32, 4}, 16 * 32 * 4 * 4);
+  add("blk.1.ffn_up_exps.weight", 1, {32, 16, 4}, 32 * 16 * 4 * 2);  // F16 here, F32 above
+  add("blk.1.ffn_down_exps.weight", 0, {16, 32, 4}, 16 * 32 * 4 * 4);
+  auto s = gguf::write_gguf(path.string(), w, data);
+  REQUIRE_MESSAGE(s.ok(), s.error().message);
+}
+
+}  // namespace
+
+TEST_CASE("round trip on the oracle models (MXFP4, Q2_K+Q3_K, F32, split set)") {
+  std::optional<fs::path> shared;
+  if (!shared_or_skip(shared)) return;
+  TempDir tmp;
+  for (const char* name : {"deepseek4-mxfp4.gguf", "kimi-k3-q2k-q3k.gguf", "deepseek4-f32.gguf", "kimi-k3-f32.gguf",
+                           "kimi-k3-q2k-q3k-00002-of-00003.gguf"}) {
+    fs::path out = tmp / (std::string(name) + ".out");
+    build(oracle(*shared, name), out);
+    check_round_trip(oracle(*shared, name), out);
+  }
+}
+
+TEST_CASE("round trip on synthetic models (fused gate_up, dense layers, shards)") {
+  TempDir tmp;
+  struct Case {
+    const char* name;
+    const char* args;
+  } cases[] = {
+      {"ds4.gguf", "--arch deepseek4 --layers 3 --experts 6 --dense-layers 1"},
+      {"kimi.gguf", "--arch kimi-k3 --layers 4 --experts 8"},
+      {"fused.gguf", "--arch mixtral --layers 2 --experts 4 --fused-gate-up"},
+  };
+  for (const Case& c : cases) {
+    fs::path model = synth(tmp / c.name, c.args);
+    fs::path out = tmp / (std::string(c.name) + ".out");
+    build(model, out, "--verify");
+    check_round_trip(model, out);
+  }
+  auto fused = pack::PackReader::open((tmp / "fused.gguf.out").string() + ".xpack");
+  REQUIRE(fused.ok());
+  CHECK(fused->find_role("gate_up") >= 0);
+  CHECK(fused->find_role("gate") < 0);
+  auto ds4 = pack::PackReader::open((tmp / "ds4.gguf.out").string() + ".xpack");
+  REQUIRE(ds4.ok());
+  CHECK(ds4->layer_blocks() == std::vector<uint32_t>{1, 2});  // dense block 0 is absent
+  CHECK_FALSE(ds4->layer_slot(0).has_value());
+
+  // A split set: any shard names the set; the objects equal the single-file build's.
+  synth(tmp / "sk.gguf", "--arch kimi-k3 --layers 4 --experts 8 --shards 3");
+  fs::path shard2 = tmp / "sk-00002-of-00003.gguf";
+  build(shard2, tmp / "sk-a");
+  build(tmp / "sk-00003-of-00003.gguf", tmp / "sk-b");
+  check_round_trip(shard2, tmp / "sk-a");
+  CHECK(same_file(tmp / "sk-a.xpack", tmp / "sk-b.xpack"));
+  auto split = read_file(tmp / "sk-a.xpack"), single = read_file(tmp / "kimi.gguf.out.xpack");
+  auto ps = pack::PackReader::open((tmp / "sk-a.xpack").string());
+  REQUIRE(ps.ok());
+  CHECK(ps->shards().size() == 3);
+  REQUIRE(split.size() == single.size());
+  CHECK(std::equal(split.begin() + ps->data_start(), split.end(), single.begin() + ps->data_start()));
+}
+
+TEST_CASE("an interrupted build resumes to byte-identical output") {
+  TempDir tmp;
+  fs::path model = synth(tmp / "m.gguf", "--arch kimi-k3 --layers 4 --experts 8");
+  fs::create_directories(tmp / "a");
+  fs::create_directories(tmp / "b");
+  build(model, tmp / "a" / "out");
+  std::string o;
+  // Crash twice, at different places (mid-layer and on a layer boundary), then finish.
+  int rc = run(tool("xpack-build") + " " + q(model) + " -o " + q(tmp / "b" / "out") + " --stop-after-objects 5", &o);
+  CHECK(rc == 1);
+  CHECK(o.find("stopped after") != std::string::npos);
+  CHECK(fs::exists(tmp / "b" / "out.xpack.partial"));
+  CHECK(fs::exists(tmp / "b" / "out.xpack.checkpoint"));
+  CHECK_FALSE(fs::exists(tmp / "b" / "out.xpack"));
+  rc = run(tool("xpack-build") + " " + q(model) + " -o " + q(tmp / "b" / "out"), &o);
+  CHECK(rc == 1);  // refuses to clobber an interrupted build without --resume/--force
+  CHECK(o.find("--resume") != std::string::npos);
+  rc = run(tool("xpack-build") + " " + q(model) + " -o " + q(tmp / "b" / "out") +
+               " --resume --stop-after-objects 16", &o);
+  CHECK(rc == 1);
+  rc = run(tool("xpack-build") + " " + q(model) + " -o " + q(tmp / "b" / "out") + " --resume --json", &o);
+  INFO(o);
+  REQUIRE(rc == 0);
+  auto j = nlohmann::json::parse(o);
+  CHECK(j["resumed_from_object"].get<uint64_t>() > 0);
+  CHECK(j["resumed_from_object"].get<uint64_t>() < j["n_objects"].get<uint64_t>());
+  for (const char* f : {"out.xpack", "out.trunk.gguf", "out.xpack.json"})
+    CHECK_MESSAGE(same_file(tmp / "a" / f, tmp / "b" / f), f);
+  CHECK_FALSE(fs::exists(tmp / "b" / "out.xpack.checkpoint"));
+  CHECK_FALSE(fs::exists(tmp / "b" / "out.xpack.partial"));
+
+  // --resume with nothing to resume is a plain build; an existing output needs --force.
+  rc = run(tool("xpack-build") + " " + q(model) + " -o " + q(tmp / "b" / "out"), &o);
+  CHECK(rc == 1);
+  CHECK(o.find("--force") != std::string::npos);
+  build(model, tmp / "b" / "out", "--force");
+  CHECK(same_file(tmp / "a" / "out.xpack", tmp / "b" / "out.xpack"));
+}
+
+TEST_CASE("--consume-source deletes shards as they are done, also across a resume") {
+  TempDir tmp;
+  fs::create_directories(tmp / "ref");
+  fs::create_directories(tmp / "src");
+  fs::create_directories(tmp / "out");
+  synth(tmp / "ref" / "m.gguf", "--arch kimi-k3 --layers 5 --experts 8 --shards 4");
+  synth(tmp / "src" / "m.gguf", "--arch kimi-k3 --layers 5 --experts 8 --shards 4");
+  fs::path first = tmp / "ref" / "m-00001-of-00004.gguf";
+  build(first, tmp / "ref" / "out");
+
+  std::string o;
+  fs::path src_first = tmp / "src" / "m-00003-of-00004.gguf";
+  int rc = run(tool("xpack-build") + " " + q(src_first) + " -o " + q(tmp / "out" / "out") +
+                   " --consume-source --stop-after-objects 20",
+               &o);
+  INFO(o);
+  CHECK(rc == 1);
+  int left = 0;
+  for (auto& e : fs::directory_iterator(tmp / "src")) left += e.path().extension() == ".gguf";
+  CHECK(left < 4);  // something was consumed before the "crash"
+  CHECK(left > 0);
+  rc = run(tool("xpack-build") + " " + q(src_first) + " -o " + q(tmp / "out" / "out") +
+               " --consume-source --resume --verify --json",
+           &o);
+  REQUIRE(rc == 0);
+  auto j = nlohmann::json::parse(o);
+  CHECK(j["verified"] == true);
+  CHECK(fs::is_empty(tmp / "src"));
+  CHECK(same_file(tmp / "ref" / "out.xpack", tmp / "out" / "out.xpack"));
+  CHECK(same_file(tmp / "ref" / "out.trunk.gguf", tmp / "out" / "out.trunk.gguf"));
+  auto p = pack::PackReader::open((tmp / "out" / "out.xpack").string(),
+                                  pack::OpenOptions{(tmp / "out" / "out.trunk.gguf").string()});
+  CHECK(p.ok());
+
+  // A single file: refused unless --force (the file must survive the refusal).
+  fs::path single = synth(tmp / "single.gguf", "--arch deepseek4 --layers 2 --experts 4");
+  rc = run(tool("xpack-build") + " " + q(single) + " -o " + q(tmp / "s1") + " --consume-source", &o);
+  CHECK(rc == 1);
+  CHECK(o.find("--force") != std::string::npos);
+  CHECK(fs::exists(single));
+  CHECK_FALSE(fs::exists(tmp / "s1.xpack"));
+  build(single, tmp / "s2", "--consume-source --force");
+  CHECK_FALSE(fs::exists(single));
+  CHECK(pack::PackReader::open((tmp / "s2.xpack").string()).ok());
+}
+
+TEST_CASE("consume-source on the oracle split set leaves a pack equal to a normal build") {
+  std::optional<fs::path> shared;
+  if (!shared_or_skip(shared)) return;
+  TempDir tmp;
+  copy_split(*shared, tmp.path());
+  build(oracle(*shared, "kimi-k3-q2k-q3k-00001-of-00003.gguf"), tmp / "ref");
+  build(tmp / "kimi-k3-q2k-q3k-00001-of-00003.gguf", tmp / "eaten", "--consume-source");
+  for (int k = 1; k <= 3; ++k)
+    CHECK_FALSE(fs::exists(tmp / ("kimi-k3-q2k-q3k-0000" + std::to_string(k) + "-of-00003.gguf")));
+  CHECK(same_file(tmp / "ref.xpack", tmp / "eaten.xpack"));
+  CHECK(same_file(tmp / "ref.trunk.gguf", tmp / "eaten.trunk.gguf"));
+}
+
+TEST_CASE("xpack-inspect --verify names the damaged (layer, expert, role)") {
+  TempDir tmp;
+  fs::path model = synth(tmp / "m.gguf", "--arch kimi-k3 --layers 4 --experts 8");
+  build(model, tmp / "p");
+  fs::path pack_path = tmp / "p.xpack";
+  std::string o;
+  REQUIRE(run(tool("xpack-inspect") + " " + q(pack_path) + " --verify", &o) == 0);
+  CHECK(o.find("OK") != std::string::npos);
+
+  auto r = pack::PackReader::open(pack_path.string());
+  REQUIRE(r.ok());
+  const uint32_t slot = 1, expert = 5;
+  const int down = r->find_role("down");
+  REQUIRE(down >= 0);
+  const uint32_t block = r->layer_blocks()[slot];
+  uint64_t off = r->object_offset(slot, expert) + r->roles()[down].offset + 17;
+  r = pack::PackReader::open(pack_path.string());  // close the old fd before editing
+  auto bytes = read_file(pack_path);
+  bytes[off] ^= 0x01;
+  write_file(pack_path, bytes);
+
+  int rc = run(tool("xpack-inspect") + " " + q(pack_path) + " --verify", &o);
+  INFO(o);
+  CHECK(rc == 1);
+  std::string want = "layer " + std::to_string(block) + " (slot 1), expert 5, role down";
+  CHECK(o.find(want) != std::string::npos);
+  rc = run(tool("xpack-inspect") + " " + q(pack_path) + " --verify --json", &o);
+  CHECK(rc == 1);
+  // stdout holds the JSON object; stderr (merged by run_command) one error line.
+  auto j = nlohmann::json::parse(o.substr(o.find('{'), o.rfind('}') - o.find('{') + 1));
+  CHECK(j["verify"]["ok"] == false);
+  CHECK(j["verify"]["layer"] == block);
+  CHECK(j["verify"]["expert"] == 5);
+  CHECK(j["verify"]["role"] == "down");
+  // Without --verify the pack still opens: payload damage is found only by reading it.
+  CHECK(run(tool("xpack-inspect") + " " + q(pack_path), &o) == 0);
+}
+
+TEST_CASE("xpack-inspect --json is enough to locate any expert without the C API") {
+  TempDir tmp;
+  fs::path model = synth(tmp / "m.gguf", "--arch kimi-k3 --layers 3 --experts 4");
+  build(model, tmp / "p");
+  std::string o;
+  REQUIRE(run(tool("xpack-inspect") + " " + q(tmp / "p.xpack") + " --json", &o) == 0);
+  auto j = nlohmann::json::parse(o);
+  for (const char* k : {"format", "version", "arch", "data_start", "object_stride", "n_experts", "layers", "roles"})
+    CHECK_MESSAGE(j.contains(k), k);
+  CHECK(j["format"] == "xpack-expert-pack");
+  CHECK(j["version"] == 1);
+  CHECK(j["arch"] == "kimi-k3");
+  auto src = gguf::Model::open(model.string());
+  REQUIRE(src.ok());
+  auto pack_bytes = read_file(tmp / "p.xpack");
+  const uint64_t data_start = j["data_start"], stride = j["object_stride"], n_experts = j["n_experts"];
+  std::vector<std::string> names;
+  for (const auto& role : j["roles"]) names.push_back(role["name"]);
+  CHECK(names == std::vector<std::string>{"gate", "up", "down"});
+  for (size_t slot = 0; slot < j["layers"].size(); ++slot) {
+    uint32_t block = j["layers"][slot];
+    for (uint64_t e = 0; e < n_experts; ++e) {
+      for (const auto& role : j["roles"]) {
+        std::string tname = "blk." + std::to_string(block) + ".ffn_" + role["name"].get<std::string>() + "_exps.weight";
+        const gguf::TensorInfo* t = src->find_tensor(tname);
+        REQUIRE(t);
+        uint64_t nbytes = role["nbytes"], off = data_start + (slot * n_experts + e) * stride + role["offset"].get<uint64_t>();
+        REQUIRE(off + nbytes <= pack_bytes.size());
+        auto data = src->tensor_data(*t);
+        REQUIRE(data.ok());
+        CHECK(std::memcmp(pack_bytes.data() + off, *data + e * nbytes, nbytes) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("bad input gives clear errors") {
+  TempDir tmp;
+  std::string o;
+  CHECK(run(tool("xpack-build") + " --help", &o) == 0);
+  CHECK(o.find("--consume-source") != std::string::npos);
+  CHECK(run(tool("xpack-build"), &o) == 2);
+  CHECK(run(tool("xpack-build") + " x.gguf", &o) == 2);  // no -o
+  CHECK(run(tool("xpack-build") + " x.gguf -o y --bogus", &o) == 2);
+  CHECK(run(tool("xpack-inspect"), &o) == 2);
+
+  CHECK(run(tool("xpack-build") + " " + q(tmp / "missing.gguf") + " -o " + q(tmp / "x"), &o) == 1);
+  CHECK(o.find("missing.gguf") != std::string::npos);
+
+  // Not a GGUF at all.
+  write_file(tmp / "junk.gguf", std::vector<uint8_t>(100, 7));
+  CHECK(run(tool("xpack-build") + " " + q(tmp / "junk.gguf") + " -o " + q(tmp / "x"), &o) == 1);
+
+  // A dense model (no routed experts).
+  fs::path dense = data_dir() / "stories260K.gguf";
+  if (fs::exists(dense)) {
+    CHECK(run(tool("xpack-build") + " " + q(dense) + " -o " + q(tmp / "x"), &o) == 1);
+    CHECK(o.find("no routed expert tensors") != std::string::npos);
+  } else {
+    MESSAGE("SKIPPED dense-model case: test/data/stories260K.gguf is absent");
+  }
+
+  // Layers that disagree on a role's type: a documented limitation of format v1.
+  write_inconsistent_model(tmp / "mixed.gguf");
+  CHECK(run(tool("xpack-build") + " " + q(tmp / "mixed.gguf") + " -o " + q(tmp / "x"), &o) == 1);
+  CHECK(o.find("format v1 needs identical expert types") != std::string::npos);
+  CHECK_FALSE(fs::exists(tmp / "x.xpack"));
+  CHECK_FALSE(fs::exists(tmp / "x.xpack.partial"));
+
+  // A truncated split set.
+  synth(tmp / "sk.gguf", "--arch kimi-k3 --layers 3 --experts 4 --shards 2");
+  fs::remove(tmp / "sk-00002-of-00002.gguf");
+  CHECK(run(tool("xpack-build") + " " + q(tmp / "sk-00001-of-00002.gguf") + " -o " + q(tmp / "x"), &o) == 1);
+  CHECK(o.find("missing") != std::string::npos);
+
+  // A trunk is not a model to build from.
+  fs::path model = synth(tmp / "m.gguf", "--arch deepseek4 --layers 2 --experts 4");
+  build(model, tmp / "p");
+  CHECK(run(tool("xpack-build") + " " + q(tmp / "p.trunk.gguf") + " -o " + q(tmp / "again"), &o) == 1);
+
+  // Damaged packs through xpack-inspect.
+  auto bytes = read_file(tmp / "p.xpack");
+  write_file(tmp / "trunc.xpack", std::vector<uint8_t>(bytes.begin(), bytes.end() - 4096));
+  CHECK(run(tool("xpack-inspect") + " " + q(tmp / "trunc.xpack"), &o) == 1);
+  CHECK(o.find("header implies") != std::string::npos);
+  auto hdr = bytes;
+  hdr[100] ^= 0xFF;
+  write_file(tmp / "hdr.xpack", hdr);
+  CHECK(run(tool("xpack-inspect") + " " + q(tmp / "hdr.xpack"), &o) == 1);
+  CHECK(o.find("checksum") != std::string::npos);
+}
