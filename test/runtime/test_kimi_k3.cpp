@@ -70,7 +70,7 @@ std::vector<float> run_logits(const std::string& model_args, const std::vector<i
                               int n_gen = 0) {
   RunResult r = run(q(xpack_run_exe()) + " " + model_args + " --prompt-ids " + join_ids(ids) + " -n " +
                     std::to_string(n_gen) + " --ignore-eos --logits-out " + q(out));
-  REQUIRE_MESSAGE(r.rc == 0, model_args + "\n" + r.out + r.err);
+  REQUIRE_MESSAGE(r.rc == 0, model_args << "\n" << r.out << r.err);
   return read_f32(out);
 }
 
@@ -114,7 +114,7 @@ TEST_CASE("kimi-k3: teacher-forced logits match llama.cpp on every oracle model"
   };
   for (const Case& c : cases)
     for (const char* prompt : {"short", "long"}) {
-      INFO(std::string(c.file) + " " + prompt);
+      INFO(std::string(c.file) << " " << std::string(prompt));
       check_oracle(*oracle, "-m " + q(models / c.file) + " -t 2", std::string(c.ref) + "." + prompt, tmp.path());
     }
 }
@@ -139,7 +139,7 @@ TEST_CASE("kimi-k3: the pack path streams experts through a 4 MiB cache, bit-ide
     const fs::path src = *oracle / "models" / c.file;
     const fs::path prefix = tmp / ("k" + std::to_string(i++));
     RunResult b = run(q(xpack_build_exe()) + " " + q(src) + " -o " + q(prefix));
-    REQUIRE_MESSAGE(b.rc == 0, b.out + b.err);
+    REQUIRE_MESSAGE(b.rc == 0, b.out << b.err);
     const std::string pack_args = "-m " + q(prefix.string() + ".trunk.gguf") + " --pack " +
                                   q(prefix.string() + ".xpack") + " --cache-mib 4 -t 2";
     for (const char* prompt : {"short", "long"}) {
@@ -173,7 +173,7 @@ TEST_CASE("kimi-k3: greedy decode through the KDA/MLA state equals the batch and
 
     RunResult r = run(q(xpack_run_exe()) + " " + model + " --prompt-ids " + join_ids(prompt) + " -n " +
                       std::to_string(gen.size()) + " --ignore-eos --json --logits-out " + q(tmp / "dec.f32"));
-    REQUIRE_MESSAGE(r.rc == 0, r.out + r.err);
+    REQUIRE_MESSAGE(r.rc == 0, r.out << r.err);
     // the JSON object is the last line of stdout (the harness may merge stderr before it)
     const size_t brace = r.out.rfind("\n{");
     const json out = json::parse(brace == std::string::npos ? r.out : r.out.substr(brace + 1));
@@ -230,7 +230,7 @@ TEST_CASE("kimi-k3: damaged models fail with a message naming the problem") {
     CAPTURE(change);
     const fs::path bad = tmp / ("bad" + std::to_string(i++) + ".gguf");
     RunResult m = run("python3 " + q(mutate) + " " + q(*oracle / "models" / d.src) + " " + q(bad) + " " + d.change);
-    REQUIRE_MESSAGE(m.rc == 0, "kimi_k3_mutate.py failed (needs python3 with numpy and gguf): " + m.out + m.err);
+    REQUIRE_MESSAGE(m.rc == 0, "kimi_k3_mutate.py failed (needs python3 with numpy and gguf): " << m.out << m.err);
     RunResult r = run(q(xpack_run_exe()) + " -m " + q(bad) + " --prompt-ids 1,403,407 -n 0");
     const std::string said = r.out + r.err;  // wherever the harness leaves stderr
     INFO(said);
