@@ -17,7 +17,6 @@
 namespace xrun {
 namespace {
 
-constexpr int kQK_K = 256;  // K-quant super-block
 
 float f32_from_bits(uint32_t bits) {
   float f;
@@ -80,18 +79,24 @@ void dequant_q8_0(const uint8_t* b, float* y) {
   for (int j = 0; j < 32; ++j) y[j] = float(int8_t(b[2 + j])) * d;
 }
 
+// Element i = 128h + 32g + l takes bits 2g..2g+1 of qs[32h + l] and the scale
+// byte of its 16-element sub-block (8h + 2g + l/16).
 void dequant_q2_k(const uint8_t* b, float* y) {
   const uint8_t* scales = b;
   const uint8_t* qs = b + 16;
   const float d = load_f16(b + 80);
   const float dmin = load_f16(b + 82);
-  for (int i = 0; i < kQK_K; ++i) {
-    const int h = i / 128, g = (i % 128) / 32, l = i % 32;
-    const int q = (qs[32 * h + l] >> (2 * g)) & 3;
-    const uint8_t s = scales[i / 16];
-    const float dl = d * float(s & 0xF);
-    const float ml = dmin * float(s >> 4);
-    y[i] = dl * float(q) - ml;
+  for (int h = 0; h < 2; ++h) {
+    for (int g = 0; g < 4; ++g) {
+      for (int half = 0; half < 2; ++half) {
+        const uint8_t s = scales[8 * h + 2 * g + half];
+        const float dl = d * float(s & 0xF);
+        const float ml = dmin * float(s >> 4);
+        const uint8_t* q = qs + 32 * h + 16 * half;
+        float* out = y + 128 * h + 32 * g + 16 * half;
+        for (int l = 0; l < 16; ++l) out[l] = dl * float((q[l] >> (2 * g)) & 3) - ml;
+      }
+    }
   }
 }
 
@@ -107,15 +112,20 @@ void dequant_q3_k(const uint8_t* b, float* y) {
   const uint8_t* qs = b + 32;
   const uint8_t* scales = b + 96;
   const float d = load_f16(b + 108);
-  for (int j = 0; j < 16; ++j) {
-    const float dl = d * float(q3_k_scale(scales, j));
-    for (int k = 0; k < 16; ++k) {
-      const int i = 16 * j + k;
-      const int h = i / 128, g = (i % 128) / 32, l = i % 32;
-      const int low = (qs[32 * h + l] >> (2 * g)) & 3;
-      const int hb = (hmask[l] >> (4 * h + g)) & 1;
-      const int q = low - (hb ? 0 : 4);
-      y[i] = dl * float(q);
+  for (int h = 0; h < 2; ++h) {
+    for (int g = 0; g < 4; ++g) {
+      const int hbit = 4 * h + g;
+      for (int half = 0; half < 2; ++half) {
+        const float dl = d * float(q3_k_scale(scales, 8 * h + 2 * g + half));
+        const uint8_t* q = qs + 32 * h + 16 * half;
+        const uint8_t* hm = hmask + 16 * half;
+        float* out = y + 128 * h + 32 * g + 16 * half;
+        for (int l = 0; l < 16; ++l) {
+          const int low = (q[l] >> (2 * g)) & 3;
+          const int qv = low - (((hm[l] >> hbit) & 1) ? 0 : 4);
+          out[l] = dl * float(qv);
+        }
+      }
     }
   }
 }
@@ -175,15 +185,22 @@ void dequant_q6_k(const uint8_t* b, float* y) {
   const uint8_t* qh = b + 128;
   const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
   const float d = load_f16(b + 208);
-  for (int i = 0; i < kQK_K; ++i) {
-    const int h = i / 128, r = i % 128, g = r / 32, l = r % 32;
-    const uint8_t byte = ql[64 * h + l + 32 * (g & 1)];
-    const int lo4 = g < 2 ? (byte & 0xF) : (byte >> 4);
-    const int hi2 = (qh[32 * h + l] >> (2 * g)) & 3;
-    const int q = (lo4 | (hi2 << 4)) - 32;
-    // ggml evaluates d * sc * q left to right: (d * sc) rounded first.
-    const float dsc = d * float(scales[8 * h + 2 * g + l / 16]);
-    y[i] = dsc * float(q);
+  for (int h = 0; h < 2; ++h) {
+    for (int g = 0; g < 4; ++g) {
+      const uint8_t* lo = ql + 64 * h + 32 * (g & 1);
+      const int lo_shift = g < 2 ? 0 : 4;
+      const uint8_t* hi = qh + 32 * h;
+      for (int half = 0; half < 2; ++half) {
+        // ggml evaluates d * sc * q left to right: (d * sc) is rounded first.
+        const float dsc = d * float(scales[8 * h + 2 * g + half]);
+        float* out = y + 128 * h + 32 * g + 16 * half;
+        for (int k = 0; k < 16; ++k) {
+          const int l = 16 * half + k;
+          const int q = (((lo[l] >> lo_shift) & 0xF) | (((hi[l] >> (2 * g)) & 3) << 4)) - 32;
+          out[k] = dsc * float(q);
+        }
+      }
+    }
   }
 }
 
@@ -191,10 +208,13 @@ constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4,
 
 void dequant_mxfp4(const uint8_t* b, float* y) {
   const float s = e8m0_to_f32_half(b[0]);
+  // The same product per code as decoding element by element, computed once.
+  float value[16];
+  for (int k = 0; k < 16; ++k) value[k] = float(kMxfp4Values[k]) * s;
   const uint8_t* qs = b + 1;
   for (int j = 0; j < 16; ++j) {
-    y[j] = float(kMxfp4Values[qs[j] & 0xF]) * s;
-    y[j + 16] = float(kMxfp4Values[qs[j] >> 4]) * s;
+    y[j] = value[qs[j] & 0xF];
+    y[j + 16] = value[qs[j] >> 4];
   }
 }
 

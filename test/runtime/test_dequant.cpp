@@ -116,7 +116,7 @@ std::vector<float> reference_decode(const char* type_name, const std::vector<uin
 uint32_t bits_of(float f) { return std::bit_cast<uint32_t>(f); }
 
 // Bit-exact comparison; reports the first few differing elements with their block.
-void expect_bit_identical(const char* what, const std::vector<float>& got,
+void expect_bit_identical(const std::string& what, const std::vector<float>& got,
                           const std::vector<float>& want, uint32_t block_elems) {
   REQUIRE(got.size() == want.size());
   size_t mismatches = 0;
