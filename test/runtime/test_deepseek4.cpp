@@ -208,6 +208,36 @@ TEST_CASE("deepseek4: greedy decode through the compressed-KV state equals batch
   }
 }
 
+TEST_CASE("deepseek4: decoding every position one by one equals one batch (CSA, indexer and HCA blocks in decode)") {
+  auto oracle = oracle_dir();
+  if (!oracle) {
+    MESSAGE("SKIPPED: ../shared/oracle (deepseek4 models) not found");
+    return;
+  }
+  xpack::test::TempDir tmp;
+  // From a single prompt token, 300 greedy steps: every 4:1 block, the indexer's
+  // top-k once more than top_k blocks exist, and the 128:1 blocks at positions
+  // 127 and 255 are all completed by single-token calls.
+  const std::string model = "-m " + q(*oracle / "models" / "deepseek4-f32.gguf") + " -t 2";
+  const int n_gen = 300;
+  RunResult r = run(q(xpack_run_exe()) + " " + model + " --prompt-ids 1 -n " + std::to_string(n_gen) +
+                    " --ignore-eos --logits-out " + q(tmp / "decode.f32"));
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  const std::vector<float> decoded = read_f32(tmp / "decode.f32");
+  REQUIRE(decoded.size() == size_t(n_gen + 1) * kVocab);
+  // The fed ids: the prompt, then each row's greedy choice.
+  std::vector<int32_t> ids = {1};
+  for (int k = 0; k < n_gen; ++k) {
+    const float* row = decoded.data() + size_t(k) * kVocab;
+    ids.push_back(static_cast<int32_t>(std::max_element(row, row + kVocab) - row));
+  }
+  const std::vector<float> batch = logits_of(model, ids, tmp / "batch.f32");
+  const Diff d = diff_rows(decoded, batch, ids.size(), 1e-4);
+  MESSAGE("decode from position 0 vs batch: max|diff| " << d.max << " over " << ids.size() << " rows");
+  CHECK_MESSAGE(d.first_bad < 0, "first decode row over 1e-4: " << d.first_bad);
+}
+
 TEST_CASE("deepseek4: damaged models fail with a message naming the problem") {
   auto oracle = oracle_dir();
   if (!oracle) {
