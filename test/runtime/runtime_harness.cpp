@@ -22,8 +22,9 @@ RunResult run(const std::string& cmd) {
   xpack::test::TempDir tmp;
   fs::path err = tmp / "stderr";
   RunResult r;
-  // run_command merges stderr into its capture; keep it apart in a file.
-  r.rc = xpack::test::run_command("( " + cmd + " ) 2>" + q(err), &r.out);
+  // run_command appends 2>&1 to the whole line; the subshell then points its
+  // own stderr at a file, so stdout alone comes back through the pipe.
+  r.rc = xpack::test::run_command("( exec 2>" + q(err) + "; " + cmd + " )", &r.out);
   std::ifstream f(err);
   r.err.assign(std::istreambuf_iterator<char>(f), {});
   return r;

@@ -71,8 +71,9 @@ TEST_CASE("stories260K: -p \"Once\" prints llama.cpp's story") {
   REQUIRE(r.rc == 0);
   const std::string want =
       " upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she "
-      "saw a big, red ball. She wanted to play with it, but it was too high.\n";
-  CHECK(r.out.substr(0, want.size()) == want);
+      "saw a big, red ball. She wanted to play with it, but it was too high.";
+  // The text as it is produced, then one newline (llama.cpp's example prints the same).
+  CHECK(r.out == want + "\n");
 
   RunResult j = run(xrun("-m " + q(*model) + " -p Once -n 60 --json"));
   REQUIRE(j.rc == 0);
