@@ -339,3 +339,24 @@ TEST_CASE("pack geometry checks") {
   bad.object_bytes = 0;
   CHECK(io::check_geometry(bad).error().code == XPACK_E_FORMAT);
 }
+
+TEST_CASE("xpack-fio --pack reads real objects") {
+  TempDir dir;
+  std::string path = make_pack(dir, "deepseek4", 2, 8);
+  auto fio = xpack::test::build_dir() / "bench" / "xpack-fio";
+  if (!std::filesystem::exists(fio)) FAIL("xpack-fio is not built at " << fio.string());
+  std::string out;
+  int rc = xpack::test::run_command("XPACK_FIO_KEEP_CACHE=1 " + fio.string() + " --pack " + path +
+                                        " --qd 4 --ios 40 --mode uring-fixed,pread-direct --json",
+                                    &out);
+  REQUIRE_MESSAGE(rc == 0, out);
+  CHECK(out.find("\"mode\":\"uring-fixed\"") != std::string::npos);
+  CHECK(out.find("\"mode\":\"pread-direct\"") != std::string::npos);
+  CHECK(out.find("\"pattern\":\"pack\"") != std::string::npos);
+  CHECK(out.find("\"ios\":40") != std::string::npos);
+  rc = xpack::test::run_command(fio.string() + " --pack " + path + " --h2d --ios 1", &out);
+#ifndef XPACK_HAVE_CUDA
+  CHECK(rc != 0);
+  CHECK(out.find("CUDA") != std::string::npos);
+#endif
+}
