@@ -413,7 +413,158 @@ XPACK_API int xpack_engine_get_counters(const xpack_engine *e, xpack_engine_coun
 /* ------------------------------------------------------------------------ */
 /* Expert cache                                                              */
 /* ------------------------------------------------------------------------ */
-/* XPACK-CACHE-SECTION: declarations of the expert cache go here. */
+/* Keeps the hottest expert objects in device memory (design: doc/cache.md). One
+ * slot holds one whole object (all roles); the slot count comes from a byte
+ * budget: floor(min(budget, free device memory - reserve) / slot stride).
+ * xpack_cache_acquire returns at once with a slot and a ready event per expert:
+ * hits are ready immediately, misses are read by an internal I/O thread
+ * (io_uring) and each is copied to its slot as soon as it lands. Experts of an
+ * acquire are protected from eviction until xpack_cache_release. Layers are
+ * object-table rows of the pack (xpack_pack_layer_slot maps GGUF blocks).
+ * Thread-safety: unless a function says otherwise, all cache functions are
+ * thread-safe; several threads may acquire, wait and release concurrently on one
+ * cache. A ticket must be released exactly once. */
+
+typedef struct xpack_cache xpack_cache;
+
+enum xpack_cache_policy {
+  XPACK_POLICY_HYBRID = 0, /* seed's LFU/LRU hybrid: capped use count, ties by recency */
+  XPACK_POLICY_LRU = 1,
+  XPACK_POLICY_LFU = 2
+};
+
+enum xpack_device_kind {
+  XPACK_DEVICE_AUTO = 0, /* CUDA when built with it and a GPU is usable, else host */
+  XPACK_DEVICE_CUDA = 1, /* fail with XPACK_E_DEVICE / XPACK_E_UNSUPPORTED without one */
+  XPACK_DEVICE_HOST = 2  /* plain memory, copies on a worker thread (tests, CI) */
+};
+
+typedef struct xpack_cache_options {
+  size_t size;             /* sizeof(xpack_cache_options) */
+  uint64_t budget_bytes;   /* device bytes for slots; 0 = all free memory - reserve */
+  uint64_t reserve_bytes;  /* device bytes to leave free */
+  int32_t policy;          /* enum xpack_cache_policy (default HYBRID) */
+  int32_t device;          /* enum xpack_device_kind (default AUTO) */
+  int32_t cuda_device;     /* CUDA ordinal (default 0) */
+  uint32_t staging_slots;  /* pinned staging buffers, one object each (0 = 8) */
+  uint32_t read_splits;    /* aligned ranges per object read (0 = 1) */
+  uint32_t queue_depth;    /* io_uring reads in flight at most (0 = 64) */
+  int32_t direct_io;       /* 1 (default): O_DIRECT; 0: page cache, counted in fallback_count.
+                              NB: a zero-filled struct means buffered; use _options_init */
+  int32_t verify;          /* 1: xxh3 of every object on arrival (default 0) */
+  const char *stats_path;  /* JSON stats written atomically; NULL = none */
+  uint64_t stats_interval; /* write every N releases, and at destroy (0 = destroy only) */
+  const char *trace_path;  /* routing trace CSV step,layer,expert; NULL = none */
+  uint64_t host_device_bytes; /* host device only: memory it pretends to have (0 = 16 GiB) */
+} xpack_cache_options;
+
+/* Fills *opts with the defaults (and opts->size). Thread-safe. */
+XPACK_API int xpack_cache_options_init(xpack_cache_options *opts);
+
+/* Creates a cache over pack `p` (which must outlive the cache). Errors:
+ * XPACK_E_CAPACITY (fewer slots than the pack's top-k), XPACK_E_DEVICE,
+ * XPACK_E_UNSUPPORTED (CUDA asked for, built without), the I/O engine's errors
+ * (XPACK_E_URING, XPACK_E_NO_DIRECT_IO, XPACK_E_LIMIT), XPACK_E_INVALID_ARG. On
+ * failure *out is NULL and xpack_last_error() says why. Thread-safe (distinct
+ * caches). */
+XPACK_API int xpack_cache_create(xpack_pack *p, const xpack_cache_options *opts,
+                                 xpack_cache **out);
+/* Finishes loads in flight, writes the stats file, frees everything. Accepts
+ * NULL. Not thread-safe with other calls on the same cache. */
+XPACK_API void xpack_cache_destroy(xpack_cache *c);
+/* Message of the most recent failure on this cache ("" if none). Not
+ * thread-safe with failing calls on the same cache. */
+XPACK_API const char *xpack_cache_errmsg(const xpack_cache *c);
+
+typedef struct xpack_cache_info {
+  size_t size;                /* sizeof(xpack_cache_info), set by the caller */
+  uint32_t slot_count;
+  uint32_t n_layers;
+  uint32_t n_experts;
+  uint64_t slot_stride;       /* bytes between slots (object_bytes rounded up to 256) */
+  uint64_t object_bytes;
+  const char *device_backend; /* "cuda" or "host"; lives as long as the cache */
+  const char *policy;         /* "hybrid", "lru", "lfu" */
+} xpack_cache_info;
+
+/* Thread-safe. */
+XPACK_API int xpack_cache_get_info(const xpack_cache *c, xpack_cache_info *out);
+
+typedef struct xpack_expert_slot {
+  uint32_t expert;
+  uint32_t slot;
+  void *data;          /* device address of the object (roles at xpack_role_info.offset) */
+  void *ready_event;   /* cudaEvent_t to wait on from a compute stream; NULL on host */
+  int32_t hit;         /* 1 if it was resident (or already loading) */
+} xpack_expert_slot;
+
+/* Requests n expert ids of one layer for n_tokens tokens (duplicates allowed;
+ * n_tokens > 1 is prefill). Returns at once: out[i] describes experts[i]; the
+ * data is usable after xpack_cache_wait (or after ready_event on a stream).
+ * *ticket identifies the request for wait/release. XPACK_E_CAPACITY when the
+ * distinct experts cannot all be placed because other requests protect too many
+ * slots (release some and retry). Thread-safe. */
+XPACK_API int xpack_cache_acquire(xpack_cache *c, uint32_t layer, const uint32_t *experts,
+                                  size_t n, uint32_t n_tokens, xpack_expert_slot *out,
+                                  uint64_t *ticket);
+/* Blocks until expert `index` of the ticket is in its slot; returns its load's
+ * error (-EIO, XPACK_E_OBJECT_CHECKSUM, ...) if it failed (the slot is then not
+ * published). Thread-safe. */
+XPACK_API int xpack_cache_wait(xpack_cache *c, uint64_t ticket, size_t index);
+/* Waits for every expert of the ticket; returns the first error. Thread-safe. */
+XPACK_API int xpack_cache_wait_all(xpack_cache *c, uint64_t ticket);
+/* acquire + wait_all. On a failed load the ticket is released and the error
+ * returned (*ticket = 0). Thread-safe. */
+XPACK_API int xpack_cache_acquire_blocking(xpack_cache *c, uint32_t layer,
+                                           const uint32_t *experts, size_t n,
+                                           uint32_t n_tokens, xpack_expert_slot *out,
+                                           uint64_t *ticket);
+/* Ends the ticket's protection; the handles in its xpack_expert_slot array
+ * become invalid. `compute_stream` (cudaStream_t, or NULL): later copies into
+ * these slots wait for work already enqueued there; with NULL the caller must
+ * have finished reading the slots. Thread-safe. */
+XPACK_API int xpack_cache_release(xpack_cache *c, uint64_t ticket, void *compute_stream);
+/* Hint: load these experts if not resident, only into free slots or over
+ * entries the policy values no more (never protected ones). Returns the number
+ * of loads started (>= 0) or a negative code. Thread-safe. */
+XPACK_API int xpack_cache_prefetch(xpack_cache *c, uint32_t layer, const uint32_t *experts,
+                                   size_t n);
+/* Device address of a slot. Thread-safe. */
+XPACK_API int xpack_cache_slot_pointer(const xpack_cache *c, uint32_t slot, void **ptr);
+/* Copies object_bytes of a slot to host memory (synchronous; for checks and
+ * tests). Thread-safe; the content is only meaningful while the slot is held. */
+XPACK_API int xpack_cache_read_slot(xpack_cache *c, uint32_t slot, void *dst, size_t dst_size);
+
+typedef struct xpack_cache_counters {
+  size_t size;               /* sizeof(xpack_cache_counters), set by the caller */
+  uint64_t cache_hits;       /* distinct experts per acquire found resident */
+  uint64_t cache_misses;
+  uint64_t cache_evictions;
+  uint64_t pack_reads;       /* objects read */
+  uint64_t pack_read_bytes;
+  uint64_t h2d_bytes;
+  uint64_t fallback_count;   /* reads through the page cache */
+  uint64_t io_errors;        /* objects that failed to arrive intact */
+  uint64_t prefetch_issued;
+  uint64_t prefetch_used;
+  uint64_t prefetch_wasted;
+  uint64_t acquires;
+  uint64_t steps;            /* releases */
+  uint64_t stall_ns;         /* time waiters spent blocked on misses */
+  uint64_t stall_waits;
+  uint64_t read_p50_ns, read_p99_ns; /* upper bounds of log2 latency buckets */
+  uint64_t h2d_p50_ns, h2d_p99_ns;
+  uint32_t n_layers;         /* entries of the per-layer counters */
+} xpack_cache_counters;
+
+/* A consistent snapshot of the counters. Thread-safe. */
+XPACK_API int xpack_cache_get_counters(const xpack_cache *c, xpack_cache_counters *out);
+/* Per-layer counters of the same kind of snapshot (any pointer may be NULL). */
+XPACK_API int xpack_cache_layer_counters(const xpack_cache *c, uint32_t layer,
+                                         uint64_t *route_calls, uint64_t *route_tokens,
+                                         uint64_t *hits, uint64_t *misses);
+/* Writes the stats JSON now (no-op without stats_path). Thread-safe. */
+XPACK_API int xpack_cache_write_stats(xpack_cache *c);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,310 @@
+// The xpack_cache_* C API: an exception-free shell over cache::ExpertCache and a
+// device backend chosen at creation.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+
+#include "cache/expert_cache.h"
+#include "common/checked_math.h"
+#include "common/last_error.h"
+#include "common/result.h"
+#include "device/device.h"
+#include "xpack/xpack.h"
+
+struct xpack_cache {
+  std::unique_ptr<xpack::device::Device> device;
+  std::unique_ptr<xpack::cache::ExpertCache> cache;
+  mutable std::mutex msg_mu;
+  mutable std::string errmsg;
+};
+
+namespace {
+
+using xpack::Error;
+using xpack::Result;
+
+int fail(const xpack_cache* c, int code, std::string msg) {
+  xpack::set_last_error(msg);
+  if (c) {
+    std::lock_guard lk(c->msg_mu);
+    c->errmsg = std::move(msg);
+  }
+  return code;
+}
+int fail(const xpack_cache* c, const Error& e) { return fail(c, e.code, e.message); }
+
+template <typename T>
+bool struct_ok(const T* p) {
+  return p && p->size >= sizeof(size_t);
+}
+
+// The pack's geometry through its public accessors (the pack must outlive us).
+Result<xpack::cache::ObjectSource> source_from_pack(xpack_pack* p) {
+  xpack_pack_info info{};
+  info.size = sizeof(info);
+  int rc = xpack_pack_get_info(p, &info);
+  if (rc != 0) return Error{rc, xpack_pack_errmsg(p)};
+  xpack::cache::ObjectSource s;
+  s.path = xpack_pack_path(p);
+  s.n_layers = info.n_layers;
+  s.n_experts = info.n_experts;
+  s.top_k = info.n_experts_used;
+  s.object_bytes = info.object_bytes;
+  s.read_bytes = xpack::align_up(info.object_bytes, 4096);
+  if (s.read_bytes > info.object_stride)
+    return xpack::err(XPACK_E_MISALIGNED, "pack stride {} is smaller than the aligned object {}",
+                      info.object_stride, s.read_bytes);
+  s.offset = [p](uint32_t l, uint32_t e) {
+    uint64_t off = 0;
+    (void)xpack_pack_object_offset(p, l, e, &off);
+    return off;
+  };
+  s.checksum = [p](uint32_t l, uint32_t e) {
+    uint64_t h = 0;
+    (void)xpack_pack_object_checksum(p, l, e, &h);
+    return h;
+  };
+  return s;
+}
+
+Result<std::unique_ptr<xpack::device::Device>> make_device(const xpack_cache_options& o) {
+  using namespace xpack::device;
+  auto host = [&]() -> std::unique_ptr<Device> {
+    HostDeviceOptions h;
+    if (o.host_device_bytes) h.memory_bytes = o.host_device_bytes;
+    return make_host_device(h);
+  };
+  switch (o.device) {
+    case XPACK_DEVICE_HOST: return host();
+    case XPACK_DEVICE_CUDA: return make_cuda_device(o.cuda_device);
+    case XPACK_DEVICE_AUTO: {
+      auto d = make_cuda_device(o.cuda_device);
+      if (d.ok()) return d;
+      return host();
+    }
+  }
+  return xpack::err(XPACK_E_INVALID_ARG, "unknown device kind {}", o.device);
+}
+
+}  // namespace
+
+extern "C" {
+
+XPACK_API int xpack_cache_options_init(xpack_cache_options* opts) {
+  if (!opts) return fail(nullptr, XPACK_E_INVALID_ARG, "null options");
+  std::memset(opts, 0, sizeof(*opts));
+  opts->size = sizeof(*opts);
+  opts->policy = XPACK_POLICY_HYBRID;
+  opts->device = XPACK_DEVICE_AUTO;
+  opts->staging_slots = 8;
+  opts->read_splits = 1;
+  opts->queue_depth = 64;
+  opts->direct_io = 1;
+  return 0;
+}
+
+XPACK_API int xpack_cache_create(xpack_pack* p, const xpack_cache_options* opts,
+                                 xpack_cache** out) {
+  if (!out) return fail(nullptr, XPACK_E_INVALID_ARG, "null output pointer");
+  *out = nullptr;
+  if (!p) return fail(nullptr, XPACK_E_INVALID_ARG, "null pack");
+  if (opts && opts->size < sizeof(size_t))
+    return fail(nullptr, XPACK_E_INVALID_ARG, "options size field not set");
+  xpack_cache_options o;
+  xpack_cache_options_init(&o);
+  if (opts) {
+    // Fields beyond the caller's struct keep their defaults.
+    std::memcpy(&o, opts, std::min(opts->size, sizeof(o)));
+    o.size = sizeof(o);
+  }
+  xpack::cache::CacheOptions co;
+  co.budget_bytes = o.budget_bytes;
+  co.reserve_bytes = o.reserve_bytes;
+  switch (o.policy) {
+    case XPACK_POLICY_HYBRID: co.policy = xpack::cache::PolicyKind::kHybrid; break;
+    case XPACK_POLICY_LRU: co.policy = xpack::cache::PolicyKind::kLru; break;
+    case XPACK_POLICY_LFU: co.policy = xpack::cache::PolicyKind::kLfu; break;
+    default: return fail(nullptr, XPACK_E_INVALID_ARG, "unknown cache policy " + std::to_string(o.policy));
+  }
+  co.staging_slots = o.staging_slots ? o.staging_slots : 8;
+  co.read_splits = o.read_splits ? o.read_splits : 1;
+  co.queue_depth = o.queue_depth ? o.queue_depth : 64;
+  co.direct_io = o.direct_io != 0;
+  co.verify = o.verify != 0;
+  if (o.stats_path) co.stats_path = o.stats_path;
+  co.stats_interval = o.stats_interval;
+  if (o.trace_path) co.trace_path = o.trace_path;
+
+  auto src = source_from_pack(p);
+  if (!src.ok()) return fail(nullptr, src.error());
+  std::unique_ptr<xpack_cache> h(new (std::nothrow) xpack_cache);
+  if (!h) return fail(nullptr, -ENOMEM, "out of memory");
+  auto dev = make_device(o);
+  if (!dev.ok()) return fail(nullptr, dev.error());
+  h->device = std::move(*dev);
+  auto cache = xpack::cache::ExpertCache::create(std::move(*src), *h->device, co);
+  if (!cache.ok()) return fail(nullptr, cache.error());
+  h->cache = std::move(*cache);
+  *out = h.release();
+  return 0;
+}
+
+XPACK_API void xpack_cache_destroy(xpack_cache* c) {
+  if (!c) return;
+  c->cache.reset();  // before the device it uses
+  delete c;
+}
+
+XPACK_API const char* xpack_cache_errmsg(const xpack_cache* c) {
+  if (!c) return "null cache";
+  return c->errmsg.c_str();
+}
+
+XPACK_API int xpack_cache_get_info(const xpack_cache* c, xpack_cache_info* out) {
+  if (!c) return fail(nullptr, XPACK_E_INVALID_ARG, "null cache");
+  if (!struct_ok(out)) return fail(c, XPACK_E_INVALID_ARG, "info struct missing or size not set");
+  xpack_cache_info i{};
+  i.size = sizeof(i);
+  i.slot_count = c->cache->slot_count();
+  i.n_layers = c->cache->source().n_layers;
+  i.n_experts = c->cache->source().n_experts;
+  i.slot_stride = c->cache->slot_stride();
+  i.object_bytes = c->cache->object_bytes();
+  i.device_backend = c->device->backend_name();
+  i.policy = xpack::cache::policy_name(c->cache->policy());
+  size_t n = std::min(out->size, sizeof(i));
+  std::memcpy(out, &i, n);
+  out->size = n;
+  return 0;
+}
+
+XPACK_API int xpack_cache_acquire(xpack_cache* c, uint32_t layer, const uint32_t* experts,
+                                  size_t n, uint32_t n_tokens, xpack_expert_slot* out,
+                                  uint64_t* ticket) {
+  if (!c) return fail(nullptr, XPACK_E_INVALID_ARG, "null cache");
+  if (!out || !ticket) return fail(c, XPACK_E_INVALID_ARG, "null output pointer");
+  *ticket = 0;
+  auto a = c->cache->acquire(layer, experts, n, n_tokens ? n_tokens : 1);
+  if (!a.ok()) return fail(c, a.error());
+  for (size_t i = 0; i < n; ++i) {
+    const auto& h = a->experts[i];
+    out[i] = xpack_expert_slot{h.expert, h.slot, h.data, h.ready->native_handle(),
+                               h.hit ? 1 : 0};
+  }
+  *ticket = a->ticket;
+  return 0;
+}
+
+XPACK_API int xpack_cache_wait(xpack_cache* c, uint64_t ticket, size_t index) {
+  if (!c) return fail(nullptr, XPACK_E_INVALID_ARG, "null cache");
+  auto st = c->cache->wait(ticket, index);
+  return st.ok() ? 0 : fail(c, st.error());
+}
+
+XPACK_API int xpack_cache_wait_all(xpack_cache* c, uint64_t ticket) {
+  if (!c) return fail(nullptr, XPACK_E_INVALID_ARG, "null cache");
+  auto st = c->cache->wait_all(ticket);
+  return st.ok() ? 0 : fail(c, st.error());
+}
+
+XPACK_API int xpack_cache_acquire_blocking(xpack_cache* c, uint32_t layer,
+                                           const uint32_t* experts, size_t n, uint32_t n_tokens,
+                                           xpack_expert_slot* out, uint64_t* ticket) {
+  int rc = xpack_cache_acquire(c, layer, experts, n, n_tokens, out, ticket);
+  if (rc != 0) return rc;
+  auto st = c->cache->wait_all(*ticket);
+  if (st.ok()) return 0;
+  (void)c->cache->release(*ticket);
+  *ticket = 0;
+  return fail(c, st.error());
+}
+
+XPACK_API int xpack_cache_release(xpack_cache* c, uint64_t ticket, void* compute_stream) {
+  if (!c) return fail(nullptr, XPACK_E_INVALID_ARG, "null cache");
+  auto st = c->cache->release(ticket, compute_stream);
+  return st.ok() ? 0 : fail(c, st.error());
+}
+
+XPACK_API int xpack_cache_prefetch(xpack_cache* c, uint32_t layer, const uint32_t* experts,
+                                   size_t n) {
+  if (!c) return fail(nullptr, XPACK_E_INVALID_ARG, "null cache");
+  auto r = c->cache->prefetch(layer, experts, n);
+  if (!r.ok()) return fail(c, r.error());
+  return int(std::min<size_t>(*r, INT32_MAX));
+}
+
+XPACK_API int xpack_cache_slot_pointer(const xpack_cache* c, uint32_t slot, void** ptr) {
+  if (!c) return fail(nullptr, XPACK_E_INVALID_ARG, "null cache");
+  if (!ptr) return fail(c, XPACK_E_INVALID_ARG, "null output pointer");
+  if (slot >= c->cache->slot_count())
+    return fail(c, XPACK_E_INVALID_ARG, "slot " + std::to_string(slot) + " out of range");
+  *ptr = c->cache->slot_data(slot);
+  return 0;
+}
+
+XPACK_API int xpack_cache_read_slot(xpack_cache* c, uint32_t slot, void* dst, size_t dst_size) {
+  if (!c) return fail(nullptr, XPACK_E_INVALID_ARG, "null cache");
+  if (!dst || dst_size < c->cache->object_bytes())
+    return fail(c, XPACK_E_INVALID_ARG, "destination missing or smaller than one object");
+  if (slot >= c->cache->slot_count())
+    return fail(c, XPACK_E_INVALID_ARG, "slot " + std::to_string(slot) + " out of range");
+  auto st = c->device->copy_to_host(dst, c->cache->slot_data(slot), c->cache->object_bytes());
+  return st.ok() ? 0 : fail(c, st.error());
+}
+
+XPACK_API int xpack_cache_get_counters(const xpack_cache* c, xpack_cache_counters* out) {
+  if (!c) return fail(nullptr, XPACK_E_INVALID_ARG, "null cache");
+  if (!struct_ok(out)) return fail(c, XPACK_E_INVALID_ARG, "counters struct missing or size not set");
+  auto s = c->cache->counters();
+  xpack_cache_counters k{};
+  k.size = sizeof(k);
+  k.cache_hits = s.cache_hits;
+  k.cache_misses = s.cache_misses;
+  k.cache_evictions = s.cache_evictions;
+  k.pack_reads = s.pack_reads;
+  k.pack_read_bytes = s.pack_read_bytes;
+  k.h2d_bytes = s.h2d_bytes;
+  k.fallback_count = s.fallback_count;
+  k.io_errors = s.io_errors;
+  k.prefetch_issued = s.prefetch_issued;
+  k.prefetch_used = s.prefetch_used;
+  k.prefetch_wasted = s.prefetch_wasted;
+  k.acquires = s.acquires;
+  k.steps = s.steps;
+  k.stall_ns = s.stall_ns;
+  k.stall_waits = s.stall_waits;
+  k.read_p50_ns = s.read_latency.quantile_upper_ns(0.5);
+  k.read_p99_ns = s.read_latency.quantile_upper_ns(0.99);
+  k.h2d_p50_ns = s.h2d_latency.quantile_upper_ns(0.5);
+  k.h2d_p99_ns = s.h2d_latency.quantile_upper_ns(0.99);
+  k.n_layers = uint32_t(s.route_calls_by_layer.size());
+  size_t n = std::min(out->size, sizeof(k));
+  std::memcpy(out, &k, n);
+  out->size = n;
+  return 0;
+}
+
+XPACK_API int xpack_cache_layer_counters(const xpack_cache* c, uint32_t layer,
+                                         uint64_t* route_calls, uint64_t* route_tokens,
+                                         uint64_t* hits, uint64_t* misses) {
+  if (!c) return fail(nullptr, XPACK_E_INVALID_ARG, "null cache");
+  auto s = c->cache->counters();
+  if (layer >= s.route_calls_by_layer.size())
+    return fail(c, XPACK_E_INVALID_ARG, "layer " + std::to_string(layer) + " out of range");
+  if (route_calls) *route_calls = s.route_calls_by_layer[layer];
+  if (route_tokens) *route_tokens = s.route_tokens_by_layer[layer];
+  if (hits) *hits = s.hits_by_layer[layer];
+  if (misses) *misses = s.misses_by_layer[layer];
+  return 0;
+}
+
+XPACK_API int xpack_cache_write_stats(xpack_cache* c) {
+  if (!c) return fail(nullptr, XPACK_E_INVALID_ARG, "null cache");
+  auto st = c->cache->write_stats();
+  return st.ok() ? 0 : fail(c, st.error());
+}
+
+}  // extern "C"

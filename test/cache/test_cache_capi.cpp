@@ -1,0 +1,205 @@
+// The xpack_cache_* C API on a real Expert Pack (xpack-synth -> pack builder),
+// host device backend: every slot byte-exact against xpack_pack_read_object,
+// options, errors, counters, fault injection through the engine's default plan.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include "cache/policy.h"
+#include "fixtures.h"
+#include "io/fault_injection.h"
+#include "pack/builder.h"
+#include "xpack/xpack.h"
+
+using namespace xpack;
+using xpack::test::TempDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string make_pack(const TempDir& dir, uint32_t layers, uint32_t experts) {
+  auto synth = xpack::test::build_dir() / "tools" / "xpack-synth";
+  if (!fs::exists(synth)) FAIL("xpack-synth is not built at " << synth.string());
+  auto gguf = dir / "deepseek4.gguf";
+  std::string out;
+  int rc = xpack::test::run_command(synth.string() + " --arch deepseek4 --layers " +
+                                        std::to_string(layers) + " --experts " +
+                                        std::to_string(experts) + " --top-k 2 -q -o " +
+                                        gguf.string(),
+                                    &out);
+  REQUIRE_MESSAGE(rc == 0, out);
+  pack::BuildOptions bo;
+  bo.source = gguf.string();
+  bo.out = (dir / "deepseek4").string();
+  auto rep = pack::build_pack(bo);
+  REQUIRE_MESSAGE(rep.ok(), (rep.ok() ? "" : rep.error().message));
+  return rep->pack_path;
+}
+
+struct Env {
+  TempDir dir;
+  xpack_pack* pack = nullptr;
+  xpack_pack_info info{};
+  Env(uint32_t layers = 3, uint32_t experts = 8) {
+    auto path = make_pack(dir, layers, experts);
+    REQUIRE_MESSAGE(xpack_pack_open(path.c_str(), nullptr, &pack) == 0, xpack_last_error());
+    info.size = sizeof(info);
+    REQUIRE(xpack_pack_get_info(pack, &info) == 0);
+  }
+  ~Env() { xpack_pack_close(pack); }
+  xpack_cache_options opts(uint32_t slots) const {
+    xpack_cache_options o;
+    REQUIRE(xpack_cache_options_init(&o) == 0);
+    o.device = XPACK_DEVICE_HOST;
+    o.budget_bytes = slots * ((info.object_bytes + 255) / 256 * 256);
+    return o;
+  }
+};
+
+void check_against_pack(xpack_cache* c, xpack_pack* p, uint32_t layer, const xpack_expert_slot& s,
+                        uint64_t object_bytes) {
+  std::vector<uint8_t> want(object_bytes), got(object_bytes);
+  REQUIRE(xpack_pack_read_object(p, layer, s.expert, want.data(), want.size(), 1) == 0);
+  REQUIRE(xpack_cache_read_slot(c, s.slot, got.data(), got.size()) == 0);
+  CHECK_MESSAGE(got == want, "layer " << layer << " expert " << s.expert);
+}
+
+}  // namespace
+
+TEST_CASE("C API: every object delivered byte-exact, counters and info") {
+  Env env;
+  auto o = env.opts(5);
+  o.verify = 1;
+  o.read_splits = 3;
+  xpack_cache* c = nullptr;
+  REQUIRE_MESSAGE(xpack_cache_create(env.pack, &o, &c) == 0, xpack_last_error());
+  xpack_cache_info info{};
+  info.size = sizeof(info);
+  REQUIRE(xpack_cache_get_info(c, &info) == 0);
+  CHECK(info.slot_count == 5);
+  CHECK(std::string(info.device_backend) == "host");
+  CHECK(std::string(info.policy) == "hybrid");
+  CHECK(info.object_bytes == env.info.object_bytes);
+  for (uint32_t l = 0; l < env.info.n_layers; ++l)
+    for (uint32_t e = 0; e < env.info.n_experts; e += 2) {
+      uint32_t ids[2] = {e + 1, e};
+      xpack_expert_slot s[2];
+      uint64_t t = 0;
+      REQUIRE(xpack_cache_acquire_blocking(c, l, ids, 2, 1, s, &t) == 0);
+      CHECK(s[0].expert == e + 1);
+      CHECK(s[0].ready_event == nullptr);
+      for (auto& x : s) check_against_pack(c, env.pack, l, x, env.info.object_bytes);
+      void* ptr = nullptr;
+      REQUIRE(xpack_cache_slot_pointer(c, s[1].slot, &ptr) == 0);
+      CHECK(ptr == s[1].data);
+      REQUIRE(xpack_cache_release(c, t, nullptr) == 0);
+    }
+  xpack_cache_counters k{};
+  k.size = sizeof(k);
+  REQUIRE(xpack_cache_get_counters(c, &k) == 0);
+  uint64_t n = uint64_t(env.info.n_layers) * env.info.n_experts;
+  CHECK(k.cache_misses == n);
+  CHECK(k.cache_hits == 0);
+  CHECK(k.pack_reads == n);
+  CHECK(k.h2d_bytes == n * env.info.object_bytes);
+  CHECK(k.cache_evictions == n - 5);
+  CHECK(k.io_errors == 0);
+  CHECK(k.n_layers == env.info.n_layers);
+  uint64_t calls = 0, tokens = 0, hits = 9, misses = 0;
+  REQUIRE(xpack_cache_layer_counters(c, 1, &calls, &tokens, &hits, &misses) == 0);
+  CHECK(calls == env.info.n_experts / 2);
+  CHECK(hits == 0);
+  CHECK(misses == env.info.n_experts);
+  CHECK(xpack_cache_layer_counters(c, 99, &calls, nullptr, nullptr, nullptr) == XPACK_E_INVALID_ARG);
+  xpack_cache_destroy(c);
+}
+
+TEST_CASE("C API: argument errors, capacity, NULL handling") {
+  Env env;
+  xpack_cache_destroy(nullptr);
+  xpack_cache* c = nullptr;
+  CHECK(xpack_cache_create(nullptr, nullptr, &c) == XPACK_E_INVALID_ARG);
+  CHECK(c == nullptr);
+  CHECK(xpack_cache_options_init(nullptr) == XPACK_E_INVALID_ARG);
+  auto o = env.opts(1);  // top-k is 2
+  CHECK(xpack_cache_create(env.pack, &o, &c) == XPACK_E_CAPACITY);
+  CHECK(std::string(xpack_last_error()).find("top-k") != std::string::npos);
+  o = env.opts(4);
+  o.policy = 7;
+  CHECK(xpack_cache_create(env.pack, &o, &c) == XPACK_E_INVALID_ARG);
+  o = env.opts(4);
+  o.size = 0;
+  CHECK(xpack_cache_create(env.pack, &o, &c) == XPACK_E_INVALID_ARG);
+#ifndef XPACK_HAVE_CUDA
+  o = env.opts(4);
+  o.device = XPACK_DEVICE_CUDA;
+  CHECK(xpack_cache_create(env.pack, &o, &c) == XPACK_E_UNSUPPORTED);
+#endif
+  o = env.opts(4);
+  o.policy = XPACK_POLICY_LRU;
+  o.size = offsetof(xpack_cache_options, staging_slots);  // old, shorter struct
+  REQUIRE(xpack_cache_create(env.pack, &o, &c) == 0);
+  uint32_t bad = env.info.n_experts;
+  xpack_expert_slot s[4];
+  uint64_t t = 0;
+  CHECK(xpack_cache_acquire(c, 0, &bad, 1, 1, s, &t) == XPACK_E_INVALID_ARG);
+  CHECK(std::string(xpack_cache_errmsg(c)).find("out of range") != std::string::npos);
+  CHECK(xpack_cache_acquire(c, 0, &bad, 1, 1, nullptr, &t) == XPACK_E_INVALID_ARG);
+  CHECK(xpack_cache_release(c, 777, nullptr) == XPACK_E_INVALID_ARG);
+  CHECK(xpack_cache_wait(c, 777, 0) == XPACK_E_INVALID_ARG);
+  CHECK(xpack_cache_read_slot(c, 99, s, sizeof(s)) == XPACK_E_INVALID_ARG);
+  CHECK(xpack_cache_acquire(nullptr, 0, &bad, 1, 1, s, &t) == XPACK_E_INVALID_ARG);
+  xpack_cache_counters k{};
+  CHECK(xpack_cache_get_counters(c, &k) == XPACK_E_INVALID_ARG);  // size not set
+  uint32_t ids[4] = {0, 1, 2, 3};
+  REQUIRE(xpack_cache_acquire(c, 0, ids, 4, 4, s, &t) == 0);
+  uint64_t t2 = 0;
+  uint32_t other = 4;
+  CHECK(xpack_cache_acquire(c, 0, &other, 1, 1, s, &t2) == XPACK_E_CAPACITY);  // all held
+  CHECK(xpack_cache_prefetch(c, 0, &other, 1) == 0);  // nothing evictable
+  REQUIRE(xpack_cache_wait_all(c, t) == 0);
+  REQUIRE(xpack_cache_release(c, t, nullptr) == 0);
+  CHECK(xpack_cache_prefetch(c, 0, &other, 1) == 1);
+  xpack_cache_destroy(c);
+}
+
+TEST_CASE("C API: an injected EIO fails one expert; stats file written at destroy") {
+  Env env;
+  io::FaultPlan plan;
+  plan.completions.push_back({cache::make_key(1, 3), -1, EIO, 0, 1});
+  io::set_default_fault_plan(&plan);
+  auto o = env.opts(4);
+  auto stats = (env.dir / "stats.json").string();
+  auto trace = (env.dir / "trace.csv").string();
+  o.stats_path = stats.c_str();
+  o.trace_path = trace.c_str();
+  xpack_cache* c = nullptr;
+  REQUIRE_MESSAGE(xpack_cache_create(env.pack, &o, &c) == 0, xpack_last_error());
+  uint32_t ids[2] = {3, 4};
+  xpack_expert_slot s[2];
+  uint64_t t = 0;
+  REQUIRE(xpack_cache_acquire(c, 1, ids, 2, 1, s, &t) == 0);
+  CHECK(xpack_cache_wait(c, t, 0) == -EIO);
+  CHECK(std::string(xpack_cache_errmsg(c)).find("expert 3") != std::string::npos);
+  CHECK(xpack_cache_wait(c, t, 1) == 0);
+  check_against_pack(c, env.pack, 1, s[1], env.info.object_bytes);
+  REQUIRE(xpack_cache_release(c, t, nullptr) == 0);
+  xpack_cache_counters k{};
+  k.size = sizeof(k);
+  REQUIRE(xpack_cache_get_counters(c, &k) == 0);
+  CHECK(k.io_errors == 1);
+  // Usable after: the expert loads fine now (the fault fired once).
+  REQUIRE(xpack_cache_acquire_blocking(c, 1, ids, 1, 1, s, &t) == 0);
+  check_against_pack(c, env.pack, 1, s[0], env.info.object_bytes);
+  REQUIRE(xpack_cache_release(c, t, nullptr) == 0);
+  xpack_cache_destroy(c);
+  io::set_default_fault_plan(nullptr);
+  CHECK(fs::exists(stats));
+  auto text = xpack::test::read_file(stats);
+  std::string j(text.begin(), text.end());
+  CHECK(j.find("\"io_errors\": 1") != std::string::npos);
+  auto tr = xpack::test::read_file(trace);
+  CHECK(std::string(tr.begin(), tr.end()) == "step,layer,expert\n0,1,3\n0,1,4\n1,1,3\n");
+}
