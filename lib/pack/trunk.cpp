@@ -39,13 +39,29 @@ Status write_trunk(const std::string& path, const gguf::Writer& w, const std::ve
     // Gaps between tensors and the tail padding stay zero: the file is sized first.
     if (::ftruncate(fd, static_cast<off_t>(w.total_size())) != 0) return errno_error("resize {}", path);
     XPACK_TRY(pwrite_full(fd, header.data(), header.size(), 0, path));
+    bool use_copy_range = true;
     for (size_t i = 0; i < tensors.size(); ++i) {
       const gguf::TensorInfo& t = tensors[i];
       if (w.tensor_nbytes(i) != t.nbytes)
         return err(XPACK_E_INTERNAL, "trunk tensor {}: {} bytes vs {}", t.name, w.tensor_nbytes(i), t.nbytes);
       const gguf::File* src = shards[t.shard];
       uint64_t dst = w.data_offset() + w.tensor_offset(i);
-      for (uint64_t done = 0; done < t.nbytes;) {
+      uint64_t done = 0;
+      // In-kernel copy first (no trip through user memory); the buffer loop is the
+      // fallback for file systems / kernels that refuse it.
+      while (use_copy_range && done < t.nbytes) {
+        loff_t in = static_cast<loff_t>(t.file_offset + done), o = static_cast<loff_t>(dst + done);
+        size_t n = static_cast<size_t>(std::min<uint64_t>(64ull << 20, t.nbytes - done));
+        ssize_t r = ::copy_file_range(src->fd(), &in, fd, &o, n, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+          use_copy_range = false;
+          break;
+        }
+        done += static_cast<uint64_t>(r);
+        if (on_bytes) on_bytes(static_cast<uint64_t>(r));
+      }
+      while (done < t.nbytes) {
         size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), t.nbytes - done));
         XPACK_TRY(pread_full(src->fd(), buf.data(), n, t.file_offset + done, src->path()));
         XPACK_TRY(pwrite_full(fd, buf.data(), n, dst + done, path));
