@@ -29,6 +29,9 @@ const char* usage_text() {
          "      --json            print one JSON object (ids, text, speeds, engine counters)\n"
          "      --stats PATH      write the engine counters and timings as JSON to PATH\n"
          "      --ignore-eos      keep generating after the end-of-sequence token\n"
+         "      --expert-reader R cache: libxpack's expert cache (default); direct: plain reads\n"
+         "                        into xpack-run's own LRU buffers (also used when the cache\n"
+         "                        cannot be created, e.g. a budget below top-k objects)\n"
          "      --verify-experts  check the checksum of every expert object read from the pack\n"
          "  -h, --help            this text\n";
 }
@@ -135,6 +138,9 @@ std::optional<CliOptions> parse_cli(int argc, char** argv, std::string* error) {
       if (!value(&o.stats_path)) return fail("missing value for --stats");
     } else if (a == "--ignore-eos") {
       o.ignore_eos = true;
+    } else if (a == "--expert-reader") {
+      if (!value(&o.expert_reader) || (o.expert_reader != "cache" && o.expert_reader != "direct"))
+        return fail("--expert-reader: expected cache or direct");
     } else if (a == "--verify-experts") {
       o.verify_experts = true;
     } else {

@@ -24,6 +24,7 @@ struct CliOptions {
   bool json = false;
   std::string stats_path;
   bool ignore_eos = false;
+  std::string expert_reader = "cache";  // cache (libxpack expert cache) | direct
   bool verify_experts = false;   // checksum every expert object read from the pack
   bool help = false;
 };

@@ -21,6 +21,12 @@ struct PackSourceOptions {
 // byte-budgeted cache; experts that do not fit are read again when next used.
 std::unique_ptr<ExpertSource> make_pack_experts(const PackSourceOptions& opts, int n_expected_experts);
 
+// The same through libxpack's expert cache (xpack_cache_*, host device).
+// Nullptr, with the reason in *why_not, when the cache cannot be created for
+// this budget/pack (e.g. fewer slots than top-k); pack errors throw.
+std::unique_ptr<ExpertSource> make_cache_experts(const PackSourceOptions& opts, int n_expected_experts,
+                                                 std::string* why_not);
+
 // Experts sliced out of the 3-D ffn_*_exps tensors of a plain GGUF. Nullptr
 // when the GGUF has no routed-expert tensors at all.
 std::unique_ptr<ExpertSource> make_gguf_experts(const Weights& w);

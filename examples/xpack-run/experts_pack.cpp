@@ -43,6 +43,7 @@ class PackExperts final : public ExpertSource {
     check(xpack_pack_get_info(pack_, &info), "pack info");
     n_experts_ = static_cast<int>(info.n_experts);
     n_layers_ = info.n_layers;
+    top_k_ = info.n_experts_used;
     object_bytes_ = info.object_bytes;
     if (n_expected_experts > 0 && n_expected_experts != n_experts_) {
       throw ModelError("expert pack has " + std::to_string(n_experts_) + " experts per layer, the model " +
@@ -150,12 +151,13 @@ class PackExperts final : public ExpertSource {
 
   std::string counters_json() const override {
     auto kv = [](const char* k, uint64_t v) { return std::string("\"") + k + "\":" + std::to_string(v); };
-    return "{\"source\":\"pack\"," + kv("cache_hits", hits_) + "," + kv("cache_misses", misses_) + "," +
+    return "{\"source\":\"pack-direct\"," + kv("cache_hits", hits_) + "," + kv("cache_misses", misses_) + "," +
            kv("cache_evictions", evictions_) + "," + kv("pack_read_bytes", read_bytes_) + "," +
            kv("read_ns", read_ns_) + "," + kv("io_errors", read_errors_) + "," +
            kv("acquire_calls", acquire_calls_) + "," + kv("budget_bytes", opts_.budget_bytes) + "," +
            kv("budget_objects", budget_objects_) + "," + kv("object_bytes", object_bytes_) + "," +
-           kv("peak_resident_objects", peak_objects_) + "," + kv("n_layers", n_layers_) + "}";
+           kv("peak_resident_objects", peak_objects_) + "," + kv("n_layers", n_layers_) + "," +
+           kv("n_experts_used", top_k_) + "}";
   }
 
  private:
@@ -204,7 +206,7 @@ class PackExperts final : public ExpertSource {
   PackSourceOptions opts_;
   xpack_pack* pack_ = nullptr;
   int n_experts_ = 0;
-  uint64_t n_layers_ = 0;
+  uint64_t n_layers_ = 0, top_k_ = 0;
   uint64_t object_bytes_ = 0, alloc_bytes_ = 0, budget_objects_ = 0;
   std::vector<RoleView> roles_;
   std::list<Entry> lru_;

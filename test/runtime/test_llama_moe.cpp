@@ -68,16 +68,22 @@ TEST_CASE("MoE fixture: pack streamed / resident / plain GGUF all give the dense
                            "--logits-out " + q(tmp / "resident.f32"));
   json plain = run_json("-m " + q(tmp / "moe.gguf") + " --prompt-ids 1,403 -n 60 --logits-out " +
                         q(tmp / "plain.f32"));
+  json direct = run_json("-m " + trunk + " --pack " + pack + " --prompt-ids 1,403 -n 60 --cache-mib 0.2 " +
+                         "--expert-reader direct --logits-out " + q(tmp / "direct.f32"));
   CHECK(streamed["gen_ids"].get<std::vector<int32_t>>() == want);
   CHECK(resident["gen_ids"].get<std::vector<int32_t>>() == want);
   CHECK(plain["gen_ids"].get<std::vector<int32_t>>() == want);
+  CHECK(direct["gen_ids"].get<std::vector<int32_t>>() == want);
   CHECK(streamed["expert_source"] == "pack");
+  CHECK(streamed["counters"]["source"] == "pack-cache");  // libxpack's expert cache
+  CHECK(direct["counters"]["source"] == "pack-direct");
   CHECK(plain["expert_source"] == "gguf");
 
   const auto s = xpack::test::read_file(tmp / "streamed.f32");
   CHECK(s.size() == (2 + 60) * 512 * 4);
   CHECK(s == xpack::test::read_file(tmp / "resident.f32"));
   CHECK(s == xpack::test::read_file(tmp / "plain.f32"));
+  CHECK(s == xpack::test::read_file(tmp / "direct.f32"));
 
   // Resident: each of the 5 x 4 objects read once. Streamed: read again and again.
   const json& rc = resident["counters"];
@@ -87,6 +93,8 @@ TEST_CASE("MoE fixture: pack streamed / resident / plain GGUF all give the dense
   CHECK(sc["cache_misses"].get<uint64_t>() > 20 * 10);
   CHECK(sc["cache_evictions"].get<uint64_t>() > 0);
   CHECK(sc["pack_read_bytes"].get<uint64_t>() == sc["cache_misses"].get<uint64_t>() * sc["object_bytes"].get<uint64_t>());
+  CHECK(sc["budget_objects"].get<uint64_t>() == 4);
+  CHECK(direct["counters"]["cache_misses"].get<uint64_t>() > 20 * 10);
 }
 
 TEST_CASE("MoE fixture: a converted trunk without --pack, a foreign pack, a damaged pack") {

@@ -1,0 +1,201 @@
+// Routed experts from an Expert Pack through libxpack's expert cache
+// (xpack_cache_*: io_uring reads into staging, byte-budgeted slots, the seed's
+// LFU/LRU hybrid eviction). The CPU backend computes on the slots in place, so
+// the cache runs on its host device.
+//
+// A layer's request can name more distinct experts than the cache has slots
+// (prefill of a long batch on a small budget). Routing is never altered, so
+// such a request is served in chunks of at most slot_count experts, each chunk
+// copied out of its slots into host buffers that live until release(layer).
+#include <cstring>
+#include <map>
+
+#include "experts_factory.h"
+#include "xpack/xpack.h"
+
+namespace xrun {
+
+namespace {
+
+class CacheExperts final : public ExpertSource {
+ public:
+  CacheExperts(xpack_pack* pack, xpack_cache* cache, std::vector<std::pair<std::string, ExpertMatrix>> roles,
+               std::string pack_path)
+      : pack_(pack), cache_(cache), roles_(std::move(roles)), pack_path_(std::move(pack_path)) {
+    xpack_cache_info info{};
+    info.size = sizeof(info);
+    xpack_cache_get_info(cache_, &info);
+    slot_count_ = info.slot_count;
+    n_experts_ = static_cast<int>(info.n_experts);
+    object_bytes_ = info.object_bytes;
+    xpack_pack_info pi{};
+    pi.size = sizeof(pi);
+    xpack_pack_get_info(pack_, &pi);
+    top_k_ = pi.n_experts_used;
+  }
+
+  ~CacheExperts() override {
+    for (auto& [layer, tickets] : tickets_)
+      for (uint64_t t : tickets) xpack_cache_release(cache_, t, nullptr);
+    xpack_cache_destroy(cache_);
+    xpack_pack_close(pack_);
+  }
+
+  bool has_layer(int layer) const override {
+    uint32_t slot = 0;
+    return layer >= 0 && xpack_pack_layer_slot(pack_, static_cast<uint32_t>(layer), &slot) == 0;
+  }
+  int n_experts() const override { return n_experts_; }
+
+  void acquire(int layer, const int32_t* experts, int n, std::vector<ExpertWeights>& out) override {
+    uint32_t lslot = 0;
+    if (layer < 0 || xpack_pack_layer_slot(pack_, static_cast<uint32_t>(layer), &lslot) != 0) {
+      throw ModelError("expert pack has no layer " + std::to_string(layer));
+    }
+    std::vector<uint32_t> ids(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      if (experts[i] < 0 || experts[i] >= n_experts_) throw ModelError("expert id " + std::to_string(experts[i]) + " out of range");
+      ids[i] = static_cast<uint32_t>(experts[i]);
+    }
+    out.clear();
+    out.resize(static_cast<size_t>(n));
+    std::vector<const uint8_t*> data(static_cast<size_t>(n));
+    if (static_cast<uint32_t>(n) <= slot_count_) {
+      std::vector<xpack_expert_slot> slots(static_cast<size_t>(n));
+      uint64_t ticket = 0;
+      check(xpack_cache_acquire_blocking(cache_, lslot, ids.data(), ids.size(), static_cast<uint32_t>(n),
+                                         slots.data(), &ticket),
+            layer);
+      tickets_[layer].push_back(ticket);
+      for (int i = 0; i < n; ++i) data[i] = static_cast<const uint8_t*>(slots[i].data);
+    } else {
+      auto& bufs = overflow_[layer];
+      bufs.resize(static_cast<size_t>(n));
+      for (size_t b = 0; b < ids.size(); b += slot_count_) {
+        size_t m = std::min<size_t>(slot_count_, ids.size() - b);
+        std::vector<xpack_expert_slot> slots(m);
+        uint64_t ticket = 0;
+        check(xpack_cache_acquire_blocking(cache_, lslot, ids.data() + b, m, static_cast<uint32_t>(n), slots.data(),
+                                           &ticket),
+              layer);
+        for (size_t i = 0; i < m; ++i) {
+          bufs[b + i].resize(object_bytes_);
+          std::memcpy(bufs[b + i].data(), slots[i].data, object_bytes_);
+          data[b + i] = bufs[b + i].data();
+        }
+        xpack_cache_release(cache_, ticket, nullptr);
+        ++overflow_chunks_;
+      }
+    }
+    for (int i = 0; i < n; ++i) {
+      out[i].expert = experts[i];
+      for (const auto& [name, proto] : roles_) {
+        ExpertMatrix m = proto;
+        m.data = data[i] + reinterpret_cast<uintptr_t>(proto.data);
+        out[i].roles.emplace_back(name, m);
+      }
+    }
+  }
+
+  void release(int layer) override {
+    auto it = tickets_.find(layer);
+    if (it != tickets_.end()) {
+      for (uint64_t t : it->second) xpack_cache_release(cache_, t, nullptr);
+      tickets_.erase(it);
+    }
+    overflow_.erase(layer);
+  }
+
+  std::string counters_json() const override {
+    xpack_cache_counters c{};
+    c.size = sizeof(c);
+    xpack_cache_get_counters(cache_, &c);
+    auto kv = [](const char* k, uint64_t v) { return std::string(",\"") + k + "\":" + std::to_string(v); };
+    return std::string("{\"source\":\"pack-cache\"") + kv("cache_hits", c.cache_hits) +
+           kv("cache_misses", c.cache_misses) + kv("cache_evictions", c.cache_evictions) +
+           kv("pack_reads", c.pack_reads) + kv("pack_read_bytes", c.pack_read_bytes) + kv("h2d_bytes", c.h2d_bytes) +
+           kv("fallback_count", c.fallback_count) + kv("io_errors", c.io_errors) + kv("acquires", c.acquires) +
+           kv("steps", c.steps) + kv("stall_ns", c.stall_ns) + kv("read_p50_ns", c.read_p50_ns) +
+           kv("read_p99_ns", c.read_p99_ns) + kv("budget_objects", slot_count_) + kv("object_bytes", object_bytes_) +
+           kv("n_experts_used", top_k_) + kv("overflow_chunks", overflow_chunks_) + "}";
+  }
+
+ private:
+  void check(int rc, int layer) {
+    if (rc != 0) {
+      throw ModelError("expert cache: loading experts of layer " + std::to_string(layer) + " from " + pack_path_ +
+                       " failed: " + xpack_cache_errmsg(cache_) + " (" + xpack_strerror(rc) + ")");
+    }
+  }
+
+  xpack_pack* pack_;
+  xpack_cache* cache_;
+  std::vector<std::pair<std::string, ExpertMatrix>> roles_;  // data = offset in the object
+  std::string pack_path_;
+  uint32_t slot_count_ = 0;
+  int n_experts_ = 0;
+  uint64_t object_bytes_ = 0;
+  uint32_t top_k_ = 0;
+  uint64_t overflow_chunks_ = 0;
+  std::map<int, std::vector<uint64_t>> tickets_;
+  std::map<int, std::vector<std::vector<uint8_t>>> overflow_;
+};
+
+}  // namespace
+
+std::unique_ptr<ExpertSource> make_cache_experts(const PackSourceOptions& o, int n_expected_experts,
+                                                 std::string* why_not) {
+  xpack_pack_options popts{};
+  popts.size = sizeof(popts);
+  popts.trunk_path = o.trunk_path.empty() ? nullptr : o.trunk_path.c_str();
+  xpack_pack* pack = nullptr;
+  int rc = xpack_pack_open(o.pack_path.c_str(), &popts, &pack);
+  if (rc != 0) {
+    throw ModelError("cannot open expert pack " + o.pack_path + ": " + xpack_last_error() + " (" +
+                     xpack_strerror(rc) + ")");
+  }
+  xpack_pack_info info{};
+  info.size = sizeof(info);
+  xpack_pack_get_info(pack, &info);
+  if (n_expected_experts > 0 && static_cast<uint32_t>(n_expected_experts) != info.n_experts) {
+    xpack_pack_close(pack);
+    throw ModelError("expert pack has " + std::to_string(info.n_experts) + " experts per layer, the model " +
+                     std::to_string(n_expected_experts));
+  }
+  std::vector<std::pair<std::string, ExpertMatrix>> roles;
+  for (uint32_t r = 0; r < info.n_roles; ++r) {
+    xpack_role_info ri{};
+    ri.size = sizeof(ri);
+    if (xpack_pack_role_info(pack, r, &ri) != 0 || ri.offset + ri.nbytes > info.object_bytes) {
+      xpack_pack_close(pack);
+      throw ModelError("expert pack " + o.pack_path + ": bad role table");
+    }
+    ExpertMatrix m;
+    m.type = ri.type;
+    m.ne0 = static_cast<int64_t>(ri.ne[0]);
+    m.ne1 = static_cast<int64_t>(ri.n_dims >= 2 ? ri.ne[1] * (ri.n_dims >= 3 ? ri.ne[2] : 1) : 1);
+    m.nbytes = static_cast<size_t>(ri.nbytes);
+    m.data = reinterpret_cast<const void*>(static_cast<uintptr_t>(ri.offset));
+    roles.emplace_back(ri.name, m);
+  }
+  xpack_cache_options co{};
+  xpack_cache_options_init(&co);
+  co.budget_bytes = o.budget_bytes;
+  co.device = XPACK_DEVICE_HOST;  // the CPU backend reads the slots directly
+  co.verify = o.verify ? 1 : 0;
+  co.direct_io = 1;
+  xpack_cache* cache = nullptr;
+  rc = xpack_cache_create(pack, &co, &cache);
+  if (rc == XPACK_E_NO_DIRECT_IO) {
+    co.direct_io = 0;  // e.g. tmpfs: read through the page cache (counted as fallback)
+    rc = xpack_cache_create(pack, &co, &cache);
+  }
+  if (rc != 0) {
+    if (why_not) *why_not = std::string(xpack_last_error()) + " (" + xpack_strerror(rc) + ")";
+    xpack_pack_close(pack);
+    return nullptr;
+  }
+  return std::make_unique<CacheExperts>(pack, cache, std::move(roles), o.pack_path);
+}
+
+}  // namespace xrun
