@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <mutex>
+#include <string>
 
 #include "device/device.h"
 
@@ -13,7 +14,8 @@ namespace xpack::device {
 namespace {
 
 Error cuda_error(cudaError_t e, const char* what) {
-  return err(XPACK_E_DEVICE, "{}: {} ({})", what, cudaGetErrorName(e), cudaGetErrorString(e));
+  return Error{XPACK_E_DEVICE, std::string(what) + ": " + cudaGetErrorName(e) + " (" +
+                                   cudaGetErrorString(e) + ")"};
 }
 
 #define XPACK_CUDA_TRY(call)                              \
@@ -83,7 +85,7 @@ class CudaDevice final : public Device {
   }
 
   Status register_host(void* p, size_t bytes) override {
-    if (!p || bytes == 0) return err(XPACK_E_INVALID_ARG, "register_host: empty range");
+    if (!p || bytes == 0) return Error{XPACK_E_INVALID_ARG, "register_host: empty range"};
     XPACK_CUDA_TRY(cudaSetDevice(ordinal_));
     XPACK_CUDA_TRY(cudaHostRegister(p, bytes, cudaHostRegisterPortable));
     return {};
@@ -102,7 +104,7 @@ class CudaDevice final : public Device {
   }
 
   Status copy_to_device_async(void* dst, const void* src, size_t bytes, Event* done) override {
-    if ((!dst || !src) && bytes) return err(XPACK_E_INVALID_ARG, "copy: null pointer");
+    if ((!dst || !src) && bytes) return Error{XPACK_E_INVALID_ARG, "copy: null pointer"};
     std::lock_guard lk(mu_);  // copy + record as one step on the stream
     XPACK_CUDA_TRY(cudaSetDevice(ordinal_));
     XPACK_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
@@ -156,7 +158,8 @@ Result<std::unique_ptr<Device>> make_cuda_device(int ordinal) {
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) return cuda_error(e, "cudaGetDeviceCount");
   if (ordinal < 0 || ordinal >= count)
-    return err(XPACK_E_DEVICE, "CUDA device {} does not exist ({} found)", ordinal, count);
+    return Error{XPACK_E_DEVICE, "CUDA device " + std::to_string(ordinal) + " does not exist (" +
+                                     std::to_string(count) + " found)"};
   XPACK_CUDA_TRY(cudaSetDevice(ordinal));
   cudaStream_t s;
   XPACK_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
