@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <functional>  // ops.h uses std::function without including it
 #include <string>
 
 #include "ops.h"

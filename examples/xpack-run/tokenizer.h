@@ -6,6 +6,8 @@
 //    tokenizer.ggml.pre ("gpt-2", "default", "deepseek-llm").
 // User-defined tokens are always matched verbatim in the input; control tokens
 // (<s>, <|endoftext|> ...) only when encode() is asked to parse special tokens.
+// A Tokenizer is immutable after construction: every method may be called from
+// any number of threads at once.
 #pragma once
 
 #include <cstdint>
