@@ -88,7 +88,7 @@ void check_oracle(const fs::path& oracle, const std::string& model_args, const s
   REQUIRE(got.size() == want.size());
   const size_t n_checked = first_fragile_position(read_json(oracle / "logits" / (ref + ".route.json")), ids.size());
   const RowStats s = compare_rows(got, want, n_checked, 1e-3);
-  MESSAGE(ref << " [" << model_args.substr(model_args.rfind('/') + 1) << "]: max|diff| " << s.max_diff << ", "
+  MESSAGE(ref << " [" << model_args << "]: max|diff| " << s.max_diff << ", "
               << s.rows_ok << "/" << n_checked << " rows within 1e-3 (" << ids.size() << " rows)");
   CHECK_MESSAGE(s.first_fail < 0, ref << ": first row over 1e-3: " << s.first_fail);
   CHECK(n_checked > ids.size() / 2);  // the margin escape must not hide most of the run
@@ -198,6 +198,49 @@ TEST_CASE("kimi-k3: greedy decode through the KDA/MLA state equals the batch and
   }
 }
 
+// Hyperparameters other than the oracle's (no KDA lower bound: kimi-linear's
+// softplus gate; residual attention off or banking every layer): no reference
+// logits exist, but the model must run, react to the change and decode exactly
+// as it prefills.
+TEST_CASE("kimi-k3: other hyperparameters run, change the logits and decode like the batch") {
+  auto oracle = oracle_dir();
+  if (!oracle) {
+    MESSAGE("SKIPPED: ../shared/oracle (kimi-k3 models) not found");
+    return;
+  }
+  xpack::test::TempDir tmp;
+  const fs::path src = *oracle / "models" / "kimi-k3-f32.gguf";
+  const fs::path mutate = source_root() / "test" / "runtime" / "kimi_k3_mutate.py";
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 400, 428, 395};
+  const int n_gen = 6;
+  const std::vector<float> base = run_logits("-m " + q(src) + " -t 2", prompt, tmp / "base.f32");
+
+  int i = 0;
+  for (const char* change : {"--drop-key kimi-k3.kda.gate_lower_bound", "--set-int kimi-k3.attn_res.block_size=0",
+                             "--set-int kimi-k3.attn_res.block_size=1", "--set-int kimi-k3.attn_res.block_size=3",
+                             "--set-int kimi-k3.expert_used_count=3"}) {
+    INFO(std::string(change));
+    const fs::path model = tmp / ("v" + std::to_string(i++) + ".gguf");
+    RunResult m = run("python3 " + q(mutate) + " " + q(src) + " " + q(model) + " " + change);
+    REQUIRE_MESSAGE(m.rc == 0, "kimi_k3_mutate.py failed (needs python3 with numpy and gguf): " << m.out << m.err);
+    const std::string args = "-m " + q(model) + " -t 2";
+
+    const std::vector<float> decoded = run_logits(args, prompt, tmp / "dec.f32", n_gen);
+    REQUIRE(decoded.size() == (prompt.size() + n_gen) * kVocab);
+    CHECK(std::all_of(decoded.begin(), decoded.end(), [](float v) { return std::isfinite(v); }));
+    std::vector<int32_t> all = prompt;
+    for (int k = 0; k < n_gen; ++k) {
+      const float* row = &decoded[(prompt.size() - 1 + k) * kVocab];
+      all.push_back(static_cast<int32_t>(std::max_element(row, row + kVocab) - row));
+    }
+    const std::vector<float> batch = run_logits(args, all, tmp / "batch.f32");
+    CHECK(compare_rows(decoded, batch, all.size(), 1e-4).first_fail < 0);
+    // the change is visible: some prompt row moves by more than float noise
+    CHECK(compare_rows(std::vector<float>(batch.begin(), batch.begin() + base.size()), base, prompt.size(), 1e-3)
+              .rows_ok < prompt.size());
+  }
+}
+
 TEST_CASE("kimi-k3: damaged models fail with a message naming the problem") {
   auto oracle = oracle_dir();
   if (!oracle) {
@@ -225,6 +268,7 @@ TEST_CASE("kimi-k3: damaged models fail with a message naming the problem") {
       {"kimi-k3-f32.gguf", "--set-int kimi-k3.kda.head_dim=16", "blk.0.ssm_conv1d_q.weight"},
       {"kimi-k3-f32.gguf", "--cut-tensor blk.1.exp_probs_b.bias=7", "blk.1.exp_probs_b.bias"},
       {"kimi-k3-f32.gguf", "--cut-tensor blk.0.ssm_a=3", "blk.0.ssm_a"},
+      {"kimi-k3-f32.gguf", "--set-int kimi-k3.leading_dense_block_count=0", "blk.0.ffn_gate_exps.weight"},
       {"kimi-k3-q2k-q3k.gguf", "--drop-tensor blk.3.attn_gate.weight", ""},  // optional: must still run
   };
   int i = 0;

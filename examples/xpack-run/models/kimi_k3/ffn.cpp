@@ -100,7 +100,7 @@ void LatentMoe::route(const float* x, int n, std::vector<int32_t>& ids, std::vec
         break;
       case Gating::softmax_weight: break;
       case Gating::sqrt_softplus:
-        for (float& p : probs) p = std::sqrt(p > 20.0f ? p : std::log1p(std::exp(p)));
+        for (float& p : probs) p = std::sqrt(p > 20.0f ? p : std::log(1.0f + std::exp(p)));  // ggml_softplus
         break;
     }
     // the bias only steers the selection; the weights use the unbiased probabilities

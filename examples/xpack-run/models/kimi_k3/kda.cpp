@@ -31,7 +31,7 @@ void l2_norm_inplace(float* x, int64_t n, float eps) {
 }
 
 // ggml_softplus
-float softplus_ggml(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+float softplus_ggml(float x) { return x > 20.0f ? x : std::log(1.0f + std::exp(x)); }
 
 }  // namespace
 
