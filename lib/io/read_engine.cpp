@@ -218,15 +218,19 @@ Status ReadEngine::pump() {
     ++in_flight_;
     ++unsubmitted_;
   }
-  while (unsubmitted_ > 0) {
+  if (unsubmitted_ == 0) return {};
+  for (;;) {
     int ret = io_uring_submit(ring);
     if (ret == -EINTR) continue;
     if (ret == -EAGAIN || ret == -EBUSY) break;  // kernel short of resources: retry on next poll
     if (ret < 0) return err(ret, "io_uring_submit: {}", strerror(-ret));
     ++counters_.submit_calls;
-    unsubmitted_ = io_uring_sq_ready(ring);
-    if (ret == 0) break;
+    break;
   }
+  // With SQPOLL the kernel thread consumes the SQ on its own (waking it is
+  // io_uring_submit's job); spinning until it did would burn a core. Without it,
+  // whatever the kernel did not accept stays queued for the next pump.
+  unsubmitted_ = cfg_.sqpoll ? 0 : io_uring_sq_ready(ring);
   return {};
 }
 
@@ -368,10 +372,11 @@ Result<size_t> ReadEngine::poll(int timeout_ms, std::vector<Completion>* out, si
   }
   const uint64_t deadline = timeout_ms > 0 ? now_ns() + uint64_t(timeout_ms) * 1000000ull : 0;
   while (timeout_ms != 0 && handed_out() == 0 && objects_in_flight_ > 0) {
-    if (in_flight_ == 0) {
-      // Everything is queued behind a refused submit (EAGAIN): back off briefly.
+    if (in_flight_ == unsubmitted_) {
+      // Nothing is in the kernel (everything is queued behind a refused submit,
+      // EAGAIN): waiting for a CQE would never return. Retry, back off briefly.
       XPACK_TRY(pump());
-      if (in_flight_ == 0) {
+      if (in_flight_ == unsubmitted_) {
         timespec pause{0, 1000000};
         nanosleep(&pause, nullptr);
       }
