@@ -81,6 +81,8 @@ int main(int argc, char** argv) {
       opts.buffer_bytes = mib << 20;
     } else if (a == "--stop-after-objects") {  // test hook, not in --help
       if (!parse_u64(next(), &opts.stop_after_objects)) return usage_error("--stop-after-objects needs a number");
+    } else if (a == "--assume-free-bytes") {  // test hook, not in --help
+      if (!parse_u64(next(), &opts.assume_free_bytes)) return usage_error("--assume-free-bytes needs a number");
     } else if (a == "--checkpoint-mib") {      // test hook, not in --help
       uint64_t mib;
       if (!parse_u64(next(), &mib)) return usage_error("--checkpoint-mib needs a number");

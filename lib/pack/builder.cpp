@@ -146,12 +146,12 @@ uint64_t allocated_bytes(const std::string& path) {
   return static_cast<uint64_t>(st.st_blocks) * 512;
 }
 
-Status check_free_space(const std::string& out_path, uint64_t need) {
+Status check_free_space(const std::string& out_path, uint64_t need, uint64_t assume_free) {
   fs::path dir = fs::path(out_path).parent_path();
   if (dir.empty()) dir = ".";
   struct statvfs v;
   if (::statvfs(dir.c_str(), &v) != 0) return errno_error("statvfs {}", dir.string());
-  uint64_t avail = uint64_t(v.f_bavail) * v.f_frsize;
+  uint64_t avail = assume_free ? assume_free : uint64_t(v.f_bavail) * v.f_frsize;
   if (avail < need) {
     char a[32], b[32];
     return err(-ENOSPC, "not enough free space in {}: the build needs {} ({} bytes) more, {} ({} bytes) are free",
@@ -418,7 +418,7 @@ Result<BuildReport> build_pack(const BuildOptions& opts) {
       if (f) largest = std::max(largest, f->file_size());
     need = std::min(need, largest + (trunk_w ? trunk_w->total_size() : 0) + idx.object_stride * idx.n_experts);
   }
-  XPACK_TRY(check_free_space(out.pack, need));
+  XPACK_TRY(check_free_space(out.pack, need, opts.assume_free_bytes));
 
   Checkpoint cp;
   cp.identity = to_hex(idx.source_identity);

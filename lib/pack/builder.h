@@ -31,6 +31,8 @@ struct BuildOptions {
   // Test hook: behave like a crash once this many objects are written (the last
   // batch is written but not checkpointed). 0 = off.
   uint64_t stop_after_objects = 0;
+  // Test hook: pretend the output file system has this many free bytes. 0 = off.
+  uint64_t assume_free_bytes = 0;
   std::function<void(const BuildProgress&)> progress;  // may be empty
 };
 
