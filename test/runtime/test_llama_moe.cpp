@@ -4,6 +4,7 @@
 // stay resident, or come straight from the GGUF; a split source works too.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -161,4 +162,53 @@ TEST_CASE("MoE fixture top-2: pack path and plain GGUF path agree bit for bit; s
                     " --prompt-ids 1,403,407,261 -n 30 --cache-mib 0.1 --logits-out " + q(tmp / "d.f32"));
   CHECK(d["gen_ids"] == b["gen_ids"]);
   CHECK(xpack::test::read_file(tmp / "d.f32") == xpack::test::read_file(tmp / "b.f32"));
+}
+
+namespace {
+
+// Max |diff| between xpack-run's logits for `ids` and llama_ref.py's float64 forward pass.
+float diff_vs_reference(const std::string& model_args, const fs::path& model_file, const std::vector<int32_t>& ids,
+                        const xpack::test::TempDir& tmp, std::string* ref_note) {
+  RunResult ref = run("python3 " + q(source_root() / "test" / "runtime" / "llama_ref.py") + " " + q(model_file) +
+                      " --ids " + join_ids(ids) + " --out " + q(tmp / "ref.f32"));
+  INFO(ref.out << ref.err);
+  REQUIRE(ref.rc == 0);
+  *ref_note = ref.out;
+  RunResult x = run(xrun(model_args + " --prompt-ids " + join_ids(ids) + " -n 0 --logits-out " + q(tmp / "x.f32")));
+  INFO(x.err);
+  REQUIRE(x.rc == 0);
+  std::vector<float> a = read_f32(tmp / "ref.f32"), b = read_f32(tmp / "x.f32");
+  REQUIRE(a.size() == b.size());
+  REQUIRE(a.size() == ids.size() * 512);
+  float worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("llama against an independent float64 reference: dense, and MoE top-2 through a 2-slot cache") {
+  auto model = stories260k();
+  if (!model) {
+    MESSAGE("SKIPPED: stories260K.gguf not found");
+    return;
+  }
+  xpack::test::TempDir tmp;
+  std::vector<int32_t> ids = {1, 403};
+  for (int32_t id : golden_ids()) ids.push_back(id);
+  ids.resize(40);
+  std::string note;
+  float dense = diff_vs_reference("-m " + q(*model), *model, ids, tmp, &note);
+  CHECK(dense <= 1e-4f);
+
+  make_fixture(*model, tmp / "top2.gguf", "--used 2 --router random");
+  build_pack(tmp / "top2.gguf", tmp / "top2");
+  float moe = diff_vs_reference("-m " + q(tmp / "top2.trunk.gguf") + " --pack " + q(tmp / "top2.xpack") +
+                                    " --cache-mib 0.1",
+                                tmp / "top2.gguf", ids, tmp, &note);
+  // The comparison only means something if no routing decision is a near tie.
+  double margin = std::stod(note.substr(note.find("margin") + 7));
+  CHECK(margin > 1e-3);
+  CHECK(moe <= 1e-4f);
+  MESSAGE("max |diff| vs float64 reference: dense " << dense << ", MoE top-2 " << moe << "; " << note);
 }
