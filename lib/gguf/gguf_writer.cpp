@@ -163,7 +163,10 @@ Status put_value(std::vector<uint8_t>& out, const Value& v) {
 
 Writer::Writer(uint32_t alignment) : alignment_(alignment) {}
 
-void Writer::add_kv(KeyValue kv) { kvs_.push_back(std::move(kv)); }
+void Writer::add_kv(KeyValue kv) {
+  kvs_.push_back(std::move(kv));
+  header_size_valid_ = false;
+}
 
 void Writer::add_tensor(std::string name, uint32_t type, std::vector<uint64_t> ne) {
   uint64_t nbytes = 0;
@@ -178,6 +181,7 @@ void Writer::add_tensor(std::string name, uint32_t type, std::vector<uint64_t> n
   uint64_t offset = align_up(data_end_, a);
   tensors_.push_back(Tensor{std::move(name), type, std::move(ne), nbytes, offset});
   data_end_ = offset + nbytes;
+  header_size_valid_ = false;
 }
 
 Status Writer::validate() const {
@@ -212,15 +216,32 @@ Status Writer::validate() const {
   return {};
 }
 
-uint64_t Writer::header_size() const {
-  uint64_t n = 4 + 4 + 8 + 8;
-  std::vector<uint8_t> scratch;
-  for (const auto& kv : kvs_) {
-    scratch.clear();
-    (void)wire::put_value(scratch, kv.value);  // errors are reported by header_bytes()
-    n += 8 + kv.key.size() + 4 + scratch.size();
+namespace {
+// Bytes put_value writes for v (same walk, no output).
+uint64_t encoded_size(const Value& v) {
+  switch (v.type) {
+    case ValueType::U8: case ValueType::I8: case ValueType::BOOL: return 1;
+    case ValueType::U16: case ValueType::I16: return 2;
+    case ValueType::U32: case ValueType::I32: case ValueType::F32: return 4;
+    case ValueType::U64: case ValueType::I64: case ValueType::F64: return 8;
+    case ValueType::STRING: return 8 + v.str.size();
+    case ValueType::ARRAY: {
+      uint64_t n = 4 + 8;
+      for (const auto& e : v.array) n += encoded_size(e);
+      return n;
+    }
   }
+  return 0;
+}
+}  // namespace
+
+uint64_t Writer::header_size() const {
+  if (header_size_valid_) return header_size_cache_;
+  uint64_t n = 4 + 4 + 8 + 8;
+  for (const auto& kv : kvs_) n += 8 + kv.key.size() + 4 + encoded_size(kv.value);
   for (const auto& t : tensors_) n += 8 + t.name.size() + 4 + 8 * t.ne.size() + 4 + 8;
+  header_size_cache_ = n;
+  header_size_valid_ = true;
   return n;
 }
 
@@ -256,6 +277,9 @@ Result<std::vector<uint8_t>> Writer::header_bytes() const {
     wire::put_u32(out, t.type);
     wire::put_u64(out, t.offset);
   }
+  if (out.size() != header_size())
+    return err(XPACK_E_INTERNAL, "GGUF header is {} bytes, {} were planned", out.size(),
+               header_size());
   out.resize(data_offset(), 0);
   return out;
 }

@@ -49,6 +49,7 @@ void put_string(std::vector<uint8_t>& out, std::string_view s);
 Status put_value(std::vector<uint8_t>& out, const Value& v);
 }  // namespace wire
 
+// Not thread-safe: even the const accessors fill an internal cache.
 class Writer {
  public:
   // `alignment` lays out the data section. general.alignment is written only if
@@ -84,6 +85,10 @@ class Writer {
   uint64_t header_size() const;
 
   uint32_t alignment_;
+  // header_size() walks every value (a vocab can hold 10^5 strings): cache it
+  // between additions, since callers ask for offsets once per tensor.
+  mutable uint64_t header_size_cache_ = 0;
+  mutable bool header_size_valid_ = false;
   std::vector<KeyValue> kvs_;
   std::vector<Tensor> tensors_;
   uint64_t data_end_ = 0;  // relative end of the last tensor, unpadded
