@@ -146,8 +146,8 @@ Hparams load_hparams(const Weights& w) {
     throw ModelError("key " + key("expert_gating_func") + " = " + std::to_string(gating) +
                      " is unsupported (DeepSeek-V4 scores experts with sqrt(softplus), gating 4)");
   }
-  h.expert_weights_norm = w.get_bool(key("expert_weights_norm"), false);
   if (!w.has(key("expert_weights_norm"))) throw ModelError("missing key " + key("expert_weights_norm"));
+  h.expert_weights_norm = w.get_bool(key("expert_weights_norm"), false);
   h.expert_weights_scale = static_cast<float>(w.get_float(key("expert_weights_scale")));
   h.swiglu_clamp_exp = per_layer(w, key("swiglu_clamp_exp"), n_layer_all, h.n_layer);
   h.swiglu_clamp_shexp = w.has(key("swiglu_clamp_shexp"))
