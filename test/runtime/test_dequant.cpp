@@ -1,15 +1,18 @@
 // xpack-run's dequantizers (examples/xpack-run/dequant.cpp) against an
 // independent reference, llama.cpp's gguf-py (test/runtime/dequant_ref.py), block
-// by block and bit for bit, plus hand-computed blocks and bad input.
+// by block and bit for bit: random blocks, every quantized tensor of the oracle
+// models (written by llama-quantize), hand-computed blocks and bad input.
 #include <doctest/doctest.h>
 
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -200,6 +203,61 @@ TEST_CASE("dequantize: F32, F16 and BF16 match gguf-py for every 16-bit pattern"
     std::vector<uint8_t> f32(4096 * 4);
     for (auto& b : f32) b = uint8_t(rng());
     expect_bit_identical("F32", decode(XPACK_TYPE_F32, f32, 4096), reference_decode("F32", f32), 1);
+  }
+}
+
+// Real blocks as llama-quantize wrote them: every quantized tensor of the oracle
+// models (Q8_0, Q2_K, Q3_K, MXFP4), decoded by us and by gguf-py.
+TEST_CASE("dequantize: every quantized tensor of the oracle models matches gguf-py") {
+  const auto sd = xpack::test::shared_dir();
+  if (!sd) {
+    MESSAGE("SKIPPED: ../shared (oracle models) is absent");
+    return;
+  }
+  std::string why;
+  if (!have_reference(&why)) FAIL("python3 with numpy + gguf is required: pip install gguf\n" << why);
+  for (const std::string model : {"deepseek4-mxfp4.gguf", "kimi-k3-q2k-q3k.gguf"}) {
+    CAPTURE(model);
+    const std::filesystem::path path = *sd / "oracle" / "models" / model;
+    REQUIRE(std::filesystem::exists(path));
+    TempDir dir;
+    std::string listing;
+    const std::string cmd = "python3 '" + script_path() + "' --gguf '" + path.string() + "' '" +
+                            (dir / "ref.f32").string() + "'";
+    REQUIRE_MESSAGE(run_command(cmd, &listing) == 0, cmd << "\n" << listing);
+    const std::vector<uint8_t> ref_bytes = read_file(dir / "ref.f32");
+
+    xpack_gguf* g = nullptr;
+    REQUIRE_MESSAGE(xpack_gguf_open(path.c_str(), nullptr, &g) == 0, xpack_last_error());
+    std::istringstream lines(listing);
+    size_t offset = 0, tensors = 0;
+    for (std::string line; std::getline(lines, line);) {
+      const size_t t1 = line.find('\t'), t2 = line.rfind('\t');
+      if (t1 == std::string::npos || t1 == t2) continue;
+      const std::string name = line.substr(0, t1);
+      const int64_t n = std::stoll(line.substr(t2 + 1));
+      const int64_t idx = xpack_gguf_find_tensor(g, name.c_str());
+      REQUIRE_MESSAGE(idx >= 0, name);
+      xpack_tensor_info info{};
+      info.size = sizeof info;
+      REQUIRE(xpack_gguf_tensor_info(g, idx, &info) == 0);
+      const void* data = nullptr;
+      REQUIRE(xpack_gguf_tensor_data(g, idx, &data) == 0);
+      REQUIRE(offset + size_t(n) * 4 <= ref_bytes.size());
+      std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+      std::memcpy(want.data(), ref_bytes.data() + offset, size_t(n) * 4);
+      offset += size_t(n) * 4;
+      xrun::dequantize(info.type, data, got.data(), n);
+      uint32_t block_elems = 1;
+      xpack_type_info(info.type, nullptr, &block_elems, nullptr);
+      expect_bit_identical(model + " " + name + " (" + line.substr(t1 + 1, t2 - t1 - 1) + ")",
+                           got, want, block_elems);
+      ++tensors;
+    }
+    xpack_gguf_close(g);
+    CHECK(offset == ref_bytes.size());
+    CHECK(tensors > 10);
+    MESSAGE(model << ": " << tensors << " quantized tensors compared");
   }
 }
 
