@@ -89,7 +89,7 @@ std::vector<float> res_mix(const std::vector<float>& cur, const Checkpoints& ckp
 
 class KimiK3 final : public Model {
  public:
-  KimiK3(const Weights& w, ExpertSource* experts) : w_(w), hp_(Hparams::load(w)) {
+  KimiK3(const Weights& w, ExpertSource* experts) : hp_(Hparams::load(w)) {
     const int64_t E = hp_.n_embd;
     tok_embd_ = &w.get("token_embd.weight", {E, hp_.n_vocab});
     output_norm_ = to_float(w.get("output_norm.weight", {E}));
@@ -116,6 +116,8 @@ class KimiK3 final : public Model {
     }
     reset();
   }
+  KimiK3(const KimiK3&) = delete;
+  KimiK3& operator=(const KimiK3&) = delete;
 
   int n_vocab() const override { return static_cast<int>(hp_.n_vocab); }
 
@@ -186,8 +188,7 @@ class KimiK3 final : public Model {
   }
 
  private:
-  const Weights& w_;
-  Hparams hp_;
+  Hparams hp_;  // the layers keep a reference: KimiK3 is never moved (held by unique_ptr)
   const WeightTensor *tok_embd_ = nullptr, *output_ = nullptr;
   std::vector<float> output_norm_, output_res_score_;
   std::vector<Layer> layers_;
