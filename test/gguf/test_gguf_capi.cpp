@@ -70,6 +70,21 @@ TEST_CASE("capi: open failures leave *out NULL and set the thread's last error")
   CHECK(g == nullptr);
   CHECK(std::string(xpack_last_error()).find("version") != std::string::npos);
 
+  // A real file cut inside its tensor data: the reader's code comes through.
+  auto good = test::small_gguf();
+  REQUIRE(!good.empty());
+  auto cut = dir / "cut.gguf";
+  test::write_file(cut, std::vector<uint8_t>(good.begin(), good.end() - 64));
+  CHECK(xpack_gguf_open(cut.c_str(), nullptr, &g) == XPACK_E_TRUNCATED);
+  CHECK(g == nullptr);
+  CHECK(std::string(xpack_last_error()).find("cut.gguf") != std::string::npos);
+  auto whole = dir / "whole.gguf";
+  test::write_file(whole, good);
+  REQUIRE(xpack_gguf_open(whole.c_str(), nullptr, &g) == 0);
+  CHECK(xpack_gguf_tensor_count(g) == 3);
+  xpack_gguf_close(g);
+  g = nullptr;
+
   xpack_gguf_options opts{};
   opts.size = 0;  // too small to be a real struct
   CHECK(xpack_gguf_open(bad.c_str(), &opts, &g) == XPACK_E_INVALID_ARG);
