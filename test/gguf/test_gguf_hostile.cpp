@@ -171,6 +171,11 @@ TEST_CASE("hostile: tensor infos") {
     expect_error(one({1, 1, 1, 1, 1}, 0, 0), XPACK_E_FORMAT, "blk.0.bad");
     expect_error(one({}, 0, 0), XPACK_E_FORMAT, "blk.0.bad");
   }
+  SUBCASE("a zero dimension is accepted as an empty tensor") {
+    auto f = parse_bytes(RawGguf(1, 0).tensor("empty", {0, 4}, 0, 0).data(32, 32).b);
+    REQUIRE_MESSAGE(f.ok(), f.error().message);
+    CHECK(f->tensors()[0].nbytes == 0);
+  }
   SUBCASE("negative dimension") { expect_error(one({~0ull}, 0, 0), XPACK_E_FORMAT, "blk.0.bad"); }
   SUBCASE("dims whose product overflows") {
     expect_error(one({1ull << 32, 1ull << 32, 1ull << 32}, 0, 0), XPACK_E_LIMIT, "blk.0.bad");
