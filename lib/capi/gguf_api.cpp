@@ -1,6 +1,7 @@
 // The xpack_gguf_* C API: a thin, exception-free shell over gguf::Model.
 #include <cstddef>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <string>
 #include <type_traits>
@@ -17,15 +18,21 @@ using xpack::gguf::ValueType;
 
 struct xpack_gguf {
   xpack::gguf::Model model;
-  // Accessors take a const handle but a failing one records its message here.
+  // Accessors take a const handle but a failing one records its message here;
+  // the mutex keeps concurrent failing accessors (which the header allows) from
+  // racing on the string.
   mutable std::string errmsg;
+  mutable std::mutex errmsg_mu;
 };
 
 namespace {
 
 int fail(const xpack_gguf* g, int code, std::string msg) {
   xpack::set_last_error(msg);
-  if (g) g->errmsg = std::move(msg);
+  if (g) {
+    std::lock_guard<std::mutex> lock(g->errmsg_mu);
+    g->errmsg = std::move(msg);
+  }
   return code;
 }
 
@@ -159,7 +166,9 @@ XPACK_API int xpack_gguf_open(const char* path, const xpack_gguf_options* opts,
   try {
     auto m = xpack::gguf::Model::open(path, (flags & XPACK_GGUF_SINGLE_FILE) != 0);
     if (!m.ok()) return fail(nullptr, m.error());
-    *out = new xpack_gguf{std::move(m).value(), {}};
+    auto* g = new xpack_gguf;
+    g->model = std::move(m).value();
+    *out = g;
     return 0;
   } catch (const std::bad_alloc&) {
     return fail(nullptr, -ENOMEM, fmt::format("xpack_gguf_open '{}': out of memory", path));

@@ -2,7 +2,9 @@
 // structs, NULL handling.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <cstring>
+#include <thread>
 #include <limits>
 #include <string>
 
@@ -275,5 +277,32 @@ TEST_CASE("capi: stories260K and the oracle split set") {
   old.flags = XPACK_GGUF_SINGLE_FILE;  // beyond old.size: must be ignored
   REQUIRE(xpack_gguf_open(shard2.c_str(), &old, &g) == 0);
   CHECK(xpack_gguf_shard_count(g) == 3);
+  xpack_gguf_close(g);
+}
+
+TEST_CASE("capi: concurrent accessors on one handle") {
+  xpack_gguf* g = nullptr;
+  std::string stories = (test::data_dir() / "stories260K.gguf").string();
+  REQUIRE(xpack_gguf_open(stories.c_str(), nullptr, &g) == 0);
+  const int64_t n_tensors = xpack_gguf_tensor_count(g);
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int rep = 0; rep < 200; ++rep) {
+        int64_t i = (rep * 7 + t) % n_tensors;
+        xpack_tensor_info ti{};
+        ti.size = sizeof ti;
+        const void* p = nullptr;
+        if (xpack_gguf_tensor_info(g, i, &ti) != 0 || xpack_gguf_tensor_data(g, i, &p) != 0 || !p)
+          ++wrong;
+        // Failing calls race on the handle's message; they must stay well-defined.
+        if (xpack_gguf_find_key(g, "missing.key") != XPACK_E_NOT_FOUND) ++wrong;
+        if (xpack_gguf_tensor_info(g, n_tensors + t, &ti) != XPACK_E_INVALID_ARG) ++wrong;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(wrong.load() == 0);
   xpack_gguf_close(g);
 }
