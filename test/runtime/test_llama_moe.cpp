@@ -168,15 +168,16 @@ namespace {
 
 // Max |diff| between xpack-run's logits for `ids` and llama_ref.py's float64 forward pass.
 float diff_vs_reference(const std::string& model_args, const fs::path& model_file, const std::vector<int32_t>& ids,
-                        const xpack::test::TempDir& tmp, std::string* ref_note) {
+                        const xpack::test::TempDir& tmp, std::string* ref_note, json* run_out = nullptr) {
   RunResult ref = run("python3 " + q(source_root() / "test" / "runtime" / "llama_ref.py") + " " + q(model_file) +
                       " --ids " + join_ids(ids) + " --out " + q(tmp / "ref.f32"));
   INFO(ref.out << ref.err);
   REQUIRE(ref.rc == 0);
   *ref_note = ref.out;
-  RunResult x = run(xrun(model_args + " --prompt-ids " + join_ids(ids) + " -n 0 --logits-out " + q(tmp / "x.f32")));
+  RunResult x = run(xrun(model_args + " --prompt-ids " + join_ids(ids) + " -n 0 --json --logits-out " + q(tmp / "x.f32")));
   INFO(x.err);
   REQUIRE(x.rc == 0);
+  if (run_out) *run_out = json::parse(x.out);
   std::vector<float> a = read_f32(tmp / "ref.f32"), b = read_f32(tmp / "x.f32");
   REQUIRE(a.size() == b.size());
   REQUIRE(a.size() == ids.size() * 512);
@@ -203,9 +204,14 @@ TEST_CASE("llama against an independent float64 reference: dense, and MoE top-2 
 
   make_fixture(*model, tmp / "top2.gguf", "--used 2 --router random");
   build_pack(tmp / "top2.gguf", tmp / "top2");
+  json moe_run;
   float moe = diff_vs_reference("-m " + q(tmp / "top2.trunk.gguf") + " --pack " + q(tmp / "top2.xpack") +
                                     " --cache-mib 0.1",
-                                tmp / "top2.gguf", ids, tmp, &note);
+                                tmp / "top2.gguf", ids, tmp, &note, &moe_run);
+  // Two slots, up to four distinct experts per layer in a 40-token prefill: the
+  // request is served in chunks (the cache's overflow path) without changing routing.
+  CHECK(moe_run["counters"]["budget_objects"].get<uint64_t>() == 2);
+  CHECK(moe_run["counters"]["overflow_chunks"].get<uint64_t>() > 0);
   // The comparison only means something if no routing decision is a near tie.
   double margin = std::stod(note.substr(note.find("margin") + 7));
   CHECK(margin > 1e-3);
