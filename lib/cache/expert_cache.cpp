@@ -497,9 +497,14 @@ void ExpertCache::io_loop() {
     if (engine_->objects_in_flight() > 0) {
       auto got = engine_->poll(0, &unused);
       if (got.ok() && *got == 0) {
-        // Nothing landed yet: block briefly in the kernel, but wake often enough
-        // to pick up new demand loads.
-        (void)engine_->poll(1, &unused);
+        if (free_staging == 0) {
+          // No buffer for a new load anyway: sleep until a read completes.
+          (void)engine_->poll(-1, &unused);
+        } else {
+          // Block briefly in the kernel, but wake often enough to pick up new
+          // demand loads (the engine has no eventfd to wake us).
+          (void)engine_->poll(1, &unused);
+        }
       }
     } else if (want_more) {
       reap_copies(true);  // every staging buffer is waiting for its copy
