@@ -1,6 +1,7 @@
 // xpack-run: load a model (trunk GGUF + Expert Pack, or a plain GGUF), evaluate
 // the prompt as one batch, then decode token by token, with every routed
 // expert served through libxpack's C API.
+#include <bit>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -62,7 +63,8 @@ class LogitsWriter {
     f_.open(path, std::ios::binary | std::ios::trunc);
     if (!f_) throw ModelError("cannot write --logits-out file " + path);
   }
-  // Floats are written in host order; every supported host is little-endian.
+  // Floats are written in host order, which is the file's little-endian order.
+  static_assert(std::endian::native == std::endian::little, "--logits-out assumes a little-endian host");
   void write(const float* rows, size_t n_floats) {
     if (!f_.is_open()) return;
     f_.write(reinterpret_cast<const char*>(rows), static_cast<std::streamsize>(n_floats * sizeof(float)));
