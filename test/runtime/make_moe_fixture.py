@@ -45,6 +45,8 @@ def main():
     ap.add_argument("--used", type=int, default=N_EXPERTS, help="expert_used_count (top-k)")
     ap.add_argument("--router", choices=["zero", "random"], default="zero")
     ap.add_argument("--split-max-tensors", type=int, default=0, help="write a gguf-split set")
+    ap.add_argument("--fused", action="store_true",
+                    help="write gate and up as one ffn_gate_up_exps tensor (gate rows first)")
     args = ap.parse_args()
     if args.router == "zero" and args.used != N_EXPERTS:
         sys.exit("a zero router with top-k < 4 makes expert selection arbitrary (ties); use --router random")
@@ -86,8 +88,11 @@ def main():
             else:
                 router = rng.standard_normal((N_EXPERTS, n_embd)).astype(np.float32)
             writer.add_tensor(blk + "ffn_gate_inp.weight", router)
-            writer.add_tensor(blk + "ffn_gate_exps.weight", g)
-            writer.add_tensor(blk + "ffn_up_exps.weight", u)
+            if args.fused:
+                writer.add_tensor(blk + "ffn_gate_up_exps.weight", np.concatenate([g, u], axis=1))
+            else:
+                writer.add_tensor(blk + "ffn_gate_exps.weight", g)
+                writer.add_tensor(blk + "ffn_up_exps.weight", u)
             writer.add_tensor(blk + "ffn_down_exps.weight", d)
     assert n_layer == sum(1 for t in reader.tensors if t.name.endswith(".ffn_norm.weight"))
 

@@ -218,3 +218,20 @@ TEST_CASE("llama against an independent float64 reference: dense, and MoE top-2 
   CHECK(moe <= 1e-4f);
   MESSAGE("max |diff| vs float64 reference: dense " << dense << ", MoE top-2 " << moe << "; " << note);
 }
+
+TEST_CASE("MoE fixture with fused ffn_gate_up_exps: pack and plain GGUF give the dense ids") {
+  auto model = stories260k();
+  if (!model) {
+    MESSAGE("SKIPPED: stories260K.gguf not found");
+    return;
+  }
+  xpack::test::TempDir tmp;
+  make_fixture(*model, tmp / "fused.gguf", "--fused");
+  build_pack(tmp / "fused.gguf", tmp / "fused");
+  json a = run_json("-m " + q(tmp / "fused.trunk.gguf") + " --pack " + q(tmp / "fused.xpack") +
+                    " --prompt-ids 1,403 -n 60 --cache-mib 0.2 --logits-out " + q(tmp / "a.f32"));
+  json b = run_json("-m " + q(tmp / "fused.gguf") + " --prompt-ids 1,403 -n 60 --logits-out " + q(tmp / "b.f32"));
+  CHECK(a["gen_ids"].get<std::vector<int32_t>>() == golden_ids());
+  CHECK(b["gen_ids"].get<std::vector<int32_t>>() == golden_ids());
+  CHECK(xpack::test::read_file(tmp / "a.f32") == xpack::test::read_file(tmp / "b.f32"));
+}
