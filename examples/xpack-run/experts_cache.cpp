@@ -52,6 +52,8 @@ class CacheExperts final : public ExpertSource {
     if (layer < 0 || xpack_pack_layer_slot(pack_, static_cast<uint32_t>(layer), &lslot) != 0) {
       throw ModelError("expert pack has no layer " + std::to_string(layer));
     }
+    out.clear();
+    if (n <= 0) return;
     std::vector<uint32_t> ids(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) {
       if (experts[i] < 0 || experts[i] >= n_experts_) throw ModelError("expert id " + std::to_string(experts[i]) + " out of range");

@@ -80,6 +80,8 @@ class PackExperts final : public ExpertSource {
     if (layer < 0 || xpack_pack_layer_slot(pack_, static_cast<uint32_t>(layer), &slot) != 0) {
       throw ModelError("expert pack has no layer " + std::to_string(layer));
     }
+    out.clear();
+    if (n <= 0) return;
     ++acquire_calls_;
     std::vector<Entry*> entries(static_cast<size_t>(n), nullptr);
     std::vector<std::pair<Entry*, int>> misses;
