@@ -2,7 +2,8 @@
 # The README's main job on bundled small models: make a synthetic Kimi-K3-shaped MoE
 # model as a 3-shard split set, convert it to an Expert Pack, inspect and verify the pack,
 # then generate text with xpack-run on the bundled stories260K model, first from the plain
-# GGUF and then from its Mixtral-style MoE form streamed through an Expert Pack.
+# GGUF and then from its Mixtral-style MoE form (made by a test script with the gguf
+# Python package) with experts streamed through an Expert Pack and a tiny cache.
 # Usage: tools/demo.sh BUILD_DIR [WORK_DIR]
 set -eu
 build=${1:-build}
@@ -25,10 +26,10 @@ echo "== 3. inspect and verify every object checksum"
 echo "== 4. generate with the bundled stories260K model (plain GGUF)"
 "$build/examples/xpack-run" -m "$src/test/data/stories260K.gguf" -p "Once" -n 48
 
-if [ -f "$src/test/data/stories260K-moe.gguf" ]; then
-  echo "== 5. the same model as a 4-expert MoE, experts streamed from an Expert Pack"
-  "$build/tools/xpack-build" "$src/test/data/stories260K-moe.gguf" -o "$work/stories-moe"
-  "$build/examples/xpack-run" -m "$work/stories-moe.trunk.gguf" --pack "$work/stories-moe.xpack" \
-    --cache-mib 1 -p "Once" -n 48
-fi
+echo "== 5. the same model split into 4 experts (Mixtral form), experts streamed from an Expert Pack"
+python3 "$src/test/runtime/make_moe_fixture.py" "$src/test/data/stories260K.gguf" "$work/stories260K-moe.gguf"
+"$build/tools/xpack-build" "$work/stories260K-moe.gguf" -o "$work/stories-moe"
+"$build/examples/xpack-run" -m "$work/stories-moe.trunk.gguf" --pack "$work/stories-moe.xpack" \
+  --cache-mib 0.2 -p "Once" -n 48 --stats "$work/stories-moe.stats.json"
+echo "engine counters: $work/stories-moe.stats.json"
 echo "== demo finished"
