@@ -162,13 +162,18 @@ Status check_free_space(const std::string& out_path, uint64_t need, uint64_t ass
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Opened source files: either a Model (fresh build: split set fully checked) or the
-// shards that are still present (resume after some were consumed).
+// Opened source files, one gguf::File per shard (nullptr once consumed). Each shard
+// is its own File so a consumed shard's fd can be closed: unlinking a file that is
+// still open would not give its space back until the end of the build.
 struct Sources {
-  std::optional<gguf::Model> model;
   std::vector<std::optional<gguf::File>> files;
   std::vector<std::string> paths;
   std::vector<const gguf::File*> ptrs;  // nullptr for a consumed shard
+
+  void close(size_t s) {
+    files[s].reset();
+    ptrs[s] = nullptr;
+  }
 };
 
 std::vector<std::string> shard_paths(const std::string& source) {
@@ -185,10 +190,9 @@ Result<Sources> open_sources(const std::string& source, bool allow_missing) {
   bool any_missing = false;
   for (const auto& p : s.paths) any_missing |= !fs::exists(p);
   if (!any_missing || !allow_missing) {
+    // The split set as a whole (split.no / split.count / split.tensors.count).
     XPACK_ASSIGN_OR_RETURN(gguf::Model m, gguf::Model::open(source));
-    s.model = std::move(m);
-    for (const gguf::File& f : s.model->shards()) s.ptrs.push_back(&f);
-    return s;
+    (void)m;
   }
   s.files.resize(s.paths.size());
   for (size_t i = 0; i < s.paths.size(); ++i) {
@@ -326,7 +330,11 @@ Result<BuildReport> build_pack(const BuildOptions& opts) {
       ckpt = c;
     }
   }
-  if (!ckpt && !opts.force) {
+  // --resume of a build that already finished: nothing to do if the outputs belong
+  // to this source (checked below, once the source identity is known).
+  const bool finished = !ckpt && opts.resume && !opts.force && fs::exists(out.pack) && fs::exists(out.trunk) &&
+                        fs::exists(out.manifest);
+  if (!ckpt && !opts.force && !finished) {
     for (const auto& p : {out.pack, out.trunk, out.manifest})
       if (fs::exists(p)) return err(-EEXIST, "{} exists; pass --force to overwrite it", p);
   }
@@ -359,6 +367,15 @@ Result<BuildReport> build_pack(const BuildOptions& opts) {
   if (all_present) {
     XPACK_ASSIGN_OR_RETURN(Plan p, make_plan(src.ptrs));
     plan = std::move(p);
+  }
+  if (finished) {
+    XPACK_ASSIGN_OR_RETURN(PackReader done, PackReader::open(out.pack, OpenOptions{out.trunk}));
+    if (!plan || done.source_identity() != plan->index.source_identity)
+      return err(-EEXIST, "{} exists and was built from another source; pass --force to overwrite it", out.pack);
+    rep.index = done.index();
+    rep.resumed_from_object = done.n_objects();
+    rep.seconds = since(t0);
+    return rep;
   }
   if (ckpt) {
     pack_fd = Fd(::open(out.partial.c_str(), O_RDWR | O_CLOEXEC));
@@ -474,6 +491,7 @@ Result<BuildReport> build_pack(const BuildOptions& opts) {
       if (std::find(cp.consumed.begin(), cp.consumed.end(), s) != cp.consumed.end()) continue;
       if (::unlink(src.paths[s].c_str()) != 0 && errno != ENOENT) return errno_error("delete {}", src.paths[s]);
       XPACK_TRY(fsync_parent_dir(src.paths[s]));
+      src.close(s);
       rep.consumed.push_back(src.paths[s]);
       cp.consumed.push_back(s);
       XPACK_TRY(write_checkpoint(out.checkpoint, cp));
@@ -593,7 +611,7 @@ Result<BuildReport> build_pack(const BuildOptions& opts) {
       if (::unlink(src.paths[s].c_str()) != 0 && errno != ENOENT) return errno_error("delete {}", src.paths[s]);
       XPACK_TRY(fsync_parent_dir(src.paths[s]));
       rep.consumed.push_back(src.paths[s]);
-      src.ptrs[s] = nullptr;
+      src.close(s);
     }
   } else {
     for (uint32_t s = 0; s < src.ptrs.size(); ++s)

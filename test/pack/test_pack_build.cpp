@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gguf/gguf_writer.h"
+#include "pack/builder.h"
 #include "pack/pack_reader.h"
 #include "pack_test_util.h"
 #include "roundtrip_check.h"
@@ -25,6 +26,10 @@ bool same_file(const fs::path& a, const fs::path& b) {
 std::string read_file_string(const fs::path& p) {
   auto b = read_file(p);
   return std::string(b.begin(), b.end());
+}
+
+fs::path other_model_for_resume(const TempDir& tmp) {
+  return synth(tmp / "other.gguf", "--arch kimi-k3 --layers 4 --experts 8 --seed 7");
 }
 
 fs::path oracle(const fs::path& shared, const std::string& name) { return shared / "oracle" / "models" / name; }
@@ -139,7 +144,12 @@ TEST_CASE("an interrupted build resumes to byte-identical output") {
   CHECK_FALSE(fs::exists(tmp / "b" / "out.xpack.checkpoint"));
   CHECK_FALSE(fs::exists(tmp / "b" / "out.xpack.partial"));
 
-  // --resume with nothing to resume is a plain build; an existing output needs --force.
+  // --resume of a finished build succeeds without work; a plain build needs --force.
+  rc = run(tool("xpack-build") + " " + q(model) + " -o " + q(tmp / "b" / "out") + " --resume --json", &o);
+  CHECK(rc == 0);
+  CHECK(nlohmann::json::parse(o)["copied_bytes"] == 0);
+  rc = run(tool("xpack-build") + " " + q(other_model_for_resume(tmp)) + " -o " + q(tmp / "b" / "out") + " --resume", &o);
+  CHECK(rc == 1);  // finished outputs of another source are not silently accepted
   rc = run(tool("xpack-build") + " " + q(model) + " -o " + q(tmp / "b" / "out"), &o);
   CHECK(rc == 1);
   CHECK(o.find("--force") != std::string::npos);
@@ -413,4 +423,30 @@ TEST_CASE("progress bar on a terminal, quiet otherwise") {
               &o) == 0);
   CHECK(o.find("ETA") == std::string::npos);
   CHECK(o.find("throughput_mib_s") != std::string::npos);
+}
+
+TEST_CASE("consumed shards are closed, so their space is really freed during the build") {
+  TempDir tmp;
+  synth(tmp / "m.gguf", "--arch kimi-k3 --layers 5 --experts 8 --shards 4");
+  pack::BuildOptions opts;
+  opts.source = (tmp / "m-00001-of-00004.gguf").string();
+  opts.out = (tmp / "out").string();
+  opts.consume_source = true;
+  opts.buffer_bytes = 1 << 20;  // many batches, many progress calls
+  int open_deleted = 0, calls = 0;
+  opts.progress = [&](const pack::BuildProgress& p) {
+    if (std::string(p.phase) != "experts") return;
+    ++calls;
+    for (const auto& e : fs::directory_iterator("/proc/self/fd")) {
+      std::error_code ec;
+      std::string target = fs::read_symlink(e.path(), ec).string();
+      if (!ec && target.find(tmp.path().string()) == 0 && target.find("(deleted)") != std::string::npos)
+        ++open_deleted;
+    }
+  };
+  auto r = pack::build_pack(opts);
+  REQUIRE_MESSAGE(r.ok(), r.error().message);
+  CHECK(calls > 3);
+  CHECK(r->consumed.size() == 4);
+  CHECK(open_deleted == 0);
 }
