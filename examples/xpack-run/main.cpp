@@ -24,7 +24,10 @@
 namespace xrun {
 namespace {
 
-std::string json_escape(const std::string& s) {
+// A JSON string body. Invalid UTF-8 becomes U+FFFD so every JSON parser
+// accepts the output; the exact bytes of the generated text go in "text_hex".
+std::string json_escape(const std::string& raw) {
+  const std::string s = to_valid_utf8(raw);
   std::string out;
   for (unsigned char c : s) {
     switch (c) {
@@ -42,6 +45,17 @@ std::string json_escape(const std::string& s) {
           out += static_cast<char>(c);
         }
     }
+  }
+  return out;
+}
+
+std::string hex_bytes(const std::string& s) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  out.reserve(s.size() * 2);
+  for (unsigned char c : s) {
+    out += hex[c >> 4];
+    out += hex[c & 15];
   }
   return out;
 }
@@ -152,18 +166,23 @@ int run(const CliOptions& o) {
   }
   const double decode_s = seconds_since(t_decode);
   logits_out.close();
+  // The text ends its line and reaches the terminal/pipe before the speed
+  // line goes to stderr; otherwise, with stdout buffered (a pipe or file
+  // shared with stderr), the speed line lands after the text on its line.
   if (stream_text) std::fputs("\n", stdout);
   if (!codec && !o.json) {
     // No tokenizer: print the ids so the run is still useful.
     std::printf("%s\n", json_ids(gen).c_str());
   }
+  std::fflush(stdout);
 
   const double prefill_tok_s = prefill_s > 0 ? double(prompt.size()) / prefill_s : 0.0;
   const double decode_tok_s = decode_s > 0 && n_decoded > 0 ? double(n_decoded) / decode_s : 0.0;
   std::ostringstream js;
   js.precision(6);
   js << "{\"prompt_ids\":" << json_ids(prompt) << ",\"gen_ids\":" << json_ids(gen) << ",\"text\":\""
-     << json_escape(text) << "\",\"prefill_tok_s\":" << prefill_tok_s << ",\"decode_tok_s\":" << decode_tok_s
+     << json_escape(text) << "\",\"text_hex\":\"" << hex_bytes(text) << "\",\"prefill_tok_s\":" << prefill_tok_s
+     << ",\"decode_tok_s\":" << decode_tok_s
      << ",\"load_s\":" << load_s << ",\"prefill_s\":" << prefill_s << ",\"decode_s\":" << decode_s
      << ",\"threads\":" << threads() << ",\"backend\":\"" << backend().name() << "\",\"arch\":\""
      << json_escape(weights.arch()) << "\",\"expert_source\":\"" << (o.pack_path.empty() ? "gguf" : "pack")

@@ -366,16 +366,33 @@ TEST_CASE("deepseek4: damaged models fail with a message naming the problem") {
     INFO(m.out << m.err);
     REQUIRE_MESSAGE(m.rc == 0, "kimi_k3_mutate.py failed (needs python3 with numpy and gguf)");
     RunResult r = run(q(xpack_run_exe()) + " -m " + q(bad) + " --prompt-ids 1,403,407 -n 0");
-    // the harness may hand stderr back in either field
-    const std::string said = r.out + r.err;
-    INFO(said);
+    INFO("stdout: " << r.out << "\nstderr: " << r.err);
     CHECK(r.rc != 0);
-    CHECK(said.find(d.expect) != std::string::npos);
+    CHECK(r.err.find(d.expect) != std::string::npos);
+    CHECK(r.out.empty());  // errors go to stderr only
   }
 
   // Token ids outside the vocabulary are refused, never read out of bounds.
   RunResult r = run(q(xpack_run_exe()) + " -m " + q(*oracle / "models" / "deepseek4-f32.gguf") +
                     " --prompt-ids 1,512 -n 0");
   CHECK(r.rc != 0);
-  CHECK((r.out + r.err).find("512") != std::string::npos);
+  CHECK(r.err.find("512") != std::string::npos);
+  CHECK(r.out.empty());
+}
+
+TEST_CASE("deepseek4: --json output parses when the generated text is not UTF-8") {
+  auto oracle = oracle_dir();
+  if (!oracle) {
+    MESSAGE("SKIPPED: ../shared/oracle (deepseek4 models) not found");
+    return;
+  }
+  RunResult r = run(q(xpack_run_exe()) + " -m " + q(*oracle / "models" / "deepseek4-f32.gguf") +
+                    " -t 2 --prompt-ids 1,403,407 -n 30 --ignore-eos --json");
+  REQUIRE_MESSAGE(r.rc == 0, r.err);
+  json out;
+  REQUIRE_NOTHROW(out = json::parse(r.out));  // nlohmann rejects ill-formed UTF-8
+  CHECK(out["gen_ids"].size() == 30);
+  // this run produces byte tokens: they come back as U+FFFD, their bytes in text_hex
+  CHECK(out["text"].get<std::string>().find("\xEF\xBF\xBD") != std::string::npos);
+  CHECK(out["text_hex"].get<std::string>().size() >= 2 * out["gen_ids"].size());
 }

@@ -84,6 +84,32 @@ TEST_CASE("stories260K: -p \"Once\" prints llama.cpp's story") {
   CHECK(out["text"].get<std::string>().substr(0, want.size()) == want);
 }
 
+TEST_CASE("runtime harness: run() returns stdout and stderr apart") {
+  RunResult r = run("echo to-out; echo to-err >&2; exit 3");
+  CHECK(r.rc == 3);
+  CHECK(r.out == "to-out\n");
+  CHECK(r.err == "to-err\n");
+}
+
+// stdout and stderr into one pipe (as on one terminal, or `> log 2>&1`): the
+// text must end its line before the speed line on stderr starts.
+TEST_CASE("stories260K: the speed line starts on its own line after the text") {
+  auto model = stories260k();
+  if (!model) {
+    MESSAGE("SKIPPED: stories260K.gguf not found");
+    return;
+  }
+  RunResult r = run(xrun("-m " + q(*model) + " -p Once -n 20 2>&1"));
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  const size_t speed = r.out.find("xpack-run: prompt ");
+  REQUIRE(speed != std::string::npos);
+  REQUIRE(speed > 0);
+  CHECK(r.out[speed - 1] == '\n');
+  CHECK(r.out.substr(0, 12) == " upon a time");
+  CHECK(r.out.find('\n', speed) == r.out.size() - 1);  // the speed line is the last line
+}
+
 TEST_CASE("stories260K: --logits-out rows; decode with KV cache equals one batch") {
   auto model = stories260k();
   if (!model) {
