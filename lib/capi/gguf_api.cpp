@@ -101,7 +101,7 @@ int value_to_string(const xpack_gguf* g, const Value& v, const std::string& what
   return 0;
 }
 
-// Element i of the array at key index idx, or nullptr after recording the error.
+// The array at key index idx if i is in range, or nullptr after recording the error.
 const Value* array_elem(const xpack_gguf* g, int64_t idx, uint64_t i, int* code) {
   const Value* v = key_value(g, idx, code);
   if (!v) return nullptr;
@@ -111,13 +111,13 @@ const Value* array_elem(const xpack_gguf* g, int64_t idx, uint64_t i, int* code)
                                               value_type_name(v->type)));
     return nullptr;
   }
-  if (i >= v->array.size()) {
+  if (i >= v->array_size()) {
     *code = fail(g, XPACK_E_INVALID_ARG,
                  fmt::format("key '{}': index {} out of range ({} elements)", key, i,
-                             v->array.size()));
+                             v->array_size()));
     return nullptr;
   }
-  return &v->array[i];
+  return v;
 }
 
 const xpack::gguf::TensorInfo* tensor_at(const xpack_gguf* g, int64_t idx, int* code) {
@@ -247,32 +247,38 @@ XPACK_API int xpack_gguf_get_array(const xpack_gguf* g, int64_t idx, int* elem_t
     return fail(g, XPACK_E_TYPE, fmt::format("key '{}' has type {}, not an array",
                                              key_name_of(g, idx), value_type_name(v->type)));
   if (elem_type) *elem_type = static_cast<int>(v->elem_type);
-  if (n) *n = v->array.size();
+  if (n) *n = v->array_size();
   return 0;
 }
 
 XPACK_API int xpack_gguf_get_array_int(const xpack_gguf* g, int64_t idx, uint64_t i,
                                        int64_t* out) {
   int code;
-  const Value* e = array_elem(g, idx, i, &code);
-  if (!e) return code;
-  return value_to_int(g, *e, fmt::format("key '{}'[{}]", key_name_of(g, idx), i), out);
+  const Value* a = array_elem(g, idx, i, &code);
+  if (!a) return code;
+  return value_to_int(g, a->element(i), fmt::format("key '{}'[{}]", key_name_of(g, idx), i), out);
 }
 
 XPACK_API int xpack_gguf_get_array_float(const xpack_gguf* g, int64_t idx, uint64_t i,
                                          double* out) {
   int code;
-  const Value* e = array_elem(g, idx, i, &code);
-  if (!e) return code;
-  return value_to_float(g, *e, fmt::format("key '{}'[{}]", key_name_of(g, idx), i), out);
+  const Value* a = array_elem(g, idx, i, &code);
+  if (!a) return code;
+  return value_to_float(g, a->element(i), fmt::format("key '{}'[{}]", key_name_of(g, idx), i), out);
 }
 
 XPACK_API int xpack_gguf_get_array_string(const xpack_gguf* g, int64_t idx, uint64_t i,
                                           const char** s, size_t* len) {
   int code;
-  const Value* e = array_elem(g, idx, i, &code);
-  if (!e) return code;
-  return value_to_string(g, *e, fmt::format("key '{}'[{}]", key_name_of(g, idx), i), s, len);
+  const Value* a = array_elem(g, idx, i, &code);
+  if (!a) return code;
+  if (a->elem_type != ValueType::STRING)
+    return fail(g, XPACK_E_TYPE, fmt::format("key '{}'[{}] has type {}, not a string",
+                                             key_name_of(g, idx), i, value_type_name(a->elem_type)));
+  std::string_view e = a->string_element(i);  // NUL-terminated inside the array's storage
+  if (s) *s = e.data();
+  if (len) *len = e.size();
+  return 0;
 }
 
 XPACK_API int64_t xpack_gguf_tensor_count(const xpack_gguf* g) {

@@ -108,16 +108,6 @@ class Cursor {
   std::vector<uint8_t> buf_;
 };
 
-size_t scalar_size(ValueType t) {
-  switch (t) {
-    case ValueType::U8: case ValueType::I8: case ValueType::BOOL: return 1;
-    case ValueType::U16: case ValueType::I16: return 2;
-    case ValueType::U32: case ValueType::I32: case ValueType::F32: return 4;
-    case ValueType::U64: case ValueType::I64: case ValueType::F64: return 8;
-    default: return 0;
-  }
-}
-
 bool valid_type(uint32_t t) { return t <= static_cast<uint32_t>(ValueType::F64); }
 
 Status read_value(Cursor& c, ValueType type, Value& v, uint32_t depth, const std::string& key) {
@@ -159,8 +149,36 @@ Status read_value(Cursor& c, ValueType type, Value& v, uint32_t depth, const std
       if (n > c.remaining() / min_elem)
         return err(XPACK_E_TRUNCATED, "{}: key '{}': array of {} elements cannot fit in the {} bytes left",
                    c.name(), key, n, c.remaining());
-      v.array.resize(n);
-      for (uint64_t i = 0; i < n; ++i) XPACK_TRY(read_value(c, v.elem_type, v.array[i], depth + 1, key));
+      v.count = n;
+      if (size_t sz = scalar_size(v.elem_type)) {
+        v.raw.resize(n * sz);
+        XPACK_TRY(c.bytes(v.raw.data(), n * sz, "array elements"));
+        if (v.elem_type == ValueType::BOOL)
+          for (uint64_t i = 0; i < n; ++i)
+            if (static_cast<uint8_t>(v.raw[i]) > 1)
+              return err(XPACK_E_FORMAT, "{}: key '{}': bool element {} is neither 0 nor 1",
+                         c.name(), key, i);
+      } else if (v.elem_type == ValueType::STRING) {
+        v.ends.reserve(n);
+        for (uint64_t i = 0; i < n; ++i) {
+          XPACK_ASSIGN_OR_RETURN(uint64_t len, c.scalar<uint64_t>("string length"));
+          if (len > kMaxStringBytes)
+            return err(XPACK_E_LIMIT, "{}: key '{}': string element {} length {} exceeds the limit {}",
+                       c.name(), key, i, len, kMaxStringBytes);
+          if (len > c.remaining())
+            return err(XPACK_E_TRUNCATED, "{}: key '{}': string element {} runs past the end of the file",
+                       c.name(), key, i);
+          size_t at = v.raw.size();
+          v.raw.resize(at + len + 1);
+          XPACK_TRY(c.bytes(v.raw.data() + at, len, "string element"));
+          v.raw[at + len] = '\0';
+          v.ends.push_back(at + len);
+        }
+      } else {
+        v.nested.resize(n);
+        for (uint64_t i = 0; i < n; ++i)
+          XPACK_TRY(read_value(c, v.elem_type, v.nested[i], depth + 1, key));
+      }
       break;
     }
     default:
@@ -177,6 +195,88 @@ const char* value_type_name(ValueType t) {
                                 "bool", "string", "array", "u64", "i64", "f64"};
   auto i = static_cast<uint32_t>(t);
   return i < 13 ? names[i] : "?";
+}
+
+size_t scalar_size(ValueType t) {
+  switch (t) {
+    case ValueType::U8: case ValueType::I8: case ValueType::BOOL: return 1;
+    case ValueType::U16: case ValueType::I16: return 2;
+    case ValueType::U32: case ValueType::I32: case ValueType::F32: return 4;
+    case ValueType::U64: case ValueType::I64: case ValueType::F64: return 8;
+    default: return 0;
+  }
+}
+
+namespace {
+// Decodes one scalar of type t from its little-endian bytes.
+Value decode_scalar(ValueType t, const char* p) {
+  Value v;
+  v.type = t;
+  switch (t) {
+    case ValueType::U8: case ValueType::BOOL: v.u = static_cast<uint8_t>(*p); break;
+    case ValueType::I8: v.u = static_cast<uint64_t>(int64_t{static_cast<int8_t>(*p)}); break;
+    case ValueType::U16: { uint16_t x; std::memcpy(&x, p, 2); v.u = x; break; }
+    case ValueType::I16: { int16_t x; std::memcpy(&x, p, 2); v.u = static_cast<uint64_t>(int64_t{x}); break; }
+    case ValueType::U32: { uint32_t x; std::memcpy(&x, p, 4); v.u = x; break; }
+    case ValueType::I32: { int32_t x; std::memcpy(&x, p, 4); v.u = static_cast<uint64_t>(int64_t{x}); break; }
+    case ValueType::U64: case ValueType::I64: std::memcpy(&v.u, p, 8); break;
+    case ValueType::F32: { float x; std::memcpy(&x, p, 4); v.f = x; break; }
+    case ValueType::F64: std::memcpy(&v.f, p, 8); break;
+    default: break;
+  }
+  return v;
+}
+}  // namespace
+
+std::string_view Value::string_element(uint64_t i) const {
+  uint64_t begin = i == 0 ? 0 : ends[i - 1] + 1;
+  return std::string_view(raw.data() + begin, ends[i] - begin);
+}
+
+Value Value::element(uint64_t i) const {
+  if (size_t sz = scalar_size(elem_type)) return decode_scalar(elem_type, raw.data() + i * sz);
+  if (elem_type == ValueType::STRING) {
+    Value v;
+    v.type = ValueType::STRING;
+    v.str = std::string(string_element(i));
+    return v;
+  }
+  return nested[i];
+}
+
+Result<Value> Value::make_array(ValueType elem_type, const std::vector<Value>& elems) {
+  Value r;
+  r.type = ValueType::ARRAY;
+  r.elem_type = elem_type;
+  r.count = elems.size();
+  size_t sz = scalar_size(elem_type);
+  for (size_t i = 0; i < elems.size(); ++i) {
+    const Value& e = elems[i];
+    if (e.type != elem_type)
+      return err(XPACK_E_INVALID_ARG, "array element {} has type {}, array holds {}", i,
+                 value_type_name(e.type), value_type_name(elem_type));
+    if (sz) {
+      char buf[8];
+      if (e.is_float()) {
+        if (elem_type == ValueType::F32) {
+          float x = static_cast<float>(e.f);
+          std::memcpy(buf, &x, 4);
+        } else {
+          std::memcpy(buf, &e.f, 8);
+        }
+      } else {
+        std::memcpy(buf, &e.u, sz);  // little-endian host: the low bytes
+      }
+      r.raw.append(buf, sz);
+    } else if (elem_type == ValueType::STRING) {
+      r.raw.append(e.str);
+      r.ends.push_back(r.raw.size());
+      r.raw.push_back('\0');
+    } else {
+      r.nested.push_back(e);
+    }
+  }
+  return r;
 }
 
 bool Value::is_int() const {

@@ -21,17 +21,37 @@ enum class ValueType : uint32_t {
 };
 const char* value_type_name(ValueType t);
 
+// Size in bytes of a scalar value type in the file (0 for STRING and ARRAY).
+size_t scalar_size(ValueType t);
+
 struct Value {
   ValueType type = ValueType::U8;
   uint64_t u = 0;      // U8/U16/U32/U64/BOOL (and I* bit patterns, sign-extended to 64)
   double f = 0;        // F32/F64
   std::string str;     // STRING
   ValueType elem_type = ValueType::U8;  // ARRAY
-  std::vector<Value> array;             // ARRAY (may nest)
+
+  // ARRAY storage. A hostile file must not be able to make us allocate much more
+  // than its own size, so elements are not Values: scalars keep their little-endian
+  // file bytes in `raw`; strings keep their bytes in `raw`, each followed by a NUL
+  // (so C callers get terminated strings), with `ends[i]` the offset of element i's
+  // NUL; only nested arrays are Values (`nested`).
+  uint64_t count = 0;
+  std::string raw;
+  std::vector<uint64_t> ends;
+  std::vector<Value> nested;
 
   bool is_int() const;                  // any integer type or BOOL
   bool is_float() const { return type == ValueType::F32 || type == ValueType::F64; }
   int64_t as_i64() const { return static_cast<int64_t>(u); }
+
+  uint64_t array_size() const { return count; }
+  // Element i of an ARRAY, decoded (strings and nested arrays are copied).
+  Value element(uint64_t i) const;
+  // Element i of a STRING array, pointing into `raw` (NUL-terminated there).
+  std::string_view string_element(uint64_t i) const;
+  // Builds an ARRAY from decoded elements (each must have type elem_type).
+  static Result<Value> make_array(ValueType elem_type, const std::vector<Value>& elems);
 };
 
 struct KeyValue {

@@ -50,11 +50,13 @@ Value str(std::string v) {
   return r;
 }
 Value array(ValueType elem_type, std::vector<Value> elems) {
-  Value r;
-  r.type = ValueType::ARRAY;
-  r.elem_type = elem_type;
-  r.array = std::move(elems);
-  return r;
+  auto r = Value::make_array(elem_type, elems);
+  if (r.ok()) return std::move(r).value();
+  // A mistyped element is a caller bug; keep a marker that header_bytes() refuses.
+  Value bad;
+  bad.type = ValueType::ARRAY;
+  bad.elem_type = static_cast<ValueType>(0xffffffffu);
+  return bad;
 }
 Value u32_array(const std::vector<uint32_t>& v) {
   std::vector<Value> e;
@@ -140,14 +142,27 @@ Status put_value_at_depth(std::vector<uint8_t>& out, const Value& v, uint32_t de
     case ValueType::ARRAY: {
       if (depth >= kMaxArrayDepth)
         return err(XPACK_E_LIMIT, "arrays nested deeper than {}", kMaxArrayDepth);
+      if (static_cast<uint32_t>(v.elem_type) > static_cast<uint32_t>(ValueType::F64))
+        return err(XPACK_E_INVALID_ARG, "array with an element of the wrong type or unknown type {}",
+                   static_cast<uint32_t>(v.elem_type));
       put_u32(out, static_cast<uint32_t>(v.elem_type));
-      put_u64(out, v.array.size());
-      for (size_t i = 0; i < v.array.size(); ++i) {
-        const Value& e = v.array[i];
-        if (e.type != v.elem_type)
-          return err(XPACK_E_INVALID_ARG, "array element {} has type {}, array holds {}", i,
-                     static_cast<uint32_t>(e.type), static_cast<uint32_t>(v.elem_type));
-        XPACK_TRY(put_value_at_depth(out, e, depth + 1));
+      put_u64(out, v.array_size());
+      if (scalar_size(v.elem_type)) {
+        if (v.elem_type == ValueType::BOOL)
+          for (char b : v.raw)
+            if (static_cast<uint8_t>(b) > 1)
+              return err(XPACK_E_INVALID_ARG, "bool array element {} is neither 0 nor 1",
+                         static_cast<uint8_t>(b));
+        out.insert(out.end(), v.raw.begin(), v.raw.end());
+      } else if (v.elem_type == ValueType::STRING) {
+        for (uint64_t i = 0; i < v.array_size(); ++i) put_string(out, std::string(v.string_element(i)));
+      } else {
+        for (const Value& e : v.nested) {
+          if (e.type != v.elem_type)
+            return err(XPACK_E_INVALID_ARG, "nested array element has type {}",
+                       static_cast<uint32_t>(e.type));
+          XPACK_TRY(put_value_at_depth(out, e, depth + 1));
+        }
       }
       return {};
     }
@@ -227,7 +242,9 @@ uint64_t encoded_size(const Value& v) {
     case ValueType::STRING: return 8 + v.str.size();
     case ValueType::ARRAY: {
       uint64_t n = 4 + 8;
-      for (const auto& e : v.array) n += encoded_size(e);
+      if (scalar_size(v.elem_type)) return n + v.raw.size();
+      if (v.elem_type == ValueType::STRING) return n + v.raw.size() - v.count + 8 * v.count;
+      for (const auto& e : v.nested) n += encoded_size(e);
       return n;
     }
   }

@@ -87,9 +87,9 @@ inline bool same_value(const gguf::Value& a, const gguf::Value& b) {
     case gguf::ValueType::F64: return std::memcmp(&a.f, &b.f, 8) == 0;
     case gguf::ValueType::STRING: return a.str == b.str;
     case gguf::ValueType::ARRAY:
-      if (a.elem_type != b.elem_type || a.array.size() != b.array.size()) return false;
-      for (size_t i = 0; i < a.array.size(); ++i)
-        if (!same_value(a.array[i], b.array[i])) return false;
+      if (a.elem_type != b.elem_type || a.array_size() != b.array_size()) return false;
+      for (size_t i = 0; i < a.array_size(); ++i)
+        if (!same_value(a.element(i), b.element(i))) return false;
       return true;
     default: return a.u == b.u;
   }

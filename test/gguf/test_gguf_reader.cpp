@@ -66,7 +66,7 @@ TEST_CASE("reader: stories260K.gguf") {
   REQUIRE(tokens);
   CHECK(tokens->type == ValueType::ARRAY);
   CHECK(tokens->elem_type == ValueType::STRING);
-  CHECK(tokens->array.size() == 512);
+  CHECK(tokens->array_size() == 512);
   CHECK(f.get_string("llama.block_count").error().code == XPACK_E_TYPE);
   CHECK(f.get_uint("no.such.key").error().code == XPACK_E_NOT_FOUND);
 
@@ -110,9 +110,9 @@ TEST_CASE("reader: llama.cpp vocab GGUFs (0 tensors, big arrays)") {
     CHECK(m->meta().kvs().size() == c.kvs);
     const Value* tokens = m->meta().find("tokenizer.ggml.tokens");
     REQUIRE(tokens);
-    CHECK(tokens->array.size() == c.tokens);
+    CHECK(tokens->array_size() == c.tokens);
     const Value* merges = m->meta().find("tokenizer.ggml.merges");
-    CHECK((merges ? merges->array.size() : 0) == c.merges);
+    CHECK((merges ? merges->array_size() : 0) == c.merges);
   }
 }
 

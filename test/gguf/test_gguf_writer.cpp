@@ -84,7 +84,7 @@ TEST_CASE("writer: every value type and nested arrays round-trip through the rea
   CHECK(f->get_string("t.str_nul").value() == std::string("a\0b", 3));
   CHECK(std::isnan(f->find("t.f32_nan")->f));
   CHECK(std::signbit(f->find("t.f64_negzero")->f));
-  CHECK(f->find("t.nested")->array[2].array[0].array[0].as_i64() == -9);
+  CHECK(f->find("t.nested")->element(2).element(0).element(0).as_i64() == -9);
 }
 
 TEST_CASE("writer: exact header bytes of a minimal file") {

@@ -113,7 +113,7 @@ TEST_CASE("xpack-synth: models shaped like the seed models") {
       CHECK(f.get_uint(a + ".leading_dense_block_count").value() == c.dense);
       CHECK(f.get_uint(a + ".expert_feed_forward_length").value() == 512);
     }
-    CHECK(f.find("tokenizer.ggml.tokens")->array.size() == 512);
+    CHECK(f.find("tokenizer.ggml.tokens")->array_size() == 512);
     for (uint32_t b = 0; b < 3; ++b) {
       std::string p = "blk." + std::to_string(b) + ".";
       const TensorInfo* gate = m->find_tensor(p + "ffn_gate_exps.weight");
