@@ -17,24 +17,10 @@
 #include "pack/identity.h"
 #include "pack/pack_reader.h"
 #include "pack/plan.h"
+#include "../gguf/gguf_test_util.h"  // same_value: bitwise metadata equality
 #include "pack_test_util.h"
 
 namespace xpack::test {
-
-inline bool same_value(const gguf::Value& a, const gguf::Value& b) {
-  if (a.type != b.type) return false;
-  switch (a.type) {
-    case gguf::ValueType::STRING: return a.str == b.str;
-    case gguf::ValueType::F32:
-    case gguf::ValueType::F64: return std::memcmp(&a.f, &b.f, sizeof a.f) == 0;
-    case gguf::ValueType::ARRAY:
-      if (a.elem_type != b.elem_type || a.array_size() != b.array_size()) return false;
-      for (size_t i = 0; i < a.array_size(); ++i)
-        if (!same_value(a.element(i), b.element(i))) return false;
-      return true;
-    default: return a.u == b.u;
-  }
-}
 
 inline void check_round_trip(const fs::path& model_path, const fs::path& out) {
   INFO("model ", model_path.string());
