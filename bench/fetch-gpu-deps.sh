@@ -7,7 +7,8 @@
 #     of bench/compare-fio.sh (Debian's fio binary needs ~60 shared libraries);
 #   - Python wheels of gguf and its pure dependencies for the test suite's cross-checks.
 # On the GPU machine: sh .deps/install-debs.sh && PATH=$PWD/.deps/bin:$PATH \
-#   pip install --no-index --no-deps .deps/wheels/*.whl && bench/gpu-check.sh
+#   python3 -m pip install --no-index --no-deps .deps/wheels/*.whl; bench/gpu-check.sh
+# apt-get source needs deb-src entries in /etc/apt/sources.list.d.
 set -eu
 ../shared/device/fetch-debs.sh
 (cd .deps && apt-get download nlohmann-json3-dev)
