@@ -4,39 +4,13 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
-#include <cstring>
 #include <memory>
 #include <mutex>
 #include <thread>
 
 #include "cpu_backend.h"
-#include "xpack/xpack.h"
 
 namespace xrun {
-
-// --- fallback numerics ------------------------------------------------------
-// Weak definitions so the runtime works before dequant.cpp (the numerics
-// helper's exact decoders) is linked; its strong definitions replace these.
-__attribute__((weak)) size_t row_bytes(uint32_t type, int64_t ne0) {
-  uint32_t block_elems = 0, block_bytes = 0;
-  if (xpack_type_info(type, nullptr, &block_elems, &block_bytes) != 0 || block_elems == 0) {
-    throw ModelError("unknown ggml type " + std::to_string(type));
-  }
-  return static_cast<size_t>(ne0 / block_elems) * block_bytes;
-}
-
-__attribute__((weak)) void dequantize(uint32_t type, const void* src, float* dst, int64_t n) {
-  if (type == XPACK_TYPE_F32) {
-    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-    return;
-  }
-  if (type == XPACK_TYPE_I32) {
-    const auto* s = static_cast<const int32_t*>(src);
-    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i]);
-    return;
-  }
-  throw ModelError("dequantize: ggml type " + std::to_string(type) + " not supported by this build");
-}
 
 // --- worker pool ---------------------------------------------------------------
 
