@@ -1,10 +1,14 @@
 #!/bin/sh
 # On the GPU machine, from the repository root (carry .deps, see
 # ../shared/device/README.md): builds with CUDA, runs the cache suites (the
-# CUDA ones included) and bench-cache twice at 1, 2 and 4 outstanding requests, then
-# prints a short summary last. OUT (optional) receives the JSON results.
+# CUDA ones included), then bench-cache once at 1, 2 and 4 outstanding requests,
+# each with ROUNDS (default 5) interleaved disk/cache rounds, and prints a short
+# summary last: per config the median, min and max of the per-round ratios
+# cache / min(disk, pcie), the pooled ratio and the stall per miss.
+# OUT (optional) receives the logs and the JSON results.
 set -eu
 OUT=${OUT:-/tmp}
+ROUNDS=${ROUNDS:-5}
 [ -d .deps ] && sh .deps/install-debs.sh >/dev/null
 B=build-gpu-cache
 [ -d $B ] || meson setup $B -Dcuda=enabled -Dbuildtype=release >/dev/null
@@ -18,11 +22,24 @@ for t in test_device test_policy test_stats test_expert_cache test_cuda_cache; d
 $t: $r $(grep 'test cases' $OUT/$t.log | tr -s ' ') $(grep -c SKIPPED $OUT/$t.log || true) skipped-msgs"
 done
 grep -h "cuda cache:" $OUT/test_cuda_cache.log || true
-for run in 1 2; do for o in 1 2 4; do
-  $B/bench/bench-cache --file /tmp/bench-cache.bin --device cuda --outstanding $o --keep \
-    > $OUT/bench-cache-r$run-o$o.json
+# The file is created by the first run (not timed) and kept for the others.
+for o in 1 2 4; do
+  j=$OUT/bench-cache-o$o.json
+  start=$(date +%s)
+  if $B/bench/bench-cache --file /tmp/bench-cache.bin --device cuda --outstanding $o \
+      --rounds $ROUNDS --keep > $j 2> $OUT/bench-cache-o$o.err; then
+    line=$(python3 -c "
+import json; j = json.load(open('$j'))
+print('ratio median %.3f (min %.3f, max %.3f, pooled %.3f) stall/miss %.2f ms | disk %.2f GB/s (%.2f-%.2f) pcie %.1f GB/s cache %.2f GB/s | per round %s' % (
+  j['ratio_vs_min_disk_pcie'], j['ratio_min'], j['ratio_max'], j['ratio_pooled'],
+  j['stall_ms_per_miss'], j['disk_gbps'], j['disk_min_gbps'], j['disk_max_gbps'],
+  j['pcie_gbps'], j['cache_miss_gbps'],
+  ' '.join('%.3f' % r['ratio_vs_min_disk_pcie'] for r in j['rounds'])))")
+  else
+    line="FAIL: $(tail -n 3 $OUT/bench-cache-o$o.err)"
+  fi
   summary="$summary
-bench run $run outstanding=$o: $(python3 -c "import json; j=json.load(open('$OUT/bench-cache-r$run-o$o.json')); print('disk %.2f (%.2f, %.2f) GB/s pcie %.2f GB/s cache %.2f GB/s ratio %.3f stall/miss %.2f ms' % (j['disk_gbps'], j['disk_before_gbps'], j['disk_after_gbps'], j['pcie_gbps'], j['cache_miss_gbps'], j['ratio_vs_min_disk_pcie'], j['stall_ms_per_miss']))")"
-done; done
+bench outstanding=$o rounds=$ROUNDS ($(($(date +%s) - start)) s): $line"
+done
 rm -f /tmp/bench-cache.bin
 echo "== summary$summary"
