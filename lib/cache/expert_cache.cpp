@@ -88,6 +88,7 @@ Status ExpertCache::init() {
   ec.direct_io = opts_.direct_io;
   ec.registrar = registrar_.get();
   ec.faults = opts_.faults;
+  ec.wakeable = true;
   ec.on_complete = [this](const io::Completion& c) { on_read_complete(c); };
   XPACK_ASSIGN_OR_RETURN(engine_, io::ReadEngine::create(std::move(ec)));
 
@@ -100,11 +101,14 @@ Status ExpertCache::init() {
 
 ExpertCache::~ExpertCache() {
   if (io_thread_.joinable()) {
+    bool sleeping;
     {
       std::lock_guard lk(mu_);
       stop_ = true;
+      sleeping = io_sleeping_;
     }
     io_cv_.notify_all();
+    wake_io(sleeping);
     io_thread_.join();
   }
   (void)dev_.synchronize();
@@ -118,13 +122,50 @@ void* ExpertCache::slot_data(uint32_t slot) const {
   return slot < n_slots_ ? slots_base_ + uint64_t(slot) * slot_stride_ : nullptr;
 }
 
-bool ExpertCache::is_protected(Key k) const {
+bool ExpertCache::is_protected(Key k, bool for_demand) const {
   auto s = dir_->find(k);
   if (!s) return false;
   const Slot& slot = slots_[*s];
   // A slot whose read is in flight cannot be retargeted: the read would land
-  // in it later.
-  return slot.pins > 0 || slot.state == SlotState::kLoading;
+  // in it later. A prefetch that has not started is only a guess, which a
+  // demand miss may overrule (but not another guess).
+  if (slot.pins > 0) return true;
+  if (slot.state != SlotState::kLoading) return false;
+  return !(for_demand && slot.queued && slot.prefetched_unused);
+}
+
+void ExpertCache::wake_io(bool sleeping) {
+  if (sleeping) engine_->wake();
+}
+
+void ExpertCache::cancel_queued_prefetch(uint32_t slot) {
+  if (!slots_[slot].queued) return;
+  std::erase_if(pending_prefetch_, [slot](const LoadJob& j) { return j.slot == slot; });
+  slots_[slot].queued = false;
+}
+
+void ExpertCache::promote_queued_prefetch(uint32_t slot) {
+  if (!slots_[slot].queued) return;
+  auto it = std::find_if(pending_prefetch_.begin(), pending_prefetch_.end(),
+                         [slot](const LoadJob& j) { return j.slot == slot; });
+  if (it == pending_prefetch_.end()) return;  // already a demand load
+  pending_.push_back(*it);
+  pending_prefetch_.erase(it);
+}
+
+uint64_t ExpertCache::expire_prefetches() {
+  uint64_t expired = 0;
+  std::erase_if(pending_prefetch_, [&](const LoadJob& j) {
+    Slot& s = slots_[j.slot];
+    if (j.step + 1 >= step_ || s.pins > 0 || !s.prefetched_unused) return false;
+    dir_->remove(j.key);
+    s.state = SlotState::kEmpty;
+    s.queued = false;
+    s.prefetched_unused = false;
+    ++expired;
+    return true;
+  });
+  return expired;
 }
 
 void ExpertCache::start_load(uint32_t slot, Key k, bool prefetch) {
@@ -133,7 +174,8 @@ void ExpertCache::start_load(uint32_t slot, Key k, bool prefetch) {
   s.key = k;
   s.error = 0;
   s.prefetched_unused = prefetch;
-  (prefetch ? pending_prefetch_ : pending_).push_back(LoadJob{slot, k, now_ns()});
+  s.queued = true;
+  (prefetch ? pending_prefetch_ : pending_).push_back(LoadJob{slot, k, now_ns(), step_});
 }
 
 Result<Acquired> ExpertCache::acquire(uint32_t layer, const uint32_t* experts, size_t n,
@@ -159,15 +201,16 @@ Result<Acquired> ExpertCache::acquire(uint32_t layer, const uint32_t* experts, s
 
   Acquired out;
   uint64_t hits = 0, misses = 0, evictions = 0, wasted = 0, used = 0;
+  bool io_sleeping = false;
   {
-    std::lock_guard lk(mu_);
+    std::unique_lock lk(mu_);
     if (int64_t(layer) <= last_layer_) ++step_;
     last_layer_ = layer;
     if (trace_) (void)trace_->write(step_, layer, experts, n);
 
     EvictionPolicy& policy = dir_->policy();
     for (Key k : keys) policy.on_request(k);
-    auto protect = [this](Key k) { return is_protected(k); };
+    auto protect = [this](Key k) { return is_protected(k, /*for_demand=*/true); };
     std::vector<Key> pinned;
     std::unordered_map<Key, std::pair<uint32_t, bool>> where;  // slot, hit
     for (Key k : keys) {
@@ -180,6 +223,7 @@ Result<Acquired> ExpertCache::acquire(uint32_t layer, const uint32_t* experts, s
         // request sees the same failure in wait().
         ++hits;
         if (slot.prefetched_unused) {
+          promote_queued_prefetch(*s);
           slot.prefetched_unused = false;
           ++used;
         }
@@ -200,7 +244,12 @@ Result<Acquired> ExpertCache::acquire(uint32_t layer, const uint32_t* experts, s
           c.hits_by_layer[layer] += hits;
           c.misses_by_layer[layer] += misses;
         });
-        if (misses) io_cv_.notify_one();
+        if (misses) {
+          bool sleeping = io_sleeping_;
+          lk.unlock();
+          io_cv_.notify_one();
+          wake_io(sleeping);
+        }
         return err(XPACK_E_CAPACITY,
                    "acquire: no evictable slot for layer {} expert {} (all {} slots protected)",
                    layer, key_expert(k), n_slots_);
@@ -209,6 +258,7 @@ Result<Acquired> ExpertCache::acquire(uint32_t layer, const uint32_t* experts, s
       if (placed->evicted) {
         ++evictions;
         if (slots_[placed->slot].prefetched_unused) ++wasted;
+        cancel_queued_prefetch(placed->slot);
       }
       start_load(placed->slot, k, false);
       slots_[placed->slot].pins = 1;
@@ -226,8 +276,12 @@ Result<Acquired> ExpertCache::acquire(uint32_t layer, const uint32_t* experts, s
                                          slots_[slot].ready.get(), hit});
     }
     tickets_.emplace(id, std::move(t));
+    io_sleeping = io_sleeping_;
   }
-  if (misses) io_cv_.notify_one();
+  if (misses) {
+    io_cv_.notify_one();
+    wake_io(io_sleeping);
+  }
   telemetry_.update([&](stats::Counters& c) {
     ++c.acquires;
     c.cache_hits += hits;
@@ -331,9 +385,10 @@ Result<size_t> ExpertCache::prefetch(uint32_t layer, const uint32_t* experts, si
       return err(XPACK_E_INVALID_ARG, "prefetch: expert {} out of range", experts[i]);
   size_t started = 0;
   uint64_t evictions = 0, wasted = 0;
+  bool io_sleeping = false;
   {
     std::lock_guard lk(mu_);
-    auto protect = [this](Key k) { return is_protected(k); };
+    auto protect = [this](Key k) { return is_protected(k, /*for_demand=*/false); };
     for (size_t i = 0; i < n; ++i) {
       Key k = make_key(layer, experts[i]);
       if (dir_->find(k)) continue;
@@ -342,13 +397,18 @@ Result<size_t> ExpertCache::prefetch(uint32_t layer, const uint32_t* experts, si
       if (placed->evicted) {
         ++evictions;
         if (slots_[placed->slot].prefetched_unused) ++wasted;
+        cancel_queued_prefetch(placed->slot);
       }
       start_load(placed->slot, k, true);
       slots_[placed->slot].pins = 0;
       ++started;
     }
+    io_sleeping = io_sleeping_;
   }
-  if (started) io_cv_.notify_one();
+  if (started) {
+    io_cv_.notify_one();
+    wake_io(io_sleeping);
+  }
   telemetry_.update([&](stats::Counters& c) {
     c.prefetch_issued += started;
     c.cache_evictions += evictions;
@@ -455,6 +515,7 @@ void ExpertCache::io_loop() {
     size_t free_staging = 0;
     for (auto& st : staging_) free_staging += !st.busy;
     bool want_more;
+    uint64_t expired = 0;
     batch.clear();
     {
       std::unique_lock lk(mu_);
@@ -466,6 +527,7 @@ void ExpertCache::io_loop() {
       if (stop_ && pending_.empty() && pending_prefetch_.empty() &&
           engine_->objects_in_flight() == 0)
         break;
+      expired = expire_prefetches();
       // Demand loads first; prefetches only use staging left over.
       uint32_t si = 0;
       auto take = [&](std::deque<LoadJob>& q) {
@@ -475,6 +537,7 @@ void ExpertCache::io_loop() {
           st.busy = true;
           st.job = q.front();
           q.pop_front();
+          slots_[st.job.slot].queued = false;
           --free_staging;
           batch.push_back(io::ReadRequest{0, src_.offset(key_layer(st.job.key),
                                                          key_expert(st.job.key)),
@@ -485,6 +548,7 @@ void ExpertCache::io_loop() {
       take(pending_prefetch_);
       want_more = !pending_.empty() || !pending_prefetch_.empty();
     }
+    if (expired) telemetry_.update([&](stats::Counters& c) { c.prefetch_wasted += expired; });
     if (!batch.empty()) {
       Status st = engine_->submit(batch);
       if (!st.ok()) {
@@ -496,23 +560,27 @@ void ExpertCache::io_loop() {
     }
     if (engine_->objects_in_flight() > 0) {
       auto got = engine_->poll(0, &unused);
-      if (got.ok() && *got == 0) {
-        bool copying = std::any_of(staging_.begin(), staging_.end(),
-                                   [](const Staging& st) { return st.copying; });
-        if (free_staging == 0 && copying) {
-          // A buffer frees within one H2D copy (~0.25 ms for 13 MB over PCIe);
-          // waiting for the next read completion instead would leave a queued
-          // load idle for a whole read interval.
-          reap_copies(true);
-        } else if (free_staging == 0) {
-          // Every buffer is being read into: sleep until a read completes.
-          (void)engine_->poll(-1, &unused);
-        } else {
-          // Block briefly in the kernel, but wake often enough to pick up new
-          // demand loads (the engine has no eventfd to wake us).
-          (void)engine_->poll(1, &unused);
-        }
+      if (!got.ok() || *got > 0) continue;
+      bool copying = std::any_of(staging_.begin(), staging_.end(),
+                                 [](const Staging& st) { return st.copying; });
+      std::unique_lock lk(mu_);
+      bool queued = !pending_.empty() || !pending_prefetch_.empty();
+      if (queued && free_staging > 0) continue;  // arrived meanwhile: take it now
+      if (queued && copying) {
+        // A buffer frees within one H2D copy (~0.25 ms for 13 MB over PCIe);
+        // waiting for the next read completion instead would leave a queued
+        // load idle for a whole read interval.
+        lk.unlock();
+        reap_copies(true);
+        continue;
       }
+      // Sleep in the kernel until a read completes or acquire()/prefetch()
+      // hands over new work (engine wake-up): no polling interval.
+      io_sleeping_ = true;
+      lk.unlock();
+      (void)engine_->poll(-1, &unused);
+      lk.lock();
+      io_sleeping_ = false;
     } else if (want_more) {
       reap_copies(true);  // every staging buffer is waiting for its copy
     }

@@ -12,6 +12,11 @@
 //
 // Experts of an acquire stay protected (never evicted) until release(). Prefetch
 // loads into free slots or over entries the policy ranks no higher than the hint.
+// A prefetch still waiting for a staging buffer is only a guess: it protects
+// nothing (a demand miss may take its slot, cancelling it), it is promoted to a
+// demand load when acquired, and it is dropped if not started within one step.
+// The I/O thread sleeps in the kernel while reads are in flight; new work wakes
+// it at once through the engine's eventfd.
 //
 // Thread-safety: every public method is thread-safe; several threads may acquire,
 // wait and release concurrently. A ticket must be released exactly once, and its
@@ -122,12 +127,14 @@ class ExpertCache {
     uint32_t pins = 0;
     int error = 0;
     bool prefetched_unused = false;
+    bool queued = false;  // its load waits for a staging buffer (not read yet)
     std::unique_ptr<device::Event> ready;
   };
   struct LoadJob {
     uint32_t slot;
     Key key;
     uint64_t queued_ns;
+    uint64_t step;
   };
   struct Staging {
     bool busy = false;           // read in flight or copy not yet seen complete
@@ -144,9 +151,19 @@ class ExpertCache {
 
   ExpertCache(ObjectSource src, device::Device& dev, const CacheOptions& opts);
   Status init();
-  bool is_protected(Key k) const;  // under mu_
+  bool is_protected(Key k, bool for_demand) const;  // under mu_
   void start_load(uint32_t slot, Key k, bool prefetch);  // under mu_
   void unpin(Key k);  // under mu_
+  // Takes a queued, unstarted prefetch of `slot` off the queue (its slot is being
+  // reused or the guess expired). Under mu_.
+  void cancel_queued_prefetch(uint32_t slot);
+  // Moves a queued prefetch of `slot` to the demand queue. Under mu_.
+  void promote_queued_prefetch(uint32_t slot);
+  // Drops queued prefetches older than one step; returns how many. Under mu_.
+  uint64_t expire_prefetches();
+  // Wakes the I/O thread if it sleeps in the kernel. Call without mu_ held,
+  // with the value io_sleeping_ had under mu_.
+  void wake_io(bool sleeping);
   void io_loop();
   void on_read_complete(const io::Completion& c);
   void fail_load(const LoadJob& job, int code);
@@ -171,6 +188,7 @@ class ExpertCache {
   uint64_t step_ = 0;
   int64_t last_layer_ = -1;
   bool stop_ = false;
+  bool io_sleeping_ = false;          // the I/O thread is blocked in engine poll
 
   // I/O thread only.
   std::unique_ptr<io::DeviceHostRegistrar> registrar_;

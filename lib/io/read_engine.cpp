@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstring>
 #include <ctime>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "common/checked_math.h"
 #include "io/alignment.h"
@@ -16,6 +19,8 @@ namespace {
 constexpr uint32_t kMaxTransientRetries = 64;
 constexpr unsigned kReapBatch = 64;
 constexpr unsigned kMaxRegisteredBuffers = 16384;  // kernel IORING_MAX_REG_BUFFERS
+// user_data of the wake-up poll; read ids are slot * max_splits + split < 2^32.
+constexpr uint64_t kWakeTag = ~0ull;
 
 uint64_t now_ns() {
   timespec ts{};
@@ -50,8 +55,13 @@ Result<std::unique_ptr<ReadEngine>> ReadEngine::create(EngineConfig cfg) {
                                         c.paths, c.direct_io,
                                         e->faults_ ? e->faults_->open_direct_errno() : 0));
 
+  if (c.wakeable) {
+    e->wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (e->wake_fd_ < 0) return errno_error("eventfd for the engine's wake-up");
+  }
   RingOptions ro;
-  ro.entries = c.queue_depth;
+  // One more entry so the wake-up poll never competes with reads for an SQE.
+  ro.entries = c.queue_depth + (c.wakeable ? 1 : 0);
   ro.sqpoll = c.sqpoll;
   ro.inject_setup_errno = e->faults_ ? e->faults_->ring_setup_errno() : 0;
   XPACK_ASSIGN_OR_RETURN(e->ring_, Ring::create(ro));
@@ -111,10 +121,30 @@ ReadEngine::~ReadEngine() {
       int ret = io_uring_wait_cqe(ring_->get(), &cqe);
       if (ret == -EINTR) continue;
       if (ret < 0) break;
+      bool wake = io_uring_cqe_get_data64(cqe) == kWakeTag;
       io_uring_cqe_seen(ring_->get(), cqe);
-      --in_flight_;
+      if (!wake) --in_flight_;
     }
   }
+  // The ring holds its own reference to the eventfd while the poll is armed.
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+void ReadEngine::wake() {
+  if (wake_fd_ < 0) return;
+  uint64_t one = 1;
+  // EAGAIN only if the counter is about to overflow: a wake-up is pending anyway.
+  [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof one);
+}
+
+void ReadEngine::arm_wakeup() {
+  if (wake_fd_ < 0 || wake_armed_) return;
+  io_uring_sqe* sqe = io_uring_get_sqe(ring_->get());
+  if (!sqe) return;  // the SQ is full of reads: armed on the next pump
+  io_uring_prep_poll_add(sqe, wake_fd_, POLLIN);
+  io_uring_sqe_set_data64(sqe, kWakeTag);
+  wake_armed_ = true;
+  ++unsubmitted_;
 }
 
 Status ReadEngine::check_issuer() {
@@ -191,6 +221,7 @@ Status ReadEngine::submit(std::span<const ReadRequest> reqs) {
 
 Status ReadEngine::pump() {
   io_uring* ring = ring_->get();
+  arm_wakeup();
   while (!pending_.empty() && in_flight_ < cfg_.queue_depth) {
     uint32_t id = pending_.front();
     uint32_t slot = id / max_splits_;
@@ -235,6 +266,14 @@ Status ReadEngine::pump() {
 }
 
 void ReadEngine::handle_cqe(uint64_t user_data, int res) {
+  if (user_data == kWakeTag) {
+    wake_armed_ = false;
+    woken_ = true;
+    uint64_t count = 0;
+    // Drain the counter so the re-armed poll waits for the next wake().
+    [[maybe_unused]] ssize_t n = ::read(wake_fd_, &count, sizeof count);
+    return;
+  }
   --in_flight_;
   auto id = static_cast<uint32_t>(user_data);
   uint32_t slot = id / max_splits_;
@@ -326,7 +365,7 @@ size_t ReadEngine::reap_available() {
   size_t total = 0;
   bool entered = false;
   // DEFER_TASKRUN posts completions only when we ask the kernel for events.
-  if (in_flight_ > 0 && ring_->defer_taskrun()) {
+  if ((in_flight_ > 0 || wake_armed_) && ring_->defer_taskrun()) {
     io_uring_get_events(ring);
     entered = true;
   }
@@ -334,7 +373,7 @@ size_t ReadEngine::reap_available() {
     io_uring_cqe* cqes[kReapBatch];
     unsigned n = io_uring_peek_batch_cqe(ring, cqes, kReapBatch);
     if (n == 0) {
-      if (!entered && in_flight_ > 0 && total == 0) {
+      if (!entered && (in_flight_ > 0 || wake_armed_) && total == 0) {
         io_uring_get_events(ring);  // run pending task work (COOP_TASKRUN) once
         entered = true;
         continue;
@@ -359,6 +398,7 @@ size_t ReadEngine::reap_available() {
 Result<size_t> ReadEngine::poll(int timeout_ms, std::vector<Completion>* out, size_t max) {
   XPACK_TRY(check_issuer());
   const uint64_t delivered_at_start = delivered_;
+  woken_ = false;
   size_t appended = 0;
   // Objects handed to the caller by this call: through the callback, or into *out.
   auto handed_out = [&]() -> uint64_t {
@@ -371,12 +411,13 @@ Result<size_t> ReadEngine::poll(int timeout_ms, std::vector<Completion>* out, si
     appended += drain_ready(out, max - appended);
   }
   const uint64_t deadline = timeout_ms > 0 ? now_ns() + uint64_t(timeout_ms) * 1000000ull : 0;
-  while (timeout_ms != 0 && handed_out() == 0 && objects_in_flight_ > 0) {
-    if (in_flight_ == unsubmitted_) {
+  while (timeout_ms != 0 && handed_out() == 0 && objects_in_flight_ > 0 && !woken_) {
+    // unsubmitted_ may include the wake-up poll: <= then errs towards retrying.
+    if (in_flight_ <= unsubmitted_) {
       // Nothing is in the kernel (everything is queued behind a refused submit,
       // EAGAIN): waiting for a CQE would never return. Retry, back off briefly.
       XPACK_TRY(pump());
-      if (in_flight_ == unsubmitted_) {
+      if (in_flight_ <= unsubmitted_) {
         timespec pause{0, 1000000};
         nanosleep(&pause, nullptr);
       }

@@ -11,7 +11,8 @@
 //
 // Thread-safety: single issuer. The first thread that submits or polls becomes
 // the issuer (the ring is SINGLE_ISSUER); calls from another thread fail with
-// XPACK_E_INVALID_ARG. Destruction may happen on any thread once no call runs.
+// XPACK_E_INVALID_ARG. wake() is the exception: any thread may call it at any
+// time. Destruction may happen on any thread once no call runs.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -62,6 +63,9 @@ struct EngineConfig {
   int numa_node = -1;
   HostMemoryRegistrar* registrar = nullptr;  // device pinning of the arena, optional
   const FaultPlan* faults = nullptr;         // tests; falls back to default_fault_plan()
+  // An eventfd polled through the ring, so that wake() from another thread ends
+  // a blocking poll() at once (a producer handing the issuer new work).
+  bool wakeable = false;
   // Called for each finished object instead of queueing it for poll(); runs on
   // the issuing thread inside poll()/submit(); may call submit().
   std::function<void(const Completion&)> on_complete;
@@ -83,7 +87,14 @@ class ReadEngine {
   // one object finished (or nothing is in flight), > 0 = block at most that long.
   // Appends at most `max` finished objects to *out (ignored with on_complete)
   // and returns how many were appended.
+  // With `wakeable`, a wake() also ends the wait (returning 0 if nothing finished).
   Result<size_t> poll(int timeout_ms, std::vector<Completion>* out, size_t max = SIZE_MAX);
+
+  // Ends the issuer's current or next blocking poll(). Thread-safe, async-signal-
+  // safe (one eventfd write); a no-op unless the engine was created wakeable.
+  void wake();
+  // Whether the last poll() returned because of wake().
+  bool woken() const { return woken_; }
 
   SlotState slot_state(uint32_t slot) const { return slots_[slot].state; }
   // Slot memory; meaningful only when slot_state == kReady.
@@ -128,6 +139,7 @@ class ReadEngine {
   void deliver(const Completion& c);
   size_t drain_ready(std::vector<Completion>* out, size_t max);
   size_t reap_available();
+  void arm_wakeup();
 
   EngineConfig cfg_;
   std::optional<FaultState> faults_;
@@ -147,6 +159,9 @@ class ReadEngine {
   std::optional<std::thread::id> issuer_;
   std::string last_failure_;
   uint64_t delivered_ = 0;                // objects handed out (callback or queue)
+  int wake_fd_ = -1;                      // eventfd, with `wakeable`
+  bool wake_armed_ = false;               // its poll request is in the ring
+  bool woken_ = false;
   IoCounters counters_;
 };
 

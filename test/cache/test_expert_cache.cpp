@@ -284,6 +284,82 @@ TEST_CASE("cache: prefetch fills free slots, counts used and wasted, never evict
   REQUIRE(c->release(d.ticket).ok());
 }
 
+// One staging buffer and a slow copy (10000 B at 50 kB/s = 200 ms) keep a later
+// prefetch queued, not started, long enough to act on it.
+Fixture slow_copy_fixture() {
+  device::HostDeviceOptions d;
+  d.copy_bytes_per_second = 50000;
+  return Fixture(1, 16, 1, d);
+}
+
+TEST_CASE("cache: a demand miss may take the slot of a prefetch that has not started") {
+  auto f = slow_copy_fixture();
+  CacheOptions o;
+  o.policy = PolicyKind::kLru;
+  o.staging_slots = 1;
+  auto c = f.make(2, o);
+  auto a = acquire_ok(*c, 0, {1});        // takes the only staging buffer
+  std::vector<uint32_t> hint = {2};
+  REQUIRE(c->prefetch(0, hint.data(), 1).ok());  // queued behind it
+  // Slot 0 holds 1 (protected), slot 1 the queued guess 2: the demand for 3
+  // overrules the guess instead of failing with XPACK_E_CAPACITY.
+  auto b = c->acquire(0, std::vector<uint32_t>{3}.data(), 1);
+  REQUIRE_MESSAGE(b.ok(), (b.ok() ? "" : b.error().message));
+  REQUIRE(c->wait_all(a.ticket).ok());
+  REQUIRE(c->wait_all(b->ticket).ok());
+  check_slot_bytes(*f.dev, a.experts[0], 0);
+  check_slot_bytes(*f.dev, b->experts[0], 0);
+  auto s = c->counters();
+  CHECK(s.prefetch_issued == 1);
+  CHECK(s.prefetch_wasted == 1);
+  CHECK(s.cache_evictions == 1);
+  CHECK(s.pack_reads == 2);  // the cancelled guess was never read
+  REQUIRE(c->release(a.ticket).ok());
+  REQUIRE(c->release(b->ticket).ok());
+  // A prefetch may not overrule another prefetch of the same hint.
+  std::vector<uint32_t> hint2 = {4, 5};
+  auto held = acquire_ok(*c, 0, {6});     // staging busy again for 200 ms
+  auto n = c->prefetch(0, hint2.data(), 2);
+  REQUIRE(n.ok());
+  CHECK(*n == 1);
+  REQUIRE(c->wait_all(held.ticket).ok());
+  REQUIRE(c->release(held.ticket).ok());
+}
+
+TEST_CASE("cache: an acquired queued prefetch becomes a demand load; stale guesses expire") {
+  auto f = slow_copy_fixture();
+  CacheOptions o;
+  o.policy = PolicyKind::kLru;
+  o.staging_slots = 1;
+  auto c = f.make(4, o);
+  auto a = acquire_ok(*c, 0, {1});
+  std::vector<uint32_t> hint = {2, 3};
+  REQUIRE(c->prefetch(0, hint.data(), 2).ok());
+  REQUIRE(c->release(a.ticket).ok());
+  // Next step: 2 is wanted (a hit on a queued load: it is promoted, and read
+  // before 3 even though 3 was queued first).
+  auto b = acquire_ok(*c, 0, {2});
+  CHECK(b.experts[0].hit);
+  REQUIRE(c->release(b.ticket).ok());
+  // Two more steps pass before the staging buffer frees: 3 is a stale guess.
+  auto d = acquire_ok(*c, 0, {1});
+  REQUIRE(c->release(d.ticket).ok());
+  auto e = acquire_ok(*c, 0, {2});
+  REQUIRE(c->wait_all(e.ticket).ok());
+  check_slot_bytes(*f.dev, e.experts[0], 0);
+  REQUIRE(c->release(e.ticket).ok());
+  auto s = c->counters();
+  CHECK(s.prefetch_issued == 2);
+  CHECK(s.prefetch_used == 1);
+  CHECK(s.prefetch_wasted == 1);
+  CHECK(s.pack_reads == 2);  // 1 and 2; 3 expired before it was read
+  auto g = acquire_ok(*c, 0, {3});
+  CHECK_FALSE(g.experts[0].hit);  // it was dropped, not kept as a loading entry
+  REQUIRE(c->wait_all(g.ticket).ok());
+  check_slot_bytes(*f.dev, g.experts[0], 0);
+  REQUIRE(c->release(g.ticket).ok());
+}
+
 TEST_CASE("cache: stats JSON every N releases and at close; routing trace replays") {
   Fixture f(2, 16, 2);
   CacheOptions o;

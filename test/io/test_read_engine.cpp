@@ -3,7 +3,9 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <random>
 #include <thread>
 #include <unistd.h>
@@ -443,6 +445,70 @@ TEST_CASE("poll timeouts and an idle engine") {
   r = e->poll(20, &out);
   REQUIRE(r.ok());
   CHECK(*r == 0);
+}
+
+TEST_CASE("wake() ends a blocking poll while a read is still in flight") {
+  // A FIFO gives a read that cannot finish until the test writes: the issuer is
+  // then blocked in the kernel, which is where wake() must reach it.
+  TempDir dir;
+  auto fifo = dir.path() / "fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  int writer = ::open(fifo.c_str(), O_RDWR | O_CLOEXEC);  // O_RDWR: open does not block
+  REQUIRE(writer >= 0);
+  EngineConfig c = config_for(fifo, {4096, 4096, 1}, 1, 4, 1);
+  c.direct_io = false;
+  c.wakeable = true;
+  auto e = make_engine(c);
+  std::vector<ReadRequest> reqs{{0, 0, 4096, 0, 7}};
+  REQUIRE(e->submit(reqs).ok());
+
+  for (int round = 0; round < 3; ++round) {  // the wake-up re-arms itself
+    auto t0 = std::chrono::steady_clock::now();
+    std::thread waker([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      e->wake();
+    });
+    std::vector<Completion> out;
+    auto r = e->poll(-1, &out);
+    waker.join();
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  std::chrono::steady_clock::now() - t0)
+                  .count();
+    REQUIRE(r.ok());
+    CHECK(*r == 0);
+    CHECK(e->woken());
+    CHECK(e->objects_in_flight() == 1);
+    CHECK(ms >= 25);
+    CHECK(ms < 2000);
+  }
+  // A wake-up that comes before the poll is not lost either.
+  e->wake();
+  std::vector<Completion> out;
+  auto r = e->poll(-1, &out);
+  REQUIRE(r.ok());
+  CHECK(*r == 0);
+  CHECK(e->woken());
+
+  std::vector<uint8_t> data(4096, 0x5a);
+  REQUIRE(::write(writer, data.data(), data.size()) == ssize_t(data.size()));
+  auto done = wait_all(*e, 1);
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].status == 0);
+  CHECK(done[0].tag == 7);
+  CHECK(e->slot_data(0)[4095] == 0x5a);
+  CHECK_FALSE(e->woken());
+  ::close(writer);
+}
+
+TEST_CASE("wake() on an engine that is not wakeable is a no-op") {
+  TempDir dir;
+  auto file = xpack::test::make_pattern_file(dir, "f.bin", 8192);
+  auto e = make_engine(config_for(file, {4096, 4096, 2}, 1, 4, 1));
+  e->wake();
+  std::vector<Completion> out;
+  auto r = e->poll(0, &out);
+  REQUIRE(r.ok());
+  CHECK_FALSE(e->woken());
 }
 
 TEST_CASE("destroying an engine with reads in flight") {
