@@ -28,6 +28,11 @@ const char* usage_text() {
          "                        position, then one row per generated token after it is fed back\n"
          "      --json            print one JSON object (ids, text, speeds, engine counters)\n"
          "      --stats PATH      write the engine counters and timings as JSON to PATH\n"
+         "      --trace PATH      record the routing trace as CSV 'step,layer,expert' (header line;\n"
+         "                        step 0 = the prompt, step i = the i-th fed-back token; one line\n"
+         "                        per expert id in each cache request) for xpack-sim --trace.\n"
+         "                        Needs --pack and the cache reader, and a --cache-mib holding\n"
+         "                        every distinct expert one layer's prompt batch routes to\n"
          "      --ignore-eos      keep generating after the end-of-sequence token\n"
          "      --expert-reader R cache: libxpack's expert cache (default); direct: plain reads\n"
          "                        into xpack-run's own LRU buffers (also used when the cache\n"
@@ -136,6 +141,8 @@ std::optional<CliOptions> parse_cli(int argc, char** argv, std::string* error) {
       o.json = true;
     } else if (a == "--stats") {
       if (!value(&o.stats_path)) return fail("missing value for --stats");
+    } else if (a == "--trace") {
+      if (!value(&o.trace_path) || o.trace_path.empty()) return fail("missing value for --trace");
     } else if (a == "--ignore-eos") {
       o.ignore_eos = true;
     } else if (a == "--expert-reader") {
@@ -150,6 +157,12 @@ std::optional<CliOptions> parse_cli(int argc, char** argv, std::string* error) {
   if (o.model_path.empty()) return fail("-m MODEL is required");
   if (o.prompt_text && o.prompt_ids) return fail("give either -p or --prompt-ids, not both");
   if (!o.prompt_text && !o.prompt_ids) return fail("a prompt is required: -p TEXT or --prompt-ids IDS");
+  // Only libxpack's expert cache records routing; refusing here beats an empty trace.
+  if (!o.trace_path.empty() && o.pack_path.empty())
+    return fail("--trace needs --pack: the routing trace is written by the expert cache, and a plain GGUF's "
+                "experts are read without it");
+  if (!o.trace_path.empty() && o.expert_reader != "cache")
+    return fail("--trace needs --expert-reader cache: the direct reader does not record routing");
   return o;
 }
 

@@ -23,6 +23,7 @@ struct CliOptions {
   std::string logits_out;        // raw f32 rows
   bool json = false;
   std::string stats_path;
+  std::string trace_path;        // --trace: routing trace CSV written by the expert cache
   bool ignore_eos = false;
   std::string expert_reader = "cache";  // cache (libxpack expert cache) | direct
   bool verify_experts = false;   // checksum every expert object read from the pack

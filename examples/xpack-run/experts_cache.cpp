@@ -20,8 +20,8 @@ namespace {
 class CacheExperts final : public ExpertSource {
  public:
   CacheExperts(xpack_pack* pack, xpack_cache* cache, std::vector<std::pair<std::string, ExpertMatrix>> roles,
-               std::string pack_path)
-      : pack_(pack), cache_(cache), roles_(std::move(roles)), pack_path_(std::move(pack_path)) {
+               std::string pack_path, bool tracing)
+      : pack_(pack), cache_(cache), roles_(std::move(roles)), pack_path_(std::move(pack_path)), tracing_(tracing) {
     xpack_cache_info info{};
     info.size = sizeof(info);
     xpack_cache_get_info(cache_, &info);
@@ -62,23 +62,36 @@ class CacheExperts final : public ExpertSource {
     out.clear();
     out.resize(static_cast<size_t>(n));
     std::vector<const uint8_t*> data(static_cast<size_t>(n));
+    // Models hand over a layer's distinct experts, not the token count. A request
+    // no wider than top-k is taken as one decode token, a wider one as prefill:
+    // xpack-sim classifies trace groups by the same rule, so replaying a trace
+    // recorded here at this cache's capacity reproduces its hits and misses.
+    const uint32_t n_tokens = static_cast<uint32_t>(n) <= top_k_ ? 1u : static_cast<uint32_t>(n);
     if (static_cast<uint32_t>(n) <= slot_count_) {
       std::vector<xpack_expert_slot> slots(static_cast<size_t>(n));
       uint64_t ticket = 0;
-      check(xpack_cache_acquire_blocking(cache_, lslot, ids.data(), ids.size(), static_cast<uint32_t>(n),
-                                         slots.data(), &ticket),
+      check(xpack_cache_acquire_blocking(cache_, lslot, ids.data(), ids.size(), n_tokens, slots.data(), &ticket),
             layer);
       tickets_[layer].push_back(ticket);
       for (int i = 0; i < n; ++i) data[i] = static_cast<const uint8_t*>(slots[i].data);
     } else {
+      // The cache starts a new trace step whenever a layer is not above the
+      // previous one, so a second chunk of this layer would be recorded as the
+      // next token's request and shift every later step.
+      if (tracing_) {
+        throw ModelError("--trace: layer " + std::to_string(layer) + " requests " + std::to_string(n) +
+                         " distinct experts but the cache holds " + std::to_string(slot_count_) +
+                         "; serving them in chunks would corrupt the trace's step numbering. Raise --cache-mib to "
+                         "at least " + std::to_string(n_experts_) + " objects of " + std::to_string(object_bytes_) +
+                         " bytes");
+      }
       auto& bufs = overflow_[layer];
       bufs.resize(static_cast<size_t>(n));
       for (size_t b = 0; b < ids.size(); b += slot_count_) {
         size_t m = std::min<size_t>(slot_count_, ids.size() - b);
         std::vector<xpack_expert_slot> slots(m);
         uint64_t ticket = 0;
-        check(xpack_cache_acquire_blocking(cache_, lslot, ids.data() + b, m, static_cast<uint32_t>(n), slots.data(),
-                                           &ticket),
+        check(xpack_cache_acquire_blocking(cache_, lslot, ids.data() + b, m, n_tokens, slots.data(), &ticket),
               layer);
         for (size_t i = 0; i < m; ++i) {
           bufs[b + i].resize(object_bytes_);
@@ -139,6 +152,7 @@ class CacheExperts final : public ExpertSource {
   uint64_t object_bytes_ = 0;
   uint32_t top_k_ = 0;
   uint64_t overflow_chunks_ = 0;
+  bool tracing_ = false;
   std::map<int, std::vector<uint64_t>> tickets_;
   std::map<int, std::vector<std::vector<uint8_t>>> overflow_;
 };
@@ -186,6 +200,7 @@ std::unique_ptr<ExpertSource> make_cache_experts(const PackSourceOptions& o, int
   co.device = XPACK_DEVICE_HOST;  // the CPU backend reads the slots directly
   co.verify = o.verify ? 1 : 0;
   co.direct_io = 1;
+  co.trace_path = o.trace_path.empty() ? nullptr : o.trace_path.c_str();
   xpack_cache* cache = nullptr;
   rc = xpack_cache_create(pack, &co, &cache);
   if (rc == XPACK_E_NO_DIRECT_IO) {
@@ -197,7 +212,7 @@ std::unique_ptr<ExpertSource> make_cache_experts(const PackSourceOptions& o, int
     xpack_pack_close(pack);
     return nullptr;
   }
-  return std::make_unique<CacheExperts>(pack, cache, std::move(roles), o.pack_path);
+  return std::make_unique<CacheExperts>(pack, cache, std::move(roles), o.pack_path, !o.trace_path.empty());
 }
 
 }  // namespace xrun

@@ -15,6 +15,7 @@ struct PackSourceOptions {
   std::string trunk_path;      // checked against the pack's identity ("" = no check)
   uint64_t budget_bytes = 0;   // expert cache budget
   bool verify = false;         // xxh3 of every object read
+  std::string trace_path;      // routing trace CSV written by the cache ("" = none)
 };
 
 // Experts served from an Expert Pack through libxpack's C API, kept in a

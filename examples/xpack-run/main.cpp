@@ -108,9 +108,15 @@ int run(const CliOptions& o) {
     po.trunk_path = o.model_path;
     po.budget_bytes = static_cast<uint64_t>(o.cache_mib * 1048576.0);
     po.verify = o.verify_experts;
+    po.trace_path = o.trace_path;
     const int n_expected = static_cast<int>(weights.get_int(weights.arch_key("expert_count"), 0));
     std::string why_not;
     if (o.expert_reader == "cache") experts = make_cache_experts(po, n_expected, &why_not);
+    if (!experts && !o.trace_path.empty()) {
+      // The direct reader records nothing; a silent fallback would leave no trace.
+      throw ModelError("--trace: the expert cache is unavailable (" + why_not +
+                       "), and only the cache records the routing trace");
+    }
     if (!experts) {
       if (!why_not.empty()) std::fprintf(stderr, "xpack-run: expert cache unavailable, reading experts directly: %s\n", why_not.c_str());
       experts = make_pack_experts(po, n_expected);
