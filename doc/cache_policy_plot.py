@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Hit rate vs cache capacity per eviction policy, from xpack-sim.
 
-Generates a synthetic routing trace (or uses --trace), runs
-`xpack-sim --json` at each capacity and plots hit rate per policy into a PNG.
+Replays a routing trace recorded by `xpack-run --trace` (--trace), or generates
+a synthetic one, runs `xpack-sim --json` at each capacity and plots hit rate per
+policy into a PNG. doc/cache-policy.png comes from a recorded trace; the
+command lines are in doc/cache.md.
 
 The synthetic trace imitates DeepSeek-V4-Flash decode (43 MoE layers x 256
 experts, top-6): per layer a Zipf-skewed expert popularity, temporal locality
@@ -17,6 +19,7 @@ import os
 import random
 import subprocess
 import sys
+import textwrap
 
 
 def synth_trace(path, layers, experts, top_k, requests, prefill, decode, zipf_s, reuse,
@@ -70,17 +73,36 @@ def synth_trace(path, layers, experts, top_k, requests, prefill, decode, zipf_s,
                 drift_step()
 
 
+def trace_extent(path):
+    """(smallest (step, layer) group, distinct (layer, expert) keys) of a trace."""
+    keys, groups, last = set(), [], None
+    with open(path) as f:
+        next(f)
+        for line in f:
+            step, layer, expert = (int(x) for x in line.split(","))
+            keys.add((layer, expert))
+            if (step, layer) != last:
+                groups.append(0)
+                last = (step, layer)
+            groups[-1] += 1
+    return min(groups), len(keys)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sim", required=True, help="path of the xpack-sim binary")
-    ap.add_argument("--trace", help="use this trace instead of generating one")
+    ap.add_argument("--trace", help="a recorded trace (xpack-run --trace) instead of a synthetic one")
+    ap.add_argument("--label", help="what produced --trace, for the plot title")
     ap.add_argument("--save-trace", help="where to write the synthetic trace")
     ap.add_argument("--out", default="cache-policy.png")
     ap.add_argument("--json-out", help="also write the raw results here")
-    ap.add_argument("--capacities", default="64,128,256,512,1024,1686,2048,3072,4096,6144,8192")
+    ap.add_argument("--capacities",
+                    help="comma-separated slot counts (default: synthetic 64..8192; for --trace, "
+                         "12 steps from the smallest group to every distinct (layer, expert))")
     ap.add_argument("--layers", type=int, default=43)
     ap.add_argument("--experts", type=int, default=256)
-    ap.add_argument("--top-k", type=int, default=6)
+    ap.add_argument("--top-k", type=int,
+                    help="routed experts per token (synthetic default 6; for --trace xpack-sim infers it)")
     ap.add_argument("--requests", type=int, default=4)
     ap.add_argument("--prefill", type=int, default=32)
     ap.add_argument("--decode", type=int, default=200)
@@ -92,14 +114,24 @@ def main():
 
     trace = a.trace
     if not trace:
+        if a.top_k is None:
+            a.top_k = 6
         trace = a.save_trace or "synthetic-trace.csv"
         synth_trace(trace, a.layers, a.experts, a.top_k, a.requests, a.prefill, a.decode,
                     a.zipf, a.reuse, a.drift, a.seed)
-    caps = [int(c) for c in a.capacities.split(",")]
+    if a.capacities:
+        caps = [int(c) for c in a.capacities.split(",")]
+    elif a.trace:
+        smallest, n_keys = trace_extent(trace)
+        caps = sorted({round(smallest * (n_keys / smallest) ** (i / 11)) for i in range(12)})
+    else:
+        caps = [64, 128, 256, 512, 1024, 1686, 2048, 3072, 4096, 6144, 8192]
     results = {}
     for cap in caps:
-        out = subprocess.run([a.sim, "--trace", trace, "--capacity", str(cap), "--top-k",
-                              str(a.top_k), "--json"], check=True, capture_output=True, text=True)
+        cmd = [a.sim, "--trace", trace, "--capacity", str(cap), "--json"]
+        if a.top_k is not None:
+            cmd += ["--top-k", str(a.top_k)]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True)
         for name, r in json.loads(out.stdout)["policies"].items():
             results.setdefault(name, []).append((cap, r["hit_rate"], r["hits"], r["misses"]))
         print(cap, {n: round(v[-1][1], 4) for n, v in results.items()}, flush=True)
@@ -115,10 +147,16 @@ def main():
     for name, pts in results.items():
         ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], styles.get(name, "x-"), label=name)
     ax.set_xscale("log", base=2)
+    if a.trace:
+        # few, small capacities: label each one with its slot count
+        ax.set_xticks(caps)
+        ax.set_xticklabels([str(c) for c in caps])
     ax.set_xlabel("cache capacity (expert slots, shared by all layers)")
     ax.set_ylabel("hit rate (%)")
     title = "xpack-sim: hit rate vs capacity"
-    if not a.trace:
+    if a.trace:
+        title += "\n" + textwrap.fill("recorded trace: " + (a.label or os.path.basename(a.trace)), 90)
+    else:
         title += (f"\nsynthetic trace: {a.layers} layers x {a.experts} experts, top-{a.top_k}, "
                   f"Zipf s={a.zipf}, reuse {a.reuse}")
     ax.set_title(title, fontsize=10)
