@@ -28,6 +28,12 @@ if [ -z "$runtime" ] || [ ! -f "$runtime" ]; then
   exit 77
 fi
 
+# PYTHON may be a launcher script (pyenv's shim is bash); an uninstrumented bash
+# crashes with libtsan preloaded, so ask the launcher for the interpreter first.
+python=$("$1" -c 'import sys; print(sys.executable)')
+shift
+set -- "$python" "$@"
+
 LD_PRELOAD="$runtime${LD_PRELOAD:+:$LD_PRELOAD}"
 export LD_PRELOAD
 case ",$sanitize," in
@@ -37,5 +43,5 @@ case ",$sanitize," in
     ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
     export ASAN_OPTIONS ;;
 esac
-echo "sanitized_python: LD_PRELOAD=$LD_PRELOAD ASAN_OPTIONS=${ASAN_OPTIONS:-} TSAN_OPTIONS=${TSAN_OPTIONS:-}"
+echo "sanitized_python: $python with LD_PRELOAD=$LD_PRELOAD ASAN_OPTIONS=${ASAN_OPTIONS:-} TSAN_OPTIONS=${TSAN_OPTIONS:-}"
 exec "$@"
