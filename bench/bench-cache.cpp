@@ -26,6 +26,7 @@
 #include <exception>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -56,6 +57,7 @@ struct Args {
   uint32_t outstanding = 2;
   uint32_t rounds = 5;
   uint32_t pcie_copies = 64;
+  uint32_t gap_ms = 200;
   bool keep = false;
 };
 
@@ -92,6 +94,13 @@ void usage(FILE* f) {
       "                       (default 2; 1 = next layer unknown until this one ran)\n"
       "  --rounds N           disk+cache rounds (default 5); one more disk pass follows\n"
       "  --pcie-copies N      back-to-back H2D copies for the PCIe rate (default 64)\n"
+      "  --gap-ms N           idle time of the disk before every timed pass, 0 allowed\n"
+      "                       (default 200). Setting up a pass (engine, cache, pinning)\n"
+      "                       happens inside the gap, so that every pass, disk or cache,\n"
+      "                       starts after the same idle time: a disk with burst credits\n"
+      "                       (cloud/virtio throttling) would otherwise favour the passes\n"
+      "                       that follow a longer setup. Each pass reports the idle\n"
+      "                       time it actually had (idle_before_s).\n"
       "  --keep               keep the file afterwards (default: delete it)\n"
       "  --help               this text\n"
       "Exit status: 0 ok, 1 measurement failed, 2 bad arguments.\n");
@@ -125,7 +134,7 @@ bool parse(int argc, char** argv, Args* a) {
     uint64_t* u64;
     uint32_t* u32;
   };
-  const std::array<NumOpt, 9> nums{{
+  const std::array<NumOpt, 10> nums{{
       {"--object-bytes", 1, uint64_t{1} << 30, &a->object_bytes, nullptr},
       {"--objects", 1, 1u << 24, nullptr, &a->objects},
       {"--per-request", 1, 1u << 16, nullptr, &a->per_request},
@@ -135,6 +144,7 @@ bool parse(int argc, char** argv, Args* a) {
       {"--outstanding", 1, 4096, nullptr, &a->outstanding},
       {"--rounds", 1, 1000, nullptr, &a->rounds},
       {"--pcie-copies", 1, 1u << 20, nullptr, &a->pcie_copies},
+      {"--gap-ms", 0, 60'000, nullptr, &a->gap_ms},
   }};
   for (int i = 1; i < argc; ++i) {
     std::string_view k = argv[i];
@@ -224,15 +234,39 @@ Status ensure_file(const Args& a, uint64_t stride) {
   return {};
 }
 
+// Starts every timed pass the same idle time after the previous one ended.
+class Pacer {
+ public:
+  explicit Pacer(uint32_t gap_ms) : gap_s_(gap_ms / 1e3), last_end_(now_s()) {}
+  // Waits out the rest of the gap; returns the start time.
+  double start() {
+    double until = last_end_ + gap_s_;
+    for (double t = now_s(); t < until; t = now_s())
+      std::this_thread::sleep_for(std::chrono::duration<double>(until - t));
+    double t0 = now_s();
+    idle_ = t0 - last_end_;
+    return t0;
+  }
+  double end() { return last_end_ = now_s(); }
+  double idle() const { return idle_; }
+
+ private:
+  double gap_s_;
+  double last_end_;
+  double idle_ = 0;
+};
+
 struct Pass {
   double bytes = 0;  // object bytes (not padded stride), as the cache counts them
   double secs = 0;
+  double idle_before_s = 0;  // disk idle time before the pass started
   double gbps() const { return secs > 0 ? bytes / secs / 1e9 : 0.0; }
 };
 
 // Reads objects [0, n) once into the staging buffers, keeping every buffer busy:
 // the same bytes-in-flight limit the cache has.
-Result<Pass> disk_pass(const Args& a, const cache::ObjectSource& src, uint32_t n) {
+Result<Pass> disk_pass(const Args& a, const cache::ObjectSource& src, uint32_t n,
+                       Pacer& pacer) {
   io::EngineConfig ec;
   ec.paths = {src.path};
   ec.slot_count = a.staging;
@@ -244,7 +278,7 @@ Result<Pass> disk_pass(const Args& a, const cache::ObjectSource& src, uint32_t n
   uint32_t next = 0, finished = 0;
   std::vector<uint32_t> free_slots;
   for (uint32_t s = 0; s < a.staging; ++s) free_slots.push_back(s);
-  double t0 = now_s();
+  double t0 = pacer.start();
   while (finished < n) {
     std::vector<io::ReadRequest> batch;
     while (!free_slots.empty() && next < n) {
@@ -263,7 +297,7 @@ Result<Pass> disk_pass(const Args& a, const cache::ObjectSource& src, uint32_t n
       ++finished;
     }
   }
-  return Pass{double(n) * double(src.object_bytes), now_s() - t0};
+  return Pass{double(n) * double(src.object_bytes), pacer.end() - t0, pacer.idle()};
 }
 
 Result<double> pcie_rate(device::Device& dev, uint64_t bytes, uint32_t n) {
@@ -293,7 +327,7 @@ struct CacheRound {
 // requests are timed: creating the cache (staging pinning, slot allocation) and
 // destroying it are not.
 Result<CacheRound> cache_pass(const Args& a, const cache::ObjectSource& src,
-                              device::Device& dev, uint32_t n) {
+                              device::Device& dev, uint32_t n, Pacer& pacer) {
   cache::CacheOptions co;
   co.budget_bytes = uint64_t(a.per_request) * (a.outstanding + 2) * align_up(a.object_bytes, 256);
   co.staging_slots = a.staging;
@@ -312,7 +346,7 @@ Result<CacheRound> cache_pass(const Args& a, const cache::ObjectSource& src,
     return released;
   };
   std::vector<uint32_t> ids(a.per_request);
-  double t0 = now_s();
+  double t0 = pacer.start();
   for (uint32_t first = 0; first + a.per_request <= n; first += a.per_request) {
     for (uint32_t i = 0; i < a.per_request; ++i) ids[i] = first + i;
     XPACK_ASSIGN_OR_RETURN(auto got, c->acquire(0, ids.data(), ids.size()));
@@ -321,7 +355,8 @@ Result<CacheRound> cache_pass(const Args& a, const cache::ObjectSource& src,
     if (inflight.size() >= a.outstanding) XPACK_TRY(finish_oldest());
   }
   while (!inflight.empty()) XPACK_TRY(finish_oldest());
-  out.pass.secs = now_s() - t0;
+  out.pass.secs = pacer.end() - t0;
+  out.pass.idle_before_s = pacer.idle();
   out.counters = c->counters();
   out.pass.bytes = double(out.counters.h2d_bytes);
   uint64_t want_bytes = uint64_t(n) * src.object_bytes;
@@ -392,12 +427,13 @@ int run(const Args& a) {
 
   std::vector<Pass> disks;
   std::vector<CacheRound> caches;
+  Pacer pacer(a.gap_ms);
   for (uint32_t r = 0; r <= a.rounds; ++r) {
-    auto d = disk_pass(a, src, used);
+    auto d = disk_pass(a, src, used, pacer);
     if (!d.ok()) return fail("disk", d.error());
     disks.push_back(*d);
     if (r == a.rounds) break;
-    auto c = cache_pass(a, src, *dev, used);
+    auto c = cache_pass(a, src, *dev, used, pacer);
     if (!c.ok()) return fail("cache", c.error());
     caches.push_back(std::move(*c));
   }
@@ -428,6 +464,8 @@ int run(const Args& a) {
     j["disk_gbps"] = disk;
     j["cache_miss_gbps"] = c.pass.gbps();
     j["cache_seconds"] = c.pass.secs;
+    j["disk_before_idle_s"] = disks[r].idle_before_s;
+    j["cache_idle_s"] = c.pass.idle_before_s;
     j["ratio_vs_min_disk_pcie"] = ratio;
     j["stall_ms_per_miss"] = double(c.counters.stall_ns) / 1e6 / double(c.counters.cache_misses);
     j["stall_ms_per_request"] = double(c.counters.stall_ns) / 1e6 / double(c.requests);
@@ -465,6 +503,14 @@ int run(const Args& a) {
   j["disk_min_gbps"] = *std::min_element(disk_rates.begin(), disk_rates.end());
   j["disk_max_gbps"] = *std::max_element(disk_rates.begin(), disk_rates.end());
   j["disk_passes_gbps"] = disk_rates;
+  j["gap_ms"] = a.gap_ms;
+  {
+    std::vector<double> idle;
+    for (const Pass& d : disks) idle.push_back(d.idle_before_s);
+    for (const CacheRound& c : caches) idle.push_back(c.pass.idle_before_s);
+    j["idle_before_pass_min_s"] = *std::min_element(idle.begin(), idle.end());
+    j["idle_before_pass_max_s"] = *std::max_element(idle.begin(), idle.end());
+  }
   j["pcie_gbps"] = *pcie;
   j["pcie_copies"] = a.pcie_copies;
   j["cache_miss_gbps"] = cache_pooled;
