@@ -36,7 +36,8 @@ const char* usage_text() {
          "      --ignore-eos      keep generating after the end-of-sequence token\n"
          "      --expert-reader R cache: libxpack's expert cache (default); direct: plain reads\n"
          "                        into xpack-run's own LRU buffers (also used when the cache\n"
-         "                        cannot be created, e.g. a budget below top-k objects)\n"
+         "                        cannot be created, e.g. a budget below top-k objects;\n"
+         "                        with --trace that is an error instead)\n"
          "      --verify-experts  check the checksum of every expert object read from the pack\n"
          "  -h, --help            this text\n";
 }

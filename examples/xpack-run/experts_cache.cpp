@@ -6,7 +6,8 @@
 // A layer's request can name more distinct experts than the cache has slots
 // (prefill of a long batch on a small budget). Routing is never altered, so
 // such a request is served in chunks of at most slot_count experts, each chunk
-// copied out of its slots into host buffers that live until release(layer).
+// copied out of its slots into host buffers that live until release(layer);
+// not while recording a routing trace, whose steps chunks would break.
 #include <cstring>
 #include <map>
 
@@ -64,8 +65,8 @@ class CacheExperts final : public ExpertSource {
     std::vector<const uint8_t*> data(static_cast<size_t>(n));
     // Models hand over a layer's distinct experts, not the token count. A request
     // no wider than top-k is taken as one decode token, a wider one as prefill:
-    // xpack-sim classifies trace groups by the same rule, so replaying a trace
-    // recorded here at this cache's capacity reproduces its hits and misses.
+    // xpack-sim classifies trace groups by the same rule, so the live cache and
+    // a replay of its trace break the hybrid policy's ties the same way.
     const uint32_t n_tokens = static_cast<uint32_t>(n) <= top_k_ ? 1u : static_cast<uint32_t>(n);
     if (static_cast<uint32_t>(n) <= slot_count_) {
       std::vector<xpack_expert_slot> slots(static_cast<size_t>(n));
