@@ -9,6 +9,8 @@
 // passes are interleaved: D0 C0 D1 C1 ... C(R-1) DR, and round r compares C(r)
 // with the mean of the disk passes on either side of it. The median of the
 // per-round ratios is the headline; min, max and a pooled ratio show the spread.
+// Every timed pass starts the same idle time (--gap-ms) after the previous one,
+// so a disk that banks idle time as burst credit favours no pass.
 // Prints JSON.
 #include <fcntl.h>
 #include <sys/stat.h>
