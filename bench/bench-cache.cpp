@@ -61,6 +61,7 @@ struct Args {
   uint32_t pcie_copies = 64;
   uint32_t gap_ms = 200;
   bool keep = false;
+  bool disk_spin = false;
 };
 
 void usage(FILE* f) {
@@ -103,6 +104,8 @@ void usage(FILE* f) {
       "                       (cloud/virtio throttling) would otherwise favour the passes\n"
       "                       that follow a longer setup. Each pass reports the idle\n"
       "                       time it actually had (idle_before_s).\n"
+      "  --disk-spin          the disk pass polls for completions without sleeping\n"
+      "                       (default: it sleeps in io_uring until one arrives)\n"
       "  --keep               keep the file afterwards (default: delete it)\n"
       "  --help               this text\n"
       "Exit status: 0 ok, 1 measurement failed, 2 bad arguments.\n");
@@ -156,6 +159,10 @@ bool parse(int argc, char** argv, Args* a) {
     }
     if (k == "--keep") {
       a->keep = true;
+      continue;
+    }
+    if (k == "--disk-spin") {
+      a->disk_spin = true;
       continue;
     }
     const NumOpt* num = nullptr;
@@ -291,7 +298,7 @@ Result<Pass> disk_pass(const Args& a, const cache::ObjectSource& src, uint32_t n
     }
     if (!batch.empty()) XPACK_TRY(eng->submit(batch));
     done.clear();
-    XPACK_ASSIGN_OR_RETURN(size_t got, eng->poll(-1, &done));
+    XPACK_ASSIGN_OR_RETURN(size_t got, eng->poll(a.disk_spin ? 0 : -1, &done));
     (void)got;
     for (auto& c : done) {
       if (c.status != 0) return err(c.status, "disk read failed: {}", eng->last_failure());
@@ -506,6 +513,7 @@ int run(const Args& a) {
   j["disk_max_gbps"] = *std::max_element(disk_rates.begin(), disk_rates.end());
   j["disk_passes_gbps"] = disk_rates;
   j["gap_ms"] = a.gap_ms;
+  j["disk_wait"] = a.disk_spin ? "spin" : "block";
   {
     std::vector<double> idle;
     for (const Pass& d : disks) idle.push_back(d.idle_before_s);
