@@ -490,9 +490,12 @@ typedef struct xpack_cache_info {
 /* Thread-safe. */
 XPACK_API int xpack_cache_get_info(const xpack_cache *c, xpack_cache_info *out);
 
+/* xpack_expert_slot.slot of an entry deferred by XPACK_ACQUIRE_DEFER (no slot yet). */
+#define XPACK_SLOT_DEFERRED UINT32_MAX
+
 typedef struct xpack_expert_slot {
   uint32_t expert;
-  uint32_t slot;
+  uint32_t slot;       /* XPACK_SLOT_DEFERRED: not placed yet (data, ready_event NULL) */
   void *data;          /* device address of the object (roles at xpack_role_info.offset) */
   void *ready_event;   /* cudaEvent_t to wait on from a compute stream; NULL on host */
   int32_t hit;         /* 1 if it was resident (or already loading) */
@@ -507,9 +510,34 @@ typedef struct xpack_expert_slot {
 XPACK_API int xpack_cache_acquire(xpack_cache *c, uint32_t layer, const uint32_t *experts,
                                   size_t n, uint32_t n_tokens, xpack_expert_slot *out,
                                   uint64_t *ticket);
+/* Flags of xpack_cache_acquire_ex. */
+#define XPACK_ACQUIRE_DEFER 1u /* experts that cannot be placed now wait for slots */
+
+/* xpack_cache_acquire with flags. With XPACK_ACQUIRE_DEFER the request may name
+ * more distinct experts than the cache can place now (a prefill wider than the
+ * cache): they are placed in request order, before anything acquired later, as
+ * slots are released; their out[i].slot is XPACK_SLOT_DEFERRED until then.
+ * Stream through them: xpack_cache_wait(i), read the slot from
+ * xpack_cache_entry(i), compute, xpack_cache_release_expert(i). Nothing is
+ * copied out of slots and no expert is skipped. Thread-safe. */
+XPACK_API int xpack_cache_acquire_ex(xpack_cache *c, uint32_t layer, const uint32_t *experts,
+                                     size_t n, uint32_t n_tokens, uint32_t flags,
+                                     xpack_expert_slot *out, uint64_t *ticket);
+/* The current description of entry `index` of a ticket (a deferred entry's slot
+ * once it was placed). Thread-safe. */
+XPACK_API int xpack_cache_entry(xpack_cache *c, uint64_t ticket, size_t index,
+                                xpack_expert_slot *out);
+/* Ends the protection of one expert of a ticket early (every entry of the ticket
+ * naming that expert); its slot may then be reused, e.g. by a deferred entry.
+ * `compute_stream` as in xpack_cache_release. The ticket must still be
+ * released. Thread-safe. */
+XPACK_API int xpack_cache_release_expert(xpack_cache *c, uint64_t ticket, size_t index,
+                                         void *compute_stream);
 /* Blocks until expert `index` of the ticket is in its slot; returns its load's
  * error (-EIO, XPACK_E_OBJECT_CHECKSUM, ...) if it failed (the slot is then not
- * published). Thread-safe. */
+ * published). A deferred entry first waits for a slot; XPACK_E_CAPACITY if every
+ * slot holds experts of this same ticket (release_expert some first).
+ * Thread-safe. */
 XPACK_API int xpack_cache_wait(xpack_cache *c, uint64_t ticket, size_t index);
 /* Waits for every expert of the ticket; returns the first error. Thread-safe. */
 XPACK_API int xpack_cache_wait_all(xpack_cache *c, uint64_t ticket);

@@ -178,8 +178,107 @@ void ExpertCache::start_load(uint32_t slot, Key k, bool prefetch) {
   (prefetch ? pending_prefetch_ : pending_).push_back(LoadJob{slot, k, now_ns(), step_});
 }
 
+ExpertCache::Take ExpertCache::take_key(Key k, Phase phase, TakeCounts& n,
+                                       std::span<const Key> request) {
+  EvictionPolicy& policy = dir_->policy();
+  if (auto s = dir_->find(k)) {
+    Slot& slot = slots_[*s];
+    ++slot.pins;
+    policy.on_hit(k);
+    // A failed load keeps its slot until its holders release it; this request
+    // sees the same failure in wait().
+    ++n.hits;
+    if (slot.prefetched_unused) {
+      promote_queued_prefetch(*s);
+      slot.prefetched_unused = false;
+      ++n.used;
+    }
+    return {*s, true, true};
+  }
+  // The rest of the same request is protected too, resident or not yet pinned
+  // (as xpack-sim replays it): evicting an expert it is about to hit would only
+  // cost another read.
+  auto protect = [&](Key key) {
+    return is_protected(key, /*for_demand=*/true) ||
+           std::binary_search(request.begin(), request.end(), key);
+  };
+  auto placed = dir_->place(k, phase, protect);
+  if (!placed) return {kNoSlot, false, false};
+  ++n.misses;
+  if (placed->evicted) {
+    ++n.evictions;
+    if (slots_[placed->slot].prefetched_unused) ++n.wasted;
+    cancel_queued_prefetch(placed->slot);
+  }
+  start_load(placed->slot, k, false);
+  slots_[placed->slot].pins = 1;
+  return {placed->slot, false, true};
+}
+
+void ExpertCache::count_takes(uint32_t layer, const TakeCounts& n) {
+  if (!n.hits && !n.misses && !n.evictions && !n.used && !n.wasted) return;
+  telemetry_.update([&](stats::Counters& c) {
+    c.cache_hits += n.hits;
+    c.cache_misses += n.misses;
+    c.cache_evictions += n.evictions;
+    c.prefetch_used += n.used;
+    c.prefetch_wasted += n.wasted;
+    c.hits_by_layer[layer] += n.hits;
+    c.misses_by_layer[layer] += n.misses;
+  });
+}
+
+ExpertHandle ExpertCache::handle_of(const Ticket& t, size_t index) const {
+  const TicketKey& tk = t.keys[t.entry_key[index]];
+  if (tk.slot == kNoSlot) return ExpertHandle{t.experts[index], kNoSlot, nullptr, nullptr, false};
+  return ExpertHandle{t.experts[index], tk.slot, slot_data(tk.slot), slots_[tk.slot].ready.get(),
+                      tk.hit};
+}
+
+size_t ExpertCache::place_deferred() {
+  size_t started = 0;
+  for (auto it = deferred_tickets_.begin(); it != deferred_tickets_.end();) {
+    Ticket& t = tickets_.at(*it);
+    TakeCounts n;
+    bool blocked = false;
+    for (TicketKey& tk : t.keys) {
+      if (!tk.deferred) continue;
+      Take got = take_key(tk.key, t.phase, n);
+      if (!got.placed) {
+        blocked = true;
+        break;
+      }
+      tk.slot = got.slot;
+      tk.hit = got.hit;
+      tk.deferred = false;
+      tk.pinned = true;
+      --t.deferred;
+    }
+    count_takes(t.layer, n);
+    started += n.misses;
+    if (t.deferred == 0)
+      it = deferred_tickets_.erase(it);
+    else
+      ++it;
+    // First come, first served: a later request does not overtake this one.
+    if (blocked) break;
+  }
+  return started;
+}
+
+void ExpertCache::after_unpin(std::unique_lock<std::mutex>& lk) {
+  size_t started = deferred_tickets_.empty() ? 0 : place_deferred();
+  bool sleeping = io_sleeping_;
+  lk.unlock();
+  if (started) {
+    io_cv_.notify_one();
+    wake_io(sleeping);
+  }
+  state_cv_.notify_all();  // waiters of entries that just got a slot
+}
+
 Result<Acquired> ExpertCache::acquire(uint32_t layer, const uint32_t* experts, size_t n,
-                                      uint32_t n_tokens) {
+                                      uint32_t n_tokens, bool defer) {
   if (layer >= src_.n_layers)
     return err(XPACK_E_INVALID_ARG, "acquire: layer {} out of range ({} layers)", layer,
                src_.n_layers);
@@ -192,15 +291,26 @@ Result<Acquired> ExpertCache::acquire(uint32_t layer, const uint32_t* experts, s
                  src_.n_experts);
     keys.push_back(make_key(layer, experts[i]));
   }
-  std::sort(keys.begin(), keys.end());
-  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
-  if (keys.size() > n_slots_)
-    return err(XPACK_E_CAPACITY, "acquire: {} distinct experts, cache has {} slots", keys.size(),
-               n_slots_);
+  if (defer) {
+    // Placed in the caller's order, so the entries it will use first load first.
+    std::vector<Key> ordered;
+    ordered.reserve(keys.size());
+    for (Key k : keys)
+      if (std::find(ordered.begin(), ordered.end(), k) == ordered.end()) ordered.push_back(k);
+    keys = std::move(ordered);
+  } else {
+    std::sort(keys.begin(), keys.end());
+    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+    if (keys.size() > n_slots_)
+      return err(XPACK_E_CAPACITY,
+                 "acquire: {} distinct experts, cache has {} slots (acquire with defer to load "
+                 "them in turns)",
+                 keys.size(), n_slots_);
+  }
   Phase phase = n_tokens > 1 ? Phase::kPrefill : Phase::kDecode;
 
   Acquired out;
-  uint64_t hits = 0, misses = 0, evictions = 0, wasted = 0, used = 0;
+  TakeCounts counts;
   bool io_sleeping = false;
   {
     std::unique_lock lk(mu_);
@@ -208,45 +318,35 @@ Result<Acquired> ExpertCache::acquire(uint32_t layer, const uint32_t* experts, s
     last_layer_ = layer;
     if (trace_) (void)trace_->write(step_, layer, experts, n);
 
-    EvictionPolicy& policy = dir_->policy();
-    for (Key k : keys) policy.on_request(k);
-    auto protect = [this](Key k) { return is_protected(k, /*for_demand=*/true); };
-    std::vector<Key> pinned;
-    std::unordered_map<Key, std::pair<uint32_t, bool>> where;  // slot, hit
+    for (Key k : keys) dir_->policy().on_request(k);
+    Ticket t;
+    t.layer = layer;
+    t.phase = phase;
+    t.keys.reserve(keys.size());
+    // A later request waits behind deferred ones instead of taking the slots
+    // they are waiting for.
+    bool queue_behind = defer && !deferred_tickets_.empty();
+    std::vector<Key> request = keys;
+    std::sort(request.begin(), request.end());
     for (Key k : keys) {
-      if (auto s = dir_->find(k)) {
-        Slot& slot = slots_[*s];
-        ++slot.pins;
-        pinned.push_back(k);
-        policy.on_hit(k);
-        // A failed load keeps its slot until its holders release it; this
-        // request sees the same failure in wait().
-        ++hits;
-        if (slot.prefetched_unused) {
-          promote_queued_prefetch(*s);
-          slot.prefetched_unused = false;
-          ++used;
+      TicketKey tk;
+      tk.key = k;
+      Take got = queue_behind && !dir_->find(k) ? Take{kNoSlot, false, false}
+                                                : take_key(k, phase, counts, request);
+      if (!got.placed) {
+        if (defer) {
+          tk.deferred = true;
+          ++t.deferred;
+          t.keys.push_back(tk);
+          continue;
         }
-        where[k] = {*s, true};
-        continue;
-      }
-      auto placed = dir_->place(k, phase, protect);
-      if (!placed) {
-        for (Key p : pinned) unpin(p);
+        for (const TicketKey& p : t.keys) unpin(p.key);
         // Loads already started for this request go on (their entries become
         // ordinary unprotected ones), so they are counted as what they were.
-        telemetry_.update([&](stats::Counters& c) {
-          c.cache_hits += hits;
-          c.cache_misses += misses;
-          c.cache_evictions += evictions;
-          c.prefetch_used += used;
-          c.prefetch_wasted += wasted;
-          c.hits_by_layer[layer] += hits;
-          c.misses_by_layer[layer] += misses;
-        });
-        if (misses) {
-          bool sleeping = io_sleeping_;
-          lk.unlock();
+        count_takes(layer, counts);
+        bool sleeping = io_sleeping_;
+        lk.unlock();
+        if (counts.misses) {
           io_cv_.notify_one();
           wake_io(sleeping);
         }
@@ -254,47 +354,46 @@ Result<Acquired> ExpertCache::acquire(uint32_t layer, const uint32_t* experts, s
                    "acquire: no evictable slot for layer {} expert {} (all {} slots protected)",
                    layer, key_expert(k), n_slots_);
       }
-      ++misses;
-      if (placed->evicted) {
-        ++evictions;
-        if (slots_[placed->slot].prefetched_unused) ++wasted;
-        cancel_queued_prefetch(placed->slot);
-      }
-      start_load(placed->slot, k, false);
-      slots_[placed->slot].pins = 1;
-      pinned.push_back(k);
-      where[k] = {placed->slot, false};
+      tk.slot = got.slot;
+      tk.hit = got.hit;
+      tk.pinned = true;
+      t.keys.push_back(tk);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      Key k = make_key(layer, experts[i]);
+      size_t ki = 0;
+      while (t.keys[ki].key != k) ++ki;
+      t.entry_key.push_back(uint32_t(ki));
+      t.experts.push_back(experts[i]);
     }
     TicketId id = next_ticket_++;
-    Ticket t{layer, keys, {}};
     out.ticket = id;
     out.experts.reserve(n);
-    for (size_t i = 0; i < n; ++i) {
-      auto [slot, hit] = where.at(make_key(layer, experts[i]));
-      t.entry_slot.push_back(slot);
-      out.experts.push_back(ExpertHandle{experts[i], slot, slot_data(slot),
-                                         slots_[slot].ready.get(), hit});
-    }
+    for (size_t i = 0; i < n; ++i) out.experts.push_back(handle_of(t, i));
+    if (t.deferred) deferred_tickets_.insert(id);
     tickets_.emplace(id, std::move(t));
+    count_takes(layer, counts);
     io_sleeping = io_sleeping_;
   }
-  if (misses) {
+  if (counts.misses) {
     io_cv_.notify_one();
     wake_io(io_sleeping);
   }
   telemetry_.update([&](stats::Counters& c) {
     ++c.acquires;
-    c.cache_hits += hits;
-    c.cache_misses += misses;
-    c.cache_evictions += evictions;
-    c.prefetch_used += used;
-    c.prefetch_wasted += wasted;
-    c.hits_by_layer[layer] += hits;
-    c.misses_by_layer[layer] += misses;
     ++c.route_calls_by_layer[layer];
     c.route_tokens_by_layer[layer] += n_tokens;
   });
   return out;
+}
+
+Result<ExpertHandle> ExpertCache::entry(TicketId ticket, size_t index) const {
+  std::lock_guard lk(mu_);
+  auto it = tickets_.find(ticket);
+  if (it == tickets_.end()) return err(XPACK_E_INVALID_ARG, "entry: unknown ticket {}", ticket);
+  if (index >= it->second.entry_key.size())
+    return err(XPACK_E_INVALID_ARG, "entry: index {} out of range", index);
+  return handle_of(it->second, index);
 }
 
 Status ExpertCache::wait(TicketId ticket, size_t index) {
@@ -304,11 +403,32 @@ Status ExpertCache::wait(TicketId ticket, size_t index) {
     std::unique_lock lk(mu_);
     auto it = tickets_.find(ticket);
     if (it == tickets_.end()) return err(XPACK_E_INVALID_ARG, "wait: unknown ticket {}", ticket);
-    if (index >= it->second.entry_slot.size())
+    Ticket& t = it->second;
+    if (index >= t.entry_key.size())
       return err(XPACK_E_INVALID_ARG, "wait: index {} out of range", index);
-    Slot& s = slots_[it->second.entry_slot[index]];
-    if (s.state == SlotState::kLoading) {
+    TicketKey& tk = t.keys[t.entry_key[index]];
+    if (tk.done)
+      return err(XPACK_E_INVALID_ARG, "wait: expert {} of ticket {} was already released",
+                 t.experts[index], ticket);
+    if (tk.deferred) {
       t0 = now_ns();
+      for (;;) {
+        if (!tk.deferred) break;
+        size_t held = std::count_if(t.keys.begin(), t.keys.end(),
+                                    [](const TicketKey& x) { return x.pinned; });
+        // Only this request could free a slot, and it is waiting: it must
+        // release experts it is done with first.
+        if (held >= n_slots_)
+          return err(XPACK_E_CAPACITY,
+                     "wait: expert {} waits for a slot, and all {} slots hold experts of the same "
+                     "request: release_expert() those already used first",
+                     t.experts[index], n_slots_);
+        state_cv_.wait(lk);
+      }
+    }
+    Slot& s = slots_[tk.slot];
+    if (s.state == SlotState::kLoading) {
+      if (!t0) t0 = now_ns();
       state_cv_.wait(lk, [&] { return s.state != SlotState::kLoading; });
     }
     if (s.state == SlotState::kFailed) {
@@ -339,7 +459,7 @@ Status ExpertCache::wait_all(TicketId ticket) {
     std::lock_guard lk(mu_);
     auto it = tickets_.find(ticket);
     if (it == tickets_.end()) return err(XPACK_E_INVALID_ARG, "wait: unknown ticket {}", ticket);
-    n = it->second.entry_slot.size();
+    n = it->second.entry_key.size();
   }
   Status first;
   for (size_t i = 0; i < n; ++i) {
@@ -364,15 +484,45 @@ Status ExpertCache::release(TicketId ticket, void* compute_stream) {
   if (compute_stream) XPACK_TRY(dev_.order_after(compute_stream));
   uint64_t steps = 0;
   {
-    std::lock_guard lk(mu_);
+    std::unique_lock lk(mu_);
     auto it = tickets_.find(ticket);
     if (it == tickets_.end())
       return err(XPACK_E_INVALID_ARG, "release: unknown or already released ticket {}", ticket);
-    for (Key k : it->second.keys) unpin(k);
+    for (const TicketKey& tk : it->second.keys)
+      if (tk.pinned) unpin(tk.key);
+    deferred_tickets_.erase(ticket);
     tickets_.erase(it);
+    after_unpin(lk);
   }
   telemetry_.update([&](stats::Counters& c) { steps = ++c.steps; });
   if (opts_.stats_interval && steps % opts_.stats_interval == 0) XPACK_TRY(write_stats());
+  return {};
+}
+
+Status ExpertCache::release_expert(TicketId ticket, size_t index, void* compute_stream) {
+  if (compute_stream) XPACK_TRY(dev_.order_after(compute_stream));
+  std::unique_lock lk(mu_);
+  auto it = tickets_.find(ticket);
+  if (it == tickets_.end())
+    return err(XPACK_E_INVALID_ARG, "release_expert: unknown or already released ticket {}",
+               ticket);
+  Ticket& t = it->second;
+  if (index >= t.entry_key.size())
+    return err(XPACK_E_INVALID_ARG, "release_expert: index {} out of range", index);
+  TicketKey& tk = t.keys[t.entry_key[index]];
+  if (tk.done)
+    return err(XPACK_E_INVALID_ARG, "release_expert: expert {} of ticket {} already released",
+               t.experts[index], ticket);
+  tk.done = true;
+  if (tk.deferred) {  // never loaded for this request: it just leaves the queue
+    tk.deferred = false;
+    if (--t.deferred == 0) deferred_tickets_.erase(ticket);
+  }
+  if (tk.pinned) {
+    tk.pinned = false;
+    unpin(tk.key);
+  }
+  after_unpin(lk);
   return {};
 }
 
@@ -388,6 +538,8 @@ Result<size_t> ExpertCache::prefetch(uint32_t layer, const uint32_t* experts, si
   bool io_sleeping = false;
   {
     std::lock_guard lk(mu_);
+    // Requests waiting for slots come before guesses.
+    if (!deferred_tickets_.empty()) return size_t{0};
     auto protect = [this](Key k) { return is_protected(k, /*for_demand=*/false); };
     for (size_t i = 0; i < n; ++i) {
       Key k = make_key(layer, experts[i]);
@@ -436,6 +588,7 @@ void ExpertCache::fail_load(const LoadJob& job, int code) {
     if (s.pins == 0) {  // nobody waits: drop it now
       dir_->remove(job.key);
       s.state = SlotState::kEmpty;
+      if (!deferred_tickets_.empty()) place_deferred();  // loads queue for this thread
     }
   }
   state_cv_.notify_all();
@@ -528,6 +681,7 @@ void ExpertCache::io_loop() {
           engine_->objects_in_flight() == 0)
         break;
       expired = expire_prefetches();
+      if (expired && !deferred_tickets_.empty() && place_deferred() > 0) state_cv_.notify_all();
       // Demand loads first; prefetches only use staging left over.
       uint32_t si = 0;
       auto take = [&](std::deque<LoadJob>& q) {

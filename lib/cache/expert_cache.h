@@ -10,7 +10,13 @@
 // after its copy's event completed. A slot whose read or verification failed is
 // never published: waiters get the error, and the entry is dropped on release.
 //
-// Experts of an acquire stay protected (never evicted) until release(). Prefetch
+// Experts of an acquire stay protected (never evicted) until release(), or one by
+// one through release_expert(). With `defer`, an acquire may name more distinct
+// experts than can be placed now: those get no slot yet (kNoSlot) and are placed,
+// in request order and first come first served across requests, as slots are
+// released; the caller waits for them like any miss and reads their handle with
+// entry(). That streams a prefill wider than the cache without copying anything
+// out of the slots: wait(i), compute, release_expert(i), next. Prefetch
 // loads into free slots or over entries the policy ranks no higher than the hint.
 // A prefetch still waiting for a staging buffer is only a guess: it protects
 // nothing (a demand miss may take its slot, cancelling it), it is promoted to a
@@ -28,6 +34,8 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -67,9 +75,11 @@ struct CacheOptions {
 
 using TicketId = uint64_t;
 
+inline constexpr uint32_t kNoSlot = UINT32_MAX;  // a deferred entry, no slot yet
+
 struct ExpertHandle {
   uint32_t expert = 0;
-  uint32_t slot = 0;
+  uint32_t slot = 0;                 // kNoSlot while deferred
   void* data = nullptr;              // device address of the object
   device::Event* ready = nullptr;    // complete once the object is in the slot
   bool hit = false;
@@ -92,12 +102,21 @@ class ExpertCache {
   // n expert ids of one layer for n_tokens tokens (duplicates allowed: one entry
   // per id, sharing the slot). n_tokens > 1 marks a prefill request.
   // XPACK_E_INVALID_ARG for a bad layer/expert/n; XPACK_E_CAPACITY when the
-  // distinct experts cannot all be placed because too many slots are protected.
+  // distinct experts cannot all be placed because too many slots are protected,
+  // unless `defer` (then the rest are deferred, see above).
   Result<Acquired> acquire(uint32_t layer, const uint32_t* experts, size_t n,
-                           uint32_t n_tokens = 1);
+                           uint32_t n_tokens = 1, bool defer = false);
   // Blocks until expert `index` of the ticket is in its slot, or returns the
-  // error of its load (its slot is then not published).
+  // error of its load (its slot is then not published). For a deferred entry it
+  // first waits for a slot; XPACK_E_CAPACITY if every slot holds experts of this
+  // same ticket (only its own release_expert could make room).
   Status wait(TicketId ticket, size_t index);
+  // The entry's handle now (its slot once a deferred entry was placed).
+  Result<ExpertHandle> entry(TicketId ticket, size_t index) const;
+  // Ends the protection of one expert of the ticket (every entry naming the
+  // same expert); its handle is invalid after. Deferred entries waiting for it
+  // may take the slot. The ticket must still be released.
+  Status release_expert(TicketId ticket, size_t index, void* compute_stream = nullptr);
   // Waits for all; returns the first error but waits for every expert.
   Status wait_all(TicketId ticket);
   // Ends the protection of the ticket's experts. `compute_stream` (may be null):
@@ -143,10 +162,29 @@ class ExpertCache {
     uint64_t copy_enqueued_ns = 0;
     std::unique_ptr<device::Event> copied;
   };
+  struct TicketKey {
+    Key key = 0;
+    uint32_t slot = kNoSlot;
+    bool pinned = false;    // holds one pin on slot
+    bool deferred = false;  // waits for a slot
+    bool done = false;      // released early by release_expert
+    bool hit = false;
+  };
   struct Ticket {
-    uint32_t layer;
-    std::vector<Key> keys;            // distinct, pinned
-    std::vector<uint32_t> entry_slot; // per requested entry
+    uint32_t layer = 0;
+    Phase phase = Phase::kDecode;
+    std::vector<TicketKey> keys;       // distinct
+    std::vector<uint32_t> entry_key;   // per requested entry: index into keys
+    std::vector<uint32_t> experts;     // per requested entry
+    size_t deferred = 0;               // keys still waiting for a slot
+  };
+  struct TakeCounts {
+    uint64_t hits = 0, misses = 0, evictions = 0, used = 0, wasted = 0;
+  };
+  struct Take {
+    uint32_t slot;
+    bool hit;
+    bool placed;
   };
 
   ExpertCache(ObjectSource src, device::Device& dev, const CacheOptions& opts);
@@ -154,6 +192,16 @@ class ExpertCache {
   bool is_protected(Key k, bool for_demand) const;  // under mu_
   void start_load(uint32_t slot, Key k, bool prefetch);  // under mu_
   void unpin(Key k);  // under mu_
+  // Pins k for a request: its resident slot, else a new one (load started).
+  // placed == false when every slot is protected. `request` (sorted): keys of
+  // the same request, never evicted for it. Under mu_.
+  Take take_key(Key k, Phase phase, TakeCounts& n, std::span<const Key> request = {});
+  void count_takes(uint32_t layer, const TakeCounts& n);
+  ExpertHandle handle_of(const Ticket& t, size_t index) const;  // under mu_
+  // Gives deferred keys slots, oldest ticket first; returns loads started. Under mu_.
+  size_t place_deferred();
+  // After pins were dropped: places deferred keys, unlocks, wakes whoever needs it.
+  void after_unpin(std::unique_lock<std::mutex>& lk);
   // Takes a queued, unstarted prefetch of `slot` off the queue (its slot is being
   // reused or the guess expired). Under mu_.
   void cancel_queued_prefetch(uint32_t slot);
@@ -182,6 +230,7 @@ class ExpertCache {
   std::unique_ptr<SlotDirectory> dir_;
   std::vector<Slot> slots_;
   std::unordered_map<TicketId, Ticket> tickets_;
+  std::set<TicketId> deferred_tickets_;  // tickets with deferred keys, oldest first
   TicketId next_ticket_ = 1;
   std::deque<LoadJob> pending_;       // demand loads first, then prefetches
   std::deque<LoadJob> pending_prefetch_;

@@ -181,21 +181,52 @@ XPACK_API int xpack_cache_get_info(const xpack_cache* c, xpack_cache_info* out) 
   return 0;
 }
 
-XPACK_API int xpack_cache_acquire(xpack_cache* c, uint32_t layer, const uint32_t* experts,
-                                  size_t n, uint32_t n_tokens, xpack_expert_slot* out,
-                                  uint64_t* ticket) {
+namespace {
+
+xpack_expert_slot to_c(const xpack::cache::ExpertHandle& h) {
+  return xpack_expert_slot{h.expert, h.slot, h.data, h.ready ? h.ready->native_handle() : nullptr,
+                           h.hit ? 1 : 0};
+}
+
+}  // namespace
+
+XPACK_API int xpack_cache_acquire_ex(xpack_cache* c, uint32_t layer, const uint32_t* experts,
+                                     size_t n, uint32_t n_tokens, uint32_t flags,
+                                     xpack_expert_slot* out, uint64_t* ticket) {
   if (!c) return fail(nullptr, XPACK_E_INVALID_ARG, "null cache");
   if (!out || !ticket) return fail(c, XPACK_E_INVALID_ARG, "null output pointer");
   *ticket = 0;
-  auto a = c->cache->acquire(layer, experts, n, n_tokens ? n_tokens : 1);
+  if (flags & ~XPACK_ACQUIRE_DEFER)
+    return fail(c, XPACK_E_INVALID_ARG, "unknown acquire flags " + std::to_string(flags));
+  auto a = c->cache->acquire(layer, experts, n, n_tokens ? n_tokens : 1,
+                             (flags & XPACK_ACQUIRE_DEFER) != 0);
   if (!a.ok()) return fail(c, a.error());
-  for (size_t i = 0; i < n; ++i) {
-    const auto& h = a->experts[i];
-    out[i] = xpack_expert_slot{h.expert, h.slot, h.data, h.ready->native_handle(),
-                               h.hit ? 1 : 0};
-  }
+  for (size_t i = 0; i < n; ++i) out[i] = to_c(a->experts[i]);
   *ticket = a->ticket;
   return 0;
+}
+
+XPACK_API int xpack_cache_acquire(xpack_cache* c, uint32_t layer, const uint32_t* experts,
+                                  size_t n, uint32_t n_tokens, xpack_expert_slot* out,
+                                  uint64_t* ticket) {
+  return xpack_cache_acquire_ex(c, layer, experts, n, n_tokens, 0, out, ticket);
+}
+
+XPACK_API int xpack_cache_entry(xpack_cache* c, uint64_t ticket, size_t index,
+                                xpack_expert_slot* out) {
+  if (!c) return fail(nullptr, XPACK_E_INVALID_ARG, "null cache");
+  if (!out) return fail(c, XPACK_E_INVALID_ARG, "null output pointer");
+  auto h = c->cache->entry(ticket, index);
+  if (!h.ok()) return fail(c, h.error());
+  *out = to_c(*h);
+  return 0;
+}
+
+XPACK_API int xpack_cache_release_expert(xpack_cache* c, uint64_t ticket, size_t index,
+                                         void* compute_stream) {
+  if (!c) return fail(nullptr, XPACK_E_INVALID_ARG, "null cache");
+  auto st = c->cache->release_expert(ticket, index, compute_stream);
+  return st.ok() ? 0 : fail(c, st.error());
 }
 
 XPACK_API int xpack_cache_wait(xpack_cache* c, uint64_t ticket, size_t index) {

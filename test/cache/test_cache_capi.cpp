@@ -203,3 +203,41 @@ TEST_CASE("C API: an injected EIO fails one expert; stats file written at destro
   auto tr = xpack::test::read_file(trace);
   CHECK(std::string(tr.begin(), tr.end()) == "step,layer,expert\n0,1,3\n0,1,4\n1,1,3\n");
 }
+
+TEST_CASE("C API: XPACK_ACQUIRE_DEFER streams a layer wider than the cache, byte-exact") {
+  Env env(2, 8);
+  auto o = env.opts(3);
+  xpack_cache* c = nullptr;
+  REQUIRE(xpack_cache_create(env.pack, &o, &c) == 0);
+  uint32_t ids[8] = {7, 6, 5, 4, 3, 2, 1, 0};  // the whole layer through 3 slots
+  xpack_expert_slot s[8];
+  uint64_t t = 0;
+  CHECK(xpack_cache_acquire_ex(c, 1, ids, 8, 8, 0, s, &t) == XPACK_E_CAPACITY);
+  CHECK(xpack_cache_acquire_ex(c, 1, ids, 8, 8, 0x80, s, &t) == XPACK_E_INVALID_ARG);
+  REQUIRE(xpack_cache_acquire_ex(c, 1, ids, 8, 8, XPACK_ACQUIRE_DEFER, s, &t) == 0);
+  CHECK(s[2].slot != XPACK_SLOT_DEFERRED);
+  CHECK(s[3].slot == XPACK_SLOT_DEFERRED);
+  CHECK(s[3].data == nullptr);
+  CHECK(xpack_cache_wait(c, t, 3) == XPACK_E_CAPACITY);  // only this ticket could make room
+  for (size_t i = 0; i < 8; ++i) {
+    REQUIRE(xpack_cache_wait(c, t, i) == 0);
+    xpack_expert_slot e{};
+    REQUIRE(xpack_cache_entry(c, t, i, &e) == 0);
+    REQUIRE(e.slot != XPACK_SLOT_DEFERRED);
+    CHECK(e.expert == ids[i]);
+    check_against_pack(c, env.pack, 1, e, env.info.object_bytes);
+    REQUIRE(xpack_cache_release_expert(c, t, i, nullptr) == 0);
+  }
+  CHECK(xpack_cache_release_expert(c, t, 0, nullptr) == XPACK_E_INVALID_ARG);
+  CHECK(xpack_cache_entry(c, t, 8, s) == XPACK_E_INVALID_ARG);
+  CHECK(xpack_cache_entry(c, t, 0, nullptr) == XPACK_E_INVALID_ARG);
+  CHECK(xpack_cache_entry(nullptr, t, 0, s) == XPACK_E_INVALID_ARG);
+  CHECK(xpack_cache_release_expert(nullptr, t, 0, nullptr) == XPACK_E_INVALID_ARG);
+  REQUIRE(xpack_cache_release(c, t, nullptr) == 0);
+  xpack_cache_counters k{};
+  k.size = sizeof(k);
+  REQUIRE(xpack_cache_get_counters(c, &k) == 0);
+  CHECK(k.cache_misses == 8);
+  CHECK(k.pack_reads == 8);
+  xpack_cache_destroy(c);
+}

@@ -3,7 +3,10 @@
 // telemetry files, concurrency (run under TSan in build-cache-tsan).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <chrono>
 #include <random>
 #include <thread>
 
@@ -140,6 +143,147 @@ TEST_CASE("cache: counters exact on a scripted trace, equal to the simulator's")
       CHECK(s.cache_evictions == 5);
     }
   }
+}
+
+TEST_CASE("cache: counters equal the simulator's on random multi-expert requests") {
+  // Requests of several experts (decode: 3 distinct, prefill: up to 7) over two
+  // layers: the live cache must protect a whole request while placing it, as
+  // xpack-sim does, or it evicts an expert the same request is about to hit.
+  std::mt19937 rng(1234);
+  std::vector<std::vector<uint32_t>> reqs;
+  for (int step = 0; step < 120; ++step) {
+    size_t width = step % 10 == 0 ? 7 : 3;
+    std::vector<uint32_t> ids;
+    while (ids.size() < width) {
+      // Skewed: low ids are hot, so there are hits and evictions both.
+      uint32_t e = uint32_t(std::min<double>(15, std::abs(std::normal_distribution<>(0, 5)(rng))));
+      if (std::find(ids.begin(), ids.end(), e) == ids.end()) ids.push_back(e);
+    }
+    reqs.push_back(ids);
+  }
+  for (auto kind : {PolicyKind::kLru, PolicyKind::kLfu, PolicyKind::kHybrid}) {
+    Fixture f(2, 16, 3);
+    CacheOptions o;
+    o.policy = kind;
+    auto c = f.make(8, o);
+    std::vector<stats::TraceRecord> trace;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      for (uint32_t layer = 0; layer < 2; ++layer) {
+        auto a = acquire_ok(*c, layer, reqs[i], uint32_t(reqs[i].size() > 3 ? 5 : 1));
+        REQUIRE(c->wait_all(a.ticket).ok());
+        REQUIRE(c->release(a.ticket).ok());
+        for (uint32_t e : reqs[i]) trace.push_back({i, layer, e});
+      }
+    }
+    ReplayOptions ro;
+    ro.capacity = 8;
+    ro.policy = kind;
+    ro.top_k = 3;
+    auto sim = replay_trace(trace, ro);
+    REQUIRE(sim.ok());
+    auto s = c->counters();
+    CAPTURE(policy_name(kind));
+    CHECK(sim->bypassed == 0);
+    CHECK(s.cache_hits == sim->hits);
+    CHECK(s.cache_misses == sim->misses);
+    CHECK(s.cache_evictions == sim->evictions);
+    CHECK(s.cache_hits > 100);
+    CHECK(s.cache_evictions > 100);
+  }
+}
+
+TEST_CASE("cache: a deferred acquire wider than the cache streams through it") {
+  Fixture f(1, 16, 2);
+  CacheOptions o;
+  o.policy = PolicyKind::kLru;
+  auto c = f.make(3, o);
+  std::vector<uint32_t> ids = {9, 4, 9, 7, 1, 12};  // 5 distinct, 3 slots
+  auto plain = c->acquire(0, ids.data(), ids.size(), 6);
+  REQUIRE_FALSE(plain.ok());
+  CHECK(plain.error().code == XPACK_E_CAPACITY);
+  CHECK(plain.error().message.find("defer") != std::string::npos);
+
+  auto a = c->acquire(0, ids.data(), ids.size(), 6, /*defer=*/true);
+  REQUIRE(a.ok());
+  // Placed in request order: 9, 4, 7 now; 1 and 12 wait.
+  CHECK(a->experts[0].slot != kNoSlot);
+  CHECK(a->experts[1].slot != kNoSlot);
+  CHECK(a->experts[2].slot == a->experts[0].slot);  // the same expert again
+  CHECK(a->experts[3].slot != kNoSlot);
+  CHECK(a->experts[4].slot == kNoSlot);
+  CHECK(a->experts[4].data == nullptr);
+  CHECK(a->experts[5].slot == kNoSlot);
+  // Waiting for a deferred expert while this request holds every slot would
+  // never end: refused.
+  auto w = c->wait(a->ticket, 4);
+  REQUIRE_FALSE(w.ok());
+  CHECK(w.error().code == XPACK_E_CAPACITY);
+  // Stream: wait, check, release, and the next deferred expert takes the slot.
+  for (size_t i : {size_t(0), size_t(1), size_t(3), size_t(4), size_t(5)}) {
+    REQUIRE(c->wait(a->ticket, i).ok());
+    auto h = c->entry(a->ticket, i);
+    REQUIRE(h.ok());
+    REQUIRE(h->slot != kNoSlot);
+    CHECK(h->expert == ids[i]);
+    check_slot_bytes(*f.dev, *h, 0);
+    REQUIRE(c->release_expert(a->ticket, i).ok());
+  }
+  // Entry 2 named expert 9 too: released with entry 0.
+  CHECK(c->wait(a->ticket, 2).error().code == XPACK_E_INVALID_ARG);
+  CHECK(c->release_expert(a->ticket, 2).error().code == XPACK_E_INVALID_ARG);
+  REQUIRE(c->release(a->ticket).ok());
+  auto s = c->counters();
+  CHECK(s.cache_misses == 5);
+  CHECK(s.cache_hits == 0);
+  CHECK(s.pack_reads == 5);
+  CHECK(s.cache_evictions == 2);
+}
+
+TEST_CASE("cache: deferred experts take slots released by another request, first come first served") {
+  Fixture f(1, 16, 2);
+  CacheOptions o;
+  o.policy = PolicyKind::kLru;
+  auto c = f.make(3, o);
+  auto holder = acquire_ok(*c, 0, {1, 2, 3});
+  REQUIRE(c->wait_all(holder.ticket).ok());
+  std::vector<uint32_t> first = {4, 5};
+  auto b = c->acquire(0, first.data(), 2, 1, true);
+  REQUIRE(b.ok());
+  CHECK(b->experts[0].slot == kNoSlot);
+  std::vector<uint32_t> second = {6, 2};
+  auto d = c->acquire(0, second.data(), 2, 1, true);
+  REQUIRE(d.ok());
+  CHECK(d->experts[0].slot == kNoSlot);  // queued behind b, not before it
+  CHECK(d->experts[1].slot != kNoSlot);  // a resident expert is a hit at once
+  CHECK(d->experts[1].hit);
+  // A waiter on another thread is woken when the holder releases.
+  std::atomic<int> waited{1};
+  std::thread t([&] { waited = c->wait_all(b->ticket).ok() ? 0 : -1; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(waited == 1);
+  REQUIRE(c->release(holder.ticket).ok());
+  t.join();
+  CHECK(waited == 0);
+  for (size_t i = 0; i < 2; ++i) check_slot_bytes(*f.dev, *c->entry(b->ticket, i), 0);
+  // Slots: b holds 4 and 5, d holds 2; 6 waits until b lets go.
+  CHECK(c->entry(d->ticket, 0)->slot == kNoSlot);
+  auto prefetched = c->prefetch(0, std::vector<uint32_t>{8}.data(), 1);
+  REQUIRE(prefetched.ok());
+  CHECK(*prefetched == 0);  // guesses never take a slot a request waits for
+  REQUIRE(c->release(b->ticket).ok());
+  REQUIRE(c->wait_all(d->ticket).ok());
+  check_slot_bytes(*f.dev, *c->entry(d->ticket, 0), 0);
+  REQUIRE(c->release(d->ticket).ok());
+  // Releasing a ticket with experts still deferred drops them unread.
+  auto g = acquire_ok(*c, 0, {10, 11, 12});
+  std::vector<uint32_t> more = {13};
+  auto h = c->acquire(0, more.data(), 1, 1, true);
+  REQUIRE(h.ok());
+  REQUIRE(c->release(h->ticket).ok());
+  REQUIRE(c->wait_all(g.ticket).ok());
+  REQUIRE(c->release(g.ticket).ok());
+  auto s = c->counters();
+  CHECK(s.pack_reads == 3 + 2 + 1 + 3);  // 1 2 3, 4 5, 6, 10 11 12; never 13 or 8
 }
 
 TEST_CASE("cache: protected experts are never evicted; too many protected is an error") {
