@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -31,12 +32,14 @@ class ExpertSource {
   // True if GGUF block `layer` has routed experts.
   virtual bool has_layer(int layer) const = 0;
   virtual int n_experts() const = 0;
-  // Makes the weights of `n` distinct experts of `layer` available. The views
-  // stay valid until release(layer). Every requested expert is delivered (never
-  // skipped); a failure throws ModelError.
-  virtual void acquire(int layer, const int32_t* experts, int n,
-                       std::vector<ExpertWeights>& out) = 0;
-  virtual void release(int layer) = 0;
+  // Calls fn once for each of the `n` distinct experts of `layer`, in the order
+  // given, with its weights; a view is valid only during its call. Every
+  // requested expert is delivered (never skipped); a failure throws ModelError.
+  // A source may load later experts while fn computes earlier ones, and may
+  // reuse an expert's memory once its call returned: so a layer wider than the
+  // cache streams through it without copies.
+  using ExpertFn = std::function<void(const ExpertWeights&)>;
+  virtual void for_each(int layer, const int32_t* experts, int n, const ExpertFn& fn) = 0;
   // Engine counters as a JSON object text (for --json / --stats), or "{}".
   virtual std::string counters_json() const { return "{}"; }
 };

@@ -4,12 +4,13 @@
 // the cache runs on its host device.
 //
 // A layer's request can name more distinct experts than the cache has slots
-// (prefill of a long batch on a small budget). Routing is never altered, so
-// such a request is served in chunks of at most slot_count experts, each chunk
-// copied out of its slots into host buffers that live until release(layer);
-// not while recording a routing trace, whose steps chunks would break.
-#include <cstring>
-#include <map>
+// (prefill of a long batch on a small budget). Routing is never altered: the
+// request is one deferred acquire (XPACK_ACQUIRE_DEFER), and the experts stream
+// through the slots in order: wait for expert i, compute with it in place,
+// release it, and its slot takes a later expert while the next ones compute.
+// Nothing is copied out of the slots, and a routing trace sees one request per
+// layer and step.
+#include <vector>
 
 #include "experts_factory.h"
 #include "xpack/xpack.h"
@@ -21,8 +22,8 @@ namespace {
 class CacheExperts final : public ExpertSource {
  public:
   CacheExperts(xpack_pack* pack, xpack_cache* cache, std::vector<std::pair<std::string, ExpertMatrix>> roles,
-               std::string pack_path, bool tracing)
-      : pack_(pack), cache_(cache), roles_(std::move(roles)), pack_path_(std::move(pack_path)), tracing_(tracing) {
+               std::string pack_path)
+      : pack_(pack), cache_(cache), roles_(std::move(roles)), pack_path_(std::move(pack_path)) {
     xpack_cache_info info{};
     info.size = sizeof(info);
     xpack_cache_get_info(cache_, &info);
@@ -36,8 +37,6 @@ class CacheExperts final : public ExpertSource {
   }
 
   ~CacheExperts() override {
-    for (auto& [layer, tickets] : tickets_)
-      for (uint64_t t : tickets) xpack_cache_release(cache_, t, nullptr);
     xpack_cache_destroy(cache_);
     xpack_pack_close(pack_);
   }
@@ -48,78 +47,51 @@ class CacheExperts final : public ExpertSource {
   }
   int n_experts() const override { return n_experts_; }
 
-  void acquire(int layer, const int32_t* experts, int n, std::vector<ExpertWeights>& out) override {
+  void for_each(int layer, const int32_t* experts, int n, const ExpertFn& fn) override {
     uint32_t lslot = 0;
     if (layer < 0 || xpack_pack_layer_slot(pack_, static_cast<uint32_t>(layer), &lslot) != 0) {
       throw ModelError("expert pack has no layer " + std::to_string(layer));
     }
-    out.clear();
     if (n <= 0) return;
     std::vector<uint32_t> ids(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) {
       if (experts[i] < 0 || experts[i] >= n_experts_) throw ModelError("expert id " + std::to_string(experts[i]) + " out of range");
       ids[i] = static_cast<uint32_t>(experts[i]);
+      for (int j = 0; j < i; ++j)
+        if (ids[j] == ids[i]) throw ModelError("expert " + std::to_string(ids[i]) + " requested twice in one layer");
     }
-    out.clear();
-    out.resize(static_cast<size_t>(n));
-    std::vector<const uint8_t*> data(static_cast<size_t>(n));
     // Models hand over a layer's distinct experts, not the token count. A request
     // no wider than top-k is taken as one decode token, a wider one as prefill:
     // xpack-sim classifies trace groups by the same rule, so the live cache and
     // a replay of its trace break the hybrid policy's ties the same way.
     const uint32_t n_tokens = static_cast<uint32_t>(n) <= top_k_ ? 1u : static_cast<uint32_t>(n);
-    if (static_cast<uint32_t>(n) <= slot_count_) {
-      std::vector<xpack_expert_slot> slots(static_cast<size_t>(n));
-      uint64_t ticket = 0;
-      check(xpack_cache_acquire_blocking(cache_, lslot, ids.data(), ids.size(), n_tokens, slots.data(), &ticket),
-            layer);
-      tickets_[layer].push_back(ticket);
-      for (int i = 0; i < n; ++i) data[i] = static_cast<const uint8_t*>(slots[i].data);
-    } else {
-      // The cache starts a new trace step whenever a layer is not above the
-      // previous one, so a second chunk of this layer would be recorded as the
-      // next token's request and shift every later step.
-      if (tracing_) {
-        throw ModelError("--trace: layer " + std::to_string(layer) + " requests " + std::to_string(n) +
-                         " distinct experts but the cache holds " + std::to_string(slot_count_) +
-                         "; serving them in chunks would corrupt the trace's step numbering. Raise --cache-mib to "
-                         "at least " + std::to_string(n_experts_) + " objects of " + std::to_string(object_bytes_) +
-                         " bytes");
-      }
-      auto& bufs = overflow_[layer];
-      bufs.resize(static_cast<size_t>(n));
-      for (size_t b = 0; b < ids.size(); b += slot_count_) {
-        size_t m = std::min<size_t>(slot_count_, ids.size() - b);
-        std::vector<xpack_expert_slot> slots(m);
-        uint64_t ticket = 0;
-        check(xpack_cache_acquire_blocking(cache_, lslot, ids.data() + b, m, n_tokens, slots.data(), &ticket),
-              layer);
-        for (size_t i = 0; i < m; ++i) {
-          bufs[b + i].resize(object_bytes_);
-          std::memcpy(bufs[b + i].data(), slots[i].data, object_bytes_);
-          data[b + i] = bufs[b + i].data();
-        }
-        xpack_cache_release(cache_, ticket, nullptr);
-        ++overflow_chunks_;
-      }
-    }
+    std::vector<xpack_expert_slot> slots(static_cast<size_t>(n));
+    uint64_t ticket = 0;
+    check(xpack_cache_acquire_ex(cache_, lslot, ids.data(), ids.size(), n_tokens, XPACK_ACQUIRE_DEFER,
+                                 slots.data(), &ticket),
+          layer);
+    struct Release {
+      xpack_cache* cache;
+      uint64_t ticket;
+      ~Release() { xpack_cache_release(cache, ticket, nullptr); }
+    } release{cache_, ticket};
+    for (const auto& s : slots) deferred_experts_ += s.slot == XPACK_SLOT_DEFERRED;
+    ExpertWeights w;
     for (int i = 0; i < n; ++i) {
-      out[i].expert = experts[i];
+      check(xpack_cache_wait(cache_, ticket, static_cast<size_t>(i)), layer);
+      xpack_expert_slot e{};
+      check(xpack_cache_entry(cache_, ticket, static_cast<size_t>(i), &e), layer);
+      const auto* data = static_cast<const uint8_t*>(e.data);
+      w.expert = experts[i];
+      w.roles.clear();
       for (const auto& [name, proto] : roles_) {
         ExpertMatrix m = proto;
-        m.data = data[i] + reinterpret_cast<uintptr_t>(proto.data);
-        out[i].roles.emplace_back(name, m);
+        m.data = data + reinterpret_cast<uintptr_t>(proto.data);
+        w.roles.emplace_back(name, m);
       }
+      fn(w);
+      check(xpack_cache_release_expert(cache_, ticket, static_cast<size_t>(i), nullptr), layer);
     }
-  }
-
-  void release(int layer) override {
-    auto it = tickets_.find(layer);
-    if (it != tickets_.end()) {
-      for (uint64_t t : it->second) xpack_cache_release(cache_, t, nullptr);
-      tickets_.erase(it);
-    }
-    overflow_.erase(layer);
   }
 
   std::string counters_json() const override {
@@ -133,7 +105,7 @@ class CacheExperts final : public ExpertSource {
            kv("fallback_count", c.fallback_count) + kv("io_errors", c.io_errors) + kv("acquires", c.acquires) +
            kv("steps", c.steps) + kv("stall_ns", c.stall_ns) + kv("read_p50_ns", c.read_p50_ns) +
            kv("read_p99_ns", c.read_p99_ns) + kv("budget_objects", slot_count_) + kv("object_bytes", object_bytes_) +
-           kv("n_experts_used", top_k_) + kv("overflow_chunks", overflow_chunks_) + "}";
+           kv("n_experts_used", top_k_) + kv("deferred_experts", deferred_experts_) + "}";
   }
 
  private:
@@ -152,10 +124,7 @@ class CacheExperts final : public ExpertSource {
   int n_experts_ = 0;
   uint64_t object_bytes_ = 0;
   uint32_t top_k_ = 0;
-  uint64_t overflow_chunks_ = 0;
-  bool tracing_ = false;
-  std::map<int, std::vector<uint64_t>> tickets_;
-  std::map<int, std::vector<std::vector<uint8_t>>> overflow_;
+  uint64_t deferred_experts_ = 0;  // experts that waited for a slot inside their request
 };
 
 }  // namespace
@@ -213,7 +182,7 @@ std::unique_ptr<ExpertSource> make_cache_experts(const PackSourceOptions& o, int
     xpack_pack_close(pack);
     return nullptr;
   }
-  return std::make_unique<CacheExperts>(pack, cache, std::move(roles), o.pack_path, !o.trace_path.empty());
+  return std::make_unique<CacheExperts>(pack, cache, std::move(roles), o.pack_path);
 }
 
 }  // namespace xrun

@@ -47,15 +47,15 @@ class GgufExperts final : public ExpertSource {
   bool has_layer(int layer) const override { return layers_.count(layer) != 0; }
   int n_experts() const override { return n_experts_; }
 
-  void acquire(int layer, const int32_t* experts, int n, std::vector<ExpertWeights>& out) override {
+  void for_each(int layer, const int32_t* experts, int n, const ExpertFn& fn) override {
     auto it = layers_.find(layer);
     if (it == layers_.end()) throw ModelError("layer " + std::to_string(layer) + " has no routed experts");
-    out.clear();
-    out.resize(static_cast<size_t>(n));
+    ++acquires_;
     for (int i = 0; i < n; ++i) {
       int e = experts[i];
       if (e < 0 || e >= n_experts_) throw ModelError("expert id " + std::to_string(e) + " out of range");
-      out[i].expert = e;
+      ExpertWeights w;
+      w.expert = e;
       for (const auto& [rname, t] : it->second) {
         ExpertMatrix m;
         m.type = t->type;
@@ -63,14 +63,12 @@ class GgufExperts final : public ExpertSource {
         m.ne1 = t->ne[1];
         m.nbytes = t->nbytes / static_cast<size_t>(n_experts_);
         m.data = static_cast<const uint8_t*>(t->data) + m.nbytes * static_cast<size_t>(e);
-        out[i].roles.emplace_back(rname, m);
+        w.roles.emplace_back(rname, m);
       }
+      ++served_;
+      fn(w);
     }
-    ++acquires_;
-    served_ += static_cast<uint64_t>(n);
   }
-
-  void release(int) override {}
 
   std::string counters_json() const override {
     return "{\"source\":\"gguf\",\"acquire_calls\":" + std::to_string(acquires_) +

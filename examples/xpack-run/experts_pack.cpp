@@ -1,8 +1,8 @@
 // Routed experts from an Expert Pack through libxpack's public C API, held in
 // a byte-budgeted host cache (least recently used object evicted first).
-// Objects of the layer being computed are pinned until release(layer), so a
-// request is always served in full even when it is larger than the budget:
-// routing is never altered to fit the cache.
+// A layer's objects are all loaded (in parallel) and pinned while the model
+// computes with them, so a request is always served in full even when it is
+// larger than the budget: routing is never altered to fit the cache.
 #include <chrono>
 #include <cstdlib>
 #include <list>
@@ -75,7 +75,19 @@ class PackExperts final : public ExpertSource {
   }
   int n_experts() const override { return n_experts_; }
 
-  void acquire(int layer, const int32_t* experts, int n, std::vector<ExpertWeights>& out) override {
+  void for_each(int layer, const int32_t* experts, int n, const ExpertFn& fn) override {
+    std::vector<ExpertWeights> views;
+    acquire(layer, experts, n, views);
+    struct Unpin {
+      PackExperts* self;
+      int layer;
+      ~Unpin() { self->release(layer); }
+    } unpin{this, layer};
+    for (const ExpertWeights& w : views) fn(w);
+  }
+
+ private:
+  void acquire(int layer, const int32_t* experts, int n, std::vector<ExpertWeights>& out) {
     uint32_t slot = 0;
     if (layer < 0 || xpack_pack_layer_slot(pack_, static_cast<uint32_t>(layer), &slot) != 0) {
       throw ModelError("expert pack has no layer " + std::to_string(layer));
@@ -145,12 +157,14 @@ class PackExperts final : public ExpertSource {
     peak_objects_ = std::max<uint64_t>(peak_objects_, lru_.size());
   }
 
-  void release(int layer) override {
+  void release(int layer) {
     for (Entry& e : lru_) {
       if (e.pinned_layer == layer) e.pinned_layer = kUnpinned;
     }
   }
 
+
+ public:
   std::string counters_json() const override {
     auto kv = [](const char* k, uint64_t v) { return std::string("\"") + k + "\":" + std::to_string(v); };
     return "{\"source\":\"pack-direct\"," + kv("cache_hits", hits_) + "," + kv("cache_misses", misses_) + "," +

@@ -292,24 +292,21 @@ class Llama final : public Model {
     }
     std::vector<int32_t> ids;
     for (const auto& kv : by_expert) ids.push_back(kv.first);
-    std::vector<ExpertWeights> ew;
-    experts_->acquire(il, ids.data(), static_cast<int>(ids.size()), ew);
-
     std::fill(out, out + size_t(n) * E, 0.0f);
     std::vector<float> xs, g, u, y;
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const auto& rows = by_expert[ids[i]];
+    // Experts in ascending id order, each added into the output as it is computed.
+    experts_->for_each(il, ids.data(), static_cast<int>(ids.size()), [&](const ExpertWeights& ew) {
+      const auto& rows = by_expert[ew.expert];
       const int m = static_cast<int>(rows.size());
       xs.resize(size_t(m) * E);
       for (int r = 0; r < m; ++r) std::memcpy(&xs[size_t(r) * E], cur + size_t(rows[r].first) * E, sizeof(float) * E);
-      expert_ffn(ew[i], il, xs.data(), m, g, u, y);
+      expert_ffn(ew, il, xs.data(), m, g, u, y);
       for (int r = 0; r < m; ++r) {
         float* o = out + size_t(rows[r].first) * E;
         const float wgt = rows[r].second;
         for (int64_t d = 0; d < E; ++d) o[d] += wgt * y[size_t(r) * E + d];
       }
-    }
-    experts_->release(il);
+    });
   }
 
   void expert_ffn(const ExpertWeights& ew, int il, const float* xs, int m, std::vector<float>& g,

@@ -105,13 +105,6 @@ MoeBlock::Route MoeBlock::route(const float* x, const int32_t* tokens, int n) co
 
 namespace {
 
-// Releases the acquired experts of a layer on every exit path.
-struct ExpertLease {
-  ExpertSource* src;
-  int layer;
-  ~ExpertLease() { src->release(layer); }
-};
-
 // The gate/up/down matrices of one delivered expert, checked against the model.
 struct ExpertFfn {
   ExpertMatrix gate, up, down;
@@ -160,13 +153,10 @@ void MoeBlock::forward(const float* x, const int32_t* tokens, int n, float* out)
 
   std::vector<float> per_slot(static_cast<size_t>(n * k * d));
   {
-    std::vector<ExpertWeights> delivered;
-    ExpertLease lease{experts_, static_cast<int>(layer_)};
-    experts_->acquire(static_cast<int>(layer_), ids.data(), static_cast<int>(ids.size()), delivered);
     std::vector<float> xs, g, u, y;
-    for (const ExpertWeights& ew : delivered) {
+    experts_->for_each(static_cast<int>(layer_), ids.data(), static_cast<int>(ids.size()), [&](const ExpertWeights& ew) {
       auto it = pairs_of.find(ew.expert);
-      if (it == pairs_of.end()) continue;
+      if (it == pairs_of.end()) return;
       const std::vector<int64_t>& pairs = it->second;
       const ExpertFfn f = expert_ffn(ew, hp_, layer_);
       const int m = static_cast<int>(pairs.size());
@@ -185,7 +175,7 @@ void MoeBlock::forward(const float* x, const int32_t* tokens, int n, float* out)
         for (int64_t i = 0; i < d; ++i) dst[i] = y[j * d + i] * wj;
       }
       pairs_of.erase(it);
-    }
+    });
     if (!pairs_of.empty()) {
       throw ModelError("expert source did not deliver expert " + std::to_string(pairs_of.begin()->first) +
                        " of layer " + std::to_string(layer_));

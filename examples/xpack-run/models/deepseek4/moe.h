@@ -10,7 +10,7 @@
 //    L = swiglu_clamp_exp of the layer (no clamp when L <= 1e-6); the shared
 //    expert uses swiglu_clamp_shexp.
 // Every selected expert is computed. In a batch, tokens are grouped by expert
-// so each expert's weights are fetched once (one ExpertSource::acquire call
+// so each expert's weights are fetched once (one ExpertSource::for_each call
 // per layer) and run as one matmul batch over its tokens.
 #pragma once
 

@@ -135,14 +135,11 @@ void LatentMoe::routed_experts(const float* z, int n, const std::vector<int32_t>
   std::vector<int32_t> distinct;
   for (const auto& [e, _] : pairs) distinct.push_back(e);
 
-  std::vector<ExpertWeights> views;
-  experts_->acquire(il_, distinct.data(), static_cast<int>(distinct.size()), views);
-
   // weighted output of every (token, slot), summed per token in slot order below
   std::vector<float> slot_out(static_cast<size_t>(n * K * L));
-  for (const ExpertWeights& ew : views) {
+  experts_->for_each(il_, distinct.data(), static_cast<int>(distinct.size()), [&](const ExpertWeights& ew) {
     const auto it = pairs.find(ew.expert);
-    if (it == pairs.end()) continue;
+    if (it == pairs.end()) return;
     const std::string who = "kimi-k3: layer " + std::to_string(il_) + " expert " + std::to_string(ew.expert);
     const ExpertMatrix* gate = ew.role("gate");
     const ExpertMatrix* up = ew.role("up");
@@ -181,8 +178,7 @@ void LatentMoe::routed_experts(const float* z, int n, const std::vector<int32_t>
       for (int64_t c = 0; c < L; ++c) dst[c] = out[r * L + c] * wgt;
     }
     pairs.erase(it);
-  }
-  experts_->release(il_);
+  });
   if (!pairs.empty())
     throw ModelError("kimi-k3: expert source did not deliver expert " + std::to_string(pairs.begin()->first) +
                      " of layer " + std::to_string(il_));
