@@ -40,6 +40,9 @@ class ExpertSource {
   // cache streams through it without copies.
   using ExpertFn = std::function<void(const ExpertWeights&)>;
   virtual void for_each(int layer, const int32_t* experts, int n, const ExpertFn& fn) = 0;
+  // Called once after the run: reports what could only fail late (an
+  // incomplete routing trace) by throwing ModelError.
+  virtual void finish() {}
   // Engine counters as a JSON object text (for --json / --stats), or "{}".
   virtual std::string counters_json() const { return "{}"; }
 };

@@ -94,6 +94,18 @@ class CacheExperts final : public ExpertSource {
     }
   }
 
+  void finish() override {
+    int rc = xpack_cache_write_stats(cache_);
+    xpack_cache_counters c{};
+    c.size = sizeof(c);
+    xpack_cache_get_counters(cache_, &c);
+    if (rc != 0 || c.trace_write_errors != 0) {
+      throw ModelError(std::string("--trace: the routing trace could not be written completely (") +
+                       std::to_string(c.trace_write_errors) + " failed writes): " +
+                       (rc != 0 ? xpack_cache_errmsg(cache_) : "") );
+    }
+  }
+
   std::string counters_json() const override {
     xpack_cache_counters c{};
     c.size = sizeof(c);
@@ -103,7 +115,7 @@ class CacheExperts final : public ExpertSource {
            kv("cache_misses", c.cache_misses) + kv("cache_evictions", c.cache_evictions) +
            kv("pack_reads", c.pack_reads) + kv("pack_read_bytes", c.pack_read_bytes) + kv("h2d_bytes", c.h2d_bytes) +
            kv("fallback_count", c.fallback_count) + kv("io_errors", c.io_errors) + kv("acquires", c.acquires) +
-           kv("steps", c.steps) + kv("stall_ns", c.stall_ns) + kv("read_p50_ns", c.read_p50_ns) +
+           kv("steps", c.steps) + kv("stall_ns", c.stall_ns) + kv("trace_write_errors", c.trace_write_errors) + kv("read_p50_ns", c.read_p50_ns) +
            kv("read_p99_ns", c.read_p99_ns) + kv("budget_objects", slot_count_) + kv("object_bytes", object_bytes_) +
            kv("n_experts_used", top_k_) + kv("deferred_experts", deferred_experts_) + "}";
   }

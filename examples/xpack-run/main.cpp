@@ -172,6 +172,7 @@ int run(const CliOptions& o) {
   }
   const double decode_s = seconds_since(t_decode);
   logits_out.close();
+  if (experts) experts->finish();
   // The text ends its line and reaches the terminal/pipe before the speed
   // line goes to stderr; otherwise, with stdout buffered (a pipe or file
   // shared with stderr), the speed line lands after the text on its line.

@@ -583,6 +583,7 @@ typedef struct xpack_cache_counters {
   uint64_t read_p50_ns, read_p99_ns; /* upper bounds of log2 latency buckets */
   uint64_t h2d_p50_ns, h2d_p99_ns;
   uint32_t n_layers;         /* entries of the per-layer counters */
+  uint64_t trace_write_errors; /* routing trace writes/flushes that failed (trace incomplete) */
 } xpack_cache_counters;
 
 /* A consistent snapshot of the counters. Thread-safe. */
@@ -591,7 +592,9 @@ XPACK_API int xpack_cache_get_counters(const xpack_cache *c, xpack_cache_counter
 XPACK_API int xpack_cache_layer_counters(const xpack_cache *c, uint32_t layer,
                                          uint64_t *route_calls, uint64_t *route_tokens,
                                          uint64_t *hits, uint64_t *misses);
-/* Writes the stats JSON now (no-op without stats_path). Thread-safe. */
+/* Writes the stats JSON now (no-op without stats_path) and flushes the routing
+ * trace (with trace_path); returns the first error (a trace that could not be
+ * written completely also counts in trace_write_errors). Thread-safe. */
 XPACK_API int xpack_cache_write_stats(xpack_cache *c);
 
 #ifdef __cplusplus

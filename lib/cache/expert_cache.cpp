@@ -316,7 +316,10 @@ Result<Acquired> ExpertCache::acquire(uint32_t layer, const uint32_t* experts, s
     std::unique_lock lk(mu_);
     if (int64_t(layer) <= last_layer_) ++step_;
     last_layer_ = layer;
-    if (trace_) (void)trace_->write(step_, layer, experts, n);
+    // A full disk must not stop inference, but the trace is then incomplete:
+    // counted, and reported by write_stats().
+    if (trace_ && !trace_->write(step_, layer, experts, n).ok())
+      telemetry_.update([](stats::Counters& c) { ++c.trace_write_errors; });
 
     for (Key k : keys) dir_->policy().on_request(k);
     Ticket t;
@@ -742,7 +745,13 @@ void ExpertCache::io_loop() {
 }
 
 Status ExpertCache::write_stats() {
-  if (opts_.stats_path.empty()) return {};
+  Status trace_status;
+  if (trace_) {
+    trace_status = trace_->flush();
+    if (!trace_status.ok())
+      telemetry_.update([](stats::Counters& c) { ++c.trace_write_errors; });
+  }
+  if (opts_.stats_path.empty()) return trace_status;
   auto c = telemetry_.snapshot();
   auto j = stats::counters_to_json(c);
   {
@@ -762,7 +771,8 @@ Status ExpertCache::write_stats() {
   j["verify"] = opts_.verify;
   j["device_backend"] = dev_.backend_name();
   std::lock_guard lk(stats_write_mu_);
-  return stats::write_file_atomic(opts_.stats_path, j.dump(2) + "\n");
+  XPACK_TRY(stats::write_file_atomic(opts_.stats_path, j.dump(2) + "\n"));
+  return trace_status;
 }
 
 }  // namespace xpack::cache

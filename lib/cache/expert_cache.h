@@ -128,7 +128,8 @@ class ExpertCache {
   Result<size_t> prefetch(uint32_t layer, const uint32_t* experts, size_t n);
 
   stats::Counters counters() const { return telemetry_.snapshot(); }
-  // Writes the stats JSON now (no-op without a stats path).
+  // Writes the stats JSON now (no-op without a stats path) and flushes the
+  // routing trace; returns the first error.
   Status write_stats();
 
   uint32_t slot_count() const { return n_slots_; }

@@ -312,6 +312,7 @@ XPACK_API int xpack_cache_get_counters(const xpack_cache* c, xpack_cache_counter
   k.h2d_p50_ns = s.h2d_latency.quantile_upper_ns(0.5);
   k.h2d_p99_ns = s.h2d_latency.quantile_upper_ns(0.99);
   k.n_layers = uint32_t(s.route_calls_by_layer.size());
+  k.trace_write_errors = s.trace_write_errors;
   size_t n = std::min(out->size, sizeof(k));
   std::memcpy(out, &k, n);
   out->size = n;

@@ -29,6 +29,7 @@ struct Counters {
   uint64_t steps = 0;             // release calls (one per layer-step)
   uint64_t stall_ns = 0;          // time callers spent blocked waiting for misses
   uint64_t stall_waits = 0;       // waits that had to block
+  uint64_t trace_write_errors = 0;  // routing trace writes or flushes that failed
   std::vector<uint64_t> route_calls_by_layer;
   std::vector<uint64_t> route_tokens_by_layer;
   std::vector<uint64_t> hits_by_layer;

@@ -60,6 +60,7 @@ nlohmann::ordered_json counters_to_json(const Counters& c) {
   j["steps"] = c.steps;
   j["stall_ns"] = c.stall_ns;
   j["stall_waits"] = c.stall_waits;
+  j["trace_write_errors"] = c.trace_write_errors;
   j["mean_read_ms"] =
       c.read_latency.count() ? double(c.read_latency.sum_ns()) / c.read_latency.count() / 1e6 : 0.0;
   j["route_calls_by_layer"] = c.route_calls_by_layer;

@@ -311,6 +311,12 @@ TEST_CASE("xpack-run --trace refuses readers that cannot record instead of writi
     // Routing, and so the trace, does not depend on the cache size.
     CHECK(xpack::test::read_file(trace) == xpack::test::read_file(big_trace));
   }
+  SUBCASE("a trace the disk cannot take is an error, not a silently short file") {
+    // /dev/full accepts the open and fails every write with ENOSPC.
+    RunResult r = run(q(xpack_run_exe()) + " " + model + prompt + " --trace /dev/full");
+    CHECK(r.rc == 1);
+    CHECK(r.err.find("routing trace could not be written") != std::string::npos);
+  }
   SUBCASE("--trace without a value") {
     RunResult r = run(q(xpack_run_exe()) + " " + model + prompt + " --trace");
     CHECK(r.rc == 2);
