@@ -634,6 +634,8 @@ void ExpertCache::on_read_complete(const io::Completion& c) {
   {
     std::lock_guard lk(mu_);
     slots_[job.slot].state = SlotState::kCopying;
+    // An unpinned slot (a prefetch) just became evictable: a waiting request may take it.
+    if (slots_[job.slot].pins == 0 && !deferred_tickets_.empty()) place_deferred();
   }
   state_cv_.notify_all();
 }
