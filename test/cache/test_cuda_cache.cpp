@@ -2,6 +2,7 @@
 // GPU (or in a build without CUDA) every case reports itself skipped.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <numeric>
 #include <random>
@@ -116,4 +117,52 @@ TEST_CASE("cuda cache: every slot byte-exact, concurrent users, injected EIO") {
   MESSAGE("cuda cache: " << s.cache_misses << " misses, " << s.cache_hits << " hits, read p50 <= "
                          << s.read_latency.quantile_upper_ns(0.5) << " ns, h2d p50 <= "
                          << s.h2d_latency.quantile_upper_ns(0.5) << " ns");
+}
+
+TEST_CASE("cuda cache: deferred acquires stream whole layers through few slots, byte-exact") {
+  auto dev = cuda_or_skip();
+  if (!dev) return;
+  test::TempDir dir;
+  auto src = test::write_object_file(dir / "objects.bin", 2, 24, kObj, 4);
+  CacheOptions o;
+  o.budget_bytes = 6 * ((kObj + 255) / 256 * 256);
+  o.read_splits = 2;
+  auto c = ExpertCache::create(src, *dev, o);
+  REQUIRE_MESSAGE(c.ok(), (c.ok() ? "" : c.error().message));
+  REQUIRE((*c)->slot_count() == 6);
+  // Two threads each stream a whole layer (24 experts) through the 6 slots at
+  // once: wait, check the bytes on the device, release the expert, next.
+  std::atomic<int> failures{0};
+  std::vector<std::thread> ts;
+  for (uint32_t t = 0; t < 2; ++t)
+    ts.emplace_back([&, t] {
+      std::vector<uint32_t> ids(24);
+      std::iota(ids.begin(), ids.end(), 0u);
+      std::shuffle(ids.begin(), ids.end(), std::mt19937(t + 3));
+      for (int round = 0; round < 3; ++round) {
+        auto a = (*c)->acquire(t, ids.data(), ids.size(), 24, /*defer=*/true);
+        if (!a.ok()) {
+          ++failures;
+          return;
+        }
+        for (size_t i = 0; i < ids.size(); ++i) {
+          bool ok = (*c)->wait(a->ticket, i).ok();
+          auto h = (*c)->entry(a->ticket, i);
+          ok = ok && h.ok() && h->slot != kNoSlot;
+          std::vector<uint8_t> got(kObj);
+          ok = ok && dev->copy_to_host(got.data(), h->data, kObj).ok() &&
+               got == expected_object(t, ids[i], kObj);
+          // Released even after a failure, so the other thread never waits forever.
+          ok = (*c)->release_expert(a->ticket, i).ok() && ok;
+          if (!ok) ++failures;
+        }
+        if (!(*c)->release(a->ticket).ok()) ++failures;
+      }
+    });
+  for (auto& t : ts) t.join();
+  CHECK(failures == 0);
+  auto s = (*c)->counters();
+  CHECK(s.cache_hits + s.cache_misses == 2 * 3 * 24);
+  CHECK(s.io_errors == 0);
+  MESSAGE("cuda deferred: " << s.cache_misses << " misses, " << s.cache_hits << " hits");
 }

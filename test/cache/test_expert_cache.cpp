@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cmath>
 #include <chrono>
+#include <numeric>
 #include <random>
 #include <thread>
 
@@ -284,6 +285,43 @@ TEST_CASE("cache: deferred experts take slots released by another request, first
   REQUIRE(c->release(g.ticket).ok());
   auto s = c->counters();
   CHECK(s.pack_reads == 3 + 2 + 1 + 3);  // 1 2 3, 4 5, 6, 10 11 12; never 13 or 8
+}
+
+TEST_CASE("cache: two threads stream whole layers through few slots with deferred acquires") {
+  Fixture f(2, 24, 4);
+  auto c = f.make(6);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> ts;
+  for (uint32_t t = 0; t < 2; ++t)
+    ts.emplace_back([&, t] {
+      std::vector<uint32_t> ids(24);
+      std::iota(ids.begin(), ids.end(), 0u);
+      std::shuffle(ids.begin(), ids.end(), std::mt19937(t + 3));
+      for (int round = 0; round < 3; ++round) {
+        auto a = c->acquire(t, ids.data(), ids.size(), 24, /*defer=*/true);
+        if (!a.ok()) {
+          ++failures;
+          return;
+        }
+        for (size_t i = 0; i < ids.size(); ++i) {
+          bool ok = c->wait(a->ticket, i).ok();
+          auto h = c->entry(a->ticket, i);
+          ok = ok && h.ok() && h->slot != kNoSlot;
+          std::vector<uint8_t> got(kObj);
+          ok = ok && f.dev->copy_to_host(got.data(), h->data, kObj).ok() &&
+               got == expected_object(t, ids[i], kObj);
+          // Released even after a failure, so the other thread never waits forever.
+          ok = c->release_expert(a->ticket, i).ok() && ok;
+          if (!ok) ++failures;
+        }
+        if (!c->release(a->ticket).ok()) ++failures;
+      }
+    });
+  for (auto& t : ts) t.join();
+  CHECK(failures == 0);
+  auto s = c->counters();
+  CHECK(s.cache_hits + s.cache_misses == 2 * 3 * 24);
+  CHECK(s.io_errors == 0);
 }
 
 TEST_CASE("cache: protected experts are never evicted; too many protected is an error") {
