@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cache/expert_cache.h"
+#include "capi/sized_struct.h"
 #include "common/checked_math.h"
 #include "common/last_error.h"
 #include "common/result.h"
@@ -35,11 +36,6 @@ int fail(const xpack_cache* c, int code, std::string msg) {
   return code;
 }
 int fail(const xpack_cache* c, const Error& e) { return fail(c, e.code, e.message); }
-
-template <typename T>
-bool struct_ok(const T* p) {
-  return p && p->size >= sizeof(size_t);
-}
 
 // The pack's geometry through its public accessors (the pack must outlive us).
 Result<xpack::cache::ObjectSource> source_from_pack(xpack_pack* p) {
@@ -111,15 +107,11 @@ XPACK_API int xpack_cache_create(xpack_pack* p, const xpack_cache_options* opts,
   if (!out) return fail(nullptr, XPACK_E_INVALID_ARG, "null output pointer");
   *out = nullptr;
   if (!p) return fail(nullptr, XPACK_E_INVALID_ARG, "null pack");
-  if (opts && opts->size < sizeof(size_t))
+  if (opts && !xpack::capi::sized_struct_ok(opts))
     return fail(nullptr, XPACK_E_INVALID_ARG, "options size field not set");
   xpack_cache_options o;
   xpack_cache_options_init(&o);
-  if (opts) {
-    // Fields beyond the caller's struct keep their defaults.
-    std::memcpy(&o, opts, std::min(opts->size, sizeof(o)));
-    o.size = sizeof(o);
-  }
+  if (opts) xpack::capi::merge_sized_options(&o, *opts);
   xpack::cache::CacheOptions co;
   co.budget_bytes = o.budget_bytes;
   co.reserve_bytes = o.reserve_bytes;
@@ -165,7 +157,7 @@ XPACK_API const char* xpack_cache_errmsg(const xpack_cache* c) {
 
 XPACK_API int xpack_cache_get_info(const xpack_cache* c, xpack_cache_info* out) {
   if (!c) return fail(nullptr, XPACK_E_INVALID_ARG, "null cache");
-  if (!struct_ok(out)) return fail(c, XPACK_E_INVALID_ARG, "info struct missing or size not set");
+  if (!xpack::capi::sized_struct_ok(out)) return fail(c, XPACK_E_INVALID_ARG, "info struct missing or size not set");
   xpack_cache_info i{};
   i.size = sizeof(i);
   i.slot_count = c->cache->slot_count();
@@ -175,9 +167,7 @@ XPACK_API int xpack_cache_get_info(const xpack_cache* c, xpack_cache_info* out) 
   i.object_bytes = c->cache->object_bytes();
   i.device_backend = c->device->backend_name();
   i.policy = xpack::cache::policy_name(c->cache->policy());
-  size_t n = std::min(out->size, sizeof(i));
-  std::memcpy(out, &i, n);
-  out->size = n;
+  xpack::capi::copy_sized_out(out, i);
   return 0;
 }
 
@@ -288,7 +278,7 @@ XPACK_API int xpack_cache_read_slot(xpack_cache* c, uint32_t slot, void* dst, si
 
 XPACK_API int xpack_cache_get_counters(const xpack_cache* c, xpack_cache_counters* out) {
   if (!c) return fail(nullptr, XPACK_E_INVALID_ARG, "null cache");
-  if (!struct_ok(out)) return fail(c, XPACK_E_INVALID_ARG, "counters struct missing or size not set");
+  if (!xpack::capi::sized_struct_ok(out)) return fail(c, XPACK_E_INVALID_ARG, "counters struct missing or size not set");
   auto s = c->cache->counters();
   xpack_cache_counters k{};
   k.size = sizeof(k);
@@ -313,9 +303,7 @@ XPACK_API int xpack_cache_get_counters(const xpack_cache* c, xpack_cache_counter
   k.h2d_p99_ns = s.h2d_latency.quantile_upper_ns(0.99);
   k.n_layers = uint32_t(s.route_calls_by_layer.size());
   k.trace_write_errors = s.trace_write_errors;
-  size_t n = std::min(out->size, sizeof(k));
-  std::memcpy(out, &k, n);
-  out->size = n;
+  xpack::capi::copy_sized_out(out, k);
   return 0;
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "capi/sized_struct.h"
 #include "common/last_error.h"
 #include "common/result.h"
 #include "io/pack_reads.h"
@@ -71,15 +72,11 @@ XPACK_API int xpack_engine_create(xpack_pack* p, const xpack_engine_options* opt
   if (!out) return fail_handle(nullptr, XPACK_E_INVALID_ARG, "null output pointer");
   *out = nullptr;
   if (!p) return fail_handle(nullptr, XPACK_E_INVALID_ARG, "null pack");
-  if (opts && opts->size < sizeof(size_t))
+  if (opts && !xpack::capi::sized_struct_ok(opts))
     return fail_handle(nullptr, XPACK_E_INVALID_ARG, "options size field not set");
   xpack_engine_options o{};
   xpack_engine_options_init(&o);
-  if (opts) {
-    // Fields beyond the caller's struct keep their defaults.
-    std::memcpy(&o, opts, std::min(opts->size, sizeof(o)));
-    o.size = sizeof(o);
-  }
+  if (opts) xpack::capi::merge_sized_options(&o, *opts);
   auto geometry = geometry_from_pack(p);
   if (!geometry.ok()) return fail_handle(nullptr, geometry.error());
 
@@ -158,7 +155,7 @@ XPACK_API int xpack_engine_slot_data(const xpack_engine* e, uint32_t slot, const
 
 XPACK_API int xpack_engine_get_counters(const xpack_engine* e, xpack_engine_counters* out) {
   if (!e || !out) return fail_handle(nullptr, XPACK_E_INVALID_ARG, "null engine or output");
-  if (out->size < sizeof(size_t))
+  if (!xpack::capi::sized_struct_ok(out))
     return fail_handle(nullptr, XPACK_E_INVALID_ARG, "counters size field not set");
   const auto& c = e->engine->counters();
   xpack_engine_counters v{};
@@ -176,9 +173,7 @@ XPACK_API int xpack_engine_get_counters(const xpack_engine* e, xpack_engine_coun
   auto log2 = c.latency.log2_counts();
   for (int i = 0; i < 64; ++i) v.lat_log2_ns[i] = log2[i];
   v.ring_flags = e->engine->ring_flags();
-  size_t n = std::min(out->size, sizeof(v));
-  std::memcpy(out, &v, n);
-  out->size = n;
+  xpack::capi::copy_sized_out(out, v);
   return 0;
 }
 
