@@ -107,8 +107,7 @@ ExpertCache::~ExpertCache() {
       stop_ = true;
       sleeping = io_sleeping_;
     }
-    io_cv_.notify_all();
-    wake_io(sleeping);
+    notify_io(sleeping);
     io_thread_.join();
   }
   (void)dev_.synchronize();
@@ -134,7 +133,8 @@ bool ExpertCache::is_protected(Key k, bool for_demand) const {
   return !(for_demand && slot.queued && slot.prefetched_unused);
 }
 
-void ExpertCache::wake_io(bool sleeping) {
+void ExpertCache::notify_io(bool sleeping) {
+  io_cv_.notify_one();
   if (sleeping) engine_->wake();
 }
 
@@ -270,10 +270,7 @@ void ExpertCache::after_unpin(std::unique_lock<std::mutex>& lk) {
   size_t started = deferred_tickets_.empty() ? 0 : place_deferred();
   bool sleeping = io_sleeping_;
   lk.unlock();
-  if (started) {
-    io_cv_.notify_one();
-    wake_io(sleeping);
-  }
+  if (started) notify_io(sleeping);
   state_cv_.notify_all();  // waiters of entries that just got a slot
 }
 
@@ -349,10 +346,7 @@ Result<Acquired> ExpertCache::acquire(uint32_t layer, const uint32_t* experts, s
         count_takes(layer, counts);
         bool sleeping = io_sleeping_;
         lk.unlock();
-        if (counts.misses) {
-          io_cv_.notify_one();
-          wake_io(sleeping);
-        }
+        if (counts.misses) notify_io(sleeping);
         return err(XPACK_E_CAPACITY,
                    "acquire: no evictable slot for layer {} expert {} (all {} slots protected)",
                    layer, key_expert(k), n_slots_);
@@ -378,10 +372,7 @@ Result<Acquired> ExpertCache::acquire(uint32_t layer, const uint32_t* experts, s
     count_takes(layer, counts);
     io_sleeping = io_sleeping_;
   }
-  if (counts.misses) {
-    io_cv_.notify_one();
-    wake_io(io_sleeping);
-  }
+  if (counts.misses) notify_io(io_sleeping);
   telemetry_.update([&](stats::Counters& c) {
     ++c.acquires;
     ++c.route_calls_by_layer[layer];
@@ -560,10 +551,7 @@ Result<size_t> ExpertCache::prefetch(uint32_t layer, const uint32_t* experts, si
     }
     io_sleeping = io_sleeping_;
   }
-  if (started) {
-    io_cv_.notify_one();
-    wake_io(io_sleeping);
-  }
+  if (started) notify_io(io_sleeping);
   telemetry_.update([&](stats::Counters& c) {
     c.prefetch_issued += started;
     c.cache_evictions += evictions;

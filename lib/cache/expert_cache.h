@@ -210,9 +210,10 @@ class ExpertCache {
   void promote_queued_prefetch(uint32_t slot);
   // Drops queued prefetches older than one step; returns how many. Under mu_.
   uint64_t expire_prefetches();
-  // Wakes the I/O thread if it sleeps in the kernel. Call without mu_ held,
-  // with the value io_sleeping_ had under mu_.
-  void wake_io(bool sleeping);
+  // Tells the I/O thread there is work: its condition variable (where it waits
+  // with nothing in flight) and, if it sleeps in the kernel, the engine's
+  // wake-up. Call without mu_ held, with the value io_sleeping_ had under mu_.
+  void notify_io(bool sleeping);
   void io_loop();
   void on_read_complete(const io::Completion& c);
   void fail_load(const LoadJob& job, int code);
