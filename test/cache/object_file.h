@@ -9,6 +9,7 @@
 
 #include <xxhash.h>
 
+#include "cache/expert_cache.h"
 #include "cache/object_source.h"
 #include "fixtures.h"
 
@@ -50,6 +51,30 @@ inline cache::ObjectSource write_object_file(const std::filesystem::path& path, 
   };
   s.checksum = [sums, n_experts](uint32_t l, uint32_t e) { return sums[size_t(l) * n_experts + e]; };
   return s;
+}
+
+// Streams `ids` of `layer` through the cache with one deferred acquire, the
+// way a runtime computes: wait for entry i, check its bytes on the device,
+// release it, next. Returns how many steps failed. Each expert is released even
+// after a failure, so a second thread streaming at the same time never waits
+// forever.
+inline int stream_layer_deferred(cache::ExpertCache& c, device::Device& dev, uint32_t layer,
+                                 const std::vector<uint32_t>& ids, uint64_t object_bytes) {
+  auto a = c.acquire(layer, ids.data(), ids.size(), uint32_t(ids.size()), /*defer=*/true);
+  if (!a.ok()) return 1;
+  int failures = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    bool ok = c.wait(a->ticket, i).ok();
+    auto h = c.entry(a->ticket, i);
+    ok = ok && h.ok() && h->slot != cache::kNoSlot;
+    std::vector<uint8_t> got(object_bytes);
+    ok = ok && dev.copy_to_host(got.data(), h->data, object_bytes).ok() &&
+         got == expected_object(layer, ids[i], object_bytes);
+    ok = c.release_expert(a->ticket, i).ok() && ok;
+    failures += !ok;
+  }
+  if (!c.release(a->ticket).ok()) ++failures;
+  return failures;
 }
 
 }  // namespace xpack::test

@@ -139,25 +139,8 @@ TEST_CASE("cuda cache: deferred acquires stream whole layers through few slots, 
       std::vector<uint32_t> ids(24);
       std::iota(ids.begin(), ids.end(), 0u);
       std::shuffle(ids.begin(), ids.end(), std::mt19937(t + 3));
-      for (int round = 0; round < 3; ++round) {
-        auto a = (*c)->acquire(t, ids.data(), ids.size(), 24, /*defer=*/true);
-        if (!a.ok()) {
-          ++failures;
-          return;
-        }
-        for (size_t i = 0; i < ids.size(); ++i) {
-          bool ok = (*c)->wait(a->ticket, i).ok();
-          auto h = (*c)->entry(a->ticket, i);
-          ok = ok && h.ok() && h->slot != kNoSlot;
-          std::vector<uint8_t> got(kObj);
-          ok = ok && dev->copy_to_host(got.data(), h->data, kObj).ok() &&
-               got == expected_object(t, ids[i], kObj);
-          // Released even after a failure, so the other thread never waits forever.
-          ok = (*c)->release_expert(a->ticket, i).ok() && ok;
-          if (!ok) ++failures;
-        }
-        if (!(*c)->release(a->ticket).ok()) ++failures;
-      }
+      for (int round = 0; round < 3; ++round)
+        failures += test::stream_layer_deferred(**c, *dev, t, ids, kObj);
     });
   for (auto& t : ts) t.join();
   CHECK(failures == 0);
