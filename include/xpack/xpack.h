@@ -515,8 +515,10 @@ XPACK_API int xpack_cache_acquire(xpack_cache *c, uint32_t layer, const uint32_t
 
 /* xpack_cache_acquire with flags. With XPACK_ACQUIRE_DEFER the request may name
  * more distinct experts than the cache can place now (a prefill wider than the
- * cache): they are placed in request order, before anything acquired later, as
- * slots are released; their out[i].slot is XPACK_SLOT_DEFERRED until then.
+ * cache): they are placed strictly in request order (after the first deferred
+ * entry every later one is deferred too, even a resident one), before anything
+ * acquired later, as slots are released; their out[i].slot is
+ * XPACK_SLOT_DEFERRED until then.
  * Stream through them: xpack_cache_wait(i), read the slot from
  * xpack_cache_entry(i), compute, xpack_cache_release_expert(i). Nothing is
  * copied out of slots and no expert is skipped. Thread-safe. */

@@ -236,6 +236,14 @@ ExpertHandle ExpertCache::handle_of(const Ticket& t, size_t index) const {
 }
 
 size_t ExpertCache::place_deferred() {
+  // Experts that waiting requests will still use are kept while another slot
+  // can be had: evicting one only means reading it again later. Never waited
+  // for, though: which thread would release a slot instead is unknown.
+  std::vector<Key> to_come;
+  for (TicketId id : deferred_tickets_)
+    for (const TicketKey& tk : tickets_.at(id).keys)
+      if (tk.deferred) to_come.push_back(tk.key);
+  std::sort(to_come.begin(), to_come.end());
   size_t started = 0;
   for (auto it = deferred_tickets_.begin(); it != deferred_tickets_.end();) {
     Ticket& t = tickets_.at(*it);
@@ -243,7 +251,8 @@ size_t ExpertCache::place_deferred() {
     bool blocked = false;
     for (TicketKey& tk : t.keys) {
       if (!tk.deferred) continue;
-      Take got = take_key(tk.key, t.phase, n);
+      Take got = take_key(tk.key, t.phase, n, to_come);
+      if (!got.placed) got = take_key(tk.key, t.phase, n);
       if (!got.placed) {
         blocked = true;
         break;
@@ -324,17 +333,26 @@ Result<Acquired> ExpertCache::acquire(uint32_t layer, const uint32_t* experts, s
     t.phase = phase;
     t.keys.reserve(keys.size());
     // A later request waits behind deferred ones instead of taking the slots
-    // they are waiting for.
-    bool queue_behind = defer && !deferred_tickets_.empty();
+    // they are waiting for. A deferred request takes its slots strictly in
+    // order: pinning a later expert while an earlier one waits could leave
+    // every slot held by requests that wait for each other (or for
+    // themselves), and no release would ever come.
+    bool deferring = defer && !deferred_tickets_.empty();
     std::vector<Key> request = keys;
     std::sort(request.begin(), request.end());
     for (Key k : keys) {
       TicketKey tk;
       tk.key = k;
-      Take got = queue_behind && !dir_->find(k) ? Take{kNoSlot, false, false}
-                                                : take_key(k, phase, counts, request);
+      Take got{kNoSlot, false, false};
+      if (!deferring) {
+        got = take_key(k, phase, counts, request);
+        // Wider than the free slots: its own later experts give way (as in
+        // place_deferred, a preference is never waited for).
+        if (!got.placed && defer) got = take_key(k, phase, counts);
+      }
       if (!got.placed) {
         if (defer) {
+          deferring = true;
           tk.deferred = true;
           ++t.deferred;
           t.keys.push_back(tk);
@@ -344,9 +362,13 @@ Result<Acquired> ExpertCache::acquire(uint32_t layer, const uint32_t* experts, s
         // Loads already started for this request go on (their entries become
         // ordinary unprotected ones), so they are counted as what they were.
         count_takes(layer, counts);
+        // The pins just dropped may be what a deferred request waits for.
+        bool waiting = !deferred_tickets_.empty();
+        size_t started = waiting ? place_deferred() : 0;
         bool sleeping = io_sleeping_;
         lk.unlock();
-        if (counts.misses) notify_io(sleeping);
+        if (counts.misses || started) notify_io(sleeping);
+        if (waiting) state_cv_.notify_all();
         return err(XPACK_E_CAPACITY,
                    "acquire: no evictable slot for layer {} expert {} (all {} slots protected)",
                    layer, key_expert(k), n_slots_);
