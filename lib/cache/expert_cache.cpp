@@ -412,20 +412,30 @@ Result<ExpertHandle> ExpertCache::entry(TicketId ticket, size_t index) const {
   return handle_of(it->second, index);
 }
 
+Result<ExpertCache::LiveEntry> ExpertCache::live_entry(std::string_view op, TicketId ticket,
+                                                      size_t index) {
+  auto it = tickets_.find(ticket);
+  if (it == tickets_.end())
+    return err(XPACK_E_INVALID_ARG, "{}: unknown or already released ticket {}", op, ticket);
+  Ticket& t = it->second;
+  if (index >= t.entry_key.size())
+    return err(XPACK_E_INVALID_ARG, "{}: index {} out of range", op, index);
+  TicketKey& tk = t.keys[t.entry_key[index]];
+  if (tk.done)
+    return err(XPACK_E_INVALID_ARG, "{}: expert {} of ticket {} was already released", op,
+               t.experts[index], ticket);
+  return LiveEntry{&t, &tk};
+}
+
 Status ExpertCache::wait(TicketId ticket, size_t index) {
   uint64_t t0 = 0;
   device::Event* ev = nullptr;
   {
     std::unique_lock lk(mu_);
-    auto it = tickets_.find(ticket);
-    if (it == tickets_.end()) return err(XPACK_E_INVALID_ARG, "wait: unknown ticket {}", ticket);
-    Ticket& t = it->second;
-    if (index >= t.entry_key.size())
-      return err(XPACK_E_INVALID_ARG, "wait: index {} out of range", index);
-    TicketKey& tk = t.keys[t.entry_key[index]];
-    if (tk.done)
-      return err(XPACK_E_INVALID_ARG, "wait: expert {} of ticket {} was already released",
-                 t.experts[index], ticket);
+    auto e = live_entry("wait", ticket, index);
+    if (!e.ok()) return std::move(e).error();
+    Ticket& t = *e->ticket;
+    TicketKey& tk = *e->key;
     if (tk.deferred) {
       t0 = now_ns();
       for (;;) {
@@ -518,17 +528,10 @@ Status ExpertCache::release(TicketId ticket, void* compute_stream) {
 Status ExpertCache::release_expert(TicketId ticket, size_t index, void* compute_stream) {
   if (compute_stream) XPACK_TRY(dev_.order_after(compute_stream));
   std::unique_lock lk(mu_);
-  auto it = tickets_.find(ticket);
-  if (it == tickets_.end())
-    return err(XPACK_E_INVALID_ARG, "release_expert: unknown or already released ticket {}",
-               ticket);
-  Ticket& t = it->second;
-  if (index >= t.entry_key.size())
-    return err(XPACK_E_INVALID_ARG, "release_expert: index {} out of range", index);
-  TicketKey& tk = t.keys[t.entry_key[index]];
-  if (tk.done)
-    return err(XPACK_E_INVALID_ARG, "release_expert: expert {} of ticket {} already released",
-               t.experts[index], ticket);
+  auto e = live_entry("release_expert", ticket, index);
+  if (!e.ok()) return std::move(e).error();
+  Ticket& t = *e->ticket;
+  TicketKey& tk = *e->key;
   tk.done = true;
   if (tk.deferred) {  // never loaded for this request: it just leaves the queue
     tk.deferred = false;

@@ -37,6 +37,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -198,6 +199,13 @@ class ExpertCache {
   // the same request, never evicted for it. Under mu_.
   Take take_key(Key k, Phase phase, TakeCounts& n, std::span<const Key> request = {});
   void count_takes(uint32_t layer, const TakeCounts& n);
+  struct LiveEntry {
+    Ticket* ticket;
+    TicketKey* key;
+  };
+  // Entry `index` of a ticket that is not released yet, or why not (`op` names
+  // the call in the message). Under mu_.
+  Result<LiveEntry> live_entry(std::string_view op, TicketId ticket, size_t index);
   ExpertHandle handle_of(const Ticket& t, size_t index) const;  // under mu_
   // Gives deferred keys slots, oldest ticket first; returns loads started. Under mu_.
   size_t place_deferred();

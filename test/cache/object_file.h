@@ -3,8 +3,13 @@
 // (layer, expert, offset) so a misplaced or torn object is detected.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <numeric>
+#include <random>
+#include <thread>
 #include <vector>
 
 #include <xxhash.h>
@@ -74,6 +79,25 @@ inline int stream_layer_deferred(cache::ExpertCache& c, device::Device& dev, uin
     failures += !ok;
   }
   if (!c.release(a->ticket).ok()) ++failures;
+  return failures;
+}
+
+// Thread t streams layer t (all of its experts, in an order of its own) through
+// the cache `rounds` times, all threads at once. Returns how many steps failed.
+inline int stream_layers_concurrently(cache::ExpertCache& c, device::Device& dev,
+                                      uint32_t n_threads, uint32_t n_experts, int rounds,
+                                      uint64_t object_bytes) {
+  std::atomic<int> failures{0};
+  std::vector<std::thread> ts;
+  for (uint32_t t = 0; t < n_threads; ++t)
+    ts.emplace_back([&, t] {
+      std::vector<uint32_t> ids(n_experts);
+      std::iota(ids.begin(), ids.end(), 0u);
+      std::shuffle(ids.begin(), ids.end(), std::mt19937(t + 3));
+      for (int round = 0; round < rounds; ++round)
+        failures += stream_layer_deferred(c, dev, t, ids, object_bytes);
+    });
+  for (auto& t : ts) t.join();
   return failures;
 }
 

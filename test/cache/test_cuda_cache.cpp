@@ -132,18 +132,7 @@ TEST_CASE("cuda cache: deferred acquires stream whole layers through few slots, 
   REQUIRE((*c)->slot_count() == 6);
   // Two threads each stream a whole layer (24 experts) through the 6 slots at
   // once: wait, check the bytes on the device, release the expert, next.
-  std::atomic<int> failures{0};
-  std::vector<std::thread> ts;
-  for (uint32_t t = 0; t < 2; ++t)
-    ts.emplace_back([&, t] {
-      std::vector<uint32_t> ids(24);
-      std::iota(ids.begin(), ids.end(), 0u);
-      std::shuffle(ids.begin(), ids.end(), std::mt19937(t + 3));
-      for (int round = 0; round < 3; ++round)
-        failures += test::stream_layer_deferred(**c, *dev, t, ids, kObj);
-    });
-  for (auto& t : ts) t.join();
-  CHECK(failures == 0);
+  CHECK(test::stream_layers_concurrently(**c, *dev, 2, 24, 3, kObj) == 0);
   auto s = (*c)->counters();
   CHECK(s.cache_hits + s.cache_misses == 2 * 3 * 24);
   CHECK(s.io_errors == 0);
