@@ -64,6 +64,18 @@ std::optional<fs::path> stories260k() {
   return std::nullopt;
 }
 
+std::optional<fs::path> oracle_dir_with(const std::string& model_file) {
+  auto shared = xpack::test::shared_dir();
+  if (!shared || !fs::exists(*shared / "oracle" / "models" / model_file)) return std::nullopt;
+  return *shared / "oracle";
+}
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream f(p);
+  if (!f.good()) throw std::runtime_error(p.string() + ": cannot be read");
+  return nlohmann::json::parse(f);
+}
+
 std::vector<float> read_f32(const fs::path& p) {
   std::vector<uint8_t> b = xpack::test::read_file(p);
   if (b.size() % 4 != 0) throw std::runtime_error(p.string() + ": size not a multiple of 4");

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace xrun_test {
 
 namespace fs = std::filesystem;
@@ -28,6 +30,12 @@ fs::path source_root();
 // stories260K.gguf from test/data (or ../shared/models), sha256-checked;
 // nullopt when absent.
 std::optional<fs::path> stories260k();
+
+// ../shared/oracle when it holds models/<model_file>; nullopt otherwise.
+std::optional<fs::path> oracle_dir_with(const std::string& model_file);
+
+// A JSON file, parsed; throws (with the path) when it cannot be read.
+nlohmann::json read_json(const fs::path& p);
 
 // Hex SHA-256 of a file.
 std::string sha256_file(const fs::path& p);

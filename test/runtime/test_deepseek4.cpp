@@ -21,17 +21,7 @@ namespace {
 
 constexpr size_t kVocab = 512;  // the oracle models' vocabulary (MANIFEST.md)
 
-std::optional<fs::path> oracle_dir() {
-  auto shared = xpack::test::shared_dir();
-  if (!shared || !fs::exists(*shared / "oracle" / "models" / "deepseek4-f32.gguf")) return std::nullopt;
-  return *shared / "oracle";
-}
-
-json load_json(const fs::path& p) {
-  std::ifstream f(p);
-  REQUIRE_MESSAGE(f.good(), p.string());
-  return json::parse(f);
-}
+std::optional<fs::path> oracle_dir() { return oracle_dir_with("deepseek4-f32.gguf"); }
 
 // The sequence of one oracle run: prompt ids followed by llama.cpp's greedy ids.
 struct OracleRun {
@@ -44,7 +34,7 @@ struct OracleRun {
 };
 
 OracleRun load_run(const fs::path& oracle, const std::string& ref) {
-  const json meta = load_json(oracle / "logits" / (ref + ".json"));
+  const json meta = read_json(oracle / "logits" / (ref + ".json"));
   return {meta["prompt_ids"].get<std::vector<int32_t>>(), meta["gen_ids"].get<std::vector<int32_t>>()};
 }
 
@@ -52,7 +42,7 @@ OracleRun load_run(const fs::path& oracle, const std::string& ref) {
 // choice (routed experts or indexer blocks) by a margin under 2e-5; later rows
 // may legitimately follow the other choice.
 size_t rows_to_check(const fs::path& oracle, const std::string& ref, size_t n_rows) {
-  const json route = load_json(oracle / "logits" / (ref + ".route.json"));
+  const json route = read_json(oracle / "logits" / (ref + ".route.json"));
   size_t limit = n_rows;
   for (const char* kind : {"moe", "lid"}) {
     if (!route.contains(kind)) continue;

@@ -19,17 +19,7 @@ namespace {
 
 constexpr int kVocab = 512;  // the oracle models' vocabulary (MANIFEST.md)
 
-std::optional<fs::path> oracle_dir() {
-  auto shared = xpack::test::shared_dir();
-  if (!shared || !fs::exists(*shared / "oracle" / "models" / "kimi-k3-f32.gguf")) return std::nullopt;
-  return *shared / "oracle";
-}
-
-json read_json(const fs::path& p) {
-  std::ifstream f(p);
-  REQUIRE_MESSAGE(f.good(), p.string());
-  return json::parse(f);
-}
+std::optional<fs::path> oracle_dir() { return oracle_dir_with("kimi-k3-f32.gguf"); }
 
 // First sequence position where a routed-expert choice of llama.cpp had a margin
 // below 2e-5: from there on a different (equally valid) choice may change rows.

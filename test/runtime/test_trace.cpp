@@ -21,17 +21,7 @@ using nlohmann::json;
 
 namespace {
 
-std::optional<fs::path> oracle_dir() {
-  auto shared = xpack::test::shared_dir();
-  if (!shared || !fs::exists(*shared / "oracle" / "models" / "deepseek4-f32.gguf")) return std::nullopt;
-  return *shared / "oracle";
-}
-
-json read_json(const fs::path& p) {
-  std::ifstream f(p);
-  REQUIRE_MESSAGE(f.good(), p.string());
-  return json::parse(f);
-}
+std::optional<fs::path> oracle_dir() { return oracle_dir_with("deepseek4-f32.gguf"); }
 
 fs::path xpack_sim_exe() { return xpack::test::build_dir() / "tools" / "xpack-sim"; }
 
