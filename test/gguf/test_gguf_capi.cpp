@@ -12,6 +12,7 @@
 #include "gguf/gguf_model.h"
 #include "gguf_test_util.h"
 #include "xpack/xpack.h"
+#include "skip.h"
 
 using namespace xpack;
 namespace fs = std::filesystem;
@@ -248,7 +249,7 @@ TEST_CASE("capi: stories260K and the oracle split set") {
 
   auto shared = test::shared_dir();
   if (!shared) {
-    MESSAGE("SKIPPED: ../shared not present (oracle split set)");
+    xpack::test::skip(xpack::test::Absent::kFixture, "../shared not present (oracle split set)");
     return;
   }
   std::string shard2 = (*shared / "oracle/models/kimi-k3-q2k-q3k-00002-of-00003.gguf").string();

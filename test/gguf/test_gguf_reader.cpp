@@ -11,6 +11,7 @@
 #include "gguf/ggml_type.h"
 #include "gguf/gguf_model.h"
 #include "gguf_test_util.h"
+#include "skip.h"
 
 using namespace xpack;
 using namespace xpack::gguf;
@@ -92,7 +93,7 @@ TEST_CASE("reader: stories260K.gguf") {
 TEST_CASE("reader: llama.cpp vocab GGUFs (0 tensors, big arrays)") {
   auto shared = test::shared_dir();
   if (!shared) {
-    MESSAGE("SKIPPED: ../shared not present (vocab GGUFs)");
+    xpack::test::skip(xpack::test::Absent::kFixture, "../shared not present (vocab GGUFs)");
     return;
   }
   struct Case { const char* file; const char* arch; size_t kvs; size_t tokens; size_t merges; };
@@ -119,7 +120,7 @@ TEST_CASE("reader: llama.cpp vocab GGUFs (0 tensors, big arrays)") {
 TEST_CASE("reader: oracle split set presents the single file's tensor table") {
   auto shared = test::shared_dir();
   if (!shared) {
-    MESSAGE("SKIPPED: ../shared not present (oracle models)");
+    xpack::test::skip(xpack::test::Absent::kFixture, "../shared not present (oracle models)");
     return;
   }
   fs::path dir = *shared / "oracle" / "models";
@@ -175,7 +176,7 @@ TEST_CASE("reader: oracle split set presents the single file's tensor table") {
 TEST_CASE("reader: oracle expert tensor types") {
   auto shared = test::shared_dir();
   if (!shared) {
-    MESSAGE("SKIPPED: ../shared not present (oracle models)");
+    xpack::test::skip(xpack::test::Absent::kFixture, "../shared not present (oracle models)");
     return;
   }
   fs::path dir = *shared / "oracle" / "models";

@@ -12,6 +12,7 @@
 #include "pack/pack_reader.h"
 #include "pack_test_util.h"
 #include "roundtrip_check.h"
+#include "skip.h"
 
 using namespace xpack;
 using namespace xpack::test;
@@ -313,7 +314,7 @@ TEST_CASE("bad input gives clear errors") {
     CHECK(run(tool("xpack-build") + " " + q(dense) + " -o " + q(tmp / "x"), &o) == 1);
     CHECK(o.find("no routed expert tensors") != std::string::npos);
   } else {
-    MESSAGE("SKIPPED dense-model case: test/data/stories260K.gguf is absent");
+    xpack::test::skip(xpack::test::Absent::kFixture, "dense-model case: test/data/stories260K.gguf is absent");
   }
 
   // Layers that disagree on a role's type: a documented limitation of format v1.
@@ -410,7 +411,7 @@ TEST_CASE("progress bar on a terminal, quiet otherwise") {
   REQUIRE(run(tool("xpack-build") + " " + q(model) + " -o " + q(tmp / "p1"), &o) == 0);
   CHECK(o.find("ETA") == std::string::npos);
   if (run("command -v script >/dev/null") != 0) {
-    MESSAGE("SKIPPED tty half: util-linux 'script' is not installed");
+    xpack::test::skip(xpack::test::Absent::kFixture, "tty half: util-linux 'script' is not installed");
     return;
   }
   REQUIRE(run("script -qec " + q(tool("xpack-build") + " " + model.string() + " -o " + (tmp / "p2").string()) +

@@ -13,6 +13,7 @@
 
 #include "fixtures.h"
 #include "runtime_harness.h"
+#include "skip.h"
 
 using namespace xrun_test;
 using nlohmann::json;
@@ -108,7 +109,7 @@ void expect_oracle_rows(const fs::path& oracle, const std::string& model_args, c
 TEST_CASE("deepseek4: teacher-forced logits match llama.cpp (F32 and MXFP4 experts, both prompts)") {
   auto oracle = oracle_dir();
   if (!oracle) {
-    MESSAGE("SKIPPED: ../shared/oracle (deepseek4 models) not found");
+    xpack::test::skip(xpack::test::Absent::kFixture, "../shared/oracle (deepseek4 models) not found");
     return;
   }
   xpack::test::TempDir tmp;
@@ -130,7 +131,7 @@ TEST_CASE("deepseek4: teacher-forced logits match llama.cpp (F32 and MXFP4 exper
 TEST_CASE("deepseek4: the pack path streams experts and is bit-identical to the plain GGUF") {
   auto oracle = oracle_dir();
   if (!oracle) {
-    MESSAGE("SKIPPED: ../shared/oracle (deepseek4 models) not found");
+    xpack::test::skip(xpack::test::Absent::kFixture, "../shared/oracle (deepseek4 models) not found");
     return;
   }
   xpack::test::TempDir tmp;
@@ -166,7 +167,7 @@ TEST_CASE("deepseek4: the pack path streams experts and is bit-identical to the 
 TEST_CASE("deepseek4: greedy decode through the compressed-KV state equals batch evaluation and llama.cpp") {
   auto oracle = oracle_dir();
   if (!oracle) {
-    MESSAGE("SKIPPED: ../shared/oracle (deepseek4 models) not found");
+    xpack::test::skip(xpack::test::Absent::kFixture, "../shared/oracle (deepseek4 models) not found");
     return;
   }
   xpack::test::TempDir tmp;
@@ -201,7 +202,7 @@ TEST_CASE("deepseek4: greedy decode through the compressed-KV state equals batch
 TEST_CASE("deepseek4: decoding every position one by one equals one batch (CSA, indexer and HCA blocks in decode)") {
   auto oracle = oracle_dir();
   if (!oracle) {
-    MESSAGE("SKIPPED: ../shared/oracle (deepseek4 models) not found");
+    xpack::test::skip(xpack::test::Absent::kFixture, "../shared/oracle (deepseek4 models) not found");
     return;
   }
   xpack::test::TempDir tmp;
@@ -234,9 +235,10 @@ TEST_CASE("deepseek4: other shapes and layer patterns agree with an independent 
   // written from the equations; it matches llama.cpp's oracle to ~1e-5).
   auto vocab = stories260k();
   if (!vocab) {
-    MESSAGE("SKIPPED: stories260K.gguf (tokenizer for the variant models) not found");
+    xpack::test::skip(xpack::test::Absent::kFixture, "stories260K.gguf (tokenizer for the variant models) not found");
     return;
   }
+  XPACK_REQUIRE_PYTHON_GGUF();
   xpack::test::TempDir tmp;
   const fs::path dir = source_root() / "test" / "runtime";
   if (auto oracle = oracle_dir()) {
@@ -251,6 +253,9 @@ TEST_CASE("deepseek4: other shapes and layer patterns agree with an independent 
                              ids.size(), 1e-4);
     MESSAGE("reference vs llama.cpp (" << ref << "): max|diff| " << d.max);
     REQUIRE(d.first_bad < 0);
+    } else {
+    xpack::test::skip(xpack::test::Absent::kFixture,
+                      "(part) ../shared/oracle absent: the reference is not checked against llama.cpp");
   }
   struct Variant {
     const char* what;
@@ -313,9 +318,10 @@ TEST_CASE("deepseek4: other shapes and layer patterns agree with an independent 
 TEST_CASE("deepseek4: damaged models fail with a message naming the problem") {
   auto oracle = oracle_dir();
   if (!oracle) {
-    MESSAGE("SKIPPED: ../shared/oracle (deepseek4 models) not found");
+    xpack::test::skip(xpack::test::Absent::kFixture, "../shared/oracle (deepseek4 models) not found");
     return;
   }
+  XPACK_REQUIRE_PYTHON_GGUF();
   xpack::test::TempDir tmp;
   // The generic one-change GGUF rewriter (drop/cut a tensor, drop/set a key).
   const fs::path mutate = source_root() / "test" / "runtime" / "kimi_k3_mutate.py";
@@ -373,7 +379,7 @@ TEST_CASE("deepseek4: damaged models fail with a message naming the problem") {
 TEST_CASE("deepseek4: --json output parses when the generated text is not UTF-8") {
   auto oracle = oracle_dir();
   if (!oracle) {
-    MESSAGE("SKIPPED: ../shared/oracle (deepseek4 models) not found");
+    xpack::test::skip(xpack::test::Absent::kFixture, "../shared/oracle (deepseek4 models) not found");
     return;
   }
   RunResult r = run(q(xpack_run_exe()) + " -m " + q(*oracle / "models" / "deepseek4-f32.gguf") +

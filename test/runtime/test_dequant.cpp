@@ -19,6 +19,7 @@
 #include "fixtures.h"
 #include "ops.h"
 #include "xpack/xpack.h"
+#include "skip.h"
 
 using xpack::test::read_file;
 using xpack::test::run_command;
@@ -87,13 +88,6 @@ std::vector<uint8_t> random_blocks(const QType& t, int n_blocks, uint32_t seed) 
   return data;
 }
 
-bool have_reference(std::string* why) {
-  std::string out;
-  const int rc = run_command("python3 -c 'import numpy, gguf.quants'", &out);
-  if (rc != 0) *why = out;
-  return rc == 0;
-}
-
 std::string script_path() {
   return (xpack::test::data_dir() / ".." / "runtime" / "dequant_ref.py").string();
 }
@@ -149,12 +143,7 @@ void put_f16(std::vector<uint8_t>& b, size_t off, uint16_t h) {
 }  // namespace
 
 TEST_CASE("dequantize: quantized blocks match gguf-py bit for bit") {
-  std::string why;
-  if (!have_reference(&why)) {
-    FAIL("python3 with numpy and the gguf package (llama.cpp's gguf-py) is required as the "
-         "independent reference: pip install gguf\n"
-         << why);
-  }
+  XPACK_REQUIRE_PYTHON_GGUF();
   uint32_t seed = 1234;
   for (const QType& t : quant_types()) {
     SUBCASE(t.name) {
@@ -170,8 +159,7 @@ TEST_CASE("dequantize: quantized blocks match gguf-py bit for bit") {
 }
 
 TEST_CASE("dequantize: F32, F16 and BF16 match gguf-py for every 16-bit pattern") {
-  std::string why;
-  if (!have_reference(&why)) FAIL("python3 with numpy + gguf is required: pip install gguf\n" << why);
+  XPACK_REQUIRE_PYTHON_GGUF();
   std::vector<uint8_t> all16(65536 * 2);
   for (uint32_t h = 0; h < 65536; ++h) put_f16(all16, 2 * h, uint16_t(h));
 
@@ -211,11 +199,10 @@ TEST_CASE("dequantize: F32, F16 and BF16 match gguf-py for every 16-bit pattern"
 TEST_CASE("dequantize: every quantized tensor of the oracle models matches gguf-py") {
   const auto sd = xpack::test::shared_dir();
   if (!sd) {
-    MESSAGE("SKIPPED: ../shared (oracle models) is absent");
+    xpack::test::skip(xpack::test::Absent::kFixture, "../shared (oracle models) is absent");
     return;
   }
-  std::string why;
-  if (!have_reference(&why)) FAIL("python3 with numpy + gguf is required: pip install gguf\n" << why);
+  XPACK_REQUIRE_PYTHON_GGUF();
   for (const std::string model : {"deepseek4-mxfp4.gguf", "kimi-k3-q2k-q3k.gguf"}) {
     CAPTURE(model);
     const std::filesystem::path path = *sd / "oracle" / "models" / model;

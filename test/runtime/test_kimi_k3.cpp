@@ -11,6 +11,7 @@
 
 #include "fixtures.h"
 #include "runtime_harness.h"
+#include "skip.h"
 
 using namespace xrun_test;
 using nlohmann::json;
@@ -89,7 +90,7 @@ void check_oracle(const fs::path& oracle, const std::string& model_args, const s
 TEST_CASE("kimi-k3: teacher-forced logits match llama.cpp on every oracle model") {
   auto oracle = oracle_dir();
   if (!oracle) {
-    MESSAGE("SKIPPED: ../shared/oracle (kimi-k3 models) not found");
+    xpack::test::skip(xpack::test::Absent::kFixture, "../shared/oracle (kimi-k3 models) not found");
     return;
   }
   xpack::test::TempDir tmp;
@@ -113,7 +114,7 @@ TEST_CASE("kimi-k3: teacher-forced logits match llama.cpp on every oracle model"
 TEST_CASE("kimi-k3: the pack path streams experts through a 4 MiB cache, bit-identical to the GGUF") {
   auto oracle = oracle_dir();
   if (!oracle) {
-    MESSAGE("SKIPPED: ../shared/oracle (kimi-k3 models) not found");
+    xpack::test::skip(xpack::test::Absent::kFixture, "../shared/oracle (kimi-k3 models) not found");
     return;
   }
   xpack::test::TempDir tmp;
@@ -151,7 +152,7 @@ TEST_CASE("kimi-k3: the pack path streams experts through a 4 MiB cache, bit-ide
 TEST_CASE("kimi-k3: greedy decode through the KDA/MLA state equals the batch and llama.cpp") {
   auto oracle = oracle_dir();
   if (!oracle) {
-    MESSAGE("SKIPPED: ../shared/oracle (kimi-k3 models) not found");
+    xpack::test::skip(xpack::test::Absent::kFixture, "../shared/oracle (kimi-k3 models) not found");
     return;
   }
   xpack::test::TempDir tmp;
@@ -195,9 +196,10 @@ TEST_CASE("kimi-k3: greedy decode through the KDA/MLA state equals the batch and
 TEST_CASE("kimi-k3: other hyperparameters run, change the logits and decode like the batch") {
   auto oracle = oracle_dir();
   if (!oracle) {
-    MESSAGE("SKIPPED: ../shared/oracle (kimi-k3 models) not found");
+    xpack::test::skip(xpack::test::Absent::kFixture, "../shared/oracle (kimi-k3 models) not found");
     return;
   }
+  XPACK_REQUIRE_PYTHON_GGUF();
   xpack::test::TempDir tmp;
   const fs::path src = *oracle / "models" / "kimi-k3-f32.gguf";
   const fs::path mutate = source_root() / "test" / "runtime" / "kimi_k3_mutate.py";
@@ -234,9 +236,10 @@ TEST_CASE("kimi-k3: other hyperparameters run, change the logits and decode like
 TEST_CASE("kimi-k3: damaged models fail with a message naming the problem") {
   auto oracle = oracle_dir();
   if (!oracle) {
-    MESSAGE("SKIPPED: ../shared/oracle (kimi-k3 models) not found");
+    xpack::test::skip(xpack::test::Absent::kFixture, "../shared/oracle (kimi-k3 models) not found");
     return;
   }
+  XPACK_REQUIRE_PYTHON_GGUF();
   xpack::test::TempDir tmp;
   const fs::path mutate = source_root() / "test" / "runtime" / "kimi_k3_mutate.py";
   struct Damage {
@@ -292,7 +295,7 @@ TEST_CASE("kimi-k3: damaged models fail with a message naming the problem") {
 TEST_CASE("kimi-k3: --json and --stats are valid JSON when the text is raw byte tokens") {
   auto oracle = oracle_dir();
   if (!oracle) {
-    MESSAGE("SKIPPED: ../shared/oracle (kimi-k3 models) not found");
+    xpack::test::skip(xpack::test::Absent::kFixture, "../shared/oracle (kimi-k3 models) not found");
     return;
   }
   xpack::test::TempDir tmp;

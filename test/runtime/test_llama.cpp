@@ -8,6 +8,7 @@
 
 #include "fixtures.h"
 #include "runtime_harness.h"
+#include "skip.h"
 
 using namespace xrun_test;
 using nlohmann::json;
@@ -28,7 +29,7 @@ std::string xrun(const std::string& args) { return q(xpack_run_exe()) + " " + ar
 TEST_CASE("stories260K: greedy ids after <s> Once equal llama.cpp's") {
   auto model = stories260k();
   if (!model) {
-    MESSAGE("SKIPPED: stories260K.gguf not found in test/data or ../shared/models");
+    xpack::test::skip(xpack::test::Absent::kFixture, "stories260K.gguf not found in test/data or ../shared/models");
     return;
   }
   json g = golden();
@@ -48,7 +49,7 @@ TEST_CASE("stories260K: greedy ids after <s> Once equal llama.cpp's") {
 TEST_CASE("stories260K: same ids with 1 thread and with 3 threads") {
   auto model = stories260k();
   if (!model) {
-    MESSAGE("SKIPPED: stories260K.gguf not found");
+    xpack::test::skip(xpack::test::Absent::kFixture, "stories260K.gguf not found");
     return;
   }
   xpack::test::TempDir tmp;
@@ -63,7 +64,7 @@ TEST_CASE("stories260K: same ids with 1 thread and with 3 threads") {
 TEST_CASE("stories260K: -p \"Once\" prints llama.cpp's story") {
   auto model = stories260k();
   if (!model) {
-    MESSAGE("SKIPPED: stories260K.gguf not found");
+    xpack::test::skip(xpack::test::Absent::kFixture, "stories260K.gguf not found");
     return;
   }
   RunResult r = run(xrun("-m " + q(*model) + " -p Once -n 60"));
@@ -96,7 +97,7 @@ TEST_CASE("runtime harness: run() returns stdout and stderr apart") {
 TEST_CASE("stories260K: the speed line starts on its own line after the text") {
   auto model = stories260k();
   if (!model) {
-    MESSAGE("SKIPPED: stories260K.gguf not found");
+    xpack::test::skip(xpack::test::Absent::kFixture, "stories260K.gguf not found");
     return;
   }
   RunResult r = run(xrun("-m " + q(*model) + " -p Once -n 20 2>&1"));
@@ -113,7 +114,7 @@ TEST_CASE("stories260K: the speed line starts on its own line after the text") {
 TEST_CASE("stories260K: --logits-out rows; decode with KV cache equals one batch") {
   auto model = stories260k();
   if (!model) {
-    MESSAGE("SKIPPED: stories260K.gguf not found");
+    xpack::test::skip(xpack::test::Absent::kFixture, "stories260K.gguf not found");
     return;
   }
   xpack::test::TempDir tmp;
@@ -187,7 +188,7 @@ TEST_CASE("xpack-run: bad input gives a clear error and a non-zero exit") {
   CHECK(r.err.find("junk.gguf") != std::string::npos);
 
   if (!model) {
-    MESSAGE("SKIPPED (partly): stories260K.gguf not found");
+    xpack::test::skip(xpack::test::Absent::kFixture, "(partly) stories260K.gguf not found");
     return;
   }
   r = run(xrun("-m " + q(*model) + " --prompt-ids 1 --device cuda"));
@@ -215,7 +216,7 @@ TEST_CASE("xpack-run: bad input gives a clear error and a non-zero exit") {
 TEST_CASE("stories260K: --temp sampling is reproducible for a seed; --stats writes the JSON") {
   auto model = stories260k();
   if (!model) {
-    MESSAGE("SKIPPED: stories260K.gguf not found");
+    xpack::test::skip(xpack::test::Absent::kFixture, "stories260K.gguf not found");
     return;
   }
   xpack::test::TempDir tmp;

@@ -10,6 +10,7 @@
 
 #include "fixtures.h"
 #include "runtime_harness.h"
+#include "skip.h"
 
 using namespace xrun_test;
 using nlohmann::json;
@@ -52,9 +53,10 @@ json run_json(const std::string& args) {
 TEST_CASE("MoE fixture: pack streamed / resident / plain GGUF all give the dense model's ids") {
   auto model = stories260k();
   if (!model) {
-    MESSAGE("SKIPPED: stories260K.gguf not found");
+    xpack::test::skip(xpack::test::Absent::kFixture, "stories260K.gguf not found");
     return;
   }
+  XPACK_REQUIRE_PYTHON_GGUF();
   xpack::test::TempDir tmp;
   make_fixture(*model, tmp / "moe.gguf");
   build_pack(tmp / "moe.gguf", tmp / "moe");
@@ -101,9 +103,10 @@ TEST_CASE("MoE fixture: pack streamed / resident / plain GGUF all give the dense
 TEST_CASE("MoE fixture: a converted trunk without --pack, a foreign pack, a damaged pack") {
   auto model = stories260k();
   if (!model) {
-    MESSAGE("SKIPPED: stories260K.gguf not found");
+    xpack::test::skip(xpack::test::Absent::kFixture, "stories260K.gguf not found");
     return;
   }
+  XPACK_REQUIRE_PYTHON_GGUF();
   xpack::test::TempDir tmp;
   make_fixture(*model, tmp / "moe.gguf");
   build_pack(tmp / "moe.gguf", tmp / "moe");
@@ -134,9 +137,10 @@ TEST_CASE("MoE fixture: a converted trunk without --pack, a foreign pack, a dama
 TEST_CASE("MoE fixture top-2: pack path and plain GGUF path agree bit for bit; split source") {
   auto model = stories260k();
   if (!model) {
-    MESSAGE("SKIPPED: stories260K.gguf not found");
+    xpack::test::skip(xpack::test::Absent::kFixture, "stories260K.gguf not found");
     return;
   }
+  XPACK_REQUIRE_PYTHON_GGUF();
   xpack::test::TempDir tmp;
   make_fixture(*model, tmp / "top2.gguf", "--used 2 --router random");
   build_pack(tmp / "top2.gguf", tmp / "top2");
@@ -191,9 +195,10 @@ float diff_vs_reference(const std::string& model_args, const fs::path& model_fil
 TEST_CASE("llama against an independent float64 reference: dense, and MoE top-2 through a 2-slot cache") {
   auto model = stories260k();
   if (!model) {
-    MESSAGE("SKIPPED: stories260K.gguf not found");
+    xpack::test::skip(xpack::test::Absent::kFixture, "stories260K.gguf not found");
     return;
   }
+  XPACK_REQUIRE_PYTHON_GGUF();
   xpack::test::TempDir tmp;
   std::vector<int32_t> ids = {1, 403};
   for (int32_t id : golden_ids()) ids.push_back(id);
@@ -222,9 +227,10 @@ TEST_CASE("llama against an independent float64 reference: dense, and MoE top-2 
 TEST_CASE("MoE fixture with fused ffn_gate_up_exps: pack and plain GGUF give the dense ids") {
   auto model = stories260k();
   if (!model) {
-    MESSAGE("SKIPPED: stories260K.gguf not found");
+    xpack::test::skip(xpack::test::Absent::kFixture, "stories260K.gguf not found");
     return;
   }
+  XPACK_REQUIRE_PYTHON_GGUF();
   xpack::test::TempDir tmp;
   make_fixture(*model, tmp / "fused.gguf", "--fused");
   build_pack(tmp / "fused.gguf", tmp / "fused");

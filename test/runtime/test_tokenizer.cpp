@@ -17,6 +17,7 @@
 #include "tokenizer.h"
 #include "weights.h"
 #include "xpack/xpack.h"
+#include "skip.h"
 
 namespace fs = std::filesystem;
 using xpack::test::data_dir;
@@ -92,7 +93,7 @@ bool run_vocab_test(const std::string& name, bool byte_level) {
   const auto inp = find_vocab(name + ".inp");
   const auto out = find_vocab(name + ".out");
   if (!gguf || !inp || !out) {
-    MESSAGE("SKIPPED: " << name << " (+ .inp/.out) not in test/data nor ../shared/models/vocab");
+    xpack::test::skip(xpack::test::Absent::kFixture, name + " (+ .inp/.out) not in test/data nor ../shared/models/vocab");
     return false;
   }
   const auto tok = load_tokenizer(*gguf);
@@ -122,7 +123,7 @@ bool run_vocab_test(const std::string& name, bool byte_level) {
 bool stories_ok(fs::path* out) {
   const fs::path p = data_dir() / "stories260K.gguf";
   if (!fs::exists(p)) {
-    MESSAGE("SKIPPED: test/data/stories260K.gguf is absent");
+    xpack::test::skip(xpack::test::Absent::kFixture, "test/data/stories260K.gguf is absent");
     return false;
   }
   std::string sum;
@@ -254,7 +255,7 @@ TEST_CASE("tokenizer: stories260K encodes and decodes like llama.cpp") {
     CHECK(tok->decode(gen_ids).rfind(
               " upon a time, there was a little girl named Lily. She loved to play outside in the park.", 0) == 0);
   } else {
-    MESSAGE("SKIPPED part: test/data/stories260K.once.json is absent");
+    xpack::test::skip(xpack::test::Absent::kFixture, "(part) test/data/stories260K.once.json is absent");
   }
   CHECK(tok->token_to_piece(1).empty());          // <s> is a control token
   CHECK(tok->token_to_piece(1, true) == "<s>");
@@ -268,7 +269,7 @@ TEST_CASE("tokenizer: oracle prompts tokenize to llama-tokenize's ids") {
   if (!stories_ok(&p)) return;
   const auto sd = shared_dir();
   if (!sd) {
-    MESSAGE("SKIPPED: ../shared (oracle prompts) is absent");
+    xpack::test::skip(xpack::test::Absent::kFixture, "../shared (oracle prompts) is absent");
     return;
   }
   const auto tok = load_tokenizer(p);

@@ -15,6 +15,7 @@
 
 #include "fixtures.h"
 #include "runtime_harness.h"
+#include "skip.h"
 
 using namespace xrun_test;
 using nlohmann::json;
@@ -122,7 +123,7 @@ json sim_json(const fs::path& trace, uint64_t capacity) {
 TEST_CASE("xpack-run --trace: steps, layers and experts as llama.cpp routes them; xpack-sim replays it") {
   auto oracle = oracle_dir();
   if (!oracle) {
-    MESSAGE("SKIPPED: ../shared/oracle (deepseek4-f32.gguf) not found");
+    xpack::test::skip(xpack::test::Absent::kFixture, "../shared/oracle (deepseek4-f32.gguf) not found");
     return;
   }
   const Shape s = shape_of(*oracle);
@@ -232,7 +233,7 @@ TEST_CASE("xpack-run --trace: steps, layers and experts as llama.cpp routes them
 TEST_CASE("xpack-run --trace: a one-token prompt gives tokens x top-k x MoE layers lines") {
   auto oracle = oracle_dir();
   if (!oracle) {
-    MESSAGE("SKIPPED: ../shared/oracle (deepseek4-f32.gguf) not found");
+    xpack::test::skip(xpack::test::Absent::kFixture, "../shared/oracle (deepseek4-f32.gguf) not found");
     return;
   }
   const Shape s = shape_of(*oracle);
@@ -256,7 +257,7 @@ TEST_CASE("xpack-run --trace: a one-token prompt gives tokens x top-k x MoE laye
 TEST_CASE("xpack-run --trace refuses readers that cannot record instead of writing nothing") {
   auto oracle = oracle_dir();
   if (!oracle) {
-    MESSAGE("SKIPPED: ../shared/oracle (deepseek4-f32.gguf) not found");
+    xpack::test::skip(xpack::test::Absent::kFixture, "../shared/oracle (deepseek4-f32.gguf) not found");
     return;
   }
   xpack::test::TempDir tmp;
