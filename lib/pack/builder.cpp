@@ -151,6 +151,9 @@ Status check_free_space(const std::string& out_path, uint64_t need, uint64_t ass
   if (dir.empty()) dir = ".";
   struct statvfs v;
   if (::statvfs(dir.c_str(), &v) != 0) return errno_error("statvfs {}", dir.string());
+  // ramfs (and other size-less filesystems) report 0 blocks in total: no limit to
+  // check against, rather than a full disk.
+  if (!assume_free && v.f_blocks == 0) return {};
   uint64_t avail = assume_free ? assume_free : uint64_t(v.f_bavail) * v.f_frsize;
   if (avail < need) {
     char a[32], b[32];
@@ -202,6 +205,20 @@ Result<Sources> open_sources(const std::string& source, bool allow_missing) {
   }
   for (auto& f : s.files) s.ptrs.push_back(f ? &*f : nullptr);
   return s;
+}
+
+// True when the split set has the pack's shard count and every shard still on
+// disk has the identity the pack recorded for it.
+Result<bool> present_shards_match(const Index& idx, const Sources& src) {
+  if (src.ptrs.size() != idx.shards.size()) return false;
+  for (size_t s = 0; s < src.ptrs.size(); ++s) {
+    const gguf::File* f = src.ptrs[s];
+    if (!f) continue;
+    XPACK_ASSIGN_OR_RETURN(ShardIdentity id, shard_identity(f->fd(), f->data_offset(), f->file_size(),
+                                                            f->tensors().size(), f->path()));
+    if (id.metadata_sha256 != idx.shards[s].metadata_sha256 || id.file_size != idx.shards[s].file_size) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -354,7 +371,8 @@ Result<BuildReport> build_pack(const BuildOptions& opts) {
   if (ckpt && !fs::exists(out.partial))
     return err(XPACK_E_NOT_FOUND, "{} is missing; cannot resume (pass --force to start over)", out.partial);
 
-  XPACK_ASSIGN_OR_RETURN(Sources src, open_sources(opts.source, ckpt.has_value() && ckpt->trunk_done));
+  // A finished --consume-source build deleted its source: resuming it must still be a no-op.
+  XPACK_ASSIGN_OR_RETURN(Sources src, open_sources(opts.source, (ckpt.has_value() && ckpt->trunk_done) || finished));
   for (const gguf::File* f : src.ptrs)
     if (f) rep.source_bytes += f->file_size();
 
@@ -370,7 +388,14 @@ Result<BuildReport> build_pack(const BuildOptions& opts) {
   }
   if (finished) {
     XPACK_ASSIGN_OR_RETURN(PackReader done, PackReader::open(out.pack, OpenOptions{out.trunk}));
-    if (!plan || done.source_identity() != plan->index.source_identity)
+    bool same_source = false;
+    if (plan) {
+      same_source = done.source_identity() == plan->index.source_identity;
+    } else {
+      // Shards were consumed: the ones left (if any) must be the pack's own.
+      XPACK_ASSIGN_OR_RETURN(same_source, present_shards_match(done.index(), src));
+    }
+    if (!same_source)
       return err(-EEXIST, "{} exists and was built from another source; pass --force to overwrite it", out.pack);
     rep.index = done.index();
     rep.resumed_from_object = done.n_objects();

@@ -21,7 +21,7 @@ namespace {
 std::unique_ptr<device::Device> cuda_or_skip() {
   auto d = device::make_cuda_device(0);
   if (!d.ok()) {
-    xpack::test::skip(xpack::test::Absent::kHardware, std::string("no CUDA device: ") + d.error().message);
+    xpack::test::skip(xpack::test::Absent::kCapability, std::string("no CUDA device: ") + d.error().message);
     return nullptr;
   }
   return std::move(*d);

@@ -9,8 +9,8 @@ enum class Absent {
   // A fixture CI always has (../shared, the gguf Python package): under CI
   // (XPACK_REQUIRE_FIXTURES=1, set by .ci/run) its absence is a failure.
   kFixture,
-  // Hardware no CI machine has (a GPU): always a skip.
-  kHardware,
+  // What no CI machine has (a GPU, the right to mount): always a skip.
+  kCapability,
 };
 
 // Records that the current test case (or part of it) did not run and why; the

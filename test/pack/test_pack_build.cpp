@@ -192,6 +192,19 @@ TEST_CASE("--consume-source deletes shards as they are done, also across a resum
                                   pack::OpenOptions{(tmp / "out" / "out.trunk.gguf").string()});
   CHECK(p.ok());
 
+  // --resume of the finished build is a no-op although its source is gone...
+  rc = run(tool("xpack-build") + " " + q(src_first) + " -o " + q(tmp / "out" / "out") + " --consume-source --resume",
+           &o);
+  CHECK_MESSAGE(rc == 0, o);
+  CHECK(same_file(tmp / "ref" / "out.xpack", tmp / "out" / "out.xpack"));
+  // ...but another split set with shards on disk is still told apart.
+  synth(tmp / "src" / "other.gguf", "--arch kimi-k3 --layers 4 --experts 8 --shards 4");
+  rc = run(tool("xpack-build") + " " + q(tmp / "src" / "other-00001-of-00004.gguf") + " -o " +
+               q(tmp / "out" / "out") + " --resume",
+           &o);
+  CHECK(rc == 1);
+  CHECK(o.find("another source") != std::string::npos);
+
   // A single file: refused unless --force (the file must survive the refusal).
   fs::path single = synth(tmp / "single.gguf", "--arch deepseek4 --layers 2 --experts 4");
   rc = run(tool("xpack-build") + " " + q(single) + " -o " + q(tmp / "s1") + " --consume-source", &o);
@@ -359,6 +372,21 @@ TEST_CASE("free space is checked before anything is written") {
   CHECK_FALSE(fs::exists(tmp / "p.xpack.partial"));
   CHECK_FALSE(fs::exists(tmp / "p.xpack.checkpoint"));
   build(model, tmp / "p", "--assume-free-bytes 1000000000000");
+}
+
+TEST_CASE("a filesystem that reports no size at all (ramfs) is not taken for a full one") {
+  TempDir tmp;
+  fs::path model = synth(tmp / "m.gguf", "--arch deepseek4 --layers 2 --experts 4");
+  fs::create_directories(tmp / "ram");
+  if (run("mount -t ramfs ramfs " + q(tmp / "ram") + " 2>/dev/null") != 0) {
+    xpack::test::skip(xpack::test::Absent::kCapability, "cannot mount a ramfs here (needs root)");
+    return;
+  }
+  std::string o;
+  int rc = run(tool("xpack-build") + " " + q(model) + " -o " + q(tmp / "ram" / "p"), &o);
+  CHECK_MESSAGE(rc == 0, o);
+  CHECK(fs::exists(tmp / "ram" / "p.xpack"));
+  run("umount " + q(tmp / "ram"));
 }
 
 TEST_CASE("a build killed with SIGKILL at a random moment resumes to identical output") {
