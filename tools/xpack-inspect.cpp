@@ -25,8 +25,9 @@ const char kUsage[] =
     "  --trunk GGUF   also check that GGUF is this pack's trunk (or its source)\n"
     "exit status: 0 all well, 1 damaged/unreadable pack, 2 usage error\n";
 
-std::string role_name(const xpack::pack::PackReader& r, int32_t role) {
-  return role >= 0 ? r.roles()[role].name : std::string("(between roles)");
+std::string role_name(const xpack::pack::PackReader& r, const xpack::pack::Fault& f) {
+  if (f.padding) return "(padding after the payload)";
+  return f.role >= 0 ? r.roles()[f.role].name : std::string("(between roles)");
 }
 
 }  // namespace
@@ -97,7 +98,7 @@ int main(int argc, char** argv) {
           v["layer"] = fault.block;
           v["layer_slot"] = fault.layer_slot;
           v["expert"] = fault.expert;
-          v["role"] = role_name(r, fault.role);
+          v["role"] = role_name(r, fault);
         }
       }
       j["verify"] = v;
@@ -136,7 +137,7 @@ int main(int argc, char** argv) {
                     static_cast<unsigned long long>(idx.n_objects()));
       else if (vs.error().code == XPACK_E_OBJECT_CHECKSUM)
         std::printf("verify         FAILED: layer %u (slot %u), expert %u, role %s is damaged\n", fault.block,
-                    fault.layer_slot, fault.expert, role_name(r, fault.role).c_str());
+                    fault.layer_slot, fault.expert, role_name(r, fault).c_str());
       else
         std::printf("verify         FAILED: %s\n", vs.error().message.c_str());
     }

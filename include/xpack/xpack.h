@@ -247,11 +247,13 @@ typedef struct xpack_pack_fault {
   size_t size;            /* sizeof(xpack_pack_fault) */
   uint32_t layer;         /* GGUF block index */
   uint32_t expert;
-  int32_t role;           /* role index, or -1 when the whole object is blamed */
+  int32_t role;           /* role index, or -1 when no role is blamed (bytes between
+                             roles, or non-zero padding after the payload) */
 } xpack_pack_fault;
 
 /* Validates the pack. With XPACK_VALIDATE_CHECKSUMS reads every object; on the
- * first bad object returns XPACK_E_OBJECT_CHECKSUM and fills *fault (may be NULL).
+ * first bad object (a checksum mismatch, or padding after the payload that is not
+ * zero) returns XPACK_E_OBJECT_CHECKSUM and fills *fault (may be NULL).
  * Thread-safe (uses pread, no shared state). */
 XPACK_API int xpack_pack_validate(xpack_pack *p, int level, xpack_pack_fault *fault);
 

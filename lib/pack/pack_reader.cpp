@@ -111,16 +111,20 @@ Status PackReader::validate(ValidateLevel level, Fault* fault,
   const uint64_t n_obj = n_objects();
   const uint64_t per_chunk = std::max<uint64_t>(1, kValidateChunkBytes / idx_.object_stride);
   std::vector<uint8_t> buf(per_chunk * idx_.object_stride);
+  // The padding after each payload is documented as zeros; no checksum covers it.
+  const std::vector<uint8_t> zeros(idx_.object_stride - idx_.object_bytes, 0);
   for (uint64_t first = 0; first < n_obj; first += per_chunk) {
     uint64_t count = std::min(per_chunk, n_obj - first);
-    // The last object of the chunk needs only its payload, not its padding.
-    uint64_t bytes = (count - 1) * idx_.object_stride + idx_.object_bytes;
-    XPACK_TRY(pread_full(fd_, buf.data(), bytes, idx_.data_start + first * idx_.object_stride, path_));
+    XPACK_TRY(pread_full(fd_, buf.data(), count * idx_.object_stride, idx_.data_start + first * idx_.object_stride,
+                         path_));
     for (uint64_t k = 0; k < count; ++k) {
       uint64_t obj = first + k;
       const uint8_t* p = buf.data() + k * idx_.object_stride;
       size_t row = idx_.checksum_row(obj);
-      if (xxh3(p, idx_.object_bytes) == idx_.checksums[row]) continue;
+      const bool payload_ok = xxh3(p, idx_.object_bytes) == idx_.checksums[row];
+      const bool padding_ok =
+          zeros.empty() || std::memcmp(p + idx_.object_bytes, zeros.data(), zeros.size()) == 0;
+      if (payload_ok && padding_ok) continue;
       Fault f;
       f.layer_slot = static_cast<uint32_t>(obj / idx_.n_experts);
       f.block = idx_.layer_blocks[f.layer_slot];
@@ -131,6 +135,13 @@ Status PackReader::validate(ValidateLevel level, Fault* fault,
           f.role = static_cast<int32_t>(r);
           break;
         }
+      }
+      if (payload_ok) {
+        f.padding = true;
+        if (fault) *fault = f;
+        return err(XPACK_E_OBJECT_CHECKSUM,
+                   "{}: object of layer {} (row {}), expert {}: the padding after its payload is not zero", path_,
+                   f.block, f.layer_slot, f.expert);
       }
       if (fault) *fault = f;
       return err(XPACK_E_OBJECT_CHECKSUM, "{}: object of layer {} (row {}), expert {} is damaged{}", path_,

@@ -31,7 +31,8 @@ struct Fault {
   uint32_t layer_slot = 0;
   uint32_t block = 0;  // GGUF block index of layer_slot
   uint32_t expert = 0;
-  int32_t role = -1;
+  int32_t role = -1;     // -1: between roles, or in the padding
+  bool padding = false;  // the bytes after the payload are not zero
 };
 
 class PackReader {

@@ -266,6 +266,17 @@ TEST_CASE("xpack-inspect --verify names the damaged (layer, expert, role)") {
   CHECK(j["verify"]["role"] == "down");
   // Without --verify the pack still opens: payload damage is found only by reading it.
   CHECK(run(tool("xpack-inspect") + " " + q(pack_path), &o) == 0);
+
+  // The padding after a payload is documented as zeros: a non-zero byte there is found
+  // too (no checksum covers it), once the payload damage above is undone.
+  bytes[off] ^= 0x01;
+  const uint64_t pad = r->object_offset(2, 3) + r->object_bytes();
+  REQUIRE(pad < r->object_offset(2, 4));
+  bytes[pad + 5] = 0x80;
+  write_file(pack_path, bytes);
+  rc = run(tool("xpack-inspect") + " " + q(pack_path) + " --verify", &o);
+  CHECK(rc == 1);
+  CHECK_MESSAGE(o.find("expert 3, role (padding after the payload)") != std::string::npos, o);
 }
 
 TEST_CASE("xpack-inspect --json is enough to locate any expert without the C API") {
