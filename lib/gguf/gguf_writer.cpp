@@ -64,6 +64,12 @@ Value u32_array(const std::vector<uint32_t>& v) {
   for (uint32_t x : v) e.push_back(u32(x));
   return array(ValueType::U32, std::move(e));
 }
+Value u64_array(const std::vector<uint64_t>& v) {
+  std::vector<Value> e;
+  e.reserve(v.size());
+  for (uint64_t x : v) e.push_back(u64(x));
+  return array(ValueType::U64, std::move(e));
+}
 Value i32_array(const std::vector<int32_t>& v) {
   std::vector<Value> e;
   e.reserve(v.size());
@@ -181,6 +187,16 @@ Writer::Writer(uint32_t alignment) : alignment_(alignment) {}
 void Writer::add_kv(KeyValue kv) {
   kvs_.push_back(std::move(kv));
   header_size_valid_ = false;
+}
+
+Status Writer::set_kv(const std::string& key, Value v) {
+  for (KeyValue& kv : kvs_) {
+    if (kv.key != key) continue;
+    kv.value = std::move(v);
+    header_size_valid_ = false;
+    return {};
+  }
+  return err(XPACK_E_NOT_FOUND, "GGUF writer: no key '{}' to replace", key);
 }
 
 void Writer::add_tensor(std::string name, uint32_t type, std::vector<uint64_t> ne) {

@@ -31,6 +31,7 @@ Value str(std::string v);
 // Every element must have type `elem_type` (checked when the header is encoded).
 Value array(ValueType elem_type, std::vector<Value> elems);
 Value u32_array(const std::vector<uint32_t>& v);
+Value u64_array(const std::vector<uint64_t>& v);
 Value i32_array(const std::vector<int32_t>& v);
 Value f32_array(const std::vector<float>& v);
 Value str_array(const std::vector<std::string>& v);
@@ -58,6 +59,9 @@ class Writer {
 
   void add_kv(KeyValue kv);  // keeps order
   void add_kv(std::string key, Value v) { add_kv(KeyValue{std::move(key), std::move(v)}); }
+  // Replaces the value of an added key (XPACK_E_NOT_FOUND if absent), e.g. a value
+  // known only once the data is written; the header grows only if its size does.
+  Status set_kv(const std::string& key, Value v);
   // Offsets are assigned in call order, each aligned to `alignment`.
   void add_tensor(std::string name, uint32_t type, std::vector<uint64_t> ne);
 

@@ -16,6 +16,8 @@ namespace xpack::pack {
 // Metadata keys the trunk GGUF carries to tie it to its pack.
 inline constexpr const char* kTrunkIdentityKey = "xpack.source_identity";     // hex string
 inline constexpr const char* kTrunkFormatKey = "xpack.pack_format_version";   // u32
+// u64 array, one per trunk tensor in tensor-info order: xxh3-64 of its bytes.
+inline constexpr const char* kTrunkChecksumsKey = "xpack.tensor_xxh3";
 
 using Sha256 = std::array<uint8_t, 32>;
 

@@ -10,6 +10,7 @@
 #include "gguf/gguf_file.h"
 #include "pack/file_io.h"
 #include "pack/identity.h"
+#include "pack/trunk.h"
 
 namespace xpack::pack {
 
@@ -31,12 +32,16 @@ constexpr uint64_t kValidateChunkBytes = 64ull << 20;
 }  // namespace
 
 PackReader::PackReader(PackReader&& o) noexcept
-    : path_(std::move(o.path_)), fd_(std::exchange(o.fd_, -1)), idx_(std::move(o.idx_)) {}
+    : path_(std::move(o.path_)),
+      trunk_path_(std::move(o.trunk_path_)),
+      fd_(std::exchange(o.fd_, -1)),
+      idx_(std::move(o.idx_)) {}
 
 PackReader& PackReader::operator=(PackReader&& o) noexcept {
   if (this != &o) {
     if (fd_ >= 0) ::close(fd_);
     path_ = std::move(o.path_);
+    trunk_path_ = std::move(o.trunk_path_);
     fd_ = std::exchange(o.fd_, -1);
     idx_ = std::move(o.idx_);
   }
@@ -56,6 +61,7 @@ Result<PackReader> PackReader::open(const std::string& path, const OpenOptions& 
   FdIndexSource src(r.fd_, path);
   XPACK_ASSIGN_OR_RETURN(r.idx_, decode_index(src, size, path));
   if (!opts.trunk_path.empty()) XPACK_TRY(check_identity(r.idx_, opts.trunk_path));
+  r.trunk_path_ = opts.trunk_path;
   return r;
 }
 
@@ -151,6 +157,7 @@ Status PackReader::validate(ValidateLevel level, Fault* fault,
     }
     if (progress) progress(first + count, n_obj, ctx);
   }
+  if (!trunk_path_.empty()) XPACK_TRY(verify_trunk(trunk_path_));
   return {};
 }
 

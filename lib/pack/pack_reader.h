@@ -92,13 +92,15 @@ class PackReader {
 
   // kStructure: re-checks the index (as open does). kChecksums: also every object and
   // role checksum; on the first bad object returns XPACK_E_OBJECT_CHECKSUM and fills
-  // *fault (may be null). `progress(done, total)` may be null.
+  // *fault (may be null); with a trunk given at open, then every trunk tensor
+  // (verify_trunk: XPACK_E_CHECKSUM names it). `progress(done, total)` may be null.
   Status validate(ValidateLevel level, Fault* fault = nullptr,
                   void (*progress)(uint64_t done, uint64_t total, void* ctx) = nullptr,
                   void* ctx = nullptr) const;
 
  private:
   std::string path_;
+  std::string trunk_path_;  // OpenOptions::trunk_path: validate() checks its tensors too
   int fd_ = -1;
   Index idx_;
 };

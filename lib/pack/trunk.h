@@ -20,9 +20,16 @@ Result<gguf::Writer> trunk_layout(const gguf::File& meta, const std::vector<gguf
                                   const Index& idx);
 
 // Writes the trunk to `path` (created/truncated), copying each tensor from its shard
-// through `buf` (bounded memory), then fsyncs. `on_bytes(n)` reports progress.
-Status write_trunk(const std::string& path, const gguf::Writer& w, const std::vector<gguf::TensorInfo>& tensors,
+// through `buf` (bounded memory), then records each tensor's checksum (read back
+// from `path`) in xpack.tensor_xxh3 and fsyncs. `on_bytes(n)` reports progress.
+Status write_trunk(const std::string& path, gguf::Writer& w, const std::vector<gguf::TensorInfo>& tensors,
                    const std::vector<const gguf::File*>& shards, std::vector<uint8_t>& buf,
                    const std::function<void(uint64_t)>& on_bytes);
+
+// Checks every tensor of a trunk against its xpack.tensor_xxh3 entry (nothing to
+// check for a GGUF without xpack.source_identity, i.e. an original source file):
+// XPACK_E_CHECKSUM names the first damaged tensor (*bad_tensor, if given, gets its
+// name); XPACK_E_UNSUPPORTED if the trunk has no checksums (an older xpack-build).
+Status verify_trunk(const std::string& path, std::string* bad_tensor = nullptr);
 
 }  // namespace xpack::pack

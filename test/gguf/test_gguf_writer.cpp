@@ -110,6 +110,37 @@ TEST_CASE("writer: exact header bytes of a minimal file") {
   CHECK(w.total_size() == 96 + 32);
 }
 
+TEST_CASE("writer: set_kv replaces a value in place; a u64 array keeps its size") {
+  Writer w;
+  w.add_kv("first", val::u32(1));
+  w.add_kv("sums", val::u64_array({0, 0, 0}));
+  w.add_kv("last", val::str("x"));
+  w.add_tensor("t", 0, {8});
+  auto before = w.header_bytes();
+  REQUIRE(before.ok());
+  REQUIRE(w.set_kv("sums", val::u64_array({1, UINT64_MAX, 42})).ok());
+  auto after = w.header_bytes();
+  REQUIRE(after.ok());
+  CHECK(after->size() == before->size());
+  CHECK(*after != *before);
+  auto file = gguf_bytes(w, {std::vector<uint8_t>(32, 0)});
+  REQUIRE(file.ok());
+  auto f = parse_bytes(*file);
+  REQUIRE(f.ok());
+  REQUIRE(f->kvs().size() == 3);
+  CHECK(f->kvs()[1].key == "sums");
+  const Value& v = f->kvs()[1].value;
+  REQUIRE(v.array_size() == 3);
+  CHECK(v.elem_type == ValueType::U64);
+  CHECK(v.element(0).u == 1);
+  CHECK(v.element(1).u == UINT64_MAX);
+  CHECK(v.element(2).u == 42);
+  CHECK(f->kvs()[2].key == "last");
+  auto missing = w.set_kv("absent", val::u8(0));
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.error().code == XPACK_E_NOT_FOUND);
+}
+
 TEST_CASE("writer: tensor layout, data placement and padding") {
   for (uint32_t alignment : {32u, 64u, 4096u}) {
     INFO("alignment " << alignment);

@@ -150,8 +150,14 @@ def check(model, outdir, xpack_build):
                   and not f.name.startswith("GGUF.")]
     trunk_fields = [f for f in trunk.fields.values() if not f.name.startswith("GGUF.")]
     if [f.name for f in trunk_fields] != [f.name for f in src_fields] + ["xpack.source_identity",
-                                                                          "xpack.pack_format_version"]:
+                                                                          "xpack.pack_format_version",
+                                                                          "xpack.tensor_xxh3"]:
         fail(f"{model}: trunk metadata keys differ")
+    # One checksum per trunk tensor (their values are checked by the C++ round trip,
+    # which has xxh3; Python has no xxhash module by default).
+    sums = trunk.fields["xpack.tensor_xxh3"]
+    if len(sums.data) != len(trunk.tensors):
+        fail(f"{model}: xpack.tensor_xxh3 has {len(sums.data)} entries for {len(trunk.tensors)} tensors")
     for a, b in zip(src_fields, trunk_fields):
         if a.types != b.types or [bytes(a.parts[i]) for i in a.data] != [bytes(b.parts[i]) for i in b.data]:
             fail(f"{model}: trunk key {a.name} differs")

@@ -106,7 +106,7 @@ inline void check_round_trip(const fs::path& model_path, const fs::path& out) {
   std::vector<const gguf::KeyValue*> src_kvs;
   for (const auto& kv : model.meta().kvs())
     if (!kv.key.starts_with("split.")) src_kvs.push_back(&kv);
-  REQUIRE(trunk.kvs().size() == src_kvs.size() + 2);
+  REQUIRE(trunk.kvs().size() == src_kvs.size() + 3);
   for (size_t i = 0; i < src_kvs.size(); ++i) {
     CHECK(trunk.kvs()[i].key == src_kvs[i]->key);
     CHECK_MESSAGE(same_value(trunk.kvs()[i].value, src_kvs[i]->value), "key ", src_kvs[i]->key);
@@ -115,6 +115,16 @@ inline void check_round_trip(const fs::path& model_path, const fs::path& out) {
   REQUIRE(id.ok());
   CHECK(*id == pk.source_identity_hex());
   CHECK(trunk.get_uint(pack::kTrunkFormatKey).value() == 1);
+  // One xxh3-64 per trunk tensor, of exactly its bytes.
+  const gguf::Value* sums = trunk.find(pack::kTrunkChecksumsKey);
+  REQUIRE(sums);
+  REQUIRE(sums->array_size() == trunk.tensors().size());
+  for (size_t i = 0; i < trunk.tensors().size(); ++i) {
+    const gguf::TensorInfo& t = trunk.tensors()[i];
+    buf.resize(t.nbytes);
+    REQUIRE(::pread(trunk.fd(), buf.data(), t.nbytes, t.file_offset) == ssize_t(t.nbytes));
+    CHECK_MESSAGE(sums->element(i).u == pack::xxh3(buf.data(), t.nbytes), "checksum of ", t.name);
+  }
   CHECK(trunk.alignment() == model.meta().alignment());
 
   // And the stored checksums describe what is there.

@@ -279,6 +279,40 @@ TEST_CASE("xpack-inspect --verify names the damaged (layer, expert, role)") {
   CHECK_MESSAGE(o.find("expert 3, role (padding after the payload)") != std::string::npos, o);
 }
 
+TEST_CASE("a damaged trunk tensor is found by --verify with the trunk, naming the tensor") {
+  TempDir tmp;
+  fs::path model = synth(tmp / "m.gguf", "--arch kimi-k3 --layers 3 --experts 4");
+  build(model, tmp / "p");
+  const fs::path pack_path = tmp / "p.xpack", trunk_path = tmp / "p.trunk.gguf";
+  std::string o;
+  REQUIRE(run(tool("xpack-inspect") + " " + q(pack_path) + " --verify --trunk " + q(trunk_path), &o) == 0);
+
+  // One byte in the middle of each of a few tensors: every flip is found, by name.
+  auto t = gguf::File::open(trunk_path.string());
+  REQUIRE(t.ok());
+  std::vector<std::pair<std::string, uint64_t>> targets;
+  for (size_t i = 0; i < t->tensors().size(); i += std::max<size_t>(1, t->tensors().size() / 5))
+    targets.emplace_back(t->tensors()[i].name, t->tensors()[i].file_offset + t->tensors()[i].nbytes / 2);
+  t = gguf::File::open(trunk_path.string());  // close before editing
+  const auto original = read_file(trunk_path);
+  for (const auto& [name, off] : targets) {
+    CAPTURE(name);
+    auto bytes = original;
+    bytes[off] ^= 0x10;
+    write_file(trunk_path, bytes);
+    int rc = run(tool("xpack-inspect") + " " + q(pack_path) + " --verify --trunk " + q(trunk_path), &o);
+    CHECK(rc == 1);
+    CHECK_MESSAGE(o.find("trunk tensor '" + name + "' is damaged") != std::string::npos, o);
+    auto p = pack::PackReader::open(pack_path.string(), pack::OpenOptions{trunk_path.string()});
+    REQUIRE(p.ok());  // opening checks identity, not the payload
+    auto v = p->validate(pack::ValidateLevel::kChecksums);
+    REQUIRE_FALSE(v.ok());
+    CHECK(v.error().code == XPACK_E_CHECKSUM);
+  }
+  write_file(trunk_path, original);
+  CHECK(run(tool("xpack-inspect") + " " + q(pack_path) + " --verify --trunk " + q(trunk_path), &o) == 0);
+}
+
 TEST_CASE("xpack-inspect --json is enough to locate any expert without the C API") {
   TempDir tmp;
   fs::path model = synth(tmp / "m.gguf", "--arch kimi-k3 --layers 3 --experts 4");
