@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -20,9 +21,10 @@ const char kUsage[] =
     "object stride, payload vs padding bytes and the source identity of an Expert Pack.\n"
     "  --json         one JSON object on stdout (keys: format, version, arch, data_start,\n"
     "                 object_stride, n_experts, layers, roles[{name,type,offset,nbytes}], ...)\n"
-    "  --verify       check the xxh3-64 of every object and role; names the first bad\n"
-    "                 (layer, expert, role)\n"
-    "  --trunk GGUF   also check that GGUF is this pack's trunk (or its source)\n"
+    "  --verify       check the xxh3-64 of every object and role, the zero padding, and\n"
+    "                 every trunk tensor; names the first bad (layer, expert, role) or tensor\n"
+    "  --trunk GGUF   the pack's trunk (or its source): its identity is checked (default:\n"
+    "                 PREFIX.trunk.gguf beside PREFIX.xpack, when it exists)\n"
     "exit status: 0 all well, 1 damaged/unreadable pack, 2 usage error\n";
 
 std::string role_name(const xpack::pack::PackReader& r, const xpack::pack::Fault& f) {
@@ -57,10 +59,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "xpack-inspect: no PACK given\n\n%s", kUsage);
     return 2;
   }
+  // xpack-build writes PREFIX.trunk.gguf beside PREFIX.xpack: check it by default, so
+  // --verify covers the trunk's tensors too.
+  if (trunk.empty() && path.size() > 6 && path.ends_with(".xpack")) {
+    const std::string beside = path.substr(0, path.size() - 6) + ".trunk.gguf";
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(beside, ec)) trunk = beside;
+  }
   auto opened = xpack::pack::PackReader::open(path, xpack::pack::OpenOptions{trunk});
   if (!opened.ok()) {
-    std::fprintf(stderr, "xpack-inspect: %s (%s)\n", opened.error().message.c_str(),
-                 xpack_strerror(opened.error().code));
+    std::fprintf(stderr, "xpack-inspect: %s\n", opened.error().message.c_str());
     if (json) {
       nlohmann::ordered_json j;
       j["ok"] = false;

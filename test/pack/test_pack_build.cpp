@@ -303,6 +303,9 @@ TEST_CASE("a damaged trunk tensor is found by --verify with the trunk, naming th
     int rc = run(tool("xpack-inspect") + " " + q(pack_path) + " --verify --trunk " + q(trunk_path), &o);
     CHECK(rc == 1);
     CHECK_MESSAGE(o.find("trunk tensor '" + name + "' is damaged") != std::string::npos, o);
+    // PREFIX.trunk.gguf beside PREFIX.xpack is checked without --trunk too.
+    CHECK(run(tool("xpack-inspect") + " " + q(pack_path) + " --verify", &o) == 1);
+    CHECK(o.find("trunk tensor '" + name + "' is damaged") != std::string::npos);
     auto p = pack::PackReader::open(pack_path.string(), pack::OpenOptions{trunk_path.string()});
     REQUIRE(p.ok());  // opening checks identity, not the payload
     auto v = p->validate(pack::ValidateLevel::kChecksums);
