@@ -1,19 +1,15 @@
 // What the cache needs to know about the objects it loads: one file, a grid of
 // (layer, expert) objects of equal size, where each starts and its checksum.
 // Decoupled from the pack reader so the cache can be tested on any file and the
-// pack format can evolve without touching the cache.
+// pack format can evolve without touching the cache. The C API builds one from a
+// pack through the pack's public accessors (lib/capi/cache_api.cpp).
 #pragma once
 
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <string>
 
 #include "common/result.h"
-
-namespace xpack::pack {
-class PackReader;
-}
 
 namespace xpack::cache {
 
@@ -30,8 +26,5 @@ struct ObjectSource {
   // xxh3-64 of the object's object_bytes payload (used when verification is on).
   std::function<uint64_t(uint32_t layer, uint32_t expert)> checksum;
 };
-
-// The objects of an open Expert Pack; the reader is kept alive by the source.
-ObjectSource object_source_from_pack(std::shared_ptr<const pack::PackReader> reader);
 
 }  // namespace xpack::cache
