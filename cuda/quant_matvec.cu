@@ -13,6 +13,8 @@
 // groups of several warps, through shared memory in a fixed order, so results do
 // not depend on the launch's other rows or problems.
 #include <algorithm>
+#include <atomic>
+#include <type_traits>
 
 #include "quant_blocks.cuh"
 #include "quant_matmul.h"
@@ -27,9 +29,9 @@ struct GroupParams {
   int32_t ntok[kMaxGroupedProblems];
 };
 
-__device__ __forceinline__ float4 ldx(const float* p) {
-  return __ldg(reinterpret_cast<const float4*>(p));
-}
+// x is read from shared memory (staged) or from global memory: a plain load,
+// which the compiler turns into LDS or LDG as the pointer's origin says.
+__device__ __forceinline__ float4 ldx(const float* p) { return *reinterpret_cast<const float4*>(p); }
 __device__ __forceinline__ uint4 ld128(const uint8_t* p) {
   return __ldg(reinterpret_cast<const uint4*>(p));
 }
@@ -71,7 +73,7 @@ struct TF32 {  // 8 elements (32 bytes) per unit; ne0 % 8 == 0, 16-byte aligned 
   static constexpr int kUnit = 8;
   template <int NT, int R>
   __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
-                             Acc<NT, R>& acc) {
+                             Acc<NT, R>& acc, int xs) {
     float4 w[R][2];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -83,7 +85,7 @@ struct TF32 {  // 8 elements (32 bytes) per unit; ne0 % 8 == 0, 16-byte aligned 
     for (int k = 0; k < 2; ++k) {
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
-        const float4 xv = ldx(xp[t] + 8 * u + 4 * k);
+        const float4 xv = ldx(xp[t] + xs * u + 4 * k);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           const float f[4] = {w[r][k].x, w[r][k].y, w[r][k].z, w[r][k].w};
@@ -109,7 +111,7 @@ struct THalf {  // F16 or BF16, 8 elements (16 bytes) per unit
   }
   template <int NT, int R>
   __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
-                             Acc<NT, R>& acc) {
+                             Acc<NT, R>& acc, int xs) {
     float w[R][8];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -123,7 +125,7 @@ struct THalf {  // F16 or BF16, 8 elements (16 bytes) per unit
     for (int k = 0; k < 2; ++k) {
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
-        const float4 xv = ldx(xp[t] + 8 * u + 4 * k);
+        const float4 xv = ldx(xp[t] + xs * u + 4 * k);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           const float f[4] = {w[r][4 * k], w[r][4 * k + 1], w[r][4 * k + 2], w[r][4 * k + 3]};
@@ -140,7 +142,7 @@ struct TScalar {
   static constexpr int kUnit = 1;
   template <int NT, int R>
   __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
-                             Acc<NT, R>& acc) {
+                             Acc<NT, R>& acc, int xs) {
     constexpr int kBytes = kType == 0 ? 4 : 2;
     float w[R];
 #pragma unroll
@@ -152,7 +154,7 @@ struct TScalar {
     }
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
-      const float xv = __ldg(xp[t] + u);
+      const float xv = xp[t][xs * u];
 #pragma unroll
       for (int r = 0; r < R; ++r) acc[r][t] = fmaf(w[r], xv, acc[r][t]);
     }
@@ -165,7 +167,7 @@ struct TQ8_0 {
   static constexpr int kUnit = 32;
   template <int NT, int R>
   __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
-                             Acc<NT, R>& acc) {
+                             Acc<NT, R>& acc, int xs) {
     uint32_t q[R][8];
     float d[R];
 #pragma unroll
@@ -175,7 +177,7 @@ struct TQ8_0 {
       ldwords<8>(b + 2, q[r]);
     }
     float s1[R][NT] = {};
-    const int e = 32 * u;
+    const int e = xs * u;
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
       float4 xv[NT];
@@ -220,7 +222,7 @@ struct TMXFP4 {
   }
   template <int NT, int R>
   __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
-                             Acc<NT, R>& acc) {
+                             Acc<NT, R>& acc, int xs) {
     uint32_t q[R][4];
     float sc[R];
     bool big[R];
@@ -235,7 +237,7 @@ struct TMXFP4 {
       ldwords<4>(b + 1, q[r]);
     }
     float s1[R][NT] = {};
-    const int e0 = 32 * u;
+    const int e0 = xs * u;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       float4 xl[NT], xh[NT];
@@ -280,7 +282,7 @@ struct TQ2_K {
   static constexpr int kUnit = 128;
   template <int NT, int R>
   __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
-                             Acc<NT, R>& acc) {
+                             Acc<NT, R>& acc, int xs) {
     const int blk = u >> 1, h = u & 1;
     uint32_t sc[R][2], q[R][8];
     float d[R], dm[R];
@@ -295,7 +297,7 @@ struct TQ2_K {
       d[r] = h2f(dd);
       dm[r] = h2f(dd >> 16);
     }
-    const int e0 = 256 * blk + 128 * h;
+    const int e0 = xs * u;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
 #pragma unroll
@@ -338,7 +340,7 @@ struct TQ3_K {
   static constexpr int kUnit = 128;
   template <int NT, int R>
   __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
-                             Acc<NT, R>& acc) {
+                             Acc<NT, R>& acc, int xs) {
     const int blk = u >> 1, h = u & 1;
     uint32_t hm[R][8], q[R][8], sc[R][3];
     float d[R];
@@ -350,7 +352,7 @@ struct TQ3_K {
       ldwords<3>(b + 96, sc[r]);
       d[r] = h2f(ld16(b + 108));
     }
-    const int e0 = 256 * blk + 128 * h;
+    const int e0 = xs * u;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
 #pragma unroll
@@ -397,7 +399,7 @@ struct TQ45_K {
   static constexpr int kBlock = kQ5 ? 176 : 144;  // both multiples of 16
   template <int NT, int R>
   __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
-                             Acc<NT, R>& acc) {
+                             Acc<NT, R>& acc, int xs) {
     const int blk = u >> 2, p = u & 3;
     uint32_t q[R][8], qh[R][8], sc[R][3];
     float d[R], dm[R];
@@ -423,7 +425,7 @@ struct TQ45_K {
 #pragma unroll
     for (int nib = 0; nib < 2; ++nib) {
       const int j = 2 * p + nib;
-      const int e = 256 * blk + 32 * j;
+      const int e = xs * u + 32 * nib;
       float s1[R][NT] = {}, sx[NT] = {};
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -468,7 +470,7 @@ struct TQ6_K {
   static constexpr int kUnit = 128;
   template <int NT, int R>
   __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
-                             Acc<NT, R>& acc) {
+                             Acc<NT, R>& acc, int xs) {
     const int blk = u >> 1, h = u & 1;
     uint32_t ql[R][16], qh[R][8], sc[R][2];
     float d[R];
@@ -480,7 +482,7 @@ struct TQ6_K {
       ldwords<2>(b + 192 + 8 * h, sc[r]);
       d[r] = h2f(ld16(b + 208));
     }
-    const int e0 = 256 * blk + 128 * h;
+    const int e0 = xs * u;
 #pragma unroll
     for (int g = 0; g < 4; ++g) {
 #pragma unroll
@@ -517,12 +519,19 @@ struct TQ6_K {
 
 // ---- the kernel ----------------------------------------------------------------------
 
-constexpr int kThreads = 128;
+constexpr int kThreads = 256;
+// x staged in shared memory when it fits: the threads of a warp read x at a
+// stride of one unit, which from L1 costs one cache-line wavefront per thread
+// (the measured bottleneck); in shared memory each unit's x is padded by 4
+// floats, so 8 consecutive threads' 16-byte reads hit 8 different bank groups.
+constexpr size_t kMaxSmemX = 200 * 1024;
 
-template <class Ty, int NT, int R>
+template <class Ty, int NT, int R, bool kSmemX>
 __global__ void __launch_bounds__(kThreads) matvec_kernel(const GroupParams gp, int ne0, int ne1,
                                                           size_t row_bytes, const float* __restrict__ x,
                                                           float* __restrict__ y, int tpr_log2) {
+  extern __shared__ float4 xsm4[];
+  constexpr int kU = Ty::kUnit;
   const int p = blockIdx.y;
   const uint8_t* W = gp.w[p];
   const int row0 = gp.row[p];
@@ -530,75 +539,138 @@ __global__ void __launch_bounds__(kThreads) matvec_kernel(const GroupParams gp, 
   const int tpr = 1 << tpr_log2;
   const int grp = threadIdx.x >> tpr_log2;
   const int lane = threadIdx.x & (tpr - 1);
-  const int o0 = (blockIdx.x * (kThreads >> tpr_log2) + grp) * R;
+  const int units = ne0 / kU;
 
-  const uint8_t* rp[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) rp[r] = W + size_t(min(o0 + r, ne1 - 1)) * row_bytes;
   const float* xp[NT];
+  int xs;
+  if constexpr (kSmemX) {
+    constexpr int kXs = kU + 4;
+    float* xsm = reinterpret_cast<float*>(xsm4);
+    const int quads = ne0 / 4;
 #pragma unroll
-  for (int t = 0; t < NT; ++t) xp[t] = x + size_t(row0 + min(t, nt - 1)) * size_t(ne0);
-
-  float acc[R][NT];
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
-
-  const int units = ne0 / Ty::kUnit;
-  for (int u = lane; u < units; u += tpr) Ty::template run<NT, R>(rp, u, xp, acc);
-
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int t = 0; t < NT; ++t)
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) acc[r][t] += __shfl_xor_sync(0xFFFFFFFFu, acc[r][t], off);
-
-  if (tpr > 32) {
-    __shared__ float red[kThreads / 32][R][NT];
-    const int warp = threadIdx.x >> 5;
-    if ((threadIdx.x & 31) == 0) {
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int t = 0; t < NT; ++t) red[warp][r][t] = acc[r][t];
+    for (int t = 0; t < NT; ++t) {
+      const float4* src = reinterpret_cast<const float4*>(x + size_t(row0 + min(t, nt - 1)) * size_t(ne0));
+      float* dst = xsm + size_t(t) * size_t(units) * kXs;
+      for (int i = threadIdx.x; i < quads; i += kThreads) {
+        const int e = 4 * i;
+        *reinterpret_cast<float4*>(dst + (e / kU) * kXs + e % kU) = __ldg(src + i);
+      }
+      xp[t] = dst;
     }
+    xs = kXs;
     __syncthreads();
-    if (lane == 0) {
-      const int w0 = warp, nw = tpr >> 5;
+  } else {
 #pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-          float s = red[w0][r][t];
-          for (int i = 1; i < nw; ++i) s += red[w0 + i][r][t];
-          acc[r][t] = s;
-        }
-    }
+    for (int t = 0; t < NT; ++t) xp[t] = x + size_t(row0 + min(t, nt - 1)) * size_t(ne0);
+    xs = kU;
   }
-  if (lane == 0) {
+
+  const int groups = kThreads >> tpr_log2;
+  const int row_groups = (ne1 + R - 1) / R;
+  // Blocks loop over groups of rows, so a grid sized to the machine stages x once per block.
+  for (int rg0 = blockIdx.x * groups; rg0 < row_groups; rg0 += gridDim.x * groups) {
+    const int o0 = (rg0 + grp) * R;
+    const uint8_t* rp[R];
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int o = o0 + r;
-      if (o >= ne1) continue;
+    for (int r = 0; r < R; ++r) rp[r] = W + size_t(min(o0 + r, ne1 - 1)) * row_bytes;
+
+    float acc[R][NT];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
+
+    for (int u = lane; u < units; u += tpr) Ty::template run<NT, R>(rp, u, xp, acc, xs);
+
+#pragma unroll
+    for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int t = 0; t < NT; ++t)
-        if (t < nt) y[size_t(row0 + t) * size_t(ne1) + o] = acc[r][t];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) acc[r][t] += __shfl_xor_sync(0xFFFFFFFFu, acc[r][t], off);
+
+    if (tpr > 32) {
+      __shared__ float red[kThreads / 32][R][NT];
+      const int warp = threadIdx.x >> 5;
+      if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int t = 0; t < NT; ++t) red[warp][r][t] = acc[r][t];
+      }
+      __syncthreads();
+      if (lane == 0) {
+        const int nw = tpr >> 5;
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int t = 0; t < NT; ++t) {
+            float s = red[warp][r][t];
+            for (int i = 1; i < nw; ++i) s += red[warp + i][r][t];
+            acc[r][t] = s;
+          }
+      }
+      __syncthreads();  // red is reused by the next group of rows
+    }
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int o = o0 + r;
+        if (o >= ne1) continue;
+#pragma unroll
+        for (int t = 0; t < NT; ++t)
+          if (t < nt) y[size_t(row0 + t) * size_t(ne1) + o] = acc[r][t];
+      }
     }
   }
+}
+
+// Multiprocessors of the current device, cached per device.
+inline int sm_count() {
+  static std::atomic<int> cache[64];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+  int n = cache[dev].load(std::memory_order_relaxed);
+  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess)
+    cache[dev].store(n, std::memory_order_relaxed);
+  return n;
 }
 
 template <class Ty, int NT>
 cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
                       cudaStream_t stream) {
-  constexpr int R = NT == 1 ? 4 : 2;
+  // Four rows per group for one token (x reused 4 times), two otherwise; Q6_K's
+  // larger units keep two (four would halve the resident warps for registers).
+  constexpr int R = (NT == 1 && !std::is_same_v<Ty, TQ6_K>) ? 4 : 2;
   const int units = ne0 / Ty::kUnit;
-  // A row gets as many threads as it has units, up to a block (32..128).
+  // A row gets as many threads as it has units, up to 128.
   const int tpr_log2 = units >= 128 ? 7 : (units >= 64 ? 6 : 5);
   const int rows_per_block = (kThreads >> tpr_log2) * R;
-  const dim3 grid(unsigned((ne1 + rows_per_block - 1) / rows_per_block), unsigned(gp.n));
-  matvec_kernel<Ty, NT, R><<<grid, kThreads, 0, stream>>>(gp, ne0, ne1, rb, x, y, tpr_log2);
+  const int blocks = (ne1 + rows_per_block - 1) / rows_per_block;
+  if constexpr (Ty::kUnit % 4 == 0) {
+    const size_t smem = size_t(NT) * size_t(units) * (Ty::kUnit + 4) * sizeof(float);
+    if (smem <= kMaxSmemX) {
+      auto* k = matvec_kernel<Ty, NT, R, true>;
+      static const bool attr_ok =
+          cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmemX)) == cudaSuccess;
+      // Occupancy for this shared-memory size, cached (the query is not free per launch).
+      static std::atomic<uint64_t> occ{0};
+      const uint64_t c = occ.load(std::memory_order_relaxed);
+      int per_sm = (c >> 8) == smem ? int(c & 0xFF) : 0;
+      if (per_sm == 0 && attr_ok &&
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, kThreads, smem) == cudaSuccess)
+        occ.store((uint64_t(smem) << 8) | uint64_t(per_sm & 0xFF), std::memory_order_relaxed);
+      const int sms = sm_count();
+      if (attr_ok && per_sm > 0 && sms > 0) {
+        const dim3 grid(unsigned(std::min(blocks, sms * per_sm)), unsigned(gp.n));
+        k<<<grid, kThreads, smem, stream>>>(gp, ne0, ne1, rb, x, y, tpr_log2);
+        return cudaGetLastError();
+      }
+      (void)cudaGetLastError();  // fall back to x from global memory
+    }
+  }
+  const dim3 grid(unsigned(blocks), unsigned(gp.n));
+  matvec_kernel<Ty, NT, R, false><<<grid, kThreads, 0, stream>>>(gp, ne0, ne1, rb, x, y, tpr_log2);
   return cudaGetLastError();
 }
 
