@@ -44,6 +44,28 @@ summary+=("build: ok (cuda: $cuda)")
 meson test -C "$build" --print-errorlogs 2>&1 | tee "$log" | tail -15
 summary+=("tests: $(grep -E '^(Ok|Fail|Skipped|Timeout):' "$log" | tr -s ' ' | paste -sd ' ')")
 
+if [ "$cuda" = yes ] && [ -x "$build/bench/bench-kernels" ]; then
+  # The compute kernels: their test suite, then bench-kernels (and llama.cpp's
+  # own CUDA kernels on the same shapes when XPACK_LLAMA_TARBALL names the
+  # baseline tarball: bench/llama-kernels.sh builds test-backend-ops, ~3 min).
+  echo; echo "== CUDA kernels (suite cuda, bench-kernels)"
+  meson test -C "$build" --no-rebuild --suite cuda --print-errorlogs 2>&1 | tee "$log" | tail -5
+  summary+=("cuda suite: $(grep -E '^(Ok|Fail|Skipped|Timeout):' "$log" | tr -s ' ' | paste -sd ' ')")
+  klog="$build/bench-kernels.log"
+  llog=()
+  if [ -n "${XPACK_LLAMA_TARBALL:-}" ] &&
+     bench/llama-kernels.sh "$XPACK_LLAMA_TARBALL" "$build/llama" > "$build/llama-kernels.log" 2>&1; then
+    llog=("$build/llama-kernels.log")
+  fi
+  if "$build/bench/bench-kernels" > "$klog" 2>&1; then
+    python3 bench/kernel-table.py "$klog" "${llog[@]}" | tee "$log"
+    summary+=("kernels (n=1 decode, cold = weights from HBM; table above):")
+    while read -r l; do summary+=("  $l"); done < <(grep -E '^matvec .* 1 (cold|hot)' "$log" | grep -E 'mxfp4|q2_K|q3_K')
+  else
+    summary+=("bench-kernels FAILED: see $klog")
+  fi
+fi
+
 dir="${1:-$root/$build}"
 file="$dir/xpack-fio-check.bin"
 echo; echo "== disk"; df -T "$dir"; uname -r; nproc

@@ -1,0 +1,251 @@
+// Kernel benchmark (GPU machine): microseconds per product and weight bytes per
+// second of the cuda/quant_matmul.h kernels, for every weight type at the model
+// shapes, against a device-to-device cudaMemcpy measured in the same run.
+//
+//   bench-kernels [--quick]        (prints one RESULT line per measurement, then a table)
+//
+// hot:  the same weights every repetition (what llama.cpp's test-backend-ops perf
+//       measures: matrices under the 60 MB L2 may be served partly from it);
+// cold: a rotating set of copies of the weights, together >= 8x the L2, so every
+//       product reads its weights from HBM.
+// Weights are random blocks (random quant bytes, sane fp16 scales): the speed
+// does not depend on the values, but zeros are never timed.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "quant_matmul.h"
+
+namespace xk = xpack::kernels;
+
+namespace {
+
+void die(const char* what, cudaError_t e) {
+  std::fprintf(stderr, "bench-kernels: %s: %s\n", what, cudaGetErrorString(e));
+  std::exit(1);
+}
+#define CK(call)                               \
+  do {                                         \
+    const cudaError_t e_ = (call);             \
+    if (e_ != cudaSuccess) die(#call, e_);     \
+  } while (0)
+void st_ok(int st, const char* what) {
+  if (st != xk::kOk) {
+    std::fprintf(stderr, "bench-kernels: %s: %s\n", what, xk::status_name(st));
+    std::exit(1);
+  }
+}
+
+const char* type_name(uint32_t t) {
+  switch (t) {
+    case xk::kF32: return "f32";
+    case xk::kF16: return "f16";
+    case xk::kBF16: return "bf16";
+    case xk::kQ8_0: return "q8_0";
+    case xk::kQ2_K: return "q2_K";
+    case xk::kQ3_K: return "q3_K";
+    case xk::kQ4_K: return "q4_K";
+    case xk::kQ5_K: return "q5_K";
+    case xk::kQ6_K: return "q6_K";
+    case xk::kMXFP4: return "mxfp4";
+    default: return "?";
+  }
+}
+
+uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+uint64_t next() {
+  g_rng ^= g_rng << 13;
+  g_rng ^= g_rng >> 7;
+  g_rng ^= g_rng << 17;
+  return g_rng;
+}
+uint16_t rand_f16() { return uint16_t(((next() & 1) << 15) | ((3 + next() % 9) << 10) | (next() & 0x3FF)); }
+void put16(uint8_t* p, uint16_t v) { p[0] = uint8_t(v); p[1] = uint8_t(v >> 8); }
+
+std::vector<uint8_t> random_weights(uint32_t type, size_t bytes) {
+  std::vector<uint8_t> w(bytes);
+  for (size_t i = 0; i + 8 <= bytes; i += 8) {
+    const uint64_t v = next();
+    std::memcpy(&w[i], &v, 8);
+  }
+  const size_t bb = size_t(xk::block_bytes(type));
+  for (size_t i = 0; i + bb <= bytes; i += bb) {
+    uint8_t* b = &w[i];
+    switch (type) {
+      case xk::kF32: { const float v = float(int(next() % 2001) - 1000) / 1000.0f; std::memcpy(b, &v, 4); break; }
+      case xk::kF16: put16(b, rand_f16()); break;
+      case xk::kBF16: put16(b, uint16_t(((next() & 1) << 15) | ((117 + next() % 12) << 7) | (next() & 0x7F))); break;
+      case xk::kQ8_0: put16(b, rand_f16()); break;
+      case xk::kQ2_K: put16(b + 80, rand_f16()); put16(b + 82, rand_f16()); break;
+      case xk::kQ3_K: put16(b + 108, rand_f16()); break;
+      case xk::kQ4_K: case xk::kQ5_K: put16(b, rand_f16()); put16(b + 2, rand_f16()); break;
+      case xk::kQ6_K: put16(b + 208, rand_f16()); break;
+      case xk::kMXFP4: b[0] = uint8_t(118 + next() % 21); break;
+      default: break;
+    }
+  }
+  return w;
+}
+
+struct Timer {
+  cudaEvent_t a, b;
+  Timer() { CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b)); }
+  ~Timer() { cudaEventDestroy(a); cudaEventDestroy(b); }
+};
+
+// Median over `trials` of the mean time of `reps` back-to-back calls of fn(i), in us.
+template <class F>
+double time_us(cudaStream_t s, int reps, int trials, F&& fn) {
+  Timer t;
+  for (int i = 0; i < 3; ++i) fn(i);  // warm-up
+  CK(cudaStreamSynchronize(s));
+  std::vector<double> v;
+  for (int k = 0; k < trials; ++k) {
+    CK(cudaEventRecord(t.a, s));
+    for (int i = 0; i < reps; ++i) fn(i);
+    CK(cudaEventRecord(t.b, s));
+    CK(cudaEventSynchronize(t.b));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, t.a, t.b));
+    v.push_back(double(ms) * 1000.0 / reps);
+  }
+  CK(cudaGetLastError());
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct Shape {
+  uint32_t type;
+  int64_t ne0, ne1;
+  const char* what;
+};
+
+double g_copy_gbs = 0;
+size_t g_l2 = 0;
+
+void report(const char* kind, uint32_t type, int64_t ne0, int64_t ne1, int n, const char* mode,
+            double us, double bytes, const char* what) {
+  const double gbs = bytes / (us * 1e-6) / 1e9;
+  std::printf("RESULT kind=%s type=%s m=%lld n=%d k=%lld mode=%s us=%.2f weight_GBps=%.0f copy_pct=%.1f shape=%s\n",
+              kind, type_name(type), (long long)ne1, n, (long long)ne0, mode, us, gbs,
+              100.0 * gbs / g_copy_gbs, what);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  int dev_count = 0;
+  if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
+    std::printf("SKIP: no CUDA device\n");
+    return 77;
+  }
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  g_l2 = size_t(prop.l2CacheSize);
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  std::printf("device: %s, %d SMs, L2 %zu MB\n", prop.name, prop.multiProcessorCount, g_l2 >> 20);
+
+  // Copy bandwidth: 1 GiB device to device, bytes read + bytes written.
+  {
+    const size_t n = size_t(1) << 30;
+    void *a, *b;
+    CK(cudaMalloc(&a, n));
+    CK(cudaMalloc(&b, n));
+    CK(cudaMemset(a, 0x5A, n));
+    const double us = time_us(s, 10, 5, [&](int) { CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, s)); });
+    g_copy_gbs = 2.0 * double(n) / (us * 1e-6) / 1e9;
+    std::printf("RESULT kind=copy bytes=%zu us=%.1f copy_GBps=%.0f\n", n, us, g_copy_gbs);
+    CK(cudaFree(a));
+    CK(cudaFree(b));
+  }
+
+  const uint32_t all[] = {xk::kF32, xk::kF16, xk::kBF16, xk::kQ8_0, xk::kQ4_K,
+                          xk::kQ5_K, xk::kQ6_K, xk::kQ2_K, xk::kQ3_K, xk::kMXFP4};
+  std::vector<Shape> shapes = {
+      {xk::kMXFP4, 4096, 2048, "ds4-expert-gate-up"},
+      {xk::kMXFP4, 2048, 4096, "ds4-expert-down"},
+      {xk::kQ2_K, 3584, 3072, "kimi-expert-gate-up"},
+      {xk::kQ3_K, 3072, 3584, "kimi-expert-down"},
+  };
+  for (uint32_t t : all) shapes.push_back({t, 14336, 4096, "4096x14336"});
+
+  xk::Context* ctx = nullptr;
+  st_ok(xk::context_create(&ctx, size_t(256) << 20), "context_create");
+  const size_t cold_bytes = std::max<size_t>(8 * g_l2, size_t(512) << 20);
+
+  for (const Shape& sh : shapes) {
+    const size_t wb = xk::row_bytes(sh.type, sh.ne0) * size_t(sh.ne1);
+    const int copies = int(std::max<size_t>(2, (cold_bytes + wb - 1) / wb));
+    std::vector<void*> w(static_cast<size_t>(copies));
+    {
+      const auto host = random_weights(sh.type, wb);
+      for (auto& p : w) {
+        CK(cudaMalloc(&p, wb));
+        CK(cudaMemcpy(p, host.data(), wb, cudaMemcpyHostToDevice));
+      }
+    }
+    const int nmax = 512;
+    float *x, *y;
+    CK(cudaMalloc(reinterpret_cast<void**>(&x), size_t(nmax) * sh.ne0 * 4));
+    CK(cudaMalloc(reinterpret_cast<void**>(&y), size_t(nmax) * sh.ne1 * 4));
+    {
+      std::vector<float> hx(size_t(nmax) * sh.ne0);
+      for (auto& v : hx) v = float(int(next() % 2001) - 1000) / 1000.0f;
+      CK(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
+    }
+    for (int n : {1, 8}) {
+      const int reps = quick ? 50 : 400;
+      const double hot = time_us(s, reps, 5, [&](int) {
+        st_ok(xk::matvec(sh.type, w[0], sh.ne0, sh.ne1, x, n, y, s), "matvec");
+      });
+      report("matvec", sh.type, sh.ne0, sh.ne1, n, "hot", hot, double(wb), sh.what);
+      const double cold = time_us(s, reps, 5, [&](int i) {
+        st_ok(xk::matvec(sh.type, w[size_t(i % copies)], sh.ne0, sh.ne1, x, n, y, s), "matvec");
+      });
+      report("matvec", sh.type, sh.ne0, sh.ne1, n, "cold", cold, double(wb), sh.what);
+    }
+    for (int prec : {int(xk::kPrecisionFp32), int(xk::kPrecisionBf16)}) {
+      xk::MatmulOptions o{};
+      o.size = sizeof o;
+      o.precision = prec;
+      const double us = time_us(s, quick ? 3 : 10, 3, [&](int i) {
+        st_ok(xk::matmul(ctx, sh.type, w[size_t(i % copies)], sh.ne0, sh.ne1, x, nmax, y, &o, s), "matmul");
+      });
+      report(prec == xk::kPrecisionFp32 ? "matmul-fp32" : "matmul-bf16", sh.type, sh.ne0, sh.ne1, nmax,
+             "cold", us, double(wb), sh.what);
+      std::printf("  (%.1f TFLOP/s)\n", 2.0 * nmax * double(sh.ne0) * sh.ne1 / (us * 1e-6) / 1e12);
+    }
+    // The realistic decode: one grouped launch over the top-k experts of a layer
+    // (DeepSeek-V4 top-6, Kimi-K3 top-16), one token each, 1 or 8 tokens' worth.
+    if (std::string(sh.what).find("expert") != std::string::npos) {
+      const int topk = sh.type == xk::kMXFP4 ? 6 : 16;
+      for (int tokens : {1, 8}) {
+        const int np = std::min(topk * tokens, std::min(copies, xk::kMaxGroupedProblems));
+        std::vector<xk::ExpertProblem> pr(static_cast<size_t>(np));
+        int rounds = std::max(1, copies / np);
+        const double us = time_us(s, quick ? 20 : 200, 5, [&](int i) {
+          const int base = (i % rounds) * np;
+          for (int p = 0; p < np; ++p) pr[size_t(p)] = {w[size_t((base + p) % copies)], p % nmax, 1};
+          st_ok(xk::grouped_matvec(sh.type, sh.ne0, sh.ne1, pr.data(), np, x, y, nmax, s), "grouped");
+        });
+        char mode[32];
+        std::snprintf(mode, sizeof mode, "grouped%d", np);
+        report("grouped", sh.type, sh.ne0, sh.ne1, 1, mode, us, double(wb) * np, sh.what);
+      }
+    }
+    for (void* p : w) CK(cudaFree(p));
+    CK(cudaFree(x));
+    CK(cudaFree(y));
+  }
+  xk::context_destroy(ctx);
+  CK(cudaStreamDestroy(s));
+  return 0;
+}

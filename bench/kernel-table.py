@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""Joins bench-kernels' RESULT lines with llama.cpp's test-backend-ops MUL_MAT
+timings (same types and shapes) into one table with ratios.
+
+usage: bench/kernel-table.py BENCH_LOG [LLAMA_LOG]
+ratio columns: ours/llama = llama's us / our us (above 1: we are faster);
+copy % = weight bytes read per second over the device-to-device copy bandwidth
+(bytes read + written) measured in the same run."""
+import re
+import sys
+
+
+def parse_kv(line):
+    return dict(kv.split('=', 1) for kv in line.split()[1:] if '=' in kv)
+
+
+ours, copy = [], None
+for line in open(sys.argv[1]):
+    if line.startswith('RESULT '):
+        d = parse_kv(line)
+        if d.get('kind') == 'copy':
+            copy = float(d['copy_GBps'])
+        else:
+            ours.append(d)
+
+llama = {}
+if len(sys.argv) > 2:
+    pat = re.compile(r'MUL_MAT\(type_a=(\w+),type_b=f32,m=(\d+),n=(\d+),k=(\d+),.*?([\d.]+) us/run')
+    for line in open(sys.argv[2]):
+        m = pat.search(line)
+        if m:
+            llama[(m.group(1), m.group(2), m.group(3), m.group(4))] = float(m.group(5))
+
+print(f'copy bandwidth (D2D, read+write): {copy:.0f} GB/s' if copy else 'copy bandwidth: not measured')
+hdr = f"{'kind':<12}{'type':<7}{'shape':<21}{'n':>4} {'mode':<11}{'us':>9}{'GB/s':>7}{'copy%':>7}{'llama us':>10}{'llama GB/s':>11}{'ours/llama':>11}"
+print(hdr)
+print('-' * len(hdr))
+for d in ours:
+    key = (d['type'], d['m'], d['n'], d['k'])
+    us = float(d['us'])
+    lus = llama.get(key) if d['kind'] in ('matvec', 'matmul-bf16', 'matmul-fp32') and d['mode'] in ('hot', 'cold') else None
+    if d['kind'].startswith('matmul') and d['mode'] != 'cold':
+        lus = None
+    shape = f"{d['k']}x{d['m']}"
+    lgbs = ''
+    ratio = ''
+    if lus:
+        wbytes = float(d['weight_GBps']) * 1e9 * us * 1e-6
+        lgbs = f'{wbytes / (lus * 1e-6) / 1e9:.0f}'
+        ratio = f'{lus / us:.2f}x'
+    print(f"{d['kind']:<12}{d['type']:<7}{shape:<21}{d['n']:>4} {d['mode']:<11}{us:>9.2f}{float(d['weight_GBps']):>7.0f}"
+          f"{float(d['copy_pct']):>6.1f}%{(f'{lus:.2f}' if lus else '-'):>10}{lgbs or '-':>11}{ratio or '-':>11}")

@@ -1,0 +1,152 @@
+// Device-side helpers shared by the kernels: loads of block bytes at any
+// alignment, exact small-integer -> float conversion, and the exact per-element
+// decoders (the same products, in the same order, as ggml's CPU reference; see
+// shared/reference/gguf-and-quant-formats.md for the layouts).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace xpack::kernels::dev {
+
+__device__ __forceinline__ float h2f(uint32_t bits16) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits16 & 0xFFFFu)));
+}
+
+__device__ __forceinline__ uint32_t ld32(const uint8_t* p) {  // p 4-byte aligned
+  return __ldg(reinterpret_cast<const unsigned int*>(p));
+}
+__device__ __forceinline__ uint32_t ld16(const uint8_t* p) {  // p 2-byte aligned
+  return __ldg(reinterpret_cast<const unsigned short*>(p));
+}
+
+// N consecutive 32-bit words starting at any byte address: aligned loads and a
+// funnel shift. The extra word is read only when p is unaligned, and then it
+// holds a byte that is needed, so no load leaves the aligned words of the data.
+template <int N>
+__device__ __forceinline__ void ldwords(const uint8_t* p, uint32_t (&w)[N]) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  const unsigned int* base = reinterpret_cast<const unsigned int*>(a & ~uintptr_t(3));
+  const unsigned sh = unsigned(a & 3) * 8;
+  uint32_t v[N + 1];
+#pragma unroll
+  for (int i = 0; i < N; ++i) v[i] = __ldg(base + i);
+  v[N] = sh ? __ldg(base + N) : 0u;
+#pragma unroll
+  for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(v[i], v[i + 1], sh);
+}
+
+// Byte k of v (unsigned, < 256) as the float 2^23 + byte, by placing it in the
+// mantissa of 2^23 (one byte permute): `magic_byte(v, k) - (2^23 + bias)` is the
+// exact value byte - bias with one FADD and no integer->float conversion.
+__device__ __forceinline__ float magic_byte(uint32_t v, int k) {
+  return __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7440u + unsigned(k)));
+}
+constexpr float kMagic = 8388608.0f;  // 2^23
+
+// ggml's GGML_E8M0_TO_FP32_HALF: 2^(e-128); e = 0, 1 are f32 subnormals, e = 255 is 2^127.
+__device__ __forceinline__ float e8m0_half(uint32_t e) {
+  return __uint_as_float(e < 2 ? (0x00200000u << e) : ((e - 1) << 23));
+}
+
+__device__ __forceinline__ uint8_t byte_at(const uint8_t* p) { return __ldg(p); }
+
+// Q4_K/Q5_K scale and min of sub-block j (get_scale_min_k4).
+__device__ __forceinline__ void k4_scale_min(const uint8_t* s, int j, int& sc, int& m) {
+  if (j < 4) {
+    sc = s[j] & 63;
+    m = s[j + 4] & 63;
+  } else {
+    sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+    m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+__device__ __forceinline__ int q3_k_scale(const uint8_t* s, int j) {
+  const int lo4 = j < 8 ? (s[j] & 0xF) : (s[j - 8] >> 4);
+  const int hi2 = (s[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
+  return (lo4 | (hi2 << 4)) - 32;
+}
+
+__device__ __forceinline__ float ldh(const uint8_t* p) { return __half2float(__ushort_as_half(static_cast<unsigned short>(p[0] | (p[1] << 8)))); }
+
+static __constant__ int8_t kMxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// Element i (0..block_elems-1) of the block at b, exactly as the CPU reference
+// computes it (explicit _rn operations: no FMA contraction).
+template <uint32_t T>
+__device__ __forceinline__ float dequant_elem(const uint8_t* b, int i);
+
+template <>
+__device__ __forceinline__ float dequant_elem<0>(const uint8_t* b, int) {  // F32
+  return __uint_as_float(uint32_t(b[0]) | (uint32_t(b[1]) << 8) | (uint32_t(b[2]) << 16) |
+                         (uint32_t(b[3]) << 24));
+}
+template <>
+__device__ __forceinline__ float dequant_elem<1>(const uint8_t* b, int) {  // F16
+  return ldh(b);
+}
+template <>
+__device__ __forceinline__ float dequant_elem<30>(const uint8_t* b, int) {  // BF16
+  return __uint_as_float((uint32_t(b[0]) | (uint32_t(b[1]) << 8)) << 16);
+}
+template <>
+__device__ __forceinline__ float dequant_elem<8>(const uint8_t* b, int i) {  // Q8_0
+  return __fmul_rn(float(int8_t(b[2 + i])), ldh(b));
+}
+template <>
+__device__ __forceinline__ float dequant_elem<10>(const uint8_t* b, int i) {  // Q2_K
+  const int h = i >> 7, g = (i >> 5) & 3, l = i & 31;
+  const uint8_t s = b[i >> 4];
+  const float dl = __fmul_rn(ldh(b + 80), float(s & 0xF));
+  const float ml = __fmul_rn(ldh(b + 82), float(s >> 4));
+  return __fsub_rn(__fmul_rn(dl, float((b[16 + 32 * h + l] >> (2 * g)) & 3)), ml);
+}
+template <>
+__device__ __forceinline__ float dequant_elem<11>(const uint8_t* b, int i) {  // Q3_K
+  const int h = i >> 7, g = (i >> 5) & 3, l = i & 31;
+  const int low = (b[32 + 32 * h + l] >> (2 * g)) & 3;
+  const int q = low - (((b[l] >> (4 * h + g)) & 1) ? 0 : 4);
+  const float dl = __fmul_rn(ldh(b + 108), float(q3_k_scale(b + 96, i >> 4)));
+  return __fmul_rn(dl, float(q));
+}
+template <>
+__device__ __forceinline__ float dequant_elem<12>(const uint8_t* b, int i) {  // Q4_K
+  const int j = i >> 5, l = i & 31;
+  int sc, m;
+  k4_scale_min(b + 4, j, sc, m);
+  const float d1 = __fmul_rn(ldh(b), float(sc));
+  const float m1 = __fmul_rn(ldh(b + 2), float(m));
+  const int q = (b[16 + 32 * (j >> 1) + l] >> (4 * (j & 1))) & 0xF;
+  return __fsub_rn(__fmul_rn(d1, float(q)), m1);
+}
+template <>
+__device__ __forceinline__ float dequant_elem<13>(const uint8_t* b, int i) {  // Q5_K
+  const int j = i >> 5, l = i & 31;
+  int sc, m;
+  k4_scale_min(b + 4, j, sc, m);
+  const float d1 = __fmul_rn(ldh(b), float(sc));
+  const float m1 = __fmul_rn(ldh(b + 2), float(m));
+  const int q = ((b[48 + 32 * (j >> 1) + l] >> (4 * (j & 1))) & 0xF) + (((b[16 + l] >> j) & 1) ? 16 : 0);
+  return __fsub_rn(__fmul_rn(d1, float(q)), m1);
+}
+template <>
+__device__ __forceinline__ float dequant_elem<14>(const uint8_t* b, int i) {  // Q6_K
+  const int h = i >> 7, r = i & 127, g = r >> 5, l = r & 31;
+  const uint8_t lb = b[64 * h + l + 32 * (g & 1)];
+  const int lo4 = g < 2 ? (lb & 0xF) : (lb >> 4);
+  const int hi2 = (b[128 + 32 * h + l] >> (2 * g)) & 3;
+  const int q = (lo4 | (hi2 << 4)) - 32;
+  const float dsc = __fmul_rn(ldh(b + 208), float(int8_t(b[192 + 8 * h + 2 * g + (l >> 4)])));
+  return __fmul_rn(dsc, float(q));
+}
+template <>
+__device__ __forceinline__ float dequant_elem<39>(const uint8_t* b, int i) {  // MXFP4
+  const uint8_t q = b[1 + (i & 15)];
+  const int code = i < 16 ? (q & 0xF) : (q >> 4);
+  return __fmul_rn(float(kMxfp4[code]), e8m0_half(b[0]));
+}
+
+}  // namespace xpack::kernels::dev

@@ -1,0 +1,225 @@
+// Prefill: tiles of W dequantized exactly (fp32, or bf16 as an explicit option)
+// into a workspace and multiplied by cuBLAS; the type table and status names.
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <new>
+
+#include "quant_blocks.cuh"
+#include "quant_matmul.h"
+
+namespace xpack::kernels {
+
+namespace dev {
+
+template <uint32_t T, class Out>
+__global__ void dequant_kernel(const uint8_t* __restrict__ w, int64_t ne0, size_t rb, int64_t n,
+                               Out* __restrict__ out) {
+  constexpr int kBe = T == 0 || T == 1 || T == 30 ? 1 : (T == 8 || T == 39 ? 32 : 256);
+  constexpr int kBb = T == 0 ? 4 : T == 1 || T == 30 ? 2 : T == 8 ? 34 : T == 39 ? 17
+                    : T == 10 ? 84 : T == 11 ? 110 : T == 12 ? 144 : T == 13 ? 176 : 210;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < n;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = idx / ne0, i = idx - row * ne0;
+    const uint8_t* b = w + size_t(row) * rb + size_t(i / kBe) * kBb;
+    const float v = dequant_elem<T>(b, int(i % kBe));
+    if constexpr (sizeof(Out) == 4) out[idx] = v;
+    else out[idx] = __float2bfloat16_rn(v);
+  }
+}
+
+__global__ void to_bf16_kernel(const float* __restrict__ x, int64_t n, __nv_bfloat16* __restrict__ out) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = __float2bfloat16_rn(x[i]);
+}
+
+unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>((n + 255) / 256, 132 * 16)); }
+
+template <class Out>
+int dequant_launch(uint32_t type, const void* w, int64_t ne0, int64_t n_rows, Out* out, cudaStream_t s) {
+  const int64_t n = ne0 * n_rows;
+  const size_t rb = row_bytes(type, ne0);
+  const auto* p = static_cast<const uint8_t*>(w);
+  const unsigned g = grid_for(n);
+  switch (type) {
+    case kF32: dequant_kernel<0, Out><<<g, 256, 0, s>>>(p, ne0, rb, n, out); break;
+    case kF16: dequant_kernel<1, Out><<<g, 256, 0, s>>>(p, ne0, rb, n, out); break;
+    case kBF16: dequant_kernel<30, Out><<<g, 256, 0, s>>>(p, ne0, rb, n, out); break;
+    case kQ8_0: dequant_kernel<8, Out><<<g, 256, 0, s>>>(p, ne0, rb, n, out); break;
+    case kQ2_K: dequant_kernel<10, Out><<<g, 256, 0, s>>>(p, ne0, rb, n, out); break;
+    case kQ3_K: dequant_kernel<11, Out><<<g, 256, 0, s>>>(p, ne0, rb, n, out); break;
+    case kQ4_K: dequant_kernel<12, Out><<<g, 256, 0, s>>>(p, ne0, rb, n, out); break;
+    case kQ5_K: dequant_kernel<13, Out><<<g, 256, 0, s>>>(p, ne0, rb, n, out); break;
+    case kQ6_K: dequant_kernel<14, Out><<<g, 256, 0, s>>>(p, ne0, rb, n, out); break;
+    case kMXFP4: dequant_kernel<39, Out><<<g, 256, 0, s>>>(p, ne0, rb, n, out); break;
+    default: return kErrType;
+  }
+  return cudaGetLastError() == cudaSuccess ? kOk : kErrCuda;
+}
+
+}  // namespace dev
+
+namespace {
+int check_shape(uint32_t type, int64_t ne0, int64_t ne1) {
+  if (block_elems(type) == 0) return kErrType;
+  if (ne0 <= 0 || ne1 <= 0 || ne0 % block_elems(type) != 0) return kErrShape;
+  if (ne0 > (int64_t(1) << 30) || ne1 > (int64_t(1) << 30)) return kErrShape;
+  return kOk;
+}
+}  // namespace
+
+int dequantize_rows(uint32_t type, const void* w, int64_t ne0, int64_t n_rows, float* out,
+                    cudaStream_t stream) {
+  if (const int st = check_shape(type, ne0, n_rows); st != kOk) return st;
+  if (!w || !out) return kErrArgument;
+  return dev::dequant_launch(type, w, ne0, n_rows, out, stream);
+}
+
+struct Context {
+  cublasHandle_t blas = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+int context_create(Context** out, size_t workspace_bytes) {
+  if (!out) return kErrArgument;
+  *out = nullptr;
+  auto* c = new (std::nothrow) Context;
+  if (!c) return kErrArgument;
+  c->workspace_bytes = workspace_bytes ? workspace_bytes : (size_t(64) << 20);
+  if (cudaMalloc(&c->workspace, c->workspace_bytes) != cudaSuccess) {
+    delete c;
+    return kErrCuda;
+  }
+  // CUBLAS_DEFAULT_MATH: SGEMM in plain fp32 (TF32 only with *_TF32_TENSOR_OP_MATH).
+  if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS ||
+      cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS) {
+    if (c->blas) cublasDestroy(c->blas);
+    cudaFree(c->workspace);
+    delete c;
+    return kErrCublas;
+  }
+  *out = c;
+  return kOk;
+}
+
+void context_destroy(Context* ctx) {
+  if (!ctx) return;
+  cublasDestroy(ctx->blas);
+  cudaFree(ctx->workspace);
+  delete ctx;
+}
+
+namespace {
+
+struct Opts {
+  int precision = kPrecisionFp32;
+  int mv_max = kMaxMatvecTokens;
+};
+
+int read_opts(const MatmulOptions* o, Opts* out) {
+  *out = Opts{};
+  if (!o) return kOk;
+  if (o->size != 0 && o->size < sizeof(size_t)) return kErrArgument;
+  const size_t n = o->size == 0 ? sizeof(MatmulOptions) : o->size;
+  if (n >= offsetof(MatmulOptions, precision) + sizeof(int)) {
+    if (o->precision != kPrecisionFp32 && o->precision != kPrecisionBf16) return kErrArgument;
+    out->precision = o->precision;
+  }
+  if (n >= offsetof(MatmulOptions, matvec_max_tokens) + sizeof(int)) {
+    if (o->matvec_max_tokens < 0 || o->matvec_max_tokens > kMaxMatvecTokens) return kErrArgument;
+    if (o->matvec_max_tokens != 0) out->mv_max = o->matvec_max_tokens;
+  }
+  return kOk;
+}
+
+bool uses_matvec(const Opts& o, int n_tokens) {
+  return o.precision == kPrecisionFp32 && n_tokens <= o.mv_max;
+}
+
+int gemm(Context* ctx, uint32_t type, const void* w, int64_t ne0, int64_t ne1, const float* x,
+         int n_tokens, float* y, const Opts& o, cudaStream_t stream) {
+  const bool bf16 = o.precision == kPrecisionBf16;
+  const size_t elt = bf16 ? 2 : 4;
+  const size_t x_bytes = bf16 ? ((size_t(n_tokens) * size_t(ne0) * 2 + 255) & ~size_t(255)) : 0;
+  if (ctx->workspace_bytes < x_bytes + size_t(ne0) * elt) return kErrWorkspace;
+  const int64_t tile = std::min<int64_t>(ne1, int64_t((ctx->workspace_bytes - x_bytes) / (size_t(ne0) * elt)));
+  if (cublasSetStream(ctx->blas, stream) != CUBLAS_STATUS_SUCCESS) return kErrCublas;
+  auto* ws = static_cast<uint8_t*>(ctx->workspace);
+  const void* xb = x;
+  if (bf16) {
+    const int64_t n = int64_t(n_tokens) * ne0;
+    dev::to_bf16_kernel<<<dev::grid_for(n), 256, 0, stream>>>(x, n, reinterpret_cast<__nv_bfloat16*>(ws));
+    if (cudaGetLastError() != cudaSuccess) return kErrCuda;
+    xb = ws;
+  }
+  void* tbuf = ws + x_bytes;
+  const float one = 1.0f, zero = 0.0f;
+  const size_t rb = row_bytes(type, ne0);
+  for (int64_t r0 = 0; r0 < ne1; r0 += tile) {
+    const int64_t rows = std::min(tile, ne1 - r0);
+    const void* wr = static_cast<const uint8_t*>(w) + size_t(r0) * rb;
+    int st;
+    if (bf16) st = dev::dequant_launch(type, wr, ne0, rows, static_cast<__nv_bfloat16*>(tbuf), stream);
+    else st = dev::dequant_launch(type, wr, ne0, rows, static_cast<float*>(tbuf), stream);
+    if (st != kOk) return st;
+    // Column-major view: Y'(ne1 x n) = W'^T (rows x ne0) * X' (ne0 x n).
+    cublasStatus_t bs;
+    if (bf16) {
+      bs = cublasGemmEx(ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, int(rows), n_tokens, int(ne0), &one, tbuf,
+                        CUDA_R_16BF, int(ne0), xb, CUDA_R_16BF, int(ne0), &zero, y + r0, CUDA_R_32F,
+                        int(ne1), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    } else {
+      bs = cublasSgemm(ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, int(rows), n_tokens, int(ne0), &one,
+                       static_cast<const float*>(tbuf), int(ne0), x, int(ne0), &zero, y + r0, int(ne1));
+    }
+    if (bs != CUBLAS_STATUS_SUCCESS) return kErrCublas;
+  }
+  return kOk;
+}
+
+}  // namespace
+
+int matmul(Context* ctx, uint32_t type, const void* w, int64_t ne0, int64_t ne1, const float* x,
+           int n_tokens, float* y, const MatmulOptions* opts, cudaStream_t stream) {
+  if (const int st = check_shape(type, ne0, ne1); st != kOk) return st;
+  Opts o;
+  if (const int st = read_opts(opts, &o); st != kOk) return st;
+  if (!ctx || !w || !x || !y || n_tokens < 1) return kErrArgument;
+  if (uses_matvec(o, n_tokens)) return matvec(type, w, ne0, ne1, x, n_tokens, y, stream);
+  return gemm(ctx, type, w, ne0, ne1, x, n_tokens, y, o, stream);
+}
+
+int grouped_matmul(Context* ctx, uint32_t type, int64_t ne0, int64_t ne1,
+                   const ExpertProblem* problems, int n_problems, const float* x, float* y,
+                   int64_t n_rows, const MatmulOptions* opts, cudaStream_t stream) {
+  if (const int st = check_shape(type, ne0, ne1); st != kOk) return st;
+  Opts o;
+  if (const int st = read_opts(opts, &o); st != kOk) return st;
+  if (!ctx || !problems || n_problems <= 0 || !x || !y || n_rows <= 0) return kErrArgument;
+  for (int i = 0; i < n_problems; ++i) {
+    const ExpertProblem& p = problems[i];
+    if (!p.w || p.n_tokens < 1 || p.row < 0 || int64_t(p.row) + p.n_tokens > n_rows) return kErrArgument;
+  }
+  ExpertProblem small[kMaxGroupedProblems];
+  int n_small = 0;
+  for (int i = 0; i < n_problems; ++i) {
+    const ExpertProblem& p = problems[i];
+    if (uses_matvec(o, p.n_tokens)) {
+      small[n_small++] = p;
+      if (n_small == kMaxGroupedProblems) {
+        if (const int st = grouped_matvec(type, ne0, ne1, small, n_small, x, y, n_rows, stream); st != kOk)
+          return st;
+        n_small = 0;
+      }
+    } else {
+      const int st = gemm(ctx, type, p.w, ne0, ne1, x + size_t(p.row) * size_t(ne0), p.n_tokens,
+                          y + size_t(p.row) * size_t(ne1), o, stream);
+      if (st != kOk) return st;
+    }
+  }
+  if (n_small > 0) return grouped_matvec(type, ne0, ne1, small, n_small, x, y, n_rows, stream);
+  return kOk;
+}
+
+}  // namespace xpack::kernels

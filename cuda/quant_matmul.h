@@ -1,0 +1,172 @@
+// GPU matrix products over GGUF-quantized weights, as stored (no dequantized
+// copies kept), for the runtime's CUDA backend. Plain C++ over the CUDA runtime
+// API: include it from any C++ file; the kernels live in the .cu files beside it.
+//
+// Layout (ggml's): W has ne0 inputs (contiguous, a whole number of blocks) and
+// ne1 output rows, stored row after row in the type's block format;
+//   y[t][o] = sum_i W[o][i] * x[t][i],  x fp32 [n_tokens][ne0], y fp32 [n_tokens][ne1].
+// Activations are fp32 and every sum is accumulated in fp32 (doc/kernels.md has
+// the precision of each path and the measured speeds).
+//
+// Every function enqueues work on `stream` and returns without waiting for the
+// device; none synchronizes the host. A return of kOk means the work was
+// enqueued; errors of the launch itself are reported as kErrCuda (the CUDA error
+// stays readable through cudaGetLastError()'s sticky state only for sticky
+// errors). No exception leaves these functions.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace xpack::kernels {
+
+enum Status : int {
+  kOk = 0,
+  kErrType = -1,       // weight type not supported by these kernels
+  kErrShape = -2,      // ne0/ne1 <= 0, ne0 not a whole number of blocks, sizes too large
+  kErrArgument = -3,   // null pointer, n_tokens out of range, bad option or problem list
+  kErrAlignment = -4,  // w, x not 16-byte aligned (y: 4-byte)
+  kErrCuda = -5,       // a CUDA call or launch failed
+  kErrCublas = -6,     // cuBLAS refused or failed
+  kErrWorkspace = -7,  // the context's workspace cannot hold one dequantized row
+};
+
+// A short name for a status ("ok", "unsupported type", ...); never null.
+// Thread safety: safe from any thread.
+const char* status_name(int status);
+
+// ggml type ids (the same values as xpack.h's XPACK_TYPE_*).
+enum WeightType : uint32_t {
+  kF32 = 0,
+  kF16 = 1,
+  kQ8_0 = 8,
+  kQ2_K = 10,
+  kQ3_K = 11,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
+  kBF16 = 30,
+  kMXFP4 = 39,
+};
+
+// Elements and bytes of one block of `type`; 0 when these kernels do not support it.
+// Thread safety: safe from any thread.
+int block_elems(uint32_t type);
+int block_bytes(uint32_t type);
+
+// Bytes of one row of ne0 elements; 0 when unsupported or ne0 is not a positive
+// whole number of blocks. Thread safety: safe from any thread.
+size_t row_bytes(uint32_t type, int64_t ne0);
+
+// Most tokens the matrix-vector kernels take in one launch (decode).
+constexpr int kMaxMatvecTokens = 8;
+
+// Decode: y = W x for 1..8 tokens; every weight is read once for all tokens.
+// w and x must be 16-byte aligned, y 4-byte aligned; x and y must not overlap.
+// Thread safety: safe from any thread (it only enqueues on `stream`).
+int matvec(uint32_t type, const void* w, int64_t ne0, int64_t ne1, const float* x, int n_tokens,
+           float* y, cudaStream_t stream);
+
+// One expert's share of a grouped product: weights `w` (ne0 x ne1 of the
+// launch's type) applied to rows [row, row + n_tokens) of the packed input X
+// [n_rows][ne0], written to the same rows of the packed output Y [n_rows][ne1].
+// The rows of different problems must not overlap.
+struct ExpertProblem {
+  const void* w;
+  int32_t row;
+  int32_t n_tokens;
+};
+
+// Most problems one grouped launch takes (Kimi-K3's top-16 for 8 tokens).
+constexpr int kMaxGroupedProblems = 128;
+
+// Decode over several experts of one layer in ONE kernel launch: every problem
+// has 1..8 tokens, `problems` is a HOST array of n_problems (<= 128; it travels
+// as the kernel's parameter, so no device copy of it is needed). Each output row
+// is bit-identical to matvec() of its problem alone.
+// Thread safety: safe from any thread.
+int grouped_matvec(uint32_t type, int64_t ne0, int64_t ne1, const ExpertProblem* problems,
+                   int n_problems, const float* x, float* y, int64_t n_rows, cudaStream_t stream);
+
+// Dequantizes n_rows rows of W into fp32 out [n_rows][ne0], bit-identical to
+// ggml's CPU decoders (examples/xpack-run/dequant.cpp). Used by matmul's tiles.
+// Thread safety: safe from any thread.
+int dequantize_rows(uint32_t type, const void* w, int64_t ne0, int64_t n_rows, float* out,
+                    cudaStream_t stream);
+
+// ---- prefill: matrix-matrix -------------------------------------------------
+
+enum Precision : int {
+  // Weights dequantized exactly to fp32 tiles, cuBLAS SGEMM with TF32 off.
+  kPrecisionFp32 = 0,
+  // Weights and x rounded to bf16, tensor cores, fp32 accumulation: per product
+  // a relative error up to 2^-8, so |y - exact| <= 4e-3 * sum|w*x| (tested).
+  kPrecisionBf16 = 1,
+};
+
+struct MatmulOptions {
+  size_t size;          // sizeof(MatmulOptions); a zero-filled struct means the defaults
+  int precision;        // Precision; 0 = kPrecisionFp32
+  int matvec_max_tokens;  // up to this many tokens use matvec (fp32 only); 0 = 8
+};
+
+// Owns a cuBLAS handle and a device workspace for the dequantized tiles.
+struct Context;
+
+// workspace_bytes: 0 = 64 MiB. Allocates with cudaMalloc (once, here).
+// Thread safety: safe from any thread; the new context belongs to its caller.
+int context_create(Context** out, size_t workspace_bytes);
+// Waits for nothing: the caller must have finished (or ordered before a
+// cudaFree-safe point) every product enqueued with it. destroy(nullptr) is a no-op.
+// Thread safety: not with other calls on the same context.
+void context_destroy(Context* ctx);
+
+// y = W x for any n_tokens >= 1: up to opts->matvec_max_tokens tokens in fp32
+// through matvec(), otherwise tiles of W dequantized into the workspace and
+// multiplied by cuBLAS. opts may be null (defaults).
+// Thread safety: one thread at a time per context, and every call with one
+// context on ONE stream (the workspace is reused in that stream's order).
+int matmul(Context* ctx, uint32_t type, const void* w, int64_t ne0, int64_t ne1, const float* x,
+           int n_tokens, float* y, const MatmulOptions* opts, cudaStream_t stream);
+
+// Several experts of one layer: problems with at most matvec_max_tokens tokens
+// (fp32) go through ONE grouped_matvec launch (in chunks of 128), the others
+// through matmul() each. Each output row equals matmul() of its problem alone,
+// bit for bit. `problems` is a host array.
+// Thread safety: as matmul().
+int grouped_matmul(Context* ctx, uint32_t type, int64_t ne0, int64_t ne1,
+                   const ExpertProblem* problems, int n_problems, const float* x, float* y,
+                   int64_t n_rows, const MatmulOptions* opts, cudaStream_t stream);
+
+// ---- the pieces of a routed-experts dispatcher --------------------------------
+
+// dst[r] = src[rows[r]] for r < n_rows (rows of ne0 floats); rows is a DEVICE array.
+// Thread safety: safe from any thread.
+int gather_rows(const float* src, int64_t ne0, const int32_t* rows, int64_t n_rows, float* dst,
+                cudaStream_t stream);
+
+// out[i] = silu(gate[i]) * up[i]; out may alias gate or up.
+// Thread safety: safe from any thread.
+int silu_mul(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream);
+
+// DeepSeek-V4's clamped SwiGLU: with limit > 1e-6, g = min(gate, limit),
+// u = clamp(up, -limit, limit); out = silu(g) * u (limit <= 1e-6: no clamping).
+// Thread safety: safe from any thread.
+int clamped_swiglu(const float* gate, const float* up, int64_t n, float limit, float* out,
+                   cudaStream_t stream);
+
+// Kimi-K3's situ: beta*tanh(g/beta)*sigmoid(g) * (linear_beta > 0 ?
+// linear_beta*tanh(u/linear_beta) : u). Thread safety: safe from any thread.
+int situ_mul(const float* gate, const float* up, int64_t n, float beta, float linear_beta,
+             float* out, cudaStream_t stream);
+
+// Weighted combine of expert outputs, in a fixed order (deterministic, no atomics):
+//   out[t][i] (+)= sum_{j<k} weights[t*k + j] * y[rows[t*k + j]][i]
+// for t < n_tokens; rows[] < 0 are skipped. rows and weights are DEVICE arrays;
+// accumulate = false overwrites out. Thread safety: safe from any thread.
+int combine_rows(const float* y, int64_t ne0, const int32_t* rows, const float* weights,
+                 int64_t n_tokens, int k, bool accumulate, float* out, cudaStream_t stream);
+
+}  // namespace xpack::kernels

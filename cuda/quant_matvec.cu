@@ -1,0 +1,789 @@
+// Decode kernels: y = W x for 1..8 tokens over GGUF blocks as stored, one
+// launch for one matrix or for a whole group of experts.
+//
+// Shape of the work: a group of `tpr` threads (32, 64 or 128, chosen from the row
+// length) owns R consecutive rows; its threads walk the rows' "units" (a block, or
+// the part of a block whose quant bytes belong together) with stride tpr, so the
+// threads of a warp read neighbouring bytes. Each unit's bytes are loaded into
+// registers once and used for all R rows' x and all tokens: x is read once per R
+// rows (R = 4 for one token, 2 otherwise) and every weight once per launch.
+// Integer quants become exact floats by placing them in the mantissa of 2^23
+// (byte permute + one FADD); the per-sub-block scales are applied to the sub-block
+// sums, not to every weight. Partial sums are reduced by warp shuffles and, for
+// groups of several warps, through shared memory in a fixed order, so results do
+// not depend on the launch's other rows or problems.
+#include <algorithm>
+#include <atomic>
+#include <type_traits>
+
+#include "quant_blocks.cuh"
+#include "quant_matmul.h"
+
+namespace xpack::kernels {
+namespace dev {
+
+struct GroupParams {
+  int n;
+  const uint8_t* w[kMaxGroupedProblems];
+  int32_t row[kMaxGroupedProblems];
+  int32_t ntok[kMaxGroupedProblems];
+};
+
+// x is read from shared memory (staged) or from global memory: a plain load,
+// which the compiler turns into LDS or LDG as the pointer's origin says.
+__device__ __forceinline__ float4 ldx(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ uint4 ld128(const uint8_t* p) {
+  return __ldg(reinterpret_cast<const uint4*>(p));
+}
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t s) {
+  // PTX's generic mode: a set msb in a selector nibble replicates the selected
+  // byte's sign (the MXFP4 decoder builds its sign mask with it).
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(s));
+  return r;
+}
+
+// Four exact floats byte_k(v) - bias.
+__device__ __forceinline__ void unpack4(uint32_t v, float bias, float (&f)[4]) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k) f[k] = magic_byte(v, k) - (kMagic + bias);
+}
+__device__ __forceinline__ float dot4(const float (&f)[4], const float4& x, float s) {
+  s = fmaf(f[0], x.x, s);
+  s = fmaf(f[1], x.y, s);
+  s = fmaf(f[2], x.z, s);
+  return fmaf(f[3], x.w, s);
+}
+__device__ __forceinline__ float sum4(const float4& x) { return (x.x + x.y) + (x.z + x.w); }
+
+// Byte idx (run-time, < 12) of 12 bytes held in 3 words, without indexing a
+// register array at run time (which would put it in local memory).
+__device__ __forceinline__ int byte12(const uint32_t (&s)[3], int idx) {
+  const int w = idx >> 2;
+  const uint32_t word = w == 0 ? s[0] : (w == 1 ? s[1] : s[2]);
+  return int((word >> (8 * (idx & 3))) & 0xFFu);
+}
+
+template <int NT, int R>
+using Acc = float[R][NT];
+
+// ---- float types ------------------------------------------------------------
+
+struct TF32 {  // 8 elements (32 bytes) per unit; ne0 % 8 == 0, 16-byte aligned rows
+  static constexpr int kUnit = 8;
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
+    float4 w[R][2];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float* p = reinterpret_cast<const float*>(rp[r]) + 8 * u;
+      w[r][0] = ldx(p);
+      w[r][1] = ldx(p + 4);
+    }
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const float4 xv = ldx(xp[t] + xs * u + 4 * k);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const float f[4] = {w[r][k].x, w[r][k].y, w[r][k].z, w[r][k].w};
+          acc[r][t] = dot4(f, xv, acc[r][t]);
+        }
+      }
+    }
+  }
+};
+
+template <bool kBf16>
+struct THalf {  // F16 or BF16, 8 elements (16 bytes) per unit
+  static constexpr int kUnit = 8;
+  __device__ static void to_f(uint32_t w, float& a, float& b) {
+    if (kBf16) {
+      a = __uint_as_float(w << 16);
+      b = __uint_as_float(w & 0xFFFF0000u);
+    } else {
+      const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&w));
+      a = v.x;
+      b = v.y;
+    }
+  }
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
+    float w[R][8];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint4 q = ld128(rp[r] + 16 * size_t(u));
+      to_f(q.x, w[r][0], w[r][1]);
+      to_f(q.y, w[r][2], w[r][3]);
+      to_f(q.z, w[r][4], w[r][5]);
+      to_f(q.w, w[r][6], w[r][7]);
+    }
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const float4 xv = ldx(xp[t] + xs * u + 4 * k);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const float f[4] = {w[r][4 * k], w[r][4 * k + 1], w[r][4 * k + 2], w[r][4 * k + 3]};
+          acc[r][t] = dot4(f, xv, acc[r][t]);
+        }
+      }
+    }
+  }
+};
+
+// One element per unit: float types whose rows are not whole 16-byte vectors.
+template <uint32_t kType>
+struct TScalar {
+  static constexpr int kUnit = 1;
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
+    constexpr int kBytes = kType == 0 ? 4 : 2;
+    float w[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* p = rp[r] + size_t(u) * kBytes;
+      if (kType == 0) w[r] = __uint_as_float(ld32(p));
+      else if (kType == 1) w[r] = h2f(ld16(p));
+      else w[r] = __uint_as_float(ld16(p) << 16);
+    }
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const float xv = xp[t][xs * u];
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r][t] = fmaf(w[r], xv, acc[r][t]);
+    }
+  }
+};
+
+// ---- Q8_0: one 34-byte block per unit ------------------------------------------
+
+struct TQ8_0 {
+  static constexpr int kUnit = 32;
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
+    uint32_t q[R][8];
+    float d[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* b = rp[r] + size_t(u) * 34;
+      d[r] = h2f(ld16(b));
+      ldwords<8>(b + 2, q[r]);
+    }
+    float s1[R][NT] = {};
+    const int e = xs * u;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      float4 xv[NT];
+#pragma unroll
+      for (int t = 0; t < NT; ++t) xv[t] = ldx(xp[t] + e + 4 * k);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float f[4];
+        unpack4(q[r][k] ^ 0x80808080u, 128.0f, f);  // int8 -> unsigned byte + 128
+#pragma unroll
+        for (int t = 0; t < NT; ++t) s1[r][t] = dot4(f, xv[t], s1[r][t]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int t = 0; t < NT; ++t) acc[r][t] = fmaf(d[r], s1[r][t], acc[r][t]);
+  }
+};
+
+// ---- MXFP4: one 17-byte block per unit -------------------------------------------
+
+struct TMXFP4 {
+  static constexpr int kUnit = 32;
+  // Eight codes of a 32-bit word w (nibbles of bytes 4k..4k+3) as exact floats
+  // kvalue(code), in the order (4k, 4k+16, 4k+1, 4k+17, 4k+2, 4k+18, 4k+3, 4k+19).
+  // kvalue + 12 (0..24) comes from two byte tables by the code's low 3 bits (one
+  // for each sign); the sign bits pick between them.
+  __device__ static void decode(uint32_t w, float (&f)[8]) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const uint32_t ww = half ? (w >> 16) : w;
+      const uint32_t sel = ww & 0x7777u;
+      const uint32_t pos = prmt(0x0F0E0D0Cu, 0x18141210u, sel);  // 12 + {0,1,2,3,4,6,8,12}
+      const uint32_t neg = prmt(0x090A0B0Cu, 0x00040608u, sel);  // 12 - {0,1,2,3,4,6,8,12}
+      // 0xFF where the code is negative, 0x80 elsewhere (values are < 0x80).
+      const uint32_t m = prmt(0x80808080u, 0u, (ww & 0x8888u) | 0x3210u);
+      const uint32_t v = (neg & m) | (pos & ~m);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) f[4 * half + k] = magic_byte(v, k) - (kMagic + 12.0f);
+    }
+  }
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
+    uint32_t q[R][4];
+    float sc[R];
+    bool big[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* b = rp[r] + size_t(u) * 17;
+      const uint32_t e = byte_at(b);
+      sc[r] = e8m0_half(e);
+      // From e = 253 on, kvalue * 2^(e-128) can overflow to inf, as on the CPU;
+      // only there the weights are formed one by one to give the CPU's inf/NaN.
+      big[r] = e >= 253;
+      ldwords<4>(b + 1, q[r]);
+    }
+    float s1[R][NT] = {};
+    const int e0 = xs * u;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      float4 xl[NT], xh[NT];
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        xl[t] = ldx(xp[t] + e0 + 4 * k);
+        xh[t] = ldx(xp[t] + e0 + 16 + 4 * k);
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float f[8];
+        decode(q[r][k], f);
+        if (big[r]) {
+#pragma unroll
+          for (int i = 0; i < 8; ++i) f[i] = __fmul_rn(f[i], sc[r]);
+        }
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          float s = s1[r][t];
+          s = fmaf(f[0], xl[t].x, s);
+          s = fmaf(f[1], xh[t].x, s);
+          s = fmaf(f[2], xl[t].y, s);
+          s = fmaf(f[3], xh[t].y, s);
+          s = fmaf(f[4], xl[t].z, s);
+          s = fmaf(f[5], xh[t].z, s);
+          s = fmaf(f[6], xl[t].w, s);
+          s1[r][t] = fmaf(f[7], xh[t].w, s);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+        acc[r][t] = big[r] ? acc[r][t] + s1[r][t] : fmaf(sc[r], s1[r][t], acc[r][t]);
+  }
+};
+
+// ---- Q2_K: half a 84-byte block (128 elements) per unit ------------------------------
+
+struct TQ2_K {
+  static constexpr int kUnit = 128;
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
+    const int blk = u >> 1, h = u & 1;
+    uint32_t sc[R][2], q[R][8];
+    float d[R], dm[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* b = rp[r] + size_t(blk) * 84;  // 4-byte aligned
+      sc[r][0] = ld32(b + 8 * h);
+      sc[r][1] = ld32(b + 8 * h + 4);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) q[r][i] = ld32(b + 16 + 32 * h + 4 * i);
+      const uint32_t dd = ld32(b + 80);
+      d[r] = h2f(dd);
+      dm[r] = h2f(dd >> 16);
+    }
+    const int e0 = xs * u;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+#pragma unroll
+      for (int g = 0; g < 4; ++g) {
+        const int e = e0 + 32 * g + 16 * half;
+        float s1[R][NT] = {}, sx[NT] = {};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          float4 xv[NT];
+#pragma unroll
+          for (int t = 0; t < NT; ++t) {
+            xv[t] = ldx(xp[t] + e + 4 * k);
+            sx[t] += sum4(xv[t]);
+          }
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            float f[4];
+            unpack4((q[r][4 * half + k] >> (2 * g)) & 0x03030303u, 0.0f, f);
+#pragma unroll
+            for (int t = 0; t < NT; ++t) s1[r][t] = dot4(f, xv[t], s1[r][t]);
+          }
+        }
+        const int sb = 2 * g + half;  // scale byte within this half block
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const uint32_t s = (sc[r][sb >> 2] >> (8 * (sb & 3))) & 0xFFu;
+          const float dl = d[r] * float(s & 0xF);
+          const float ml = dm[r] * float(s >> 4);
+#pragma unroll
+          for (int t = 0; t < NT; ++t) acc[r][t] = fmaf(-ml, sx[t], fmaf(dl, s1[r][t], acc[r][t]));
+        }
+      }
+    }
+  }
+};
+
+// ---- Q3_K: half a 110-byte block per unit ------------------------------------------
+
+struct TQ3_K {
+  static constexpr int kUnit = 128;
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
+    const int blk = u >> 1, h = u & 1;
+    uint32_t hm[R][8], q[R][8], sc[R][3];
+    float d[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* b = rp[r] + size_t(blk) * 110;  // 2-byte aligned
+      ldwords<8>(b, hm[r]);
+      ldwords<8>(b + 32 + 32 * h, q[r]);
+      ldwords<3>(b + 96, sc[r]);
+      d[r] = h2f(ld16(b + 108));
+    }
+    const int e0 = xs * u;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+#pragma unroll
+      for (int g = 0; g < 4; ++g) {
+        const int e = e0 + 32 * g + 16 * half;
+        const int hbit = 4 * h + g;
+        float s1[R][NT] = {};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          float4 xv[NT];
+#pragma unroll
+          for (int t = 0; t < NT; ++t) xv[t] = ldx(xp[t] + e + 4 * k);
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const uint32_t low = (q[r][4 * half + k] >> (2 * g)) & 0x03030303u;
+            const uint32_t hb = (hm[r][4 * half + k] >> hbit) & 0x01010101u;
+            float f[4];
+            unpack4(low | (hb << 2), 4.0f, f);  // low - (hb ? 0 : 4)
+#pragma unroll
+            for (int t = 0; t < NT; ++t) s1[r][t] = dot4(f, xv[t], s1[r][t]);
+          }
+        }
+        // Sub-block j = 8h + sb: its low 4 scale bits are byte sb's nibble h, the
+        // high 2 bits are in byte 8 + (j & 3) at shift 2 * (j >> 2).
+        const int sb = 2 * g + half;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const int lo4 = (byte12(sc[r], sb) >> (4 * h)) & 0xF;
+          const int hi2 = (byte12(sc[r], 8 + (sb & 3)) >> (2 * (2 * h + (sb >> 2)))) & 3;
+          const float dl = d[r] * float((lo4 | (hi2 << 4)) - 32);
+#pragma unroll
+          for (int t = 0; t < NT; ++t) acc[r][t] = fmaf(dl, s1[r][t], acc[r][t]);
+        }
+      }
+    }
+  }
+};
+
+// ---- Q4_K / Q5_K: a quarter of the block (two 32-element sub-blocks) per unit ---------
+
+template <bool kQ5>
+struct TQ45_K {
+  static constexpr int kUnit = 64;
+  static constexpr int kBlock = kQ5 ? 176 : 144;  // both multiples of 16
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
+    const int blk = u >> 2, p = u & 3;
+    uint32_t q[R][8], qh[R][8], sc[R][3];
+    float d[R], dm[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* b = rp[r] + size_t(blk) * kBlock;
+      const uint4 a = ld128(b);  // d, dmin, scales[12]
+      d[r] = h2f(a.x);
+      dm[r] = h2f(a.x >> 16);
+      sc[r][0] = a.y;
+      sc[r][1] = a.z;
+      sc[r][2] = a.w;
+      const uint8_t* qs = b + (kQ5 ? 48 : 16) + 32 * p;
+      const uint4 q0 = ld128(qs), q1 = ld128(qs + 16);
+      q[r][0] = q0.x; q[r][1] = q0.y; q[r][2] = q0.z; q[r][3] = q0.w;
+      q[r][4] = q1.x; q[r][5] = q1.y; q[r][6] = q1.z; q[r][7] = q1.w;
+      if (kQ5) {
+        const uint4 h0 = ld128(b + 16), h1 = ld128(b + 32);
+        qh[r][0] = h0.x; qh[r][1] = h0.y; qh[r][2] = h0.z; qh[r][3] = h0.w;
+        qh[r][4] = h1.x; qh[r][5] = h1.y; qh[r][6] = h1.z; qh[r][7] = h1.w;
+      }
+    }
+#pragma unroll
+    for (int nib = 0; nib < 2; ++nib) {
+      const int j = 2 * p + nib;
+      const int e = xs * u + 32 * nib;
+      float s1[R][NT] = {}, sx[NT] = {};
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        float4 xv[NT];
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          xv[t] = ldx(xp[t] + e + 4 * k);
+          sx[t] += sum4(xv[t]);
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          uint32_t v = (q[r][k] >> (4 * nib)) & 0x0F0F0F0Fu;
+          if (kQ5) v |= ((qh[r][k] >> j) & 0x01010101u) << 4;
+          float f[4];
+          unpack4(v, 0.0f, f);
+#pragma unroll
+          for (int t = 0; t < NT; ++t) s1[r][t] = dot4(f, xv[t], s1[r][t]);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        int s, m;
+        if (j < 4) {
+          s = byte12(sc[r], j) & 63;
+          m = byte12(sc[r], j + 4) & 63;
+        } else {
+          s = (byte12(sc[r], j + 4) & 0xF) | ((byte12(sc[r], j - 4) >> 6) << 4);
+          m = (byte12(sc[r], j + 4) >> 4) | ((byte12(sc[r], j) >> 6) << 4);
+        }
+        const float dl = d[r] * float(s);
+        const float ml = dm[r] * float(m);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) acc[r][t] = fmaf(-ml, sx[t], fmaf(dl, s1[r][t], acc[r][t]));
+      }
+    }
+  }
+};
+
+// ---- Q6_K: half a 210-byte block per unit -----------------------------------------
+
+struct TQ6_K {
+  static constexpr int kUnit = 128;
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
+    const int blk = u >> 1, h = u & 1;
+    uint32_t ql[R][16], qh[R][8], sc[R][2];
+    float d[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* b = rp[r] + size_t(blk) * 210;  // 2-byte aligned
+      ldwords<16>(b + 64 * h, ql[r]);
+      ldwords<8>(b + 128 + 32 * h, qh[r]);
+      ldwords<2>(b + 192 + 8 * h, sc[r]);
+      d[r] = h2f(ld16(b + 208));
+    }
+    const int e0 = xs * u;
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int e = e0 + 32 * g + 16 * half;
+        float s1[R][NT] = {};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          float4 xv[NT];
+#pragma unroll
+          for (int t = 0; t < NT; ++t) xv[t] = ldx(xp[t] + e + 4 * k);
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const uint32_t lo = (ql[r][8 * (g & 1) + 4 * half + k] >> (g < 2 ? 0 : 4)) & 0x0F0F0F0Fu;
+            const uint32_t hi = (qh[r][4 * half + k] >> (2 * g)) & 0x03030303u;
+            float f[4];
+            unpack4(lo | (hi << 4), 32.0f, f);
+#pragma unroll
+            for (int t = 0; t < NT; ++t) s1[r][t] = dot4(f, xv[t], s1[r][t]);
+          }
+        }
+        const int sb = 2 * g + half;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const int8_t s = int8_t((sc[r][sb >> 2] >> (8 * (sb & 3))) & 0xFFu);
+          const float dsc = d[r] * float(s);
+#pragma unroll
+          for (int t = 0; t < NT; ++t) acc[r][t] = fmaf(dsc, s1[r][t], acc[r][t]);
+        }
+      }
+    }
+  }
+};
+
+// ---- the kernel ----------------------------------------------------------------------
+
+constexpr int kThreads = 256;
+// x staged in shared memory when it fits: the threads of a warp read x at a
+// stride of one unit, which from L1 costs one cache-line wavefront per thread
+// (the measured bottleneck); in shared memory each unit's x is padded by 4
+// floats, so 8 consecutive threads' 16-byte reads hit 8 different bank groups.
+constexpr size_t kMaxSmemX = 200 * 1024;
+
+template <class Ty, int NT, int R, bool kSmemX>
+__global__ void __launch_bounds__(kThreads) matvec_kernel(const GroupParams gp, int ne0, int ne1,
+                                                          size_t row_bytes, const float* __restrict__ x,
+                                                          float* __restrict__ y, int tpr_log2) {
+  extern __shared__ float4 xsm4[];
+  constexpr int kU = Ty::kUnit;
+  const int p = blockIdx.y;
+  const uint8_t* W = gp.w[p];
+  const int row0 = gp.row[p];
+  const int nt = gp.ntok[p];
+  const int tpr = 1 << tpr_log2;
+  const int grp = threadIdx.x >> tpr_log2;
+  const int lane = threadIdx.x & (tpr - 1);
+  const int units = ne0 / kU;
+
+  const float* xp[NT];
+  int xs;
+  if constexpr (kSmemX) {
+    constexpr int kXs = kU + 4;
+    float* xsm = reinterpret_cast<float*>(xsm4);
+    const int quads = ne0 / 4;
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const float4* src = reinterpret_cast<const float4*>(x + size_t(row0 + min(t, nt - 1)) * size_t(ne0));
+      float* dst = xsm + size_t(t) * size_t(units) * kXs;
+      for (int i = threadIdx.x; i < quads; i += kThreads) {
+        const int e = 4 * i;
+        *reinterpret_cast<float4*>(dst + (e / kU) * kXs + e % kU) = __ldg(src + i);
+      }
+      xp[t] = dst;
+    }
+    xs = kXs;
+    __syncthreads();
+  } else {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) xp[t] = x + size_t(row0 + min(t, nt - 1)) * size_t(ne0);
+    xs = kU;
+  }
+
+  const int groups = kThreads >> tpr_log2;
+  const int row_groups = (ne1 + R - 1) / R;
+  // Blocks loop over groups of rows, so a grid sized to the machine stages x once per block.
+  for (int rg0 = blockIdx.x * groups; rg0 < row_groups; rg0 += gridDim.x * groups) {
+    const int o0 = (rg0 + grp) * R;
+    const uint8_t* rp[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) rp[r] = W + size_t(min(o0 + r, ne1 - 1)) * row_bytes;
+
+    float acc[R][NT];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
+
+    for (int u = lane; u < units; u += tpr) Ty::template run<NT, R>(rp, u, xp, acc, xs);
+
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) acc[r][t] += __shfl_xor_sync(0xFFFFFFFFu, acc[r][t], off);
+
+    if (tpr > 32) {
+      __shared__ float red[kThreads / 32][R][NT];
+      const int warp = threadIdx.x >> 5;
+      if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int t = 0; t < NT; ++t) red[warp][r][t] = acc[r][t];
+      }
+      __syncthreads();
+      if (lane == 0) {
+        const int nw = tpr >> 5;
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int t = 0; t < NT; ++t) {
+            float s = red[warp][r][t];
+            for (int i = 1; i < nw; ++i) s += red[warp + i][r][t];
+            acc[r][t] = s;
+          }
+      }
+      __syncthreads();  // red is reused by the next group of rows
+    }
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int o = o0 + r;
+        if (o >= ne1) continue;
+#pragma unroll
+        for (int t = 0; t < NT; ++t)
+          if (t < nt) y[size_t(row0 + t) * size_t(ne1) + o] = acc[r][t];
+      }
+    }
+  }
+}
+
+// Multiprocessors of the current device, cached per device.
+inline int sm_count() {
+  static std::atomic<int> cache[64];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+  int n = cache[dev].load(std::memory_order_relaxed);
+  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess)
+    cache[dev].store(n, std::memory_order_relaxed);
+  return n;
+}
+
+template <class Ty, int NT>
+cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
+                      cudaStream_t stream) {
+  // Four rows per group for one token (x reused 4 times), two otherwise; Q6_K's
+  // larger units keep two (four would halve the resident warps for registers).
+  constexpr int R = (NT == 1 && !std::is_same_v<Ty, TQ6_K>) ? 4 : 2;
+  const int units = ne0 / Ty::kUnit;
+  // A row gets as many threads as it has units, up to 128.
+  const int tpr_log2 = units >= 128 ? 7 : (units >= 64 ? 6 : 5);
+  const int rows_per_block = (kThreads >> tpr_log2) * R;
+  const int blocks = (ne1 + rows_per_block - 1) / rows_per_block;
+  // Quantized types only: with 8-element units the float types' x reads were
+  // already cheap from L1 (f16 at n=1: 77 % of the copy bandwidth from global x,
+  // 47 % from shared memory, H200 2026-12-01).
+  constexpr bool kFloat = std::is_same_v<Ty, TF32> || std::is_same_v<Ty, THalf<false>> ||
+                          std::is_same_v<Ty, THalf<true>>;
+  if constexpr (Ty::kUnit % 4 == 0 && !kFloat) {
+    const size_t smem = size_t(NT) * size_t(units) * (Ty::kUnit + 4) * sizeof(float);
+    if (smem <= kMaxSmemX) {
+      auto* k = matvec_kernel<Ty, NT, R, true>;
+      static const bool attr_ok =
+          cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmemX)) == cudaSuccess;
+      // Occupancy for this shared-memory size, cached (the query is not free per launch).
+      static std::atomic<uint64_t> occ{0};
+      const uint64_t c = occ.load(std::memory_order_relaxed);
+      int per_sm = (c >> 8) == smem ? int(c & 0xFF) : 0;
+      if (per_sm == 0 && attr_ok &&
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, kThreads, smem) == cudaSuccess)
+        occ.store((uint64_t(smem) << 8) | uint64_t(per_sm & 0xFF), std::memory_order_relaxed);
+      const int sms = sm_count();
+      if (attr_ok && per_sm > 0 && sms > 0) {
+        const dim3 grid(unsigned(std::min(blocks, sms * per_sm)), unsigned(gp.n));
+        k<<<grid, kThreads, smem, stream>>>(gp, ne0, ne1, rb, x, y, tpr_log2);
+        return cudaGetLastError();
+      }
+      (void)cudaGetLastError();  // fall back to x from global memory
+    }
+  }
+  const dim3 grid(unsigned(blocks), unsigned(gp.n));
+  matvec_kernel<Ty, NT, R, false><<<grid, kThreads, 0, stream>>>(gp, ne0, ne1, rb, x, y, tpr_log2);
+  return cudaGetLastError();
+}
+
+template <class Ty>
+cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x,
+                        float* y, cudaStream_t stream) {
+  // Rounded up to 1, 2, 4, 8: a problem with fewer tokens skips the extra ones.
+  if (nt_max <= 1) return launch_nt<Ty, 1>(gp, ne0, ne1, rb, x, y, stream);
+  if (nt_max <= 2) return launch_nt<Ty, 2>(gp, ne0, ne1, rb, x, y, stream);
+  if (nt_max <= 4) return launch_nt<Ty, 4>(gp, ne0, ne1, rb, x, y, stream);
+  return launch_nt<Ty, 8>(gp, ne0, ne1, rb, x, y, stream);
+}
+
+}  // namespace dev
+
+namespace {
+
+bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
+
+int check_shape(uint32_t type, int64_t ne0, int64_t ne1) {
+  if (block_elems(type) == 0) return kErrType;
+  if (ne0 <= 0 || ne1 <= 0 || ne0 % block_elems(type) != 0) return kErrShape;
+  if (ne0 > (int64_t(1) << 30) || ne1 > (int64_t(1) << 30)) return kErrShape;
+  return kOk;
+}
+
+// Float types take the 16-byte vector path when every row is whole vectors.
+bool vector_rows(uint32_t type, int64_t ne0, const dev::GroupParams& gp) {
+  if (ne0 % 8 != 0) return false;
+  for (int i = 0; i < gp.n; ++i)
+    if (!aligned(gp.w[i], 16)) return false;
+  (void)type;
+  return true;
+}
+
+int launch(uint32_t type, int64_t ne0, int64_t ne1, const dev::GroupParams& gp, int nt_max,
+           const float* x, float* y, cudaStream_t s) {
+  using namespace dev;
+  const int n0 = int(ne0), n1 = int(ne1);
+  const size_t rb = row_bytes(type, ne0);
+  cudaError_t e = cudaSuccess;
+  const bool vec = vector_rows(type, ne0, gp) && aligned(x, 16);
+  switch (type) {
+    case kF32:
+      e = vec ? launch_type<TF32>(nt_max, gp, n0, n1, rb, x, y, s)
+              : launch_type<TScalar<kF32>>(nt_max, gp, n0, n1, rb, x, y, s);
+      break;
+    case kF16:
+      e = vec ? launch_type<THalf<false>>(nt_max, gp, n0, n1, rb, x, y, s)
+              : launch_type<TScalar<kF16>>(nt_max, gp, n0, n1, rb, x, y, s);
+      break;
+    case kBF16:
+      e = vec ? launch_type<THalf<true>>(nt_max, gp, n0, n1, rb, x, y, s)
+              : launch_type<TScalar<kBF16>>(nt_max, gp, n0, n1, rb, x, y, s);
+      break;
+    case kQ8_0: e = launch_type<TQ8_0>(nt_max, gp, n0, n1, rb, x, y, s); break;
+    case kMXFP4: e = launch_type<TMXFP4>(nt_max, gp, n0, n1, rb, x, y, s); break;
+    case kQ2_K: e = launch_type<TQ2_K>(nt_max, gp, n0, n1, rb, x, y, s); break;
+    case kQ3_K: e = launch_type<TQ3_K>(nt_max, gp, n0, n1, rb, x, y, s); break;
+    case kQ4_K: e = launch_type<TQ45_K<false>>(nt_max, gp, n0, n1, rb, x, y, s); break;
+    case kQ5_K: e = launch_type<TQ45_K<true>>(nt_max, gp, n0, n1, rb, x, y, s); break;
+    case kQ6_K: e = launch_type<TQ6_K>(nt_max, gp, n0, n1, rb, x, y, s); break;
+    default: return kErrType;
+  }
+  return e == cudaSuccess ? kOk : kErrCuda;
+}
+
+bool is_float_type(uint32_t t) { return t == kF32 || t == kF16 || t == kBF16; }
+
+// Quantized rows need 16-byte aligned weights (the Q4_K/Q5_K loads are 16 bytes
+// wide and every block's fields are found from the row start); float types may
+// take the scalar path, which needs element alignment only.
+bool weight_aligned(uint32_t type, const void* w) {
+  if (!is_float_type(type)) return aligned(w, 16);
+  return aligned(w, type == kF32 ? 4 : 2);
+}
+
+}  // namespace
+
+int matvec(uint32_t type, const void* w, int64_t ne0, int64_t ne1, const float* x, int n_tokens,
+           float* y, cudaStream_t stream) {
+  ExpertProblem p{w, 0, n_tokens};
+  return grouped_matvec(type, ne0, ne1, &p, 1, x, y, n_tokens, stream);
+}
+
+int grouped_matvec(uint32_t type, int64_t ne0, int64_t ne1, const ExpertProblem* problems,
+                   int n_problems, const float* x, float* y, int64_t n_rows, cudaStream_t stream) {
+  if (const int st = check_shape(type, ne0, ne1); st != kOk) return st;
+  if (!problems || n_problems <= 0 || n_problems > kMaxGroupedProblems || !x || !y || n_rows <= 0)
+    return kErrArgument;
+  if (n_rows > (int64_t(1) << 30)) return kErrArgument;
+  const uintptr_t xa = is_float_type(type) && ne0 % 8 != 0 ? 4 : 16;
+  if (!aligned(x, xa) || !aligned(y, 4)) return kErrAlignment;
+  dev::GroupParams gp{};
+  gp.n = n_problems;
+  int nt_max = 0;
+  for (int i = 0; i < n_problems; ++i) {
+    const ExpertProblem& p = problems[i];
+    if (!p.w || p.n_tokens < 1 || p.n_tokens > kMaxMatvecTokens || p.row < 0 ||
+        int64_t(p.row) + p.n_tokens > n_rows)
+      return kErrArgument;
+    if (!weight_aligned(type, p.w)) return kErrAlignment;
+    gp.w[i] = static_cast<const uint8_t*>(p.w);
+    gp.row[i] = p.row;
+    gp.ntok[i] = p.n_tokens;
+    nt_max = std::max(nt_max, p.n_tokens);
+  }
+  return launch(type, ne0, ne1, gp, nt_max, x, y, stream);
+}
+
+}  // namespace xpack::kernels

@@ -1,0 +1,559 @@
+// The CUDA compute kernels (cuda/quant_matmul.h) against the CPU: every weight
+// type on random blocks (random quant bytes, sane random fp16 scales), the CPU
+// reference being xpack-run's exact decoder (dequant.cpp) followed by a dot
+// product in double. Without a CUDA device the program exits 77 (SKIP).
+//
+// Tolerance (fp32 paths): |y - ref| <= 1e-5 * sum_i |w_i * x_i| per output, the
+// sum of magnitudes being the scale of the rounding errors of an fp32 dot product.
+// The bf16 option: 4e-3 * sum|w*x| (each operand rounded to 8 significant bits).
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ops.h"
+#include "quant_matmul.h"
+
+namespace xk = xpack::kernels;
+
+namespace {
+
+constexpr double kTolFp32 = 1e-5;
+constexpr double kTolBf16 = 4e-3;
+
+const uint32_t kTypes[] = {xk::kF32, xk::kF16, xk::kBF16, xk::kQ8_0, xk::kQ4_K,
+                           xk::kQ5_K, xk::kQ6_K, xk::kQ2_K, xk::kQ3_K, xk::kMXFP4};
+
+const char* type_name(uint32_t t) {
+  switch (t) {
+    case xk::kF32: return "f32";
+    case xk::kF16: return "f16";
+    case xk::kBF16: return "bf16";
+    case xk::kQ8_0: return "q8_0";
+    case xk::kQ2_K: return "q2_K";
+    case xk::kQ3_K: return "q3_K";
+    case xk::kQ4_K: return "q4_K";
+    case xk::kQ5_K: return "q5_K";
+    case xk::kQ6_K: return "q6_K";
+    case xk::kMXFP4: return "mxfp4";
+    default: return "?";
+  }
+}
+
+// Elements of one matvec "unit" (the kernel's per-thread step), to pick row
+// lengths that exercise each thread-per-row choice (32, 64, 128).
+int unit_elems(uint32_t t) {
+  switch (t) {
+    case xk::kF32: case xk::kF16: case xk::kBF16: return 8;
+    case xk::kQ8_0: case xk::kMXFP4: return 32;
+    case xk::kQ4_K: case xk::kQ5_K: return 64;
+    default: return 128;
+  }
+}
+
+void check_cuda(cudaError_t e) { REQUIRE_MESSAGE(e == cudaSuccess, cudaGetErrorString(e)); }
+
+struct DevBuf {
+  void* p = nullptr;
+  size_t n = 0;
+  explicit DevBuf(size_t bytes) : n(bytes) { check_cuda(cudaMalloc(&p, bytes ? bytes : 1)); }
+  ~DevBuf() { cudaFree(p); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  template <class T>
+  T* as() const { return static_cast<T*>(p); }
+  void put(const void* src, size_t bytes) { check_cuda(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice)); }
+  void get(void* dst, size_t bytes) const { check_cuda(cudaMemcpy(dst, p, bytes, cudaMemcpyDeviceToHost)); }
+  void poison() { check_cuda(cudaMemset(p, 0xFF, n)); }  // NaN floats: unwritten outputs fail
+};
+
+struct Stream {
+  cudaStream_t s = nullptr;
+  Stream() { check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~Stream() { cudaStreamDestroy(s); }
+  void sync() const { check_cuda(cudaStreamSynchronize(s)); check_cuda(cudaGetLastError()); }
+};
+
+// A sane random fp16: |v| in [2^-12, 2^-3), random sign and mantissa.
+uint16_t rand_f16(std::mt19937& rng) {
+  const uint32_t sign = rng() & 1, exp = 3 + rng() % 9, mant = rng() & 0x3FF;
+  return uint16_t((sign << 15) | (exp << 10) | mant);
+}
+void put16(uint8_t* p, uint16_t v) { p[0] = uint8_t(v); p[1] = uint8_t(v >> 8); }
+
+// n_rows rows of ne0 elements of `type`: random bytes, then the fields that are
+// floating-point scales (or the values of float types) set to sane values.
+std::vector<uint8_t> random_weights(uint32_t type, int64_t ne0, int64_t n_rows, std::mt19937& rng) {
+  const size_t rb = xk::row_bytes(type, ne0);
+  std::vector<uint8_t> w(rb * size_t(n_rows));
+  for (auto& b : w) b = uint8_t(rng());
+  const size_t bb = size_t(xk::block_bytes(type));
+  const size_t nb = w.size() / bb;
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  for (size_t i = 0; i < nb; ++i) {
+    uint8_t* b = w.data() + i * bb;
+    switch (type) {
+      case xk::kF32: { const float v = uni(rng); std::memcpy(b, &v, 4); break; }
+      case xk::kF16: put16(b, rand_f16(rng)); break;
+      case xk::kBF16: {
+        const uint32_t sign = rng() & 1, exp = 117 + rng() % 12, mant = rng() & 0x7F;
+        put16(b, uint16_t((sign << 15) | (exp << 7) | mant));
+        break;
+      }
+      case xk::kQ8_0: put16(b, rand_f16(rng)); break;
+      case xk::kQ2_K: put16(b + 80, rand_f16(rng)); put16(b + 82, rand_f16(rng)); break;
+      case xk::kQ3_K: put16(b + 108, rand_f16(rng)); break;
+      case xk::kQ4_K: case xk::kQ5_K: put16(b, rand_f16(rng)); put16(b + 2, rand_f16(rng)); break;
+      case xk::kQ6_K: put16(b + 208, rand_f16(rng)); break;
+      case xk::kMXFP4: b[0] = uint8_t(118 + rng() % 21); break;  // 2^-10 .. 2^10
+      default: break;
+    }
+  }
+  return w;
+}
+
+std::vector<float> random_x(size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  std::vector<float> x(n);
+  for (auto& v : x) v = uni(rng);
+  return x;
+}
+
+// CPU reference: ref[t][o] and mag[t][o] = sum |w*x| in double.
+struct Ref {
+  std::vector<double> y, mag;
+};
+Ref reference(uint32_t type, const std::vector<uint8_t>& w, int64_t ne0, int64_t ne1,
+              const float* x, int n_tokens) {
+  std::vector<float> wf(size_t(ne0 * ne1));
+  xrun::dequantize(type, w.data(), wf.data(), ne0 * ne1);
+  Ref r;
+  r.y.assign(size_t(n_tokens * ne1), 0.0);
+  r.mag.assign(size_t(n_tokens * ne1), 0.0);
+  for (int t = 0; t < n_tokens; ++t)
+    for (int64_t o = 0; o < ne1; ++o) {
+      double s = 0, m = 0;
+      const float* wr = wf.data() + o * ne0;
+      const float* xr = x + t * ne0;
+      for (int64_t i = 0; i < ne0; ++i) {
+        const double p = double(wr[i]) * double(xr[i]);
+        s += p;
+        m += std::fabs(p);
+      }
+      r.y[size_t(t * ne1 + o)] = s;
+      r.mag[size_t(t * ne1 + o)] = m;
+    }
+  return r;
+}
+
+// Number of outputs outside the tolerance (printing the first few).
+int count_bad(const std::vector<float>& got, const Ref& ref, double tol, const char* what) {
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(double(got[i]) - ref.y[i]);
+    if (!(err <= tol * ref.mag[i] + 1e-37)) {
+      if (bad < 5)
+        std::fprintf(stderr, "%s: output %zu got %.9g want %.9g (sum|wx| %.3g)\n", what, i, got[i],
+                     ref.y[i], ref.mag[i]);
+      ++bad;
+    }
+  }
+  return bad;
+}
+
+}  // namespace
+
+TEST_CASE("dequantize_rows equals the CPU decoders bit for bit") {
+  std::mt19937 rng(1);
+  Stream st;
+  for (uint32_t type : kTypes) {
+    CAPTURE(type_name(type));
+    const int64_t ne0 = xk::block_elems(type) == 1 ? 72 : 2 * 256, rows = 37;
+    const auto w = random_weights(type, ne0, rows, rng);
+    DevBuf dw(w.size()), dout(size_t(ne0 * rows) * 4);
+    dw.put(w.data(), w.size());
+    dout.poison();
+    REQUIRE(xk::dequantize_rows(type, dw.p, ne0, rows, dout.as<float>(), st.s) == xk::kOk);
+    st.sync();
+    std::vector<float> got(size_t(ne0 * rows)), want(got.size());
+    dout.get(got.data(), got.size() * 4);
+    xrun::dequantize(type, w.data(), want.data(), ne0 * rows);
+    CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+  }
+}
+
+TEST_CASE("matvec: every type, 1..8 tokens, four row lengths, odd row counts") {
+  std::mt19937 rng(2);
+  Stream st;
+  for (uint32_t type : kTypes) {
+    // 4, 80, 136 units: 32, 64 and 128 threads per row; 6656 elements: x of 5..8
+    // tokens too large for shared memory (the kernel reads it from global memory).
+    for (int units : {4, 80, 136, 0}) {
+      const int64_t ne0 = units ? int64_t(units) * unit_elems(type) : 6656, ne1 = 37;
+      CAPTURE(type_name(type));
+      CAPTURE(ne0);
+      const auto w = random_weights(type, ne0, ne1, rng);
+      const auto x = random_x(size_t(8 * ne0), rng);
+      DevBuf dw(w.size()), dx(x.size() * 4), dy(size_t(8 * ne1) * 4);
+      dw.put(w.data(), w.size());
+      dx.put(x.data(), x.size() * 4);
+      const Ref ref = reference(type, w, ne0, ne1, x.data(), 8);
+      for (int n = 1; n <= 8; ++n) {
+        CAPTURE(n);
+        dy.poison();
+        REQUIRE(xk::matvec(type, dw.p, ne0, ne1, dx.as<float>(), n, dy.as<float>(), st.s) == xk::kOk);
+        st.sync();
+        std::vector<float> got(size_t(n * ne1));
+        dy.get(got.data(), got.size() * 4);
+        Ref r{std::vector<double>(ref.y.begin(), ref.y.begin() + n * ne1),
+              std::vector<double>(ref.mag.begin(), ref.mag.begin() + n * ne1)};
+        CHECK(count_bad(got, r, kTolFp32, type_name(type)) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("matvec: float types with rows that are not whole 16-byte vectors") {
+  std::mt19937 rng(3);
+  Stream st;
+  for (uint32_t type : {xk::kF32, xk::kF16, xk::kBF16}) {
+    CAPTURE(type_name(type));
+    const int64_t ne0 = 67, ne1 = 29;
+    const auto w = random_weights(type, ne0, ne1, rng);
+    const auto x = random_x(size_t(5 * ne0), rng);
+    DevBuf dw(w.size()), dx(x.size() * 4), dy(size_t(5 * ne1) * 4);
+    dw.put(w.data(), w.size());
+    dx.put(x.data(), x.size() * 4);
+    dy.poison();
+    REQUIRE(xk::matvec(type, dw.p, ne0, ne1, dx.as<float>(), 5, dy.as<float>(), st.s) == xk::kOk);
+    st.sync();
+    std::vector<float> got(size_t(5 * ne1));
+    dy.get(got.data(), got.size() * 4);
+    CHECK(count_bad(got, reference(type, w, ne0, ne1, x.data(), 5), kTolFp32, type_name(type)) == 0);
+  }
+}
+
+// Row e uses E8M0 exponent e in both of its blocks, whose 32 codes each hold all
+// 16 nibbles. Token 0 has x in [-1, 1], token 1 the same times 2^-16. Rows whose
+// weights fit in fp32 are compared within the tolerance on whichever token keeps
+// the sums in range (e <= 240 for token 0, e >= 100 for token 1). Where ggml's
+// weights overflow to inf (e = 253, 254 with large codes) the reference is
+// inf/NaN and the kernel must give the same non-finite class.
+TEST_CASE("matvec: MXFP4 at every E8M0 exponent 0..254 with every nibble") {
+  std::mt19937 rng(4);
+  Stream st;
+  const int64_t ne0 = 64, ne1 = 255;
+  std::vector<uint8_t> w(xk::row_bytes(xk::kMXFP4, ne0) * ne1);
+  for (int64_t e = 0; e < ne1; ++e)
+    for (int blk = 0; blk < 2; ++blk) {
+      uint8_t* b = w.data() + size_t(e * 2 + blk) * 17;
+      b[0] = uint8_t(e);
+      uint8_t codes[32];
+      for (int i = 0; i < 32; ++i) codes[i] = uint8_t(i & 15);
+      std::shuffle(codes, codes + 32, rng);
+      for (int j = 0; j < 16; ++j) b[1 + j] = uint8_t(codes[j] | (codes[j + 16] << 4));
+    }
+  auto x = random_x(size_t(2 * ne0), rng);
+  for (int64_t i = 0; i < ne0; ++i) x[size_t(ne0 + i)] = std::ldexp(x[size_t(i)], -16);
+  DevBuf dw(w.size()), dx(x.size() * 4), dy(size_t(2 * ne1) * 4);
+  dw.put(w.data(), w.size());
+  dx.put(x.data(), x.size() * 4);
+  dy.poison();
+  REQUIRE(xk::matvec(xk::kMXFP4, dw.p, ne0, ne1, dx.as<float>(), 2, dy.as<float>(), st.s) == xk::kOk);
+  st.sync();
+  std::vector<float> got(size_t(2 * ne1));
+  dy.get(got.data(), got.size() * 4);
+  const Ref ref = reference(xk::kMXFP4, w, ne0, ne1, x.data(), 2);
+  int checked = 0, nonfinite = 0, bad = 0;
+  for (int t = 0; t < 2; ++t)
+    for (int64_t e = 0; e < ne1; ++e) {
+      const size_t i = size_t(t * ne1 + e);
+      const double want = ref.y[i];
+      if (!std::isfinite(want)) {
+        ++nonfinite;
+        const bool same = std::isnan(want) ? std::isnan(got[i]) : (double(got[i]) == want);
+        if (!same) {
+          ++bad;
+          std::fprintf(stderr, "e=%d t=%d: got %g want %g\n", int(e), t, got[i], want);
+        }
+        continue;
+      }
+      if ((t == 0 && e > 240) || (t == 1 && e < 100)) continue;
+      ++checked;
+      if (!(std::fabs(double(got[i]) - want) <= kTolFp32 * ref.mag[i] + 1e-45)) {
+        ++bad;
+        std::fprintf(stderr, "e=%d t=%d: got %.9g want %.9g\n", int(e), t, got[i], want);
+      }
+    }
+  CHECK(bad == 0);
+  CHECK(nonfinite > 0);       // e = 253/254 did overflow on the CPU
+  CHECK(checked >= 255 + 2);  // every exponent checked at least once
+}
+
+TEST_CASE("matmul: prefill of 77 tokens (fp32 tiles, several tiles) and the bf16 option") {
+  std::mt19937 rng(5);
+  Stream st;
+  const int n = 77;
+  xk::Context* big = nullptr;
+  REQUIRE(xk::context_create(&big, 0) == xk::kOk);
+  for (uint32_t type : kTypes) {
+    CAPTURE(type_name(type));
+    const int64_t ne0 = xk::block_elems(type) == 1 ? 520 : 3 * 256, ne1 = 45;
+    const auto w = random_weights(type, ne0, ne1, rng);
+    const auto x = random_x(size_t(n * ne0), rng);
+    DevBuf dw(w.size()), dx(x.size() * 4), dy(size_t(n * ne1) * 4);
+    dw.put(w.data(), w.size());
+    dx.put(x.data(), x.size() * 4);
+    const Ref ref = reference(type, w, ne0, ne1, x.data(), n);
+    // A workspace of 7 rows: 7 tiles, the last one partial.
+    xk::Context* small = nullptr;
+    REQUIRE(xk::context_create(&small, size_t(ne0) * 4 * 7) == xk::kOk);
+    std::vector<float> got(size_t(n * ne1));
+    for (xk::Context* c : {big, small}) {
+      dy.poison();
+      REQUIRE(xk::matmul(c, type, dw.p, ne0, ne1, dx.as<float>(), n, dy.as<float>(), nullptr, st.s) == xk::kOk);
+      st.sync();
+      dy.get(got.data(), got.size() * 4);
+      CHECK(count_bad(got, ref, kTolFp32, type_name(type)) == 0);
+    }
+    xk::context_destroy(small);
+    xk::MatmulOptions o{};
+    o.size = sizeof o;
+    o.precision = xk::kPrecisionBf16;
+    dy.poison();
+    REQUIRE(xk::matmul(big, type, dw.p, ne0, ne1, dx.as<float>(), n, dy.as<float>(), &o, st.s) == xk::kOk);
+    st.sync();
+    dy.get(got.data(), got.size() * 4);
+    CHECK(count_bad(got, ref, kTolBf16, type_name(type)) == 0);
+    // bf16 rounding is visible: the option really changes the computation.
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(got[i] - ref.y[i]) / ref.mag[i]);
+    CHECK(worst > kTolFp32);
+    // Fewer tokens through matmul take the matvec path (and its results).
+    o.precision = xk::kPrecisionFp32;
+    o.matvec_max_tokens = 3;
+    dy.poison();
+    REQUIRE(xk::matmul(big, type, dw.p, ne0, ne1, dx.as<float>(), 3, dy.as<float>(), &o, st.s) == xk::kOk);
+    st.sync();
+    std::vector<float> g3(size_t(3 * ne1));
+    dy.get(g3.data(), g3.size() * 4);
+    Ref r3{std::vector<double>(ref.y.begin(), ref.y.begin() + 3 * ne1),
+           std::vector<double>(ref.mag.begin(), ref.mag.begin() + 3 * ne1)};
+    CHECK(count_bad(g3, r3, kTolFp32, type_name(type)) == 0);
+  }
+  xk::context_destroy(big);
+  xk::context_destroy(nullptr);
+}
+
+TEST_CASE("grouped launches equal separate launches bit for bit") {
+  std::mt19937 rng(6);
+  Stream st;
+  xk::Context* ctx = nullptr;
+  REQUIRE(xk::context_create(&ctx, 0) == xk::kOk);
+  for (uint32_t type : kTypes) {
+    CAPTURE(type_name(type));
+    const int64_t ne0 = int64_t(80) * unit_elems(type), ne1 = 53;
+    const int counts[] = {1, 3, 8, 2, 5, 1, 77};  // the last one: a prefill-sized problem
+    const int np = 7;
+    std::vector<std::unique_ptr<DevBuf>> ws;
+    std::vector<xk::ExpertProblem> probs;
+    int rows = 0;
+    for (int i = 0; i < np; ++i) {
+      const auto w = random_weights(type, ne0, ne1, rng);
+      ws.push_back(std::make_unique<DevBuf>(w.size()));
+      ws.back()->put(w.data(), w.size());
+      probs.push_back({ws.back()->p, rows, counts[i]});
+      rows += counts[i];
+    }
+    const auto x = random_x(size_t(rows * ne0), rng);
+    DevBuf dx(x.size() * 4), dy(size_t(rows * ne1) * 4), dsep(size_t(rows * ne1) * 4);
+    dx.put(x.data(), x.size() * 4);
+    // One grouped_matvec launch over the decode-sized problems.
+    dy.poison();
+    REQUIRE(xk::grouped_matvec(type, ne0, ne1, probs.data(), np - 1, dx.as<float>(), dy.as<float>(), rows, st.s) == xk::kOk);
+    dsep.poison();
+    for (int i = 0; i < np - 1; ++i)
+      REQUIRE(xk::matvec(type, probs[size_t(i)].w, ne0, ne1, dx.as<float>() + probs[size_t(i)].row * ne0,
+                         probs[size_t(i)].n_tokens, dsep.as<float>() + probs[size_t(i)].row * ne1, st.s) == xk::kOk);
+    st.sync();
+    const size_t dec = size_t(probs[np - 1].row * ne1);
+    std::vector<float> a(size_t(rows * ne1)), b(a.size());
+    dy.get(a.data(), dec * 4);
+    dsep.get(b.data(), dec * 4);
+    CHECK(std::memcmp(a.data(), b.data(), dec * 4) == 0);
+    // grouped_matmul over all of them (the 77-token one through the GEMM path).
+    dy.poison();
+    REQUIRE(xk::grouped_matmul(ctx, type, ne0, ne1, probs.data(), np, dx.as<float>(), dy.as<float>(), rows, nullptr, st.s) == xk::kOk);
+    REQUIRE(xk::matmul(ctx, type, probs[np - 1].w, ne0, ne1, dx.as<float>() + probs[np - 1].row * ne0, 77,
+                       dsep.as<float>() + probs[np - 1].row * ne1, nullptr, st.s) == xk::kOk);
+    st.sync();
+    dy.get(a.data(), a.size() * 4);
+    dsep.get(b.data(), b.size() * 4);
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+    // And the grouped results are right, not only equal.
+    for (int i : {0, 2, 6}) {
+      std::vector<uint8_t> w(ws[size_t(i)]->n);
+      ws[size_t(i)]->get(w.data(), w.size());
+      const int nt = probs[size_t(i)].n_tokens;
+      const Ref ref = reference(type, w, ne0, ne1, x.data() + probs[size_t(i)].row * ne0, nt);
+      std::vector<float> g(a.begin() + probs[size_t(i)].row * ne1, a.begin() + (probs[size_t(i)].row + nt) * ne1);
+      CHECK(count_bad(g, ref, kTolFp32, type_name(type)) == 0);
+    }
+  }
+  xk::context_destroy(ctx);
+}
+
+TEST_CASE("bad input is refused and writes nothing") {
+  Stream st;
+  DevBuf dw(1 << 20), dx(1 << 20), dy(1 << 16);
+  check_cuda(cudaMemset(dw.p, 0, dw.n));
+  dy.poison();
+  float* x = dx.as<float>();
+  float* y = dy.as<float>();
+  // Unsupported types (Q4_0, Q8_K, I32, an unknown id).
+  for (uint32_t t : {2u, 15u, 26u, 99u}) {
+    CHECK(xk::matvec(t, dw.p, 256, 4, x, 1, y, st.s) == xk::kErrType);
+    CHECK(xk::dequantize_rows(t, dw.p, 256, 4, y, st.s) == xk::kErrType);
+    CHECK(xk::row_bytes(t, 256) == 0);
+  }
+  // ne0 not a whole number of blocks, or empty shapes.
+  CHECK(xk::matvec(xk::kQ4_K, dw.p, 300, 4, x, 1, y, st.s) == xk::kErrShape);
+  CHECK(xk::matvec(xk::kMXFP4, dw.p, 48, 4, x, 1, y, st.s) == xk::kErrShape);
+  CHECK(xk::matvec(xk::kQ8_0, dw.p, 0, 4, x, 1, y, st.s) == xk::kErrShape);
+  CHECK(xk::matvec(xk::kQ8_0, dw.p, 64, 0, x, 1, y, st.s) == xk::kErrShape);
+  CHECK(xk::dequantize_rows(xk::kQ2_K, dw.p, 100, 1, y, st.s) == xk::kErrShape);
+  CHECK(xk::row_bytes(xk::kQ3_K, 255) == 0);
+  // Token counts and pointers.
+  CHECK(xk::matvec(xk::kQ8_0, dw.p, 64, 4, x, 0, y, st.s) == xk::kErrArgument);
+  CHECK(xk::matvec(xk::kQ8_0, dw.p, 64, 4, x, 9, y, st.s) == xk::kErrArgument);
+  CHECK(xk::matvec(xk::kQ8_0, nullptr, 64, 4, x, 1, y, st.s) == xk::kErrArgument);
+  CHECK(xk::matvec(xk::kQ8_0, dw.p, 64, 4, nullptr, 1, y, st.s) == xk::kErrArgument);
+  CHECK(xk::matvec(xk::kQ8_0, dw.as<uint8_t>() + 2, 64, 4, x, 1, y, st.s) == xk::kErrAlignment);
+  CHECK(xk::matvec(xk::kQ8_0, dw.p, 64, 4, x + 1, 1, y, st.s) == xk::kErrAlignment);
+  // Problem lists.
+  std::vector<xk::ExpertProblem> probs(xk::kMaxGroupedProblems + 1, xk::ExpertProblem{dw.p, 0, 1});
+  CHECK(xk::grouped_matvec(xk::kQ8_0, 64, 4, probs.data(), xk::kMaxGroupedProblems + 1, x, y, 1, st.s) == xk::kErrArgument);
+  CHECK(xk::grouped_matvec(xk::kQ8_0, 64, 4, probs.data(), 0, x, y, 1, st.s) == xk::kErrArgument);
+  xk::ExpertProblem past{dw.p, 3, 2};  // rows 3..4 of a 4-row input
+  CHECK(xk::grouped_matvec(xk::kQ8_0, 64, 4, &past, 1, x, y, 4, st.s) == xk::kErrArgument);
+  // matmul options and contexts.
+  xk::Context* ctx = nullptr;
+  CHECK(xk::context_create(nullptr, 0) == xk::kErrArgument);
+  REQUIRE(xk::context_create(&ctx, 4096) == xk::kOk);
+  xk::MatmulOptions o{};
+  o.size = sizeof o;
+  o.precision = 7;
+  CHECK(xk::matmul(ctx, xk::kQ8_0, dw.p, 64, 4, x, 16, y, &o, st.s) == xk::kErrArgument);
+  o.precision = 0;
+  o.matvec_max_tokens = 9;
+  CHECK(xk::matmul(ctx, xk::kQ8_0, dw.p, 64, 4, x, 16, y, &o, st.s) == xk::kErrArgument);
+  CHECK(xk::matmul(nullptr, xk::kQ8_0, dw.p, 64, 4, x, 16, y, nullptr, st.s) == xk::kErrArgument);
+  // A 4096-byte workspace cannot hold one 2048-element fp32 row.
+  CHECK(xk::matmul(ctx, xk::kQ8_0, dw.p, 2048, 4, x, 16, y, nullptr, st.s) == xk::kErrWorkspace);
+  xk::context_destroy(ctx);
+  CHECK(xk::situ_mul(x, x, 4, 0.0f, 1.0f, y, st.s) == xk::kErrArgument);
+  CHECK(xk::gather_rows(nullptr, 4, nullptr, 1, y, st.s) == xk::kErrArgument);
+  st.sync();
+  std::vector<uint32_t> out(dy.n / 4);
+  dy.get(out.data(), dy.n);
+  bool untouched = true;
+  for (uint32_t v : out) untouched = untouched && v == 0xFFFFFFFFu;
+  CHECK(untouched);
+  CHECK(std::string(xk::status_name(xk::kErrShape)).find("block") != std::string::npos);
+}
+
+TEST_CASE("MoE pieces: gather, activations, weighted combine") {
+  std::mt19937 rng(7);
+  Stream st;
+  const int64_t d = 300, n_tok = 5, k = 3, n = 1000;
+  const auto src = random_x(size_t(n_tok * d), rng);
+  const std::vector<int32_t> rows = {4, 0, 0, 2, 3, 1, 1};
+  DevBuf dsrc(src.size() * 4), drows(rows.size() * 4), ddst(rows.size() * size_t(d) * 4);
+  dsrc.put(src.data(), src.size() * 4);
+  drows.put(rows.data(), rows.size() * 4);
+  ddst.poison();
+  REQUIRE(xk::gather_rows(dsrc.as<float>(), d, drows.as<int32_t>(), int64_t(rows.size()), ddst.as<float>(), st.s) == xk::kOk);
+  st.sync();
+  std::vector<float> g(rows.size() * size_t(d));
+  ddst.get(g.data(), g.size() * 4);
+  bool same = true;
+  for (size_t r = 0; r < rows.size(); ++r)
+    same = same && std::memcmp(&g[r * d], &src[size_t(rows[r]) * d], d * 4) == 0;
+  CHECK(same);
+
+  auto gate = random_x(n, rng), up = random_x(n, rng);
+  for (auto& v : gate) v *= 12.0f;  // past the clamp limit
+  for (auto& v : up) v *= 12.0f;
+  DevBuf dg(n * 4), du(n * 4), dout(n * 4);
+  dg.put(gate.data(), n * 4);
+  du.put(up.data(), n * 4);
+  auto near = [](double a, double b) { return std::fabs(a - b) <= 1e-5 * std::fabs(b) + 1e-6; };
+  auto silu = [](double v) { return v / (1.0 + std::exp(-v)); };
+  for (int kind = 0; kind < 3; ++kind) {
+    CAPTURE(kind);
+    dout.poison();
+    int stt = kind == 0 ? xk::silu_mul(dg.as<float>(), du.as<float>(), n, dout.as<float>(), st.s)
+            : kind == 1 ? xk::clamped_swiglu(dg.as<float>(), du.as<float>(), n, 7.0f, dout.as<float>(), st.s)
+                        : xk::situ_mul(dg.as<float>(), du.as<float>(), n, 4.0f, 25.0f, dout.as<float>(), st.s);
+    REQUIRE(stt == xk::kOk);
+    st.sync();
+    std::vector<float> o(n);
+    dout.get(o.data(), n * 4);
+    int bad = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      double gg = gate[size_t(i)], uu = up[size_t(i)], want;
+      if (kind == 0) want = silu(gg) * uu;
+      else if (kind == 1) want = silu(std::min(gg, 7.0)) * std::min(std::max(uu, -7.0), 7.0);
+      else want = std::tanh(gg / 4.0) * 4.0 / (1.0 + std::exp(-gg)) * std::tanh(uu / 25.0) * 25.0;
+      bad += !near(o[size_t(i)], want);
+    }
+    CHECK(bad == 0);
+  }
+
+  // combine: out[t] = sum_j w[t][j] * y[rows[t][j]] (a negative row is skipped).
+  const std::vector<int32_t> crow = {0, 3, 6, 1, -1, 2, 5, 4, 0, 6, 6, 1, 2, 3, 4};
+  const auto cw = random_x(crow.size(), rng);
+  DevBuf dcr(crow.size() * 4), dcw(cw.size() * 4), dco(size_t(n_tok * d) * 4);
+  dcr.put(crow.data(), crow.size() * 4);
+  dcw.put(cw.data(), cw.size() * 4);
+  for (bool accumulate : {false, true}) {
+    dco.put(src.data(), src.size() * 4);
+    REQUIRE(xk::combine_rows(ddst.as<float>(), d, dcr.as<int32_t>(), dcw.as<float>(), n_tok, int(k), accumulate,
+                             dco.as<float>(), st.s) == xk::kOk);
+    st.sync();
+    std::vector<float> o(size_t(n_tok * d));
+    dco.get(o.data(), o.size() * 4);
+    int bad = 0;
+    for (int64_t t = 0; t < n_tok; ++t)
+      for (int64_t c = 0; c < d; ++c) {
+        double want = accumulate ? src[size_t(t * d + c)] : 0.0;
+        for (int64_t j = 0; j < k; ++j) {
+          const int32_t r = crow[size_t(t * k + j)];
+          if (r >= 0) want += double(cw[size_t(t * k + j)]) * g[size_t(r) * d + c];
+        }
+        bad += !near(o[size_t(t * d + c)], want);
+      }
+    CHECK(bad == 0);
+  }
+}
+
+int main(int argc, char** argv) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    std::printf("SKIP: no CUDA device (%s): the kernel tests need a GPU\n",
+                e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount found 0 devices");
+    return 77;
+  }
+  doctest::Context ctx(argc, argv);
+  return ctx.run();
+}
