@@ -1,16 +1,24 @@
 // Where routed experts come from: the Expert Pack through libxpack (streamed,
 // cached) or, for a plain unconverted GGUF, the GGUF's own 3-D expert tensors.
-// Models never see the difference: both hand out the same bytes.
+// Models never see the difference: every source hands out the same bytes.
+//
+// The interface is asynchronous so that a GPU backend never blocks the host on
+// an expert: acquire() starts the loads of a layer's experts and returns at
+// once; each expert then comes with the event its bytes are ready at, which the
+// compute stream waits on, and is released on the compute stream once the
+// work reading it is enqueued. routed_experts.h is the one user.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace xrun {
 
 // One expert role's weights as a 2-D matrix: ne0 inputs (contiguous) x ne1 outputs.
+// `data` is a backend address (a device pointer for a device cache).
 struct ExpertMatrix {
   uint32_t type = 0;
   int64_t ne0 = 0, ne1 = 0;
@@ -26,20 +34,47 @@ struct ExpertWeights {
   std::vector<std::pair<std::string, ExpertMatrix>> roles;
 };
 
+// An expert of a request, usable once the compute stream waited on ready_event.
+struct ExpertReady {
+  const ExpertWeights* weights = nullptr;  // valid until the expert is released
+  void* ready_event = nullptr;             // cudaEvent_t; nullptr when the bytes are already there
+};
+
+// The experts of one acquire, indexed as requested. Destroying it releases
+// whatever is still held, on the compute stream given to acquire().
+class ExpertRequest {
+ public:
+  virtual ~ExpertRequest() = default;
+  // True if expert i was resident when acquired: the dispatcher computes those
+  // first, while the others are still loading.
+  virtual bool resident(int i) const = 0;
+  // Expert i's weights. Waits on the host only where the source must (an
+  // entry that waits for cache space, a host-memory cache); a failed load
+  // throws ModelError.
+  virtual ExpertReady get(int i) = 0;
+  // Work that reads expert i is enqueued on the compute stream; its memory
+  // may take another expert once that work is done.
+  virtual void release(int i) = 0;
+};
+
 class ExpertSource {
  public:
   virtual ~ExpertSource() = default;
   // True if GGUF block `layer` has routed experts.
   virtual bool has_layer(int layer) const = 0;
   virtual int n_experts() const = 0;
-  // Calls fn once for each of the `n` distinct experts of `layer`, in the order
-  // given, with its weights; a view is valid only during its call. Every
-  // requested expert is delivered (never skipped); a failure throws ModelError.
-  // A source may load later experts while fn computes earlier ones, and may
-  // reuse an expert's memory once its call returned: so a layer wider than the
-  // cache streams through it without copies.
+  // Starts loading the `n` distinct experts of `layer` (ids checked: out of
+  // range or repeated throws ModelError). Every requested expert is delivered,
+  // never skipped, even when there are more than the cache holds at once: the
+  // later ones take the memory of released ones, so release in any order but
+  // release those you got before asking for ones not resident.
+  // `compute_stream`: the backend's stream (Backend::stream()).
+  virtual std::unique_ptr<ExpertRequest> acquire(int layer, const int32_t* experts, int n,
+                                                 void* compute_stream) = 0;
+  // Transitional, for the graphs not yet on routed_experts.h: calls fn on
+  // each expert in request order, on the host.
   using ExpertFn = std::function<void(const ExpertWeights&)>;
-  virtual void for_each(int layer, const int32_t* experts, int n, const ExpertFn& fn) = 0;
+  void for_each(int layer, const int32_t* experts, int n, const ExpertFn& fn);
   // Called once after the run: reports what could only fail late (an
   // incomplete routing trace) by throwing ModelError.
   virtual void finish() {}

@@ -10,6 +10,7 @@
 // release it, and its slot takes a later expert while the next ones compute.
 // Nothing is copied out of the slots, and a routing trace sees one request per
 // layer and step.
+#include <algorithm>
 #include <vector>
 
 #include "experts_factory.h"
@@ -47,51 +48,33 @@ class CacheExperts final : public ExpertSource {
   }
   int n_experts() const override { return n_experts_; }
 
-  void for_each(int layer, const int32_t* experts, int n, const ExpertFn& fn) override {
+  std::unique_ptr<ExpertRequest> acquire(int layer, const int32_t* experts, int n, void* compute_stream) override {
     uint32_t lslot = 0;
     if (layer < 0 || xpack_pack_layer_slot(pack_, static_cast<uint32_t>(layer), &lslot) != 0) {
       throw ModelError("expert pack has no layer " + std::to_string(layer));
     }
-    if (n <= 0) return;
-    std::vector<uint32_t> ids(static_cast<size_t>(n));
+    std::vector<uint32_t> ids(static_cast<size_t>(std::max(n, 0)));
     for (int i = 0; i < n; ++i) {
       if (experts[i] < 0 || experts[i] >= n_experts_) throw ModelError("expert id " + std::to_string(experts[i]) + " out of range");
       ids[i] = static_cast<uint32_t>(experts[i]);
       for (int j = 0; j < i; ++j)
         if (ids[j] == ids[i]) throw ModelError("expert " + std::to_string(ids[i]) + " requested twice in one layer");
     }
+    auto req = std::make_unique<CacheRequest>(this, layer, compute_stream);
+    if (n <= 0) return req;
     // Models hand over a layer's distinct experts, not the token count. A request
     // no wider than top-k is taken as one decode token, a wider one as prefill:
     // xpack-sim classifies trace groups by the same rule, so the live cache and
     // a replay of its trace break the hybrid policy's ties the same way.
     const uint32_t n_tokens = static_cast<uint32_t>(n) <= top_k_ ? 1u : static_cast<uint32_t>(n);
-    std::vector<xpack_expert_slot> slots(static_cast<size_t>(n));
-    uint64_t ticket = 0;
+    req->entries.resize(static_cast<size_t>(n));
+    req->views.resize(static_cast<size_t>(n));
     check(xpack_cache_acquire_ex(cache_, lslot, ids.data(), ids.size(), n_tokens, XPACK_ACQUIRE_DEFER,
-                                 slots.data(), &ticket),
+                                 req->entries.data(), &req->ticket),
           layer);
-    struct Release {
-      xpack_cache* cache;
-      uint64_t ticket;
-      ~Release() { xpack_cache_release(cache, ticket, nullptr); }
-    } release{cache_, ticket};
-    for (const auto& s : slots) deferred_experts_ += s.slot == XPACK_SLOT_DEFERRED;
-    ExpertWeights w;
-    for (int i = 0; i < n; ++i) {
-      check(xpack_cache_wait(cache_, ticket, static_cast<size_t>(i)), layer);
-      xpack_expert_slot e{};
-      check(xpack_cache_entry(cache_, ticket, static_cast<size_t>(i), &e), layer);
-      const auto* data = static_cast<const uint8_t*>(e.data);
-      w.expert = experts[i];
-      w.roles.clear();
-      for (const auto& [name, proto] : roles_) {
-        ExpertMatrix m = proto;
-        m.data = data + reinterpret_cast<uintptr_t>(proto.data);
-        w.roles.emplace_back(name, m);
-      }
-      fn(w);
-      check(xpack_cache_release_expert(cache_, ticket, static_cast<size_t>(i), nullptr), layer);
-    }
+    req->held = true;
+    for (const auto& e : req->entries) deferred_experts_ += e.slot == XPACK_SLOT_DEFERRED;
+    return req;
   }
 
   void finish() override {
@@ -121,6 +104,49 @@ class CacheExperts final : public ExpertSource {
   }
 
  private:
+  // One ticket. Its deferred entries take the slots of released ones, in order.
+  struct CacheRequest final : ExpertRequest {
+    CacheRequest(CacheExperts* s, int l, void* stream) : source(s), layer(l), compute_stream(stream) {}
+    ~CacheRequest() override {
+      if (held) xpack_cache_release(source->cache_, ticket, compute_stream);
+    }
+    bool resident(int i) const override {
+      const xpack_expert_slot& e = entries.at(static_cast<size_t>(i));
+      return e.slot != XPACK_SLOT_DEFERRED && e.hit;
+    }
+    ExpertReady get(int i) override {
+      const size_t idx = static_cast<size_t>(i);
+      // A host cache publishes no events, and a deferred entry has no slot
+      // yet: both need the host to wait for the entry.
+      if (entries.at(idx).slot == XPACK_SLOT_DEFERRED || !entries[idx].ready_event) {
+        source->check(xpack_cache_wait(source->cache_, ticket, idx), layer);
+      }
+      xpack_expert_slot e{};
+      source->check(xpack_cache_entry(source->cache_, ticket, idx, &e), layer);
+      const auto* data = static_cast<const uint8_t*>(e.data);
+      ExpertWeights& w = views[idx];
+      w.expert = static_cast<int>(e.expert);
+      w.roles.clear();
+      for (const auto& [name, proto] : source->roles_) {
+        ExpertMatrix m = proto;
+        m.data = data + reinterpret_cast<uintptr_t>(proto.data);
+        w.roles.emplace_back(name, m);
+      }
+      return {&w, e.ready_event};
+    }
+    void release(int i) override {
+      source->check(xpack_cache_release_expert(source->cache_, ticket, static_cast<size_t>(i), compute_stream), layer);
+    }
+
+    CacheExperts* source;
+    int layer;
+    void* compute_stream;
+    uint64_t ticket = 0;
+    bool held = false;
+    std::vector<xpack_expert_slot> entries;  // as acquired
+    std::vector<ExpertWeights> views;
+  };
+
   void check(int rc, int layer) {
     if (rc != 0) {
       throw ModelError("expert cache: loading experts of layer " + std::to_string(layer) + " from " + pack_path_ +

@@ -8,16 +8,17 @@
 
 namespace xrun {
 
-const ExpertMatrix* ExpertWeights::role(const char* name) const {
-  for (const auto& [n, m] : roles) {
-    if (n == name) return &m;
-  }
-  return nullptr;
-}
-
 namespace {
 
 constexpr const char* kRoles[] = {"gate", "up", "down", "gate_up"};
+
+// Views of the mapping: always resident, nothing to wait for or give back.
+struct MappedRequest final : ExpertRequest {
+  std::vector<ExpertWeights> experts;
+  bool resident(int) const override { return true; }
+  ExpertReady get(int i) override { return {&experts.at(static_cast<size_t>(i)), nullptr}; }
+  void release(int) override {}
+};
 
 class GgufExperts final : public ExpertSource {
  public:
@@ -47,14 +48,16 @@ class GgufExperts final : public ExpertSource {
   bool has_layer(int layer) const override { return layers_.count(layer) != 0; }
   int n_experts() const override { return n_experts_; }
 
-  void for_each(int layer, const int32_t* experts, int n, const ExpertFn& fn) override {
+  std::unique_ptr<ExpertRequest> acquire(int layer, const int32_t* experts, int n, void*) override {
     auto it = layers_.find(layer);
     if (it == layers_.end()) throw ModelError("layer " + std::to_string(layer) + " has no routed experts");
     ++acquires_;
+    auto req = std::make_unique<MappedRequest>();
+    req->experts.resize(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) {
       int e = experts[i];
       if (e < 0 || e >= n_experts_) throw ModelError("expert id " + std::to_string(e) + " out of range");
-      ExpertWeights w;
+      ExpertWeights& w = req->experts[static_cast<size_t>(i)];
       w.expert = e;
       for (const auto& [rname, t] : it->second) {
         ExpertMatrix m;
@@ -66,8 +69,8 @@ class GgufExperts final : public ExpertSource {
         w.roles.emplace_back(rname, m);
       }
       ++served_;
-      fn(w);
     }
+    return req;
   }
 
   std::string counters_json() const override {

@@ -10,7 +10,7 @@
 #include <unordered_map>
 
 #include "experts_factory.h"
-#include "ops.h"
+#include "worker_pool.h"
 #include "xpack/xpack.h"
 
 namespace xrun {
@@ -75,19 +75,26 @@ class PackExperts final : public ExpertSource {
   }
   int n_experts() const override { return n_experts_; }
 
-  void for_each(int layer, const int32_t* experts, int n, const ExpertFn& fn) override {
-    std::vector<ExpertWeights> views;
-    acquire(layer, experts, n, views);
-    struct Unpin {
-      PackExperts* self;
-      int layer;
-      ~Unpin() { self->release(layer); }
-    } unpin{this, layer};
-    for (const ExpertWeights& w : views) fn(w);
+  std::unique_ptr<ExpertRequest> acquire(int layer, const int32_t* experts, int n, void*) override {
+    auto req = std::make_unique<PinnedRequest>(this, layer);
+    load(layer, experts, n, req->experts);
+    return req;
   }
 
  private:
-  void acquire(int layer, const int32_t* experts, int n, std::vector<ExpertWeights>& out) {
+  // A layer's objects, all loaded by acquire and pinned until the request ends.
+  struct PinnedRequest final : ExpertRequest {
+    PinnedRequest(PackExperts* s, int l) : source(s), layer(l) {}
+    ~PinnedRequest() override { source->release(layer); }
+    bool resident(int) const override { return true; }
+    ExpertReady get(int i) override { return {&experts.at(static_cast<size_t>(i)), nullptr}; }
+    void release(int) override {}
+    PackExperts* source;
+    int layer;
+    std::vector<ExpertWeights> experts;
+  };
+
+  void load(int layer, const int32_t* experts, int n, std::vector<ExpertWeights>& out) {
     uint32_t slot = 0;
     if (layer < 0 || xpack_pack_layer_slot(pack_, static_cast<uint32_t>(layer), &slot) != 0) {
       throw ModelError("expert pack has no layer " + std::to_string(layer));

@@ -15,10 +15,11 @@
 #include "cli.h"
 #include "experts_factory.h"
 #include "model.h"
-#include "ops.h"
+#include "cpu_backend.h"
 #include "sampling.h"
 #include "text.h"
 #include "weights.h"
+#include "worker_pool.h"
 #include "xpack/xpack.h"
 
 namespace xrun {
@@ -124,7 +125,8 @@ int run(const CliOptions& o) {
   } else {
     experts = make_gguf_experts(weights);
   }
-  std::unique_ptr<Model> model = make_model(weights, experts.get());
+  CpuBackend backend;
+  std::unique_ptr<Model> model = make_model(weights, backend, experts.get());
   const int n_vocab = model->n_vocab();
   const double load_s = seconds_since(t_load);
 
@@ -191,7 +193,7 @@ int run(const CliOptions& o) {
      << json_escape(text) << "\",\"text_hex\":\"" << hex_bytes(text) << "\",\"prefill_tok_s\":" << prefill_tok_s
      << ",\"decode_tok_s\":" << decode_tok_s
      << ",\"load_s\":" << load_s << ",\"prefill_s\":" << prefill_s << ",\"decode_s\":" << decode_s
-     << ",\"threads\":" << threads() << ",\"backend\":\"" << backend().name() << "\",\"arch\":\""
+     << ",\"threads\":" << threads() << ",\"backend\":\"" << backend.name() << "\",\"arch\":\""
      << json_escape(weights.arch()) << "\",\"expert_source\":\"" << (o.pack_path.empty() ? "gguf" : "pack")
      << "\",\"counters\":" << (experts ? experts->counters_json() : std::string("{}")) << "}";
   if (o.json) std::printf("%s\n", js.str().c_str());

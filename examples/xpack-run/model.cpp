@@ -3,11 +3,11 @@
 
 namespace xrun {
 
-std::unique_ptr<Model> make_model(const Weights& w, ExpertSource* experts) {
+std::unique_ptr<Model> make_model(const Weights& w, Backend& be, ExpertSource* experts) {
   const std::string& arch = w.arch();
-  if (arch == "llama") return make_llama(w, experts);
-  if (arch == "deepseek4") return make_deepseek4(w, experts);
-  if (arch == "kimi-k3") return make_kimi_k3(w, experts);
+  if (arch == "llama") return make_llama(w, be, experts);
+  if (arch == "deepseek4") return make_deepseek4(w, be, experts);
+  if (arch == "kimi-k3") return make_kimi_k3(w, be, experts);
   throw ModelError("unsupported architecture " + arch);
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backend.h"
 #include "experts.h"
 #include "weights.h"
 
@@ -28,11 +29,12 @@ class Model {
 
 // Factories, one per architecture file in models/. They read hyperparameters
 // only from GGUF metadata and throw ModelError naming a missing key/tensor.
-std::unique_ptr<Model> make_llama(const Weights& w, ExpertSource* experts);
-std::unique_ptr<Model> make_deepseek4(const Weights& w, ExpertSource* experts);
-std::unique_ptr<Model> make_kimi_k3(const Weights& w, ExpertSource* experts);
+// The model computes on `be`, which must outlive it.
+std::unique_ptr<Model> make_llama(const Weights& w, Backend& be, ExpertSource* experts);
+std::unique_ptr<Model> make_deepseek4(const Weights& w, Backend& be, ExpertSource* experts);
+std::unique_ptr<Model> make_kimi_k3(const Weights& w, Backend& be, ExpertSource* experts);
 
 // Dispatches on w.arch(); throws ModelError("unsupported architecture X").
-std::unique_ptr<Model> make_model(const Weights& w, ExpertSource* experts);
+std::unique_ptr<Model> make_model(const Weights& w, Backend& be, ExpertSource* experts);
 
 }  // namespace xrun

@@ -120,7 +120,7 @@ class Deepseek4 final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> make_deepseek4(const Weights& w, ExpertSource* experts) {
+std::unique_ptr<Model> make_deepseek4(const Weights& w, Backend& /*be: not yet used*/, ExpertSource* experts) {
   return std::make_unique<Deepseek4>(w, experts);
 }
 

@@ -200,7 +200,7 @@ class KimiK3 final : public Model {
 }  // namespace
 }  // namespace kimi_k3
 
-std::unique_ptr<Model> make_kimi_k3(const Weights& w, ExpertSource* experts) {
+std::unique_ptr<Model> make_kimi_k3(const Weights& w, Backend& /*be: not yet used*/, ExpertSource* experts) {
   return std::make_unique<kimi_k3::KimiK3>(w, experts);
 }
 
