@@ -43,7 +43,7 @@ class Backend {
   virtual const char* name() const = 0;
 
   // ---- memory ----
-  // A new zero-filled [rows][width] tensor of `type`.
+  // A new zero-filled [rows][width] tensor of `type` (either may be 0).
   virtual Tensor alloc(uint32_t type, int64_t width, int64_t rows = 1) = 0;
   // A trunk weight in its GGUF block format, kept for the backend's life (a
   // GPU backend uploads it once; the CPU backend views the mapping). 3-D and
@@ -78,6 +78,10 @@ class Backend {
   virtual void rms_norm(const Tensor& x, const Tensor* weight, float eps, const Tensor& y) = 0;
   // out = a + b; b has a's shape or is one row added to every row. out may be a.
   virtual void add(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  // out = a * b elementwise (same shapes). out may be a.
+  virtual void mul(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  // Per row: y = x / max(||x||, eps) (squares summed in double). y may be x.
+  virtual void l2_norm(const Tensor& x, float eps, const Tensor& y) = 0;
   // out = x * s. out may be x.
   virtual void scale(const Tensor& x, float s, const Tensor& out) = 0;
   // out = f(x) elementwise. out may be x.

@@ -49,13 +49,13 @@ void cpu_matmul(uint32_t type, const void* w, int64_t ne0, int64_t ne1, const fl
 }
 
 Tensor CpuBackend::alloc(uint32_t type, int64_t width, int64_t rows) {
-  check_shape(width > 0 && rows >= 0, "alloc of a negative or empty shape");
+  check_shape(width >= 0 && rows >= 0, "alloc of a negative shape");
   Tensor t;
   t.type = type;
   t.ne[0] = width;
   t.ne[1] = rows;
-  // 64-byte rows start: what the vectorized loops like; never zero bytes so
-  // every tensor has an address.
+  // 64-byte aligned, as the vectorized loops like; never zero bytes, so every
+  // tensor (also an empty one) has an address.
   const size_t bytes = (std::max<size_t>(t.nbytes(), 1) + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, bytes);
   if (!p) throw ModelError("out of memory allocating a " + std::to_string(bytes) + "-byte tensor");

@@ -25,6 +25,8 @@ class CpuBackend final : public Backend {
   void matmul(const Tensor& w, const Tensor& x, const Tensor& y) override;
   void get_rows(const Tensor& table, const Tensor& ids, const Tensor& out) override;
   void set_rows(const Tensor& src, const Tensor& ids, const Tensor& dst) override;
+  void mul(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void l2_norm(const Tensor& x, float eps, const Tensor& y) override;
   void scale(const Tensor& x, float s, const Tensor& out) override;
   void unary(Unary f, const Tensor& x, const Tensor& out) override;
   void rms_norm(const Tensor& x, const Tensor* weight, float eps, const Tensor& y) override;

@@ -63,6 +63,24 @@ void CpuBackend::add(const Tensor& a, const Tensor& b, const Tensor& out) {
   }
 }
 
+void CpuBackend::mul(const Tensor& a, const Tensor& b, const Tensor& out) {
+  check_shape(is_f32(a) && is_f32(b) && is_f32(out) && same_shape(a, b) && same_shape(a, out), "mul shapes disagree");
+  for (int64_t i = 0; i < a.numel(); ++i) out.f32()[i] = a.f32()[i] * b.f32()[i];
+}
+
+void CpuBackend::l2_norm(const Tensor& x, float eps, const Tensor& y) {
+  check_shape(is_f32(x) && is_f32(y) && same_shape(x, y), "l2_norm shapes disagree");
+  const int64_t n = x.width();
+  for (int64_t r = 0; r < x.rows(); ++r) {
+    const float* xr = x.f32() + r * n;
+    float* yr = y.f32() + r * n;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(xr[i] * xr[i]);
+    const float scale = 1.0f / std::fmax(std::sqrt(static_cast<float>(sum)), eps);
+    for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * scale;
+  }
+}
+
 void CpuBackend::scale(const Tensor& x, float s, const Tensor& out) {
   check_shape(is_f32(x) && is_f32(out) && x.numel() == out.numel(), "scale shapes disagree");
   for (int64_t i = 0; i < x.numel(); ++i) out.f32()[i] = x.f32()[i] * s;

@@ -10,7 +10,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -71,10 +70,6 @@ class ExpertSource {
   // `compute_stream`: the backend's stream (Backend::stream()).
   virtual std::unique_ptr<ExpertRequest> acquire(int layer, const int32_t* experts, int n,
                                                  void* compute_stream) = 0;
-  // Transitional, for the graphs not yet on routed_experts.h: calls fn on
-  // each expert in request order, on the host.
-  using ExpertFn = std::function<void(const ExpertWeights&)>;
-  void for_each(int layer, const int32_t* experts, int n, const ExpertFn& fn);
   // Called once after the run: reports what could only fail late (an
   // incomplete routing trace) by throwing ModelError.
   virtual void finish() {}

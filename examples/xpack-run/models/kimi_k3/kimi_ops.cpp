@@ -1,0 +1,14 @@
+#include "kimi_ops.h"
+
+#include <string>
+
+#include "kimi_ops_cpu.h"
+
+namespace xrun::kimi_k3 {
+
+std::unique_ptr<KimiOps> make_kimi_ops(Backend& be) {
+  if (std::string(be.name()) == "cpu") return std::make_unique<CpuKimiOps>();
+  throw ModelError(std::string("kimi-k3: no kernels for the ") + be.name() + " backend yet");
+}
+
+}  // namespace xrun::kimi_k3
