@@ -5,6 +5,8 @@
 // on where the weights came from (pack, cache, plain GGUF).
 #pragma once
 
+#include <cmath>
+
 #include "backend.h"
 
 namespace xrun {
@@ -51,6 +53,9 @@ void cpu_matmul(uint32_t type, const void* w, int64_t ne0, int64_t ne1, const fl
 
 // Dot product of two float vectors, summed in a fixed order.
 float dot_f32(const float* a, const float* b, int64_t n);
+
+inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
 // In place: exp(x - max) / sum over n values (sum in double), ggml's softmax.
 void softmax_row(float* x, int64_t n);

@@ -15,7 +15,6 @@ namespace {
 
 bool is_f32(const Tensor& t) { return t.type == XPACK_TYPE_F32; }
 bool same_shape(const Tensor& a, const Tensor& b) { return a.width() == b.width() && a.rows() == b.rows(); }
-float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
 }  // namespace
 
@@ -92,7 +91,7 @@ void CpuBackend::unary(Unary f, const Tensor& x, const Tensor& out) {
   float* o = out.f32();
   switch (f) {
     case Unary::sigmoid:
-      for (int64_t i = 0; i < x.numel(); ++i) o[i] = 1.0f / (1.0f + std::exp(-in[i]));
+      for (int64_t i = 0; i < x.numel(); ++i) o[i] = sigmoid(in[i]);
       break;
     case Unary::sqrt_softplus:
       for (int64_t i = 0; i < x.numel(); ++i) o[i] = std::sqrt(in[i] > 20.0f ? in[i] : std::log1p(std::exp(in[i])));

@@ -140,16 +140,7 @@ class Llama final : public Model {
 
   void eval(const int32_t* tokens, int n, int pos0, float* logits) override {
     if (n <= 0) return;
-    if (pos0 != n_past_) {
-      throw ModelError("llama: eval at position " + std::to_string(pos0) + " but " + std::to_string(n_past_) +
-                       " tokens were evaluated");
-    }
-    for (int t = 0; t < n; ++t) {
-      if (tokens[t] < 0 || tokens[t] >= p_.n_vocab) {
-        throw ModelError("token id " + std::to_string(tokens[t]) + " outside the vocabulary of " +
-                         std::to_string(p_.n_vocab));
-      }
-    }
+    check_eval("llama", tokens, n, pos0, n_past_, p_.n_vocab);
     const int64_t E = p_.n_embd;
     const Tensor ids = be_.upload(XPACK_TYPE_I32, tokens, 1, n);
     const Tensor x = be_.alloc(kF32, E, n), cur = be_.alloc(kF32, E, n), delta = be_.alloc(kF32, E, n);
@@ -169,9 +160,7 @@ class Llama final : public Model {
       be_.add(x, delta, x);
     }
     be_.rms_norm(x, &output_norm_, p_.eps, cur);
-    const Tensor out = be_.alloc(kF32, p_.n_vocab, n);
-    be_.matmul(output_, cur, out);
-    be_.download(out, logits);
+    download_logits(be_, output_, cur, logits);
     n_past_ = pos0 + n;
   }
 

@@ -11,8 +11,6 @@ namespace xrun::ds4 {
 
 namespace {
 
-float sigmoidf(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-
 // c[src * hc + dst]: a softmax over dst for every src, then Sinkhorn.
 void sinkhorn(const HcShape& s, float* c) {
   const int64_t hc = s.hc;
@@ -20,22 +18,19 @@ void sinkhorn(const HcShape& s, float* c) {
   for (int64_t src = 0; src < hc; ++src) softmax_row(c + src * hc, hc);
   for (int64_t i = 0; i < hc * hc; ++i) c[i] += eps;
 
-  auto normalize_columns = [&] {
-    for (int64_t d = 0; d < hc; ++d) {
+  // Divides each line of c by (its sum + eps): the columns (dst fixed) are
+  // lines of stride 1 between lines and hc between entries, the rows the reverse.
+  auto normalize_lines = [&](int64_t line_stride, int64_t entry_stride) {
+    for (int64_t l = 0; l < hc; ++l) {
+      float* line = c + l * line_stride;
       double sum = 0.0;
-      for (int64_t r = 0; r < hc; ++r) sum += c[r * hc + d];
+      for (int64_t e = 0; e < hc; ++e) sum += line[e * entry_stride];
       const float denom = static_cast<float>(sum) + eps;
-      for (int64_t r = 0; r < hc; ++r) c[r * hc + d] /= denom;
+      for (int64_t e = 0; e < hc; ++e) line[e * entry_stride] /= denom;
     }
   };
-  auto normalize_rows = [&] {
-    for (int64_t r = 0; r < hc; ++r) {
-      double sum = 0.0;
-      for (int64_t d = 0; d < hc; ++d) sum += c[r * hc + d];
-      const float denom = static_cast<float>(sum) + eps;
-      for (int64_t d = 0; d < hc; ++d) c[r * hc + d] /= denom;
-    }
-  };
+  auto normalize_columns = [&] { normalize_lines(1, hc); };
+  auto normalize_rows = [&] { normalize_lines(hc, 1); };
   normalize_columns();
   for (int64_t it = 1; it < s.sinkhorn_iters; ++it) {
     normalize_rows();
@@ -72,8 +67,8 @@ void CpuDs4Ops::hc_pre(const HcShape& s, const Tensor& mixes, const Tensor& base
   for (int64_t t = 0; t < n; ++t) {
     const float* m = mixes.f32() + t * md;
     for (int64_t h = 0; h < hc; ++h) {
-      pre[h] = sigmoidf(m[h] * sc[0] + b[h]) + s.eps;
-      post.f32()[t * hc + h] = 2.0f * sigmoidf(m[hc + h] * sc[1] + b[hc + h]);
+      pre[h] = sigmoid(m[h] * sc[0] + b[h]) + s.eps;
+      post.f32()[t * hc + h] = 2.0f * sigmoid(m[hc + h] * sc[1] + b[hc + h]);
     }
     float* c = comb.f32() + t * hc * hc;
     for (int64_t i = 0; i < hc * hc; ++i) c[i] = m[2 * hc + i] * sc[2] + b[2 * hc + i];
@@ -112,7 +107,7 @@ void CpuDs4Ops::hc_head(const HcShape& s, const Tensor& mixes, const Tensor& bas
   check_shape(base.numel() == hc && scale.numel() == 1, "hc_head shapes disagree");
   std::vector<float> pre(static_cast<size_t>(hc));
   for (int64_t t = 0; t < stream.rows(); ++t) {
-    for (int64_t h = 0; h < hc; ++h) pre[h] = sigmoidf(mixes.f32()[t * hc + h] * scale.f32()[0] + base.f32()[h]) + s.eps;
+    for (int64_t h = 0; h < hc; ++h) pre[h] = sigmoid(mixes.f32()[t * hc + h] * scale.f32()[0] + base.f32()[h]) + s.eps;
     weighted_sum(s, stream.f32() + t * width, pre.data(), out.f32() + t * s.n_embd);
   }
 }

@@ -70,15 +70,7 @@ class Deepseek4 final : public Model {
 
   void eval(const int32_t* tokens, int n, int pos0, float* logits) override {
     if (n <= 0) return;
-    if (pos0 != n_past_) {
-      throw ModelError("deepseek4: eval at position " + std::to_string(pos0) + " but " + std::to_string(n_past_) +
-                       " tokens were evaluated (the sequence must continue)");
-    }
-    for (int t = 0; t < n; ++t) {
-      if (tokens[t] < 0 || tokens[t] >= hp_.n_vocab) {
-        throw ModelError("deepseek4: token id " + std::to_string(tokens[t]) + " outside the vocabulary");
-      }
-    }
+    check_eval("deepseek4", tokens, n, pos0, n_past_, hp_.n_vocab);
     const int64_t d = hp_.n_embd, hc = hp_.hc_mult, width = hc * d;
     const Tensor ids = be_.upload(XPACK_TYPE_I32, tokens, 1, n);
 
@@ -108,9 +100,7 @@ class Deepseek4 final : public Model {
 
     head_.collapse(stream, x);
     be_.rms_norm(x, &output_norm_, hp_.rms_eps, x);
-    const Tensor out = be_.alloc(kF32, hp_.n_vocab, n);
-    be_.matmul(output_, x, out);
-    be_.download(out, logits);
+    download_logits(be_, output_, x, logits);
     n_past_ += n;
   }
 

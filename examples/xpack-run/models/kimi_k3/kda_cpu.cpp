@@ -11,8 +11,6 @@ namespace xrun::kimi_k3 {
 
 namespace {
 
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-float silu(float x) { return x / (1.0f + std::exp(-x)); }
 // ggml_softplus
 float softplus_ggml(float x) { return x > 20.0f ? x : std::log(1.0f + std::exp(x)); }
 

@@ -85,7 +85,7 @@ void MlaLayer::init_cache(MlaCache& cache) const {
 
 void MlaLayer::forward(const Tensor& x, MlaCache& cache, const Tensor& out) const {
   const int64_t n = x.rows(), H = hp_.n_head, hk = hp_.head_k_mla, hv = hp_.head_v_mla;
-  const int64_t kv = hp_.kv_lora_rank, rope = hp_.qk_rope;
+  const int64_t rope = hp_.qk_rope;
   const float eps = hp_.norm_eps;
 
   // --- queries

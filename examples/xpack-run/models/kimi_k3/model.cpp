@@ -86,13 +86,7 @@ class KimiK3 final : public Model {
 
   void eval(const int32_t* tokens, int n, int pos0, float* logits) override {
     if (n <= 0) return;
-    if (pos0 != n_past_)
-      throw ModelError("kimi-k3: eval at position " + std::to_string(pos0) + " but " +
-                       std::to_string(n_past_) + " tokens are in the sequence");
-    for (int t = 0; t < n; ++t) {
-      if (tokens[t] < 0 || tokens[t] >= hp_.n_vocab)
-        throw ModelError("kimi-k3: token id " + std::to_string(tokens[t]) + " outside the vocabulary");
-    }
+    check_eval("kimi-k3", tokens, n, pos0, n_past_, hp_.n_vocab);
     const int64_t E = hp_.n_embd;
     const float eps = hp_.norm_eps;
     const bool use_res = hp_.res_block_size > 0;
@@ -140,9 +134,7 @@ class KimiK3 final : public Model {
 
     // --- output head (every position)
     be_.rms_norm(input_of(output_res_score_), &output_norm_, eps, normed);
-    const Tensor out = be_.alloc(kF32, hp_.n_vocab, n);
-    be_.matmul(output_, normed, out);
-    be_.download(out, logits);
+    download_logits(be_, output_, normed, logits);
     n_past_ += n;
   }
 

@@ -1,17 +1,10 @@
-// situ and cross-layer residual attention's mix on the CPU.
+// The situ activation on the CPU.
 #include <cmath>
-#include <vector>
 
 #include "../../cpu_backend.h"
 #include "kimi_ops_cpu.h"
 
 namespace xrun::kimi_k3 {
-
-namespace {
-
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-
-}  // namespace
 
 void CpuKimiOps::situ(const Tensor& g, const Tensor& u, float beta, float linear_beta) {
   check_shape(g.numel() == u.numel(), "situ shapes disagree");
@@ -21,33 +14,6 @@ void CpuKimiOps::situ(const Tensor& g, const Tensor& u, float beta, float linear
     const float a = std::tanh(gv[i] * (1.0f / beta)) * beta * sigmoid(gv[i]);
     const float b = linear_beta > 0.0f ? std::tanh(uv[i] * (1.0f / linear_beta)) * linear_beta : uv[i];
     gv[i] = a * b;
-  }
-}
-
-void CpuKimiOps::res_mix(const Tensor& cur, const std::vector<Tensor>& ckpts, const Tensor& score_w, float eps,
-                         const Tensor& out) {
-  const int64_t E = cur.width(), n = cur.rows();
-  check_shape(out.width() == E && out.rows() == n && score_w.numel() == E, "res_mix shapes disagree");
-  for (const Tensor& c : ckpts) check_shape(c.width() == E && c.rows() == n, "res_mix checkpoint shapes disagree");
-  const size_t nc = ckpts.size();
-  std::vector<float> normed(static_cast<size_t>(E)), p(nc + 1);
-  auto score = [&](const float* row) {
-    double sum = 0.0;
-    for (int64_t i = 0; i < E; ++i) sum += static_cast<double>(row[i] * row[i]);
-    const float s = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(E)) + eps);
-    double dot = 0.0;
-    for (int64_t i = 0; i < E; ++i) dot += static_cast<double>((row[i] * s) * score_w.f32()[i]);
-    return static_cast<float>(dot);
-  };
-  for (int64_t t = 0; t < n; ++t) {
-    for (size_t c = 0; c < nc; ++c) p[c] = score(ckpts[c].f32() + t * E);
-    p[nc] = score(cur.f32() + t * E);
-    softmax_row(p.data(), static_cast<int64_t>(nc + 1));
-    for (int64_t i = 0; i < E; ++i) {
-      float acc = 0.0f;
-      for (size_t c = 0; c < nc; ++c) acc += ckpts[c].f32()[t * E + i] * p[c];
-      out.f32()[t * E + i] = acc + cur.f32()[t * E + i] * p[nc];
-    }
   }
 }
 
