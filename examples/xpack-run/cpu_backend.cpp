@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "dequant.h"
-#include "worker_pool.h"
 #include "xpack/xpack.h"
 
 namespace xrun {
@@ -25,27 +24,6 @@ float dot_f32(const float* a, const float* b, int64_t n) {
 
 void check_shape(bool ok, const char* what) {
   if (!ok) throw ModelError(std::string("backend: ") + what);
-}
-
-void cpu_matmul(uint32_t type, const void* w, int64_t ne0, int64_t ne1, const float* x, int n_tokens, float* y) {
-  const size_t rb = row_bytes(type, ne0);
-  const auto* wb = static_cast<const uint8_t*>(w);
-  parallel_for_work(ne1, ne0 * n_tokens, [&](int64_t begin, int64_t end) {
-    thread_local std::vector<float> row;
-    if (type != XPACK_TYPE_F32) row.resize(static_cast<size_t>(ne0));
-    for (int64_t o = begin; o < end; ++o) {
-      const float* r;
-      if (type == XPACK_TYPE_F32) {
-        r = reinterpret_cast<const float*>(wb + static_cast<size_t>(o) * rb);
-      } else {
-        dequantize(type, wb + static_cast<size_t>(o) * rb, row.data(), ne0);
-        r = row.data();
-      }
-      for (int t = 0; t < n_tokens; ++t) {
-        y[static_cast<size_t>(t) * ne1 + o] = dot_f32(r, x + static_cast<size_t>(t) * ne0, ne0);
-      }
-    }
-  });
 }
 
 Tensor CpuBackend::alloc(uint32_t type, int64_t width, int64_t rows) {
@@ -85,10 +63,33 @@ void CpuBackend::wait_event(void* event) {
   check_shape(event == nullptr, "the CPU backend cannot wait on a device event");
 }
 
+// Dequantizes one weight row at a time (F32 rows are used in place) into a
+// per-thread buffer and dots it with each token's input.
 void CpuBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& y) {
   check_shape(x.type == XPACK_TYPE_F32 && y.type == XPACK_TYPE_F32, "matmul needs F32 activations");
   check_shape(x.width() == w.width() && y.width() == w.rows() && x.rows() == y.rows(), "matmul shapes disagree");
-  cpu_matmul(w.type, w.data, w.width(), w.rows(), x.f32(), static_cast<int>(x.rows()), y.f32());
+  const uint32_t type = w.type;
+  const int64_t ne0 = w.width(), ne1 = w.rows(), n_tokens = x.rows();
+  const size_t rb = w.row_nbytes();
+  const auto* wb = static_cast<const uint8_t*>(w.data);
+  const float* xs = x.f32();
+  float* ys = y.f32();
+  pool_.parallel_for(ne1, ne0 * n_tokens, [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> row;
+    if (type != XPACK_TYPE_F32) row.resize(static_cast<size_t>(ne0));
+    for (int64_t o = begin; o < end; ++o) {
+      const float* r;
+      if (type == XPACK_TYPE_F32) {
+        r = reinterpret_cast<const float*>(wb + static_cast<size_t>(o) * rb);
+      } else {
+        dequantize(type, wb + static_cast<size_t>(o) * rb, row.data(), ne0);
+        r = row.data();
+      }
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        ys[static_cast<size_t>(t) * ne1 + o] = dot_f32(r, xs + static_cast<size_t>(t) * ne0, ne0);
+      }
+    }
+  });
 }
 
 void CpuBackend::get_rows(const Tensor& table, const Tensor& ids, const Tensor& out) {

@@ -8,12 +8,18 @@
 #include <cmath>
 
 #include "backend.h"
+#include "worker_pool.h"
 
 namespace xrun {
 
 class CpuBackend final : public Backend {
  public:
+  // n_threads <= 0: all cores (default_threads()).
+  explicit CpuBackend(int n_threads = 0) : pool_(n_threads) {}
   const char* name() const override { return "cpu"; }
+  int threads() const { return pool_.size(); }
+  // The threads every CPU operation runs on (also the model-specific ones).
+  WorkerPool& pool() { return pool_; }
 
   Tensor alloc(uint32_t type, int64_t width, int64_t rows) override;
   Tensor weight(const WeightTensor& w) override;
@@ -44,12 +50,10 @@ class CpuBackend final : public Backend {
   void scatter_weighted(const Tensor& y, const Tensor& picks, const Tensor& weights,
                         const Tensor& per_pick) override;
   void sum_picks(const Tensor& per_pick, int64_t k, bool accumulate, const Tensor& out) override;
-};
 
-// The CPU matrix product: dequantizes one weight row at a time (F32 rows are
-// used in place) into a per-thread buffer and dots it with each token's input.
-// w: [ne1][ne0] of `type`, x: [n_tokens][ne0], y: [n_tokens][ne1].
-void cpu_matmul(uint32_t type, const void* w, int64_t ne0, int64_t ne1, const float* x, int n_tokens, float* y);
+ private:
+  WorkerPool pool_;
+};
 
 // Dot product of two float vectors, summed in a fixed order.
 float dot_f32(const float* a, const float* b, int64_t n);

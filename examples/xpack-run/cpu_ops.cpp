@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "cpu_backend.h"
-#include "worker_pool.h"
 #include "xpack/xpack.h"
 
 namespace xrun {
@@ -184,7 +183,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, in
                   k.width() == kv_w && k.rows() == pos0 + n,
               "attention shapes disagree");
   const int64_t n_kv = k.rows(), group = n_head / n_head_kv;
-  parallel_for_work(n * n_head, n_kv * D * 2, [&](int64_t begin, int64_t end) {
+  pool_.parallel_for(n * n_head, n_kv * D * 2, [&](int64_t begin, int64_t end) {
     std::vector<float> score(static_cast<size_t>(n_kv));
     for (int64_t job = begin; job < end; ++job) {
       const int64_t t = job / n_head, h = job % n_head, hk = h / group;

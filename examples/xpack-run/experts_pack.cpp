@@ -29,7 +29,7 @@ struct RoleView {
 
 class PackExperts final : public ExpertSource {
  public:
-  PackExperts(const PackSourceOptions& o, int n_expected_experts) : opts_(o) {
+  PackExperts(const PackSourceOptions& o, int n_expected_experts) : opts_(o), read_pool_(o.threads) {
     xpack_pack_options popts{};
     popts.size = sizeof(popts);
     popts.trunk_path = o.trunk_path.empty() ? nullptr : o.trunk_path.c_str();
@@ -132,7 +132,7 @@ class PackExperts final : public ExpertSource {
     // Misses are read in parallel: xpack_pack_read_object is a thread-safe pread.
     auto t0 = std::chrono::steady_clock::now();
     std::vector<int> rcs(misses.size(), 0);
-    parallel_for(static_cast<int64_t>(misses.size()), [&](int64_t b, int64_t end) {
+    read_pool_.parallel_for(static_cast<int64_t>(misses.size()), 0, [&](int64_t b, int64_t end) {
       for (int64_t m = b; m < end; ++m) {
         rcs[m] = xpack_pack_read_object(pack_, slot, static_cast<uint32_t>(misses[m].second),
                                         misses[m].first->buf.get(), alloc_bytes_, opts_.verify ? 1 : 0);
@@ -227,6 +227,7 @@ class PackExperts final : public ExpertSource {
   }
 
   PackSourceOptions opts_;
+  WorkerPool read_pool_;
   xpack_pack* pack_ = nullptr;
   int n_experts_ = 0;
   uint64_t n_layers_ = 0, top_k_ = 0;

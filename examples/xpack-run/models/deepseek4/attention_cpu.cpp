@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "../../cpu_backend.h"
-#include "../../worker_pool.h"
 #include "ds4_ops_cpu.h"
 #include "xpack/xpack.h"
 
@@ -106,7 +105,7 @@ void CpuDs4Ops::attention(const Tensor& q, const Tensor& raw, int64_t raw_first,
                   (!blocks || blocks->width() == hd) && (!chosen || (chosen->rows() == n && blocks)),
               "deepseek4 attention shapes disagree");
   const float kq_scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  parallel_for(n, [&](int64_t begin, int64_t end) {
+  pool_.parallel_for(n, 0, [&](int64_t begin, int64_t end) {
     std::vector<const float*> keys;
     std::vector<float> p;
     for (int64_t t = begin; t < end; ++t) {

@@ -2,12 +2,13 @@
 
 #include <string>
 
+#include "../../cpu_backend.h"
 #include "ds4_ops_cpu.h"
 
 namespace xrun::ds4 {
 
 std::unique_ptr<Ds4Ops> make_ds4_ops(Backend& be) {
-  if (std::string(be.name()) == "cpu") return std::make_unique<CpuDs4Ops>();
+  if (auto* cpu = dynamic_cast<CpuBackend*>(&be)) return std::make_unique<CpuDs4Ops>(cpu->pool());
   throw ModelError(std::string("deepseek4: no kernels for the ") + be.name() + " backend yet");
 }
 

@@ -1,12 +1,14 @@
 // deepseek4's own operations on the CPU backend (see ds4_ops.h).
 #pragma once
 
+#include "../../worker_pool.h"
 #include "ds4_ops.h"
 
 namespace xrun::ds4 {
 
 class CpuDs4Ops final : public Ds4Ops {
  public:
+  explicit CpuDs4Ops(WorkerPool& pool) : pool_(pool) {}
   void hc_pre(const HcShape& s, const Tensor& mixes, const Tensor& base, const Tensor& scale, const Tensor& stream,
               const Tensor& input, const Tensor& post, const Tensor& comb) override;
   void hc_post(const HcShape& s, const Tensor& output, const Tensor& residual, const Tensor& post, const Tensor& comb,
@@ -19,6 +21,9 @@ class CpuDs4Ops final : public Ds4Ops {
                       int64_t ratio, const Tensor& chosen) override;
   void attention(const Tensor& q, const Tensor& raw, int64_t raw_first, int64_t window, const Tensor* blocks,
                  int64_t ratio, const Tensor* chosen, const Tensor& sinks, int64_t pos0, const Tensor& out) override;
+
+ private:
+  WorkerPool& pool_;  // the CPU backend's
 };
 
 }  // namespace xrun::ds4

@@ -4,7 +4,6 @@
 #include <vector>
 
 #include "../../cpu_backend.h"
-#include "../../worker_pool.h"
 #include "kimi_ops_cpu.h"
 
 namespace xrun::kimi_k3 {
@@ -59,7 +58,7 @@ void CpuKimiOps::delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, c
   check_shape(D % H == 0 && k.width() == D && v.width() == D && g.width() == D && o.width() == D &&
                   beta.rows() == n && state.numel() == H * hd * hd,
               "delta_rule shapes disagree");
-  parallel_for(H, [&](int64_t h0, int64_t h1) {
+  pool_.parallel_for(H, 0, [&](int64_t h0, int64_t h1) {
     std::vector<float> sk(static_cast<size_t>(hd)), d(static_cast<size_t>(hd));
     for (int64_t h = h0; h < h1; ++h) {
       float* S = state.f32() + h * hd * hd;  // S[i*hd + j]: key i, value j

@@ -3,7 +3,6 @@
 #include <vector>
 
 #include "../../cpu_backend.h"
-#include "../../worker_pool.h"
 #include "kimi_ops_cpu.h"
 
 namespace xrun::kimi_k3 {
@@ -31,7 +30,7 @@ void CpuKimiOps::mla_attention(const Tensor& q, const Tensor& latent, const Tens
                   latent.rows() == rope_key.rows() && latent.rows() >= pos0 + n && o.rows() == n,
               "mla_attention shapes disagree");
   const float* Q = q.f32();
-  parallel_for(H, [&](int64_t h0, int64_t h1) {
+  pool_.parallel_for(H, 0, [&](int64_t h0, int64_t h1) {
     std::vector<float> q_nope(static_cast<size_t>(n * nope)), q_abs(static_cast<size_t>(n * kv));
     std::vector<float> lat(static_cast<size_t>(n * kv)), oh(static_cast<size_t>(n * hv));
     std::vector<float> scores(static_cast<size_t>(pos0 + n));
