@@ -2,7 +2,7 @@
 
 namespace xrun {
 
-const ExpertMatrix* ExpertWeights::role(const char* name) const {
+const Tensor* ExpertWeights::role(const char* name) const {
   for (const auto& [n, m] : roles) {
     if (n == name) return &m;
   }

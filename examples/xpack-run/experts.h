@@ -14,23 +14,18 @@
 #include <string>
 #include <vector>
 
-namespace xrun {
+#include "tensor.h"
 
-// One expert role's weights as a 2-D matrix: ne0 inputs (contiguous) x ne1 outputs.
-// `data` is a backend address (a device pointer for a device cache).
-struct ExpertMatrix {
-  uint32_t type = 0;
-  int64_t ne0 = 0, ne1 = 0;
-  const void* data = nullptr;
-  size_t nbytes = 0;
-};
+namespace xrun {
 
 // The roles of one (layer, expert) object, looked up by role name.
 struct ExpertWeights {
   int expert = -1;
   // Role names as in the GGUF tensor name: "gate", "up", "down", "gate_up".
-  const ExpertMatrix* role(const char* name) const;
-  std::vector<std::pair<std::string, ExpertMatrix>> roles;
+  // Each a 2-D matrix, ne[0] inputs x ne[1] outputs, viewing the source's
+  // memory (a device address for a device cache).
+  const Tensor* role(const char* name) const;
+  std::vector<std::pair<std::string, Tensor>> roles;
 };
 
 // An expert of a request, usable once the compute stream waited on ready_event.

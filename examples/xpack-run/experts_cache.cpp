@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "experts_factory.h"
+#include "pack_roles.h"
 #include "xpack/xpack.h"
 
 namespace xrun {
@@ -22,7 +23,7 @@ namespace {
 
 class CacheExperts final : public ExpertSource {
  public:
-  CacheExperts(xpack_pack* pack, xpack_cache* cache, std::vector<std::pair<std::string, ExpertMatrix>> roles,
+  CacheExperts(xpack_pack* pack, xpack_cache* cache, std::vector<PackRole> roles,
                std::string pack_path)
       : pack_(pack), cache_(cache), roles_(std::move(roles)), pack_path_(std::move(pack_path)) {
     xpack_cache_info info{};
@@ -123,16 +124,8 @@ class CacheExperts final : public ExpertSource {
       }
       xpack_expert_slot e{};
       source->check(xpack_cache_entry(source->cache_, ticket, idx, &e), layer);
-      const auto* data = static_cast<const uint8_t*>(e.data);
-      ExpertWeights& w = views[idx];
-      w.expert = static_cast<int>(e.expert);
-      w.roles.clear();
-      for (const auto& [name, proto] : source->roles_) {
-        ExpertMatrix m = proto;
-        m.data = data + reinterpret_cast<uintptr_t>(proto.data);
-        w.roles.emplace_back(name, m);
-      }
-      return {&w, e.ready_event};
+      object_views(source->roles_, e.data, static_cast<int>(e.expert), views[idx]);
+      return {&views[idx], e.ready_event};
     }
     void release(int i) override {
       source->check(xpack_cache_release_expert(source->cache_, ticket, static_cast<size_t>(i), compute_stream), layer);
@@ -156,7 +149,7 @@ class CacheExperts final : public ExpertSource {
 
   xpack_pack* pack_;
   xpack_cache* cache_;
-  std::vector<std::pair<std::string, ExpertMatrix>> roles_;  // data = offset in the object
+  std::vector<PackRole> roles_;
   std::string pack_path_;
   uint32_t slot_count_ = 0;
   int n_experts_ = 0;
@@ -186,21 +179,12 @@ std::unique_ptr<ExpertSource> make_cache_experts(const PackSourceOptions& o, int
     throw ModelError("expert pack has " + std::to_string(info.n_experts) + " experts per layer, the model " +
                      std::to_string(n_expected_experts));
   }
-  std::vector<std::pair<std::string, ExpertMatrix>> roles;
-  for (uint32_t r = 0; r < info.n_roles; ++r) {
-    xpack_role_info ri{};
-    ri.size = sizeof(ri);
-    if (xpack_pack_role_info(pack, r, &ri) != 0 || ri.offset + ri.nbytes > info.object_bytes) {
-      xpack_pack_close(pack);
-      throw ModelError("expert pack " + o.pack_path + ": bad role table");
-    }
-    ExpertMatrix m;
-    m.type = ri.type;
-    m.ne0 = static_cast<int64_t>(ri.ne[0]);
-    m.ne1 = static_cast<int64_t>(ri.n_dims >= 2 ? ri.ne[1] * (ri.n_dims >= 3 ? ri.ne[2] : 1) : 1);
-    m.nbytes = static_cast<size_t>(ri.nbytes);
-    m.data = reinterpret_cast<const void*>(static_cast<uintptr_t>(ri.offset));
-    roles.emplace_back(ri.name, m);
+  std::vector<PackRole> roles;
+  try {
+    roles = pack_roles(pack, o.pack_path);
+  } catch (...) {
+    xpack_pack_close(pack);
+    throw;
   }
   xpack_cache_options co{};
   xpack_cache_options_init(&co);

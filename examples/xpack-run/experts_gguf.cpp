@@ -60,13 +60,9 @@ class GgufExperts final : public ExpertSource {
       ExpertWeights& w = req->experts[static_cast<size_t>(i)];
       w.expert = e;
       for (const auto& [rname, t] : it->second) {
-        ExpertMatrix m;
-        m.type = t->type;
-        m.ne0 = t->ne[0];
-        m.ne1 = t->ne[1];
-        m.nbytes = t->nbytes / static_cast<size_t>(n_experts_);
-        m.data = static_cast<const uint8_t*>(t->data) + m.nbytes * static_cast<size_t>(e);
-        w.roles.emplace_back(rname, m);
+        const size_t nbytes = t->nbytes / static_cast<size_t>(n_experts_);
+        w.roles.emplace_back(rname, borrowed_tensor(t->type, t->ne[0], t->ne[1],
+                                                    static_cast<const uint8_t*>(t->data) + nbytes * static_cast<size_t>(e)));
       }
       ++served_;
     }

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "experts_factory.h"
+#include "pack_roles.h"
 #include "worker_pool.h"
 #include "xpack/xpack.h"
 
@@ -22,10 +23,6 @@ struct AlignedFree {
 };
 using Buffer = std::unique_ptr<uint8_t, AlignedFree>;
 
-struct RoleView {
-  std::string name;
-  ExpertMatrix matrix;  // data is the offset inside the object
-};
 
 class PackExperts final : public ExpertSource {
  public:
@@ -49,20 +46,7 @@ class PackExperts final : public ExpertSource {
       throw ModelError("expert pack has " + std::to_string(n_experts_) + " experts per layer, the model " +
                        std::to_string(n_expected_experts));
     }
-    for (uint32_t r = 0; r < info.n_roles; ++r) {
-      xpack_role_info ri{};
-      ri.size = sizeof(ri);
-      check(xpack_pack_role_info(pack_, r, &ri), "role info");
-      if (ri.offset + ri.nbytes > object_bytes_) throw ModelError("pack role " + std::string(ri.name) + " exceeds its object");
-      RoleView v;
-      v.name = ri.name;
-      v.matrix.type = ri.type;
-      v.matrix.ne0 = static_cast<int64_t>(ri.ne[0]);
-      v.matrix.ne1 = static_cast<int64_t>(ri.n_dims >= 2 ? ri.ne[1] * (ri.n_dims >= 3 ? ri.ne[2] : 1) : 1);
-      v.matrix.nbytes = static_cast<size_t>(ri.nbytes);
-      v.matrix.data = reinterpret_cast<const void*>(static_cast<uintptr_t>(ri.offset));
-      roles_.push_back(std::move(v));
-    }
+    roles_ = pack_roles(pack_, o.pack_path);
     alloc_bytes_ = (object_bytes_ + 4095) / 4096 * 4096;
     budget_objects_ = o.budget_bytes / alloc_bytes_;
   }
@@ -153,14 +137,7 @@ class PackExperts final : public ExpertSource {
     }
     out.clear();
     out.resize(static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i) {
-      out[i].expert = experts[i];
-      for (const RoleView& r : roles_) {
-        ExpertMatrix m = r.matrix;
-        m.data = entries[i]->buf.get() + reinterpret_cast<uintptr_t>(r.matrix.data);
-        out[i].roles.emplace_back(r.name, m);
-      }
-    }
+    for (int i = 0; i < n; ++i) object_views(roles_, entries[i]->buf.get(), experts[i], out[i]);
     peak_objects_ = std::max<uint64_t>(peak_objects_, lru_.size());
   }
 
@@ -232,7 +209,7 @@ class PackExperts final : public ExpertSource {
   int n_experts_ = 0;
   uint64_t n_layers_ = 0, top_k_ = 0;
   uint64_t object_bytes_ = 0, alloc_bytes_ = 0, budget_objects_ = 0;
-  std::vector<RoleView> roles_;
+  std::vector<PackRole> roles_;
   std::list<Entry> lru_;
   std::unordered_map<uint64_t, std::list<Entry>::iterator> map_;
   uint64_t hits_ = 0, misses_ = 0, evictions_ = 0, read_bytes_ = 0, read_ns_ = 0, read_errors_ = 0;

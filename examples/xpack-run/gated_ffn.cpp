@@ -1,6 +1,5 @@
 #include "gated_ffn.h"
 
-#include "dequant.h"
 #include "xpack/xpack.h"
 
 namespace xrun {
@@ -15,30 +14,23 @@ void gated_ffn(Backend& be, const GatedMatrices& m, const GateActivation& act, c
   be.matmul(m.down, g, y);
 }
 
-namespace {
-
-Tensor as_tensor(const ExpertMatrix& m) { return borrowed_tensor(m.type, m.ne0, m.ne1, m.data); }
-
-}  // namespace
-
 GatedMatrices expert_matrices(const ExpertWeights& w, int64_t d_in, int64_t d_ff, int64_t d_out, const std::string& who) {
   GatedMatrices m;
-  if (const ExpertMatrix* gu = w.role("gate_up")) {
-    if (gu->ne0 != d_in || gu->ne1 != 2 * d_ff) throw ModelError(who + ": gate_up has the wrong shape");
+  if (const Tensor* gu = w.role("gate_up")) {
+    if (gu->width() != d_in || gu->rows() != 2 * d_ff) throw ModelError(who + ": gate_up has the wrong shape");
     // Each output is one weight row, so the halves are row ranges of the fused matrix.
-    const Tensor both = as_tensor(*gu);
-    m.gate = both.row_range(0, d_ff);
-    m.up = both.row_range(d_ff, d_ff);
+    m.gate = gu->row_range(0, d_ff);
+    m.up = gu->row_range(d_ff, d_ff);
   } else {
-    const ExpertMatrix* g = w.role("gate");
-    const ExpertMatrix* u = w.role("up");
+    const Tensor* g = w.role("gate");
+    const Tensor* u = w.role("up");
     if (!g || !u) throw ModelError(who + ": missing gate/up weights");
-    m.gate = as_tensor(*g);
-    m.up = as_tensor(*u);
+    m.gate = *g;
+    m.up = *u;
   }
-  const ExpertMatrix* dn = w.role("down");
+  const Tensor* dn = w.role("down");
   if (!dn) throw ModelError(who + ": missing down weights");
-  m.down = as_tensor(*dn);
+  m.down = *dn;
   if (m.gate.width() != d_in || m.gate.rows() != d_ff || m.up.width() != d_in || m.up.rows() != d_ff ||
       m.down.width() != d_ff || m.down.rows() != d_out) {
     throw ModelError(who + ": expert matrices do not match " + std::to_string(d_in) + " x " + std::to_string(d_ff) +
