@@ -9,9 +9,18 @@
 // and it waits for the work enqueued before it. On the CPU backend every
 // operation has finished when it returns.
 //
+// Memory: a tensor's bytes live while a handle to them does; a device backend
+// frees in stream order (e.g. cudaFreeAsync), so a graph may drop a temporary
+// as soon as the operations that use it are enqueued. upload() has copied the
+// host bytes when it returns.
+//
 // Shapes: activations are [rows][width] (Tensor::width() contiguous); ops check
 // that shapes agree and throw ModelError if not. Outputs are written through the
 // handle given; unless an op says otherwise an output may not overlap an input.
+//
+// Operations one architecture alone uses are not here: they are declared in
+// that model's folder (models/deepseek4/ds4_ops.h, models/kimi_k3/kimi_ops.h),
+// one implementation per backend beside the CPU one.
 #pragma once
 
 #include <cstdint>
