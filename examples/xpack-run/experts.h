@@ -57,12 +57,12 @@ class ExpertSource {
   // True if GGUF block `layer` has routed experts.
   virtual bool has_layer(int layer) const = 0;
   virtual int n_experts() const = 0;
-  // Starts loading the `n` distinct experts of `layer` (ids checked: out of
-  // range or repeated throws ModelError). Every requested expert is delivered,
-  // never skipped, even when there are more than the cache holds at once: the
-  // later ones take the memory of released ones, so release in any order but
-  // release those you got before asking for ones not resident.
-  // `compute_stream`: the backend's stream (Backend::stream()).
+  // Starts loading the `n` distinct experts of `layer` (an id out of range
+  // throws ModelError) and returns at once. Every requested expert is
+  // delivered, never skipped, even when there are more than the source holds
+  // at once: those beyond its room are placed, in request order, as earlier
+  // ones are released, so a caller must release the experts it is done with
+  // before it gets one beyond that room. `compute_stream`: Backend::stream().
   virtual std::unique_ptr<ExpertRequest> acquire(int layer, const int32_t* experts, int n,
                                                  void* compute_stream) = 0;
   // Called once after the run: reports what could only fail late (an

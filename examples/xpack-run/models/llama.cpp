@@ -206,7 +206,7 @@ class Llama final : public Model {
       const Tensor* down = ew.role("down");
       if (!down) throw ModelError(who + " has no down projection");
       gated_ffn(be_, expert_matrices(ew, p_.n_embd, down->width(), p_.n_embd, who), swiglu_, xs, ys);
-    }, false, out);
+    }, /*accumulate=*/false, out);
   }
 
   Backend& be_;
