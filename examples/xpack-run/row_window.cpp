@@ -24,7 +24,7 @@ void RowWindow::append(Backend& be, const Tensor& rows) {
   end_ += n;
 }
 
-void RowWindow::drop_before(Backend&, int64_t pos) {
+void RowWindow::drop_before(int64_t pos) {
   if (pos <= first_) return;
   const int64_t drop = std::min(pos, end_) - first_;
   start_ += drop;

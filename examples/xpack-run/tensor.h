@@ -28,6 +28,8 @@ struct Tensor {
   Tensor row_range(int64_t first, int64_t n) const;
   // The same bytes seen as [rows][width] (width * rows must equal numel()).
   Tensor reshaped(int64_t width, int64_t rows) const;
+  // The typed address, for backend implementations (host memory only on the
+  // CPU backend: graphs read results through Backend::download).
   float* f32() const { return static_cast<float*>(data); }
   int32_t* i32() const { return static_cast<int32_t*>(data); }
 };

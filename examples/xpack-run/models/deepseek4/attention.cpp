@@ -116,7 +116,7 @@ void Attention::forward(const Tensor& x, int64_t pos0, const Tensor& out) {
   project_output(heads, out);
 
   // Raw keys older than the window of the next query are never read again.
-  raw_keys_.drop_before(be_, next_pos_ - hp_.n_swa + 1);
+  raw_keys_.drop_before(next_pos_ - hp_.n_swa + 1);
 }
 
 void Attention::project_output(const Tensor& heads, const Tensor& out) const {

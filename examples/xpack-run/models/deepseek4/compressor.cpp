@@ -72,8 +72,8 @@ void Compressor::append(const Tensor& x, int64_t pos0) {
   // Keep the rows the next block will pool: its own and, when overlapping,
   // the previous block's.
   const int64_t keep_from = std::max<int64_t>(0, (n_blocks_ - (overlap_ ? 1 : 0)) * ratio_);
-  kv_rows_.drop_before(be_, keep_from);
-  score_rows_.drop_before(be_, keep_from);
+  kv_rows_.drop_before(keep_from);
+  score_rows_.drop_before(keep_from);
 }
 
 }  // namespace xrun::ds4
