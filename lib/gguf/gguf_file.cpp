@@ -343,6 +343,10 @@ Result<File> File::parse(ByteSource& src, std::string name) {
   Cursor c(src, name);
 
   XPACK_ASSIGN_OR_RETURN(uint32_t magic, c.scalar<uint32_t>("magic"));
+  // "XPAC", the start of an Expert Pack's magic: the pack given where a GGUF belongs.
+  if (magic == 0x43415058u)
+    return err(XPACK_E_BAD_MAGIC, "{}: is an Expert Pack, not a GGUF (the model to open with it is its "
+               "PREFIX.trunk.gguf)", name);
   if (magic != kMagic) return err(XPACK_E_BAD_MAGIC, "{}: not a GGUF file (magic {:#010x})", name, magic);
   XPACK_ASSIGN_OR_RETURN(f.version_, c.scalar<uint32_t>("version"));
   if (f.version_ != 2 && f.version_ != 3)

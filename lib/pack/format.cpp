@@ -214,8 +214,15 @@ Result<Index> decode_index(IndexSource& src, uint64_t actual, const std::string&
   uint8_t h[kHeaderBytes];
   if (actual < sizeof kMagic) return err(XPACK_E_TRUNCATED, "{}: {} bytes is too small for an Expert Pack", name, actual);
   XPACK_TRY(src.read(0, h, sizeof kMagic));
-  if (std::memcmp(h, kMagic, sizeof kMagic) != 0)
+  if (std::memcmp(h, kMagic, sizeof kMagic) != 0) {
+    // The usual mistake: the model itself given where its converted pack belongs.
+    if (std::memcmp(h, "GGUF", 4) == 0)
+      return err(XPACK_E_BAD_MAGIC,
+                 "{}: is a GGUF model, not an Expert Pack; convert it first: xpack-build {} -o PREFIX "
+                 "(writes PREFIX.xpack and PREFIX.trunk.gguf)",
+                 name, name);
     return err(XPACK_E_BAD_MAGIC, "{}: not an Expert Pack (bad magic)", name);
+  }
   if (actual < kHeaderBytes)
     return err(XPACK_E_TRUNCATED, "{}: file of {} bytes ends inside the {}-byte header", name, actual, kHeaderBytes);
   XPACK_TRY(src.read(0, h, kHeaderBytes));

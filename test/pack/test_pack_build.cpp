@@ -365,6 +365,15 @@ TEST_CASE("bad input gives clear errors") {
   CHECK(run(tool("xpack-build") + " " + q(tmp / "missing.gguf") + " -o " + q(tmp / "x"), &o) == 1);
   CHECK(o.find("missing.gguf") != std::string::npos);
 
+  // A model given where its pack belongs, and a pack where a GGUF belongs: the
+  // message says what the file is and what to do.
+  fs::path small = synth(tmp / "small.gguf", "--arch deepseek4 --layers 2 --experts 4");
+  CHECK(run(tool("xpack-inspect") + " " + q(small), &o) == 1);
+  CHECK_MESSAGE(o.find("is a GGUF model, not an Expert Pack; convert it first: xpack-build") != std::string::npos, o);
+  build(small, tmp / "mp");
+  CHECK(run(tool("xpack-build") + " " + q(tmp / "mp.xpack") + " -o " + q(tmp / "again"), &o) == 1);
+  CHECK_MESSAGE(o.find("is an Expert Pack, not a GGUF") != std::string::npos, o);
+
   // Not a GGUF at all.
   write_file(tmp / "junk.gguf", std::vector<uint8_t>(100, 7));
   CHECK(run(tool("xpack-build") + " " + q(tmp / "junk.gguf") + " -o " + q(tmp / "x"), &o) == 1);
