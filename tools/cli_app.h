@@ -125,12 +125,14 @@ inline bool parse_size(std::string_view s, uint64_t unit, uint64_t lo, uint64_t 
   const uint64_t mult = bare ? unit : (uint64_t{1} << *shift);
   const uint64_t max = std::numeric_limits<uint64_t>::max();
   if (ec != std::errc() || p != s.data() + d || (mult > 1 && v > max / mult)) {
-    *why = std::string(s) + " is too large" + (hi == max ? std::string(" for 64 bits") : " (" + range_text(lo, hi, true) + ")");
+    *why = std::string(s) + " is too large" +
+           (hi == max ? std::string(" for 64 bits") : " (" + range_text(lo, hi, true) + ")");
     return false;
   }
   v *= mult;
   if (unit > 1 && v % unit != 0) {
-    *why = std::string(s) + " is not a whole number of " + (unit == (1u << 20) ? "MiB" : size_text(unit) + "-byte units");
+    *why = std::string(s) + " is not a whole number of " +
+           (unit == (1u << 20) ? std::string("MiB") : size_text(unit) + "-byte units");
     return false;
   }
   if (v < lo || v > hi) {
@@ -302,7 +304,8 @@ class App {
       // CLI11 says "--trunk: 1 required TEXT missing"; the flag is before the colon.
       std::string m = e.what();
       size_t colon = m.find(':');
-      if (colon != std::string::npos && m.ends_with(" missing")) return usage_error(m.substr(0, colon) + " needs a value");
+      if (colon != std::string::npos && m.ends_with(" missing"))
+        return usage_error(m.substr(0, colon) + " needs a value");
       return usage_error(m);
     } catch (const CLI::ConversionError& e) {
       // CLI11 says "Could not convert: --json = maybe" (a value given to a switch).
@@ -310,7 +313,8 @@ class App {
       const std::string head = "Could not convert: ";
       size_t eq = m.find(" = ");
       if (m.rfind(head, 0) == 0 && eq != std::string::npos)
-        return usage_error(m.substr(head.size(), eq - head.size()) + ": '" + m.substr(eq + 3) + "' is not a valid value");
+        return usage_error(m.substr(head.size(), eq - head.size()) + ": '" + m.substr(eq + 3) +
+                           "' is not a valid value");
       return usage_error(m);
     } catch (const CLI::ParseError& e) {
       return usage_error(e.what());

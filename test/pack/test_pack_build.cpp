@@ -436,7 +436,8 @@ TEST_CASE("xpack-build / xpack-inspect: --version, --help lists every flag, --ke
   REQUIRE(run(tool("xpack-build") + " " + q(model) + " --output=" + q(tmp / "a") + " --buffer-mib=1M --json", &o) == 0);
   build(model, tmp / "b", "--buffer-mib 1");
   CHECK(same_file(tmp / "a.xpack", tmp / "b.xpack"));
-  CHECK(run(tool("xpack-inspect") + " " + q(tmp / "a.xpack") + " --trunk=" + q(tmp / "a.trunk.gguf") + " --verify", &o) == 0);
+  CHECK(run(tool("xpack-inspect") + " " + q(tmp / "a.xpack") + " --trunk=" + q(tmp / "a.trunk.gguf") + " --verify",
+            &o) == 0);
   CHECK(o.find("belongs to this pack") != std::string::npos);
   CHECK(run(tool("xpack-inspect") + " " + q(tmp / "a.xpack") + " --trunk=" + q(model) + " --json", &o) == 0);
 }
