@@ -11,7 +11,7 @@
 # apt-get source needs deb-src entries in /etc/apt/sources.list.d.
 set -eu
 ../shared/device/fetch-debs.sh
-(cd .deps && apt-get download nlohmann-json3-dev)
+(cd .deps && apt-get download nlohmann-json3-dev libcli11-dev)
 mkdir -p .deps/wheels .deps/bin
 pip download gguf pyyaml tqdm requests urllib3 idna certifi charset-normalizer --no-deps \
   --python-version 3.12 --only-binary=:all: --platform manylinux2014_x86_64 \

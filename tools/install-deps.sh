@@ -3,7 +3,8 @@
 # Idempotent: packages already present are left alone.
 set -eu
 pkgs="build-essential pkg-config meson ninja-build liburing-dev libxxhash-dev libssl-dev
-      libnuma-dev libfmt-dev nlohmann-json3-dev doctest-dev python3 python3-pip python3-numpy fio"
+      libnuma-dev libfmt-dev nlohmann-json3-dev libcli11-dev doctest-dev python3 python3-pip
+      python3-numpy fio"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

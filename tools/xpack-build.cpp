@@ -1,111 +1,59 @@
 // xpack-build: convert a GGUF MoE model into an Expert Pack + trunk GGUF + manifest.
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "cli_app.h"
 #include "common/checked_math.h"
 #include "pack/builder.h"
 #include "xpack-build-progress.h"
 
-namespace {
-
-const char kUsage[] =
-    "usage: xpack-build MODEL.gguf -o OUT [options]\n"
-    "\n"
-    "Writes OUT.xpack (the Expert Pack), OUT.xpack.json (manifest) and OUT.trunk.gguf\n"
-    "(all metadata + every tensor that is not a routed expert). MODEL may be any\n"
-    "shard NAME-0000k-of-0000N.gguf of a split set.\n"
-    "\n"
-    "options:\n"
-    "  -o, --output OUT     output prefix (required)\n"
-    "  --resume             continue an interrupted build (result is byte-identical)\n"
-    "  --verify             re-read the outputs and check them against the source\n"
-    "  --consume-source     delete each source shard once everything taken from it\n"
-    "                       is durably written (needs about one shard of free space)\n"
-    "  --force              overwrite existing outputs / restart an interrupted build;\n"
-    "                       allow --consume-source on a single-file model\n"
-    "  --buffer-mib N       copy buffer size (default 256)\n"
-    "  --json               print one JSON summary on stdout (no progress bar)\n"
-    "  -h, --help           this help\n"
-    "\n"
-    "exit status: 0 success, 1 failure, 2 usage error\n";
-
-int usage_error(const char* msg) {
-  std::fprintf(stderr, "xpack-build: %s\n\n%s", msg, kUsage);
-  return 2;
-}
-
-bool parse_u64(const char* s, uint64_t* out) {
-  if (!s || !*s) return false;
-  char* end = nullptr;
-  errno = 0;
-  unsigned long long v = std::strtoull(s, &end, 10);
-  if (errno || *end || s[0] == '-') return false;
-  *out = v;
-  return true;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
+  using xpack::cli::App;
   xpack::pack::BuildOptions opts;
   bool json = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
-    if (a == "-h" || a == "--help") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    } else if (a == "-o" || a == "--output") {
-      const char* v = next();
-      if (!v) return usage_error("-o needs a value");
-      opts.out = v;
-    } else if (a == "--resume") {
-      opts.resume = true;
-    } else if (a == "--verify") {
-      opts.verify = true;
-    } else if (a == "--consume-source") {
-      opts.consume_source = true;
-    } else if (a == "--force") {
-      opts.force = true;
-    } else if (a == "--json") {
-      json = true;
-    } else if (a == "--buffer-mib") {
-      uint64_t mib;
-      if (!parse_u64(next(), &mib) || mib == 0 || mib > (1u << 20)) return usage_error("--buffer-mib needs 1..1048576");
-      opts.buffer_bytes = mib << 20;
-    } else if (a == "--stop-after-objects") {  // test hook, not in --help
-      if (!parse_u64(next(), &opts.stop_after_objects)) return usage_error("--stop-after-objects needs a number");
-    } else if (a == "--assume-free-bytes") {  // test hook, not in --help
-      if (!parse_u64(next(), &opts.assume_free_bytes)) return usage_error("--assume-free-bytes needs a number");
-    } else if (a == "--checkpoint-mib") {      // test hook, not in --help
-      uint64_t mib;
-      if (!parse_u64(next(), &mib)) return usage_error("--checkpoint-mib needs a number");
-      opts.checkpoint_bytes = mib << 20;
-    } else if (!a.empty() && a[0] == '-') {
-      return usage_error(("unknown option " + a).c_str());
-    } else if (opts.source.empty()) {
-      opts.source = a;
-    } else {
-      return usage_error("more than one MODEL given");
-    }
+  App app("xpack-build", "xpack-build MODEL.gguf -o OUT [options]",
+          "Writes OUT.xpack (the Expert Pack), OUT.xpack.json (manifest) and OUT.trunk.gguf\n"
+          "(all metadata + every tensor that is not a routed expert). MODEL may be any\n"
+          "shard NAME-0000k-of-0000N.gguf of a split set.",
+          "exit status: 0 success, 1 failure, 2 usage error");
+  app.positional("MODEL", &opts.source, "the GGUF model (one file, or any shard of a split set)")->required();
+  app.text("-o,--output", "OUT", &opts.out, "output prefix (required)")->required();
+  app.flag("--resume", &opts.resume, "continue an interrupted build (result is byte-identical)");
+  app.flag("--verify", &opts.verify, "re-read the outputs and check them against the source");
+  app.flag("--consume-source", &opts.consume_source,
+           "delete each source shard once everything taken from it\n"
+           "is durably written (needs about one shard of free space)");
+  app.flag("--force", &opts.force,
+           "overwrite existing outputs / restart an interrupted build;\n"
+           "allow --consume-source on a single-file model");
+  app.size("--buffer-mib", "SIZE", &opts.buffer_bytes, "copy buffer size in MiB, 1M..1T (default 256)", 1ull << 20,
+           1ull << 20, 1ull << 40);
+  app.flag("--json", &json, "print one JSON summary on stdout (no progress bar)");
+  // Test hooks (doc/pack-format.md), parsed like the rest but not in --help.
+  App::hidden(app.count("--stop-after-objects", "N", &opts.stop_after_objects,
+                        "behave like a crash after N objects", 0, UINT64_MAX));
+  App::hidden(app.size("--assume-free-bytes", "SIZE", &opts.assume_free_bytes,
+                       "pretend the output file system has this much free space", 1, 0, UINT64_MAX));
+  App::hidden(app.size("--checkpoint-mib", "SIZE", &opts.checkpoint_bytes, "checkpoint at least this often", 1ull << 20,
+                       0, 1ull << 40));
+  if (auto rc = app.parse(argc, argv)) return *rc;
+  if (const char* env = std::getenv("XPACK_BUILD_STOP_AFTER_OBJECTS"); env && !opts.stop_after_objects) {
+    std::string why;  // a test hook: junk in it is ignored, as before
+    xpack::cli::parse_count(env, 0, UINT64_MAX, &opts.stop_after_objects, &why);
   }
-  if (opts.source.empty()) return usage_error("no MODEL given");
-  if (opts.out.empty()) return usage_error("no output prefix given (-o OUT)");
-  if (const char* env = std::getenv("XPACK_BUILD_STOP_AFTER_OBJECTS"); env && !opts.stop_after_objects)
-    parse_u64(env, &opts.stop_after_objects);
 
   ProgressBar bar(!json && isatty(STDERR_FILENO));
   opts.progress = [&](const xpack::pack::BuildProgress& p) { bar.update(p.phase, p.done, p.total); };
   auto r = xpack::pack::build_pack(opts);
   bar.finish();
   if (!r.ok()) {
-    std::fprintf(stderr, "xpack-build: %s\n", r.error().message.c_str());
+    app.failure(r.error().message);
     if (json) {
       nlohmann::ordered_json j;
       j["ok"] = false;

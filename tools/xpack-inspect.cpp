@@ -7,25 +7,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli_app.h"
 #include "common/checked_math.h"
 #include "gguf/ggml_type.h"
 #include "pack/describe.h"
 #include "pack/pack_reader.h"
 
 namespace {
-
-const char kUsage[] =
-    "usage: xpack-inspect PACK [--json] [--verify] [--trunk GGUF]\n"
-    "\n"
-    "Prints the model architecture, layers, experts, roles (type, offset, bytes),\n"
-    "object stride, payload vs padding bytes and the source identity of an Expert Pack.\n"
-    "  --json         one JSON object on stdout (keys: format, version, arch, data_start,\n"
-    "                 object_stride, n_experts, layers, roles[{name,type,offset,nbytes}], ...)\n"
-    "  --verify       check the xxh3-64 of every object and role, the zero padding, and\n"
-    "                 every trunk tensor; names the first bad (layer, expert, role) or tensor\n"
-    "  --trunk GGUF   the pack's trunk (or its source): its identity is checked (default:\n"
-    "                 PREFIX.trunk.gguf beside PREFIX.xpack, when it exists)\n"
-    "exit status: 0 all well, 1 damaged/unreadable pack, 2 usage error\n";
 
 std::string role_name(const xpack::pack::PackReader& r, const xpack::pack::Fault& f) {
   if (f.padding) return "(padding after the payload)";
@@ -37,28 +25,22 @@ std::string role_name(const xpack::pack::PackReader& r, const xpack::pack::Fault
 int main(int argc, char** argv) {
   std::string path, trunk;
   bool json = false, verify = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "-h" || a == "--help") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    } else if (a == "--json") {
-      json = true;
-    } else if (a == "--verify") {
-      verify = true;
-    } else if (a == "--trunk" && i + 1 < argc) {
-      trunk = argv[++i];
-    } else if (a.empty() || a[0] == '-' || !path.empty()) {
-      std::fprintf(stderr, "xpack-inspect: unexpected argument '%s'\n\n%s", a.c_str(), kUsage);
-      return 2;
-    } else {
-      path = a;
-    }
-  }
-  if (path.empty()) {
-    std::fprintf(stderr, "xpack-inspect: no PACK given\n\n%s", kUsage);
-    return 2;
-  }
+  xpack::cli::App app(
+      "xpack-inspect", "xpack-inspect PACK [--json] [--verify] [--trunk GGUF]",
+      "Prints the model architecture, layers, experts, roles (type, offset, bytes),\n"
+      "object stride, payload vs padding bytes and the source identity of an Expert Pack.",
+      "exit status: 0 all well, 1 damaged/unreadable pack, 2 usage error");
+  app.positional("PACK", &path, "the Expert Pack (PREFIX.xpack)")->required();
+  app.flag("--json", &json,
+           "one JSON object on stdout (keys: format, version, arch, data_start,\n"
+           "object_stride, n_experts, layers, roles[{name,type,offset,nbytes}], ...)");
+  app.flag("--verify", &verify,
+           "check the xxh3-64 of every object and role, the zero padding, and\n"
+           "every trunk tensor; names the first bad (layer, expert, role) or tensor");
+  app.text("--trunk", "GGUF", &trunk,
+           "the pack's trunk (or its source): its identity is checked (default:\n"
+           "PREFIX.trunk.gguf beside PREFIX.xpack, when it exists)");
+  if (auto rc = app.parse(argc, argv)) return *rc;
   // xpack-build writes PREFIX.trunk.gguf beside PREFIX.xpack: check it by default, so
   // --verify covers the trunk's tensors too.
   if (trunk.empty() && path.size() > 6 && path.ends_with(".xpack")) {
@@ -68,7 +50,7 @@ int main(int argc, char** argv) {
   }
   auto opened = xpack::pack::PackReader::open(path, xpack::pack::OpenOptions{trunk});
   if (!opened.ok()) {
-    std::fprintf(stderr, "xpack-inspect: %s\n", opened.error().message.c_str());
+    app.failure(opened.error().message);
     if (json) {
       nlohmann::ordered_json j;
       j["ok"] = false;
@@ -150,9 +132,6 @@ int main(int argc, char** argv) {
         std::printf("verify         FAILED: %s\n", vs.error().message.c_str());
     }
   }
-  if (!vs.ok()) {
-    std::fprintf(stderr, "xpack-inspect: %s\n", vs.error().message.c_str());
-    return 1;
-  }
+  if (!vs.ok()) return app.failure(vs.error().message);
   return 0;
 }

@@ -2,15 +2,13 @@
 // (DeepSeek-V4-Flash, Kimi-K3) or Mixtral, with valid quant blocks and random
 // weights, optionally as a gguf-split set. Used by tests, CI and the quick start.
 #include <algorithm>
-#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
-#include <string_view>
 #include <vector>
 
+#include "cli_app.h"
 #include "gguf/ggml_type.h"
 #include "gguf/gguf_writer.h"
 
@@ -20,31 +18,6 @@ using xpack::Status;
 using xpack::gguf::KeyValue;
 using xpack::gguf::Value;
 namespace val = xpack::gguf::val;
-
-constexpr const char* kUsage = R"(usage: xpack-synth --arch ARCH [options] -o OUT.gguf
-
-Writes a synthetic Mixture-of-Experts GGUF with random (valid) weights.
-
-  --arch ARCH          deepseek4 | kimi-k3 | mixtral
-  --layers N           transformer blocks (default 4)
-  --experts E          routed experts per MoE layer (default 8)
-  --top-k K            experts used per token (default 2)
-  --dense-layers D     leading blocks without experts (default: 0 deepseek4/mixtral, 1 kimi-k3)
-  --embd N             hidden size (default 256; multiple of 32)
-  --ff N               expert feed-forward width (default 256; kimi-k3: multiple of 256)
-  --latent N           kimi-k3 only: latent width the experts work in (default = --embd;
-                       multiple of 256)
-  --vocab N            vocabulary size (default 512)
-  --fused-gate-up      write blk.N.ffn_gate_up_exps.weight instead of separate gate/up
-  --shards S           write a gguf-split set OUT-0000k-of-0000S.gguf (S >= 1)
-  --seed X             random seed (default 1); output is a pure function of the options
-  -o, --output PATH    output file (required)
-  -q, --quiet          print nothing on success
-  -h, --help           this text
-
-Expert tensor types: deepseek4 MXFP4 (gate, up, down); kimi-k3 Q2_K gate/up and Q3_K
-down; mixtral Q8_0. Other matrices are Q8_0, vectors F32.
-)";
 
 enum class Arch { DeepSeek4, KimiK3, Mixtral };
 
@@ -372,87 +345,50 @@ Status run(const Options& o) {
 
 // ---- command line -----------------------------------------------------------
 
-bool parse_u64(const char* s, uint64_t max, uint64_t* out) {
-  if (!s || !*s || *s == '-') return false;
-  char* end = nullptr;
-  errno = 0;
-  unsigned long long v = std::strtoull(s, &end, 0);
-  if (errno || *end || v > max) return false;
-  *out = v;
-  return true;
-}
-
-int usage_error(const std::string& msg) {
-  std::fprintf(stderr, "xpack-synth: %s\n(see xpack-synth --help)\n", msg.c_str());
-  return 2;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   Options o;
-  bool have_arch = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string_view a = argv[i];
-    auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
-    auto num = [&](uint32_t* dst, uint64_t min, uint64_t max) {
-      uint64_t v;
-      const char* s = next();
-      if (!parse_u64(s, max, &v) || v < min) return false;
-      *dst = static_cast<uint32_t>(v);
-      return true;
-    };
-    bool ok = true;
-    if (a == "-h" || a == "--help") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    } else if (a == "--arch") {
-      const char* s = next();
-      std::string_view v = s ? s : "";
-      have_arch = true;
-      if (v == "deepseek4") { o.arch = Arch::DeepSeek4; o.arch_name = "deepseek4"; }
-      else if (v == "kimi-k3") { o.arch = Arch::KimiK3; o.arch_name = "kimi-k3"; }
-      else if (v == "mixtral") { o.arch = Arch::Mixtral; o.arch_name = "llama"; }
-      else return usage_error("unknown --arch '" + std::string(v) + "'");
-    } else if (a == "--layers") ok = num(&o.layers, 1, 4096);
-    else if (a == "--experts") ok = num(&o.experts, 1, 65535);
-    else if (a == "--top-k") ok = num(&o.top_k, 1, 65535);
-    else if (a == "--dense-layers") {
-      uint32_t d;
-      ok = num(&d, 0, 4096);
-      o.dense = d;
-    } else if (a == "--embd") ok = num(&o.embd, 32, 1u << 20);
-    else if (a == "--ff") ok = num(&o.ff, 32, 1u << 20);
-    else if (a == "--latent") ok = num(&o.latent, 256, 1u << 20);
-    else if (a == "--vocab") ok = num(&o.vocab, 3, 1u << 22);
-    else if (a == "--shards") ok = num(&o.shards, 1, 99999);
-    else if (a == "--seed") ok = parse_u64(next(), ~0ull, &o.seed);
-    else if (a == "--fused-gate-up") o.fused = true;
-    else if (a == "-q" || a == "--quiet") o.quiet = true;
-    else if (a == "-o" || a == "--output") {
-      const char* s = next();
-      if (!s) return usage_error("-o needs a path");
-      o.out = s;
-    } else {
-      return usage_error("unknown argument '" + std::string(a) + "'");
-    }
-    if (!ok) return usage_error("bad or missing value for " + std::string(a));
-  }
-  if (!have_arch) return usage_error("--arch is required");
-  if (o.out.empty()) return usage_error("-o OUT.gguf is required");
-  if (o.dense < 0) o.dense = o.arch == Arch::KimiK3 ? 1 : 0;
+  std::string arch;
+  uint32_t dense = 0;
+  xpack::cli::App app("xpack-synth", "xpack-synth --arch ARCH [options] -o OUT.gguf",
+                      "Writes a synthetic Mixture-of-Experts GGUF with random (valid) weights.",
+                      "Expert tensor types: deepseek4 MXFP4 (gate, up, down); kimi-k3 Q2_K gate/up and Q3_K\n"
+                      "down; mixtral Q8_0. Other matrices are Q8_0, vectors F32.\n\n"
+                      "exit status: 0 success, 1 failure, 2 usage error");
+  app.choice("--arch", "ARCH", &arch, {"deepseek4", "kimi-k3", "mixtral"}, "deepseek4 | kimi-k3 | mixtral")
+      ->required();
+  app.count("--layers", "N", &o.layers, "transformer blocks (default 4)", 1, 4096);
+  app.count("--experts", "E", &o.experts, "routed experts per MoE layer (default 8)", 1, 65535);
+  app.count("--top-k", "K", &o.top_k, "experts used per token (default 2)", 1, 65535);
+  auto* dense_opt = app.count("--dense-layers", "D", &dense,
+                              "leading blocks without experts\n(default: 0 deepseek4/mixtral, 1 kimi-k3)", 0, 4096);
+  app.count("--embd", "N", &o.embd, "hidden size (default 256; multiple of 32)", 32, 1u << 20);
+  app.count("--ff", "N", &o.ff, "expert feed-forward width\n(default 256; kimi-k3: multiple of 256)", 32, 1u << 20);
+  app.count("--latent", "N", &o.latent,
+            "kimi-k3 only: latent width the experts work in\n(default = --embd; multiple of 256)", 256, 1u << 20);
+  app.count("--vocab", "N", &o.vocab, "vocabulary size (default 512)", 3, 1u << 22);
+  app.flag("--fused-gate-up", &o.fused, "write blk.N.ffn_gate_up_exps.weight instead of separate gate/up");
+  app.count("--shards", "S", &o.shards, "write a gguf-split set OUT-0000k-of-0000S.gguf (S >= 1)", 1, 99999);
+  app.count("--seed", "X", &o.seed, "random seed (default 1); output is a pure function of the options", 0,
+            UINT64_MAX);
+  app.text("-o,--output", "PATH", &o.out, "output file (required)")->required();
+  app.flag("-q,--quiet", &o.quiet, "print nothing on success");
+  if (auto rc = app.parse(argc, argv)) return *rc;
+
+  if (arch == "deepseek4") { o.arch = Arch::DeepSeek4; o.arch_name = "deepseek4"; }
+  else if (arch == "kimi-k3") { o.arch = Arch::KimiK3; o.arch_name = "kimi-k3"; }
+  else { o.arch = Arch::Mixtral; o.arch_name = "llama"; }
+  o.dense = dense_opt->count() ? int64_t{dense} : (o.arch == Arch::KimiK3 ? 1 : 0);
   if (o.latent == 0) o.latent = o.embd;
-  if (o.top_k > o.experts) return usage_error("--top-k exceeds --experts");
-  if (o.dense >= o.layers) return usage_error("--dense-layers must leave at least one MoE layer");
-  if (o.embd % 32 || o.ff % 32) return usage_error("--embd and --ff must be multiples of 32");
+  if (o.top_k > o.experts) return app.usage_error("--top-k exceeds --experts");
+  if (o.dense >= o.layers) return app.usage_error("--dense-layers must leave at least one MoE layer");
+  if (o.embd % 32 || o.ff % 32) return app.usage_error("--embd and --ff must be multiples of 32");
   if (o.arch == Arch::KimiK3 && (o.ff % 256 || o.latent % 256))
-    return usage_error("kimi-k3 experts are Q2_K/Q3_K: --ff and --latent (default --embd) "
-                       "must be multiples of 256");
-  if (o.arch != Arch::KimiK3 && o.latent != o.embd) return usage_error("--latent is kimi-k3 only");
+    return app.usage_error("kimi-k3 experts are Q2_K/Q3_K: --ff and --latent (default --embd) "
+                           "must be multiples of 256");
+  if (o.arch != Arch::KimiK3 && o.latent != o.embd) return app.usage_error("--latent is kimi-k3 only");
   Status s = run(o);
-  if (!s.ok()) {
-    std::fprintf(stderr, "xpack-synth: %s\n", s.error().message.c_str());
-    return 1;
-  }
+  if (!s.ok()) return app.failure(s.error().message);
   return 0;
 }

@@ -1,11 +1,13 @@
 // xpack-sim end to end: the tool built in this tree on a hand-computed trace.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "fixtures.h"
+#include "xpack/xpack.h"
 
 using namespace xpack::test;
 
@@ -47,4 +49,73 @@ TEST_CASE("xpack-sim rejects bad arguments and bad traces") {
   CHECK(run_command(sim() + " --trace " + bad.string() + " --capacity 3", &out) != 0);
   CHECK(run_command(sim() + " --trace " + bad.string() + " --capacity 0", &out) != 0);
   CHECK(run_command(sim() + " --trace " + bad.string() + " --capacity 3 --policy fifo", &out) != 0);
+}
+
+// The command-line conventions of tools/cli_app.h, as xpack-sim applies them.
+namespace {
+std::string sim_trace(const TempDir& dir) {
+  auto trace = dir / "t.csv";
+  std::string csv = "step,layer,expert\n0,0,1\n1,0,2\n2,0,1\n3,0,3\n";
+  write_file(trace, std::vector<uint8_t>(csv.begin(), csv.end()));
+  return trace.string();
+}
+int lines(const std::string& s) { return int(std::count(s.begin(), s.end(), '\n')); }
+}  // namespace
+
+TEST_CASE("xpack-sim: --version, --help and --key=value") {
+  std::string out;
+  CHECK(run_command(sim() + " --version", &out) == 0);
+  CHECK(out == std::string("xpack-sim ") + xpack_version() + "\n");
+  CHECK(run_command(sim() + " --help", &out) == 0);
+  for (const char* flag : {"--trace", "--capacity", "--policy", "--top-k", "--json", "--help", "--version"})
+    CHECK_MESSAGE(out.find(flag) != std::string::npos, flag);
+  CHECK(out.find("exit status") != std::string::npos);
+  CHECK(out.find("SIZE") == std::string::npos);  // no size flags, no note about them
+
+  TempDir dir;
+  std::string t = sim_trace(dir), spaced, eq;
+  REQUIRE(run_command(sim() + " --trace " + t + " --capacity 2 --policy lru --json", &spaced) == 0);
+  REQUIRE(run_command(sim() + " --trace=" + t + " --capacity=2 --policy=lru --json", &eq) == 0);
+  CHECK(eq == spaced);
+  CHECK(nlohmann::json::parse(eq)["policies"]["lru"]["hits"] == 1);
+  // A repeated flag takes its last value, as before CLI11.
+  REQUIRE(run_command(sim() + " --trace " + t + " --capacity 1 --capacity=2 --policy lru --json", &out) == 0);
+  CHECK(out == spaced);
+}
+
+TEST_CASE("xpack-sim: usage errors exit 2 with one line naming the flag") {
+  TempDir dir;
+  std::string t = sim_trace(dir), out;
+  struct Case {
+    std::string args, says;
+  };
+  const Case cases[] = {
+      {"--trace " + t + " --capacity 3 --bogus", "unknown option --bogus"},
+      {"--trace " + t + " --capacity 3 --bogus=1", "unknown option --bogus"},
+      {"--trace " + t + " --capacity 3 extra", "unexpected argument 'extra'"},
+      {"--trace " + t + " --capacity x", "--capacity: expected a whole number, got 'x'"},
+      {"--trace " + t + " --capacity 1K",
+       "--capacity: expected a whole number, got '1K' (a count takes no K/M/G/T suffix)"},
+      {"--trace " + t + " --capacity -5", "--capacity"},
+      {"--trace " + t + " --capacity 2.5", "--capacity: expected a whole number"},
+      {"--trace " + t + " --capacity 0", "--capacity: 0 is out of range (>= 1)"},
+      {"--trace " + t + " --capacity 99999999999999999999", "--capacity: 99999999999999999999 is out of range"},
+      {"--trace " + t + " --capacity 3 --top-k 0", "--top-k: 0 is out of range (1..4294967295)"},
+      {"--trace " + t + " --capacity 3 --top-k 4294967296", "--top-k: 4294967296 is out of range"},
+      {"--trace " + t + " --capacity", "--capacity needs a value"},
+      {"--trace " + t + " --capacity 3 --policy fifo", "--policy: unknown cache policy 'fifo'"},
+      {"--capacity 3", "--trace is required"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.args);
+    CHECK(run_command(sim() + " " + c.args, &out) == 2);
+    INFO(out);
+    CHECK(out.find(c.says) != std::string::npos);
+    CHECK(out.find("run with --help") != std::string::npos);
+    CHECK(lines(out) == 1);
+  }
+  // A trace that cannot be read is a failure (1), not a usage error.
+  auto bad = dir / "bad.csv";
+  write_file(bad, {'x', '\n'});
+  CHECK(run_command(sim() + " --trace " + bad.string() + " --capacity 3", &out) == 1);
 }

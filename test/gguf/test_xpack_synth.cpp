@@ -2,6 +2,7 @@
 // models have, determinism, and gguf-split sets.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -10,6 +11,7 @@
 #include "fixtures.h"
 #include "gguf/gguf_model.h"
 #include "gguf_test_util.h"
+#include "xpack/xpack.h"
 
 using namespace xpack;
 using namespace xpack::gguf;
@@ -87,6 +89,63 @@ TEST_CASE("xpack-synth: --help and argument errors") {
   run_synth("--arch deepseek4 --layers x -o " + o, 2);
   run_synth("--arch deepseek4 --bogus -o " + o, 2);
   CHECK(!std::filesystem::exists(o));
+}
+
+// The command-line conventions of tools/cli_app.h, as xpack-synth applies them.
+TEST_CASE("xpack-synth: --version, --help lists every flag, --key=value") {
+  std::string out;
+  run_synth("--version", 0, &out);
+  CHECK(out == std::string("xpack-synth ") + xpack_version() + "\n");
+  run_synth("--help", 0, &out);
+  for (const char* flag : {"--arch", "--layers", "--experts", "--top-k", "--dense-layers", "--embd", "--ff",
+                           "--latent", "--vocab", "--fused-gate-up", "--shards", "--seed", "-o, --output",
+                           "-q, --quiet", "-h, --help", "--version", "exit status"})
+    CHECK_MESSAGE(out.find(flag) != std::string::npos, flag);
+
+  // --key=value and --key value mean the same; so do -o PATH and --output=PATH.
+  test::TempDir dir;
+  auto a = (dir / "a.gguf").string(), b = (dir / "b.gguf").string();
+  run_synth("-q --arch=mixtral --layers=2 --experts=4 --top-k=1 --seed=5 --output=" + a);
+  run_synth("-q --arch mixtral --layers 2 --experts 4 --top-k 1 --seed 5 -o " + b);
+  CHECK(test::read_file(a) == test::read_file(b));
+  auto m = Model::open(a);
+  REQUIRE_MESSAGE(m.ok(), m.error().message);
+  CHECK(m->meta().get_uint("llama.block_count").value() == 2);
+  CHECK(m->meta().get_uint("llama.expert_count").value() == 4);
+}
+
+TEST_CASE("xpack-synth: usage errors exit 2 with one line naming the flag") {
+  test::TempDir dir;
+  auto o = (dir / "x.gguf").string();
+  struct Case {
+    std::string args, says;
+  };
+  const Case cases[] = {
+      {"--arch deepseek4 --bogus -o " + o, "unknown option --bogus"},
+      {"--arch gpt5 -o " + o, "--arch: 'gpt5' is not one of deepseek4, kimi-k3, mixtral"},
+      {"--arch deepseek4 --layers x -o " + o, "--layers: expected a whole number, got 'x'"},
+      {"--arch deepseek4 --layers=4K -o " + o, "--layers: expected a whole number, got '4K' (a count takes no"},
+      {"--arch deepseek4 --layers 5000 -o " + o, "--layers: 5000 is out of range (1..4096)"},
+      {"--arch deepseek4 --experts 0 -o " + o, "--experts: 0 is out of range (1..65535)"},
+      {"--arch deepseek4 --vocab -1 -o " + o, "--vocab: expected a whole number, got '-1'"},
+      {"--arch deepseek4 --seed 0x10 -o " + o, "--seed: expected a whole number, got '0x10'"},
+      {"--arch deepseek4 --seed 18446744073709551616 -o " + o, "--seed: 18446744073709551616 is out of range"},
+      {"--arch deepseek4 --shards", "--shards needs a value"},
+      {"--arch deepseek4", "--output is required"},
+      {"-o " + o, "--arch is required"},
+      {"--arch mixtral --top-k 9 --experts 8 -o " + o, "--top-k exceeds --experts"},
+  };
+  for (const auto& c : cases) {
+    std::string out;
+    run_synth(c.args, 2, &out);
+    INFO(c.args << "\n" << out);
+    CHECK(out.find(c.says) != std::string::npos);
+    CHECK(out.find("run with --help") != std::string::npos);
+    CHECK(std::count(out.begin(), out.end(), '\n') == 1);
+  }
+  CHECK(!std::filesystem::exists(o));
+  // The largest seed is accepted (it is a 64-bit number, not a count with a small range).
+  run_synth("-q --arch mixtral --layers 2 --experts 4 --top-k 1 --seed 18446744073709551615 -o " + o);
 }
 
 TEST_CASE("xpack-synth: models shaped like the seed models") {

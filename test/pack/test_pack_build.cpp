@@ -5,6 +5,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "gguf/gguf_writer.h"
@@ -13,6 +15,7 @@
 #include "pack_test_util.h"
 #include "roundtrip_check.h"
 #include "skip.h"
+#include "xpack/xpack.h"
 
 using namespace xpack;
 using namespace xpack::test;
@@ -417,6 +420,75 @@ TEST_CASE("bad input gives clear errors") {
   CHECK(o.find("checksum") != std::string::npos);
 }
 
+// The command-line conventions of tools/cli_app.h, as xpack-build and xpack-inspect apply them.
+TEST_CASE("xpack-build / xpack-inspect: --version, --help lists every flag, --key=value") {
+  std::string o;
+  for (const char* t : {"xpack-build", "xpack-inspect"}) {
+    CHECK(run(tool(t) + " --version", &o) == 0);
+    CHECK(o == std::string(t) + " " + xpack_version() + "\n");
+  }
+  CHECK(run(tool("xpack-build") + " --help", &o) == 0);
+  for (const char* flag : {"MODEL", "-o, --output", "--resume", "--verify", "--consume-source", "--force",
+                           "--buffer-mib", "--json", "-h, --help", "--version", "K, M, G, T suffixes, binary",
+                           "exit status: 0 success, 1 failure, 2 usage error"})
+    CHECK_MESSAGE(o.find(flag) != std::string::npos, flag);
+  // Test hooks stay out of --help (they are accepted: the resume tests use them).
+  for (const char* hook : {"--stop-after-objects", "--assume-free-bytes", "--checkpoint-mib"})
+    CHECK_MESSAGE(o.find(hook) == std::string::npos, hook);
+  CHECK(run(tool("xpack-inspect") + " --help", &o) == 0);
+  for (const char* flag : {"PACK", "--json", "--verify", "--trunk", "-h, --help", "--version",
+                           "exit status: 0 all well, 1 damaged/unreadable pack, 2 usage error"})
+    CHECK_MESSAGE(o.find(flag) != std::string::npos, flag);
+
+  TempDir tmp;
+  fs::path model = synth(tmp / "m.gguf", "--arch deepseek4 --layers 2 --experts 4");
+  REQUIRE(run(tool("xpack-build") + " " + q(model) + " --output=" + q(tmp / "a") + " --buffer-mib=1M --json", &o) == 0);
+  build(model, tmp / "b", "--buffer-mib 1");
+  CHECK(same_file(tmp / "a.xpack", tmp / "b.xpack"));
+  CHECK(run(tool("xpack-inspect") + " " + q(tmp / "a.xpack") + " --trunk=" + q(tmp / "a.trunk.gguf") + " --verify",
+            &o) == 0);
+  CHECK(o.find("belongs to this pack") != std::string::npos);
+  CHECK(run(tool("xpack-inspect") + " " + q(tmp / "a.xpack") + " --trunk=" + q(model) + " --json", &o) == 0);
+}
+
+TEST_CASE("xpack-build / xpack-inspect: usage errors exit 2 with one line naming the flag") {
+  const std::string m = "m.gguf -o out";  // never read: every case fails while parsing
+  struct Case {
+    std::string tool, args, says;
+  };
+  const Case cases[] = {
+      {"xpack-build", m + " --bogus", "unknown option --bogus"},
+      {"xpack-build", m + " --bogus=3", "unknown option --bogus"},
+      {"xpack-build", m + " second.gguf", "unexpected argument 'second.gguf'"},
+      {"xpack-build", "", "MODEL is required"},
+      {"xpack-build", "m.gguf", "--output is required"},
+      {"xpack-build", "m.gguf -o", "--output needs a value"},
+      {"xpack-build", m + " --buffer-mib x", "--buffer-mib: expected a size such as 4096, 64K, 1M or 2G, got 'x'"},
+      {"xpack-build", m + " --buffer-mib 0", "--buffer-mib: 0 is out of range (1M..1T)"},
+      {"xpack-build", m + " --buffer-mib 2T", "--buffer-mib: 2T is out of range (1M..1T)"},
+      {"xpack-build", m + " --buffer-mib=1048577", "--buffer-mib: 1048577 is out of range (1M..1T)"},
+      {"xpack-build", m + " --buffer-mib 1536K", "--buffer-mib: 1536K is not a whole number of MiB"},
+      {"xpack-build", m + " --buffer-mib 1.5G", "--buffer-mib: expected a size"},
+      {"xpack-build", m + " --buffer-mib 99999999999T", "--buffer-mib: 99999999999T is too large"},
+      {"xpack-build", m + " --stop-after-objects 1K", "--stop-after-objects: expected a whole number, got '1K'"},
+      {"xpack-build", m + " --assume-free-bytes lots", "--assume-free-bytes: expected a size"},
+      {"xpack-build", m + " --json=maybe", "--json: 'maybe' is not a valid value"},
+      {"xpack-inspect", "", "PACK is required"},
+      {"xpack-inspect", "a.xpack b.xpack", "unexpected argument 'b.xpack'"},
+      {"xpack-inspect", "a.xpack --bogus", "unknown option --bogus"},
+      {"xpack-inspect", "a.xpack --trunk", "--trunk needs a value"},
+  };
+  for (const auto& c : cases) {
+    std::string o;
+    INFO(c.tool << " " << c.args);
+    CHECK(run(tool(c.tool) + " " + c.args, &o) == 2);
+    INFO(o);
+    CHECK(o.find(c.says) != std::string::npos);
+    CHECK(o.find("run with --help") != std::string::npos);
+    CHECK(std::count(o.begin(), o.end(), '\n') == 1);
+  }
+}
+
 TEST_CASE("free space is checked before anything is written") {
   TempDir tmp;
   fs::path model = synth(tmp / "m.gguf", "--arch deepseek4 --layers 2 --experts 4");
@@ -429,6 +501,12 @@ TEST_CASE("free space is checked before anything is written") {
   CHECK_FALSE(fs::exists(tmp / "p.xpack.partial"));
   CHECK_FALSE(fs::exists(tmp / "p.xpack.checkpoint"));
   build(model, tmp / "p", "--assume-free-bytes 1000000000000");
+
+  // A size takes binary suffixes: 4K is 4096 bytes (too little), 1T is plenty.
+  rc = run(tool("xpack-build") + " " + q(model) + " -o " + q(tmp / "s") + " --assume-free-bytes=4K", &o);
+  CHECK(rc == 1);
+  CHECK(o.find("4096 bytes") != std::string::npos);
+  build(model, tmp / "s", "--assume-free-bytes 1T --buffer-mib 2M");
 }
 
 TEST_CASE("a filesystem that reports no size at all (ramfs) is not taken for a full one") {
