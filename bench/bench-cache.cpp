@@ -19,13 +19,13 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -36,6 +36,7 @@
 #include "cache/expert_cache.h"
 #include "common/checked_math.h"
 #include "io/read_engine.h"
+#include "cli_app.h"
 
 using namespace xpack;
 
@@ -46,7 +47,7 @@ double now_s() {
 }
 
 struct Args {
-  std::string file = "bench-cache.bin";
+  std::string file;  // required: a benchmark never starts from a bare command
   std::string device = "auto";
   uint64_t object_bytes = 13'369'344;  // DeepSeek-V4-Flash MXFP4 expert
   uint32_t objects = 192;              // ~2.6 GB: one pass ~1.3 s at 2 GB/s
@@ -64,148 +65,66 @@ struct Args {
   bool disk_spin = false;
 };
 
-void usage(FILE* f) {
-  std::fprintf(
-      f,
-      "usage: bench-cache [options]\n"
-      "Measures, in one run, the disk (io_uring O_DIRECT into staging), PCIe (pinned\n"
-      "H2D) and the expert cache's all-miss delivery rate, and prints JSON with\n"
-      "ratio = cache / min(disk, pcie) and the stall per miss.\n"
-      "\n"
-      "The disk and cache passes are interleaved: disk, cache, disk, cache, ..., disk.\n"
-      "Round r compares cache pass r with the mean of the disk passes just before and\n"
-      "just after it; ratio_vs_min_disk_pcie is the median over rounds. Each round\n"
-      "uses a new cache (created and destroyed outside the timed region), so every\n"
-      "acquire is a miss; the run fails if any request hits. The disk pass reads the\n"
-      "same objects with the same staging buffers, splits and queue depth as the cache.\n"
-      "\n"
-      "options (N: a positive decimal integer):\n"
-      "  --file PATH          object file (default bench-cache.bin). Created with a\n"
-      "                       pattern unless it already has exactly objects x stride\n"
-      "                       bytes (stride = object bytes rounded up to 4096); a file\n"
-      "                       of another size is OVERWRITTEN. Creation is not timed.\n"
-      "  --device D           auto (CUDA if available, else host), cuda, host\n"
-      "                       (default auto)\n"
-      "  --object-bytes N     bytes per object, at most 1 GiB (default 13369344)\n"
-      "  --objects N          objects in the file (default 192); every pass covers\n"
-      "                       floor(objects / per-request) x per-request of them\n"
-      "  --per-request K      experts per acquire (top-k; default 6)\n"
-      "  --staging N          staging buffers, for the cache and the disk pass (default 12)\n"
-      "  --splits N           reads each object is split into, 1..256 (default 4)\n"
-      "  --qd N               io_uring queue depth, 1..4096 (default 64)\n"
-      "  --outstanding N      requests acquired before the oldest is waited for\n"
-      "                       (default 2; 1 = next layer unknown until this one ran)\n"
-      "  --rounds N           disk+cache rounds (default 5); one more disk pass follows\n"
-      "  --pcie-copies N      back-to-back H2D copies for the PCIe rate (default 64)\n"
-      "  --gap-ms N           idle time of the disk before every timed pass, 0 allowed\n"
-      "                       (default 200). Setting up a pass (engine, cache, pinning)\n"
-      "                       happens inside the gap, so that every pass, disk or cache,\n"
-      "                       starts after the same idle time: a disk with burst credits\n"
-      "                       (cloud/virtio throttling) would otherwise favour the passes\n"
-      "                       that follow a longer setup. Each pass reports the idle\n"
-      "                       time it actually had (idle_before_s).\n"
-      "  --disk-spin          the disk pass polls for completions without sleeping\n"
-      "                       (default: it sleeps in io_uring until one arrives)\n"
-      "  --keep               keep the file afterwards (default: delete it)\n"
-      "  --help               this text\n"
-      "Exit status: 0 ok, 1 measurement failed, 2 bad arguments.\n");
-}
+const char kAbout[] =
+    "Measures, in one run, the disk (io_uring O_DIRECT into staging), PCIe (pinned\n"
+    "H2D) and the expert cache's all-miss delivery rate, and prints JSON with\n"
+    "ratio = cache / min(disk, pcie) and the stall per miss.\n"
+    "\n"
+    "The disk and cache passes are interleaved: disk, cache, disk, cache, ..., disk.\n"
+    "Round r compares cache pass r with the mean of the disk passes just before and\n"
+    "just after it; ratio_vs_min_disk_pcie is the median over rounds. Each round\n"
+    "uses a new cache (created and destroyed outside the timed region), so every\n"
+    "acquire is a miss; the run fails if any request hits. The disk pass reads the\n"
+    "same objects with the same staging buffers, splits and queue depth as the cache.";
 
-// Strict decimal parse: the whole string must be a number in [lo, hi].
-bool parse_number(std::string_view opt, const char* text, uint64_t lo, uint64_t hi,
-                  uint64_t* out) {
-  std::string_view s(text);
-  uint64_t v = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec == std::errc::invalid_argument || end != s.data() + s.size()) {
-    std::fprintf(stderr, "bench-cache: %.*s: '%s' is not a decimal number\n", int(opt.size()),
-                 opt.data(), text);
-    return false;
-  }
-  if (ec == std::errc::result_out_of_range || v < lo || v > hi) {
-    std::fprintf(stderr, "bench-cache: %.*s: %s is out of range %llu..%llu\n", int(opt.size()),
-                 opt.data(), text, (unsigned long long)lo, (unsigned long long)hi);
-    return false;
-  }
-  *out = v;
-  return true;
-}
-
-// Returns false (after printing why) on a bad command line.
-bool parse(int argc, char** argv, Args* a) {
-  struct NumOpt {
-    const char* name;
-    uint64_t lo, hi;
-    uint64_t* u64;
-    uint32_t* u32;
-  };
-  const std::array<NumOpt, 10> nums{{
-      {"--object-bytes", 1, uint64_t{1} << 30, &a->object_bytes, nullptr},
-      {"--objects", 1, 1u << 24, nullptr, &a->objects},
-      {"--per-request", 1, 1u << 16, nullptr, &a->per_request},
-      {"--staging", 1, 4096, nullptr, &a->staging},
-      {"--splits", 1, 256, nullptr, &a->splits},
-      {"--qd", 1, 4096, nullptr, &a->queue_depth},
-      {"--outstanding", 1, 4096, nullptr, &a->outstanding},
-      {"--rounds", 1, 1000, nullptr, &a->rounds},
-      {"--pcie-copies", 1, 1u << 20, nullptr, &a->pcie_copies},
-      {"--gap-ms", 0, 60'000, nullptr, &a->gap_ms},
-  }};
-  for (int i = 1; i < argc; ++i) {
-    std::string_view k = argv[i];
-    if (k == "--help" || k == "-h") {
-      usage(stdout);
-      std::exit(0);
-    }
-    if (k == "--keep") {
-      a->keep = true;
-      continue;
-    }
-    if (k == "--disk-spin") {
-      a->disk_spin = true;
-      continue;
-    }
-    const NumOpt* num = nullptr;
-    for (const auto& n : nums)
-      if (k == n.name) num = &n;
-    if (!num && k != "--file" && k != "--device") {
-      std::fprintf(stderr, "bench-cache: unknown option '%s' (see --help)\n", argv[i]);
-      return false;
-    }
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "bench-cache: %s needs a value (see --help)\n", argv[i]);
-      return false;
-    }
-    const char* v = argv[++i];
-    if (k == "--file") {
-      if (!*v) {
-        std::fprintf(stderr, "bench-cache: --file: empty path\n");
-        return false;
-      }
-      a->file = v;
-    } else if (k == "--device") {
-      a->device = v;
-      if (a->device != "auto" && a->device != "cuda" && a->device != "host") {
-        std::fprintf(stderr, "bench-cache: --device: '%s' is not auto, cuda or host\n", v);
-        return false;
-      }
-    } else {
-      uint64_t x = 0;
-      if (!parse_number(k, v, num->lo, num->hi, &x)) return false;
-      if (num->u64) *num->u64 = x;
-      else *num->u32 = uint32_t(x);
-    }
-  }
-  if (a->objects < a->per_request) {
-    std::fprintf(stderr, "bench-cache: --objects (%u) must be at least --per-request (%u)\n",
-                 a->objects, a->per_request);
-    return false;
-  }
-  if (!checked_mul(align_up(a->object_bytes, 4096), a->objects)) {
-    std::fprintf(stderr, "bench-cache: --objects x --object-bytes overflows\n");
-    return false;
-  }
-  return true;
+// nullopt: run; otherwise the exit status (help, version, a bad command line).
+std::optional<int> parse(int argc, char** argv, Args* a) {
+  cli::App app("bench-cache", "bench-cache --file PATH [options]", kAbout,
+               "exit status: 0 ok, 1 measurement failed, 2 bad arguments");
+  app.text("--file", "PATH", &a->file,
+           "object file (required). Created with a pattern unless it already has exactly\n"
+           "objects x stride bytes (stride = object bytes rounded up to 4096); a file of\n"
+           "another size is OVERWRITTEN. Creation is not timed.")
+      ->required();
+  app.choice("--device", "D", &a->device, {"auto", "cuda", "host"},
+             "auto (CUDA if available, else host), cuda, host (default auto)");
+  app.size("--object-bytes", "SIZE", &a->object_bytes, "bytes per object, at most 1G (default 13369344)", 1, 1,
+           uint64_t{1} << 30);
+  app.count("--objects", "N", &a->objects,
+            "objects in the file (default 192); every pass covers\n"
+            "floor(objects / per-request) x per-request of them",
+            1, 1u << 24);
+  app.count("--per-request", "K", &a->per_request, "experts per acquire (top-k; default 6)", 1, 1u << 16);
+  app.count("--staging", "N", &a->staging, "staging buffers, for the cache and the disk pass (default 12)", 1,
+            4096);
+  app.count("--splits", "N", &a->splits, "reads each object is split into (default 4)", 1, 256);
+  app.count("--qd", "N", &a->queue_depth, "io_uring queue depth (default 64)", 1, 4096);
+  app.count("--outstanding", "N", &a->outstanding,
+            "requests acquired before the oldest is waited for\n"
+            "(default 2; 1 = next layer unknown until this one ran)",
+            1, 4096);
+  app.count("--rounds", "N", &a->rounds, "disk+cache rounds (default 5); one more disk pass follows", 1, 1000);
+  app.count("--pcie-copies", "N", &a->pcie_copies, "back-to-back H2D copies for the PCIe rate (default 64)", 1,
+            1u << 20);
+  app.count("--gap-ms", "MS", &a->gap_ms,
+            "idle time of the disk before every timed pass, 0 allowed (default 200).\n"
+            "Setting up a pass (engine, cache, pinning) happens inside the gap, so every\n"
+            "pass, disk or cache, starts after the same idle time: a disk with burst\n"
+            "credits (cloud/virtio throttling) would otherwise favour the passes that\n"
+            "follow a longer setup. Each pass reports its idle time (idle_before_s).",
+            0, 60'000);
+  app.flag("--disk-spin", &a->disk_spin,
+           "the disk pass polls for completions without sleeping\n"
+           "(default: it sleeps in io_uring until one arrives)");
+  app.flag("--keep", &a->keep, "keep the file afterwards (default: delete it)");
+  if (auto rc = app.parse(argc, argv)) return rc;
+  if (a->file.empty()) return app.usage_error("--file: empty path");
+  if (a->objects < a->per_request)
+    return app.usage_error("--objects (" + std::to_string(a->objects) + ") must be at least --per-request (" +
+                           std::to_string(a->per_request) + ")");
+  if (!checked_mul(align_up(a->object_bytes, 4096), a->objects))
+    return app.usage_error("--objects x --object-bytes overflows");
+  return std::nullopt;
 }
 
 Status ensure_file(const Args& a, uint64_t stride) {
@@ -549,7 +468,7 @@ int run(const Args& a) {
 
 int main(int argc, char** argv) {
   Args a;
-  if (!parse(argc, argv, &a)) return 2;
+  if (auto rc = parse(argc, argv, &a)) return *rc;
   int rc = 1;
   try {
     rc = run(a);
