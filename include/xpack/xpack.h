@@ -10,9 +10,11 @@
  *    failure. Codes above XPACK_E_BASE are negated errno values (-ENOENT, -EIO ...),
  *    so the operating system's errno is preserved; codes at or below XPACK_E_BASE
  *    are libxpack's own (XPACK_E_*). xpack_strerror() names both.
- *  - Each handle keeps the message of its most recent failure
- *    (xpack_gguf_errmsg, xpack_pack_errmsg ...). A failed open has no handle, so
- *    xpack_last_error() returns the calling thread's most recent message.
+ *  - Each handle keeps, per calling thread, the message of that thread's most
+ *    recent failed call on it (xpack_gguf_errmsg, xpack_pack_errmsg ...), valid
+ *    until that thread's next failing call on the handle: threads failing
+ *    concurrently on one handle each read their own message. A failed open has no
+ *    handle, so xpack_last_error() returns the calling thread's most recent message.
  *  - Constructors are xpack_X_open/create; destructors xpack_X_close/destroy
  *    accept NULL.
  *  - Option structs start with `size_t size`, set by the caller to sizeof(struct);
@@ -161,8 +163,8 @@ XPACK_API int xpack_gguf_open(const char *path, const xpack_gguf_options *opts,
 /* Closes the handle and unmaps its data. Accepts NULL. Not thread-safe with other
  * calls on the same handle. */
 XPACK_API void xpack_gguf_close(xpack_gguf *g);
-/* The message of the most recent failure on this handle ("" if none). Not
- * thread-safe with failing calls on the same handle. */
+/* The message of the calling thread's most recent failed call on this handle
+ * ("" if none), valid until that thread's next failing call on it. Thread-safe. */
 XPACK_API const char *xpack_gguf_errmsg(const xpack_gguf *g);
 
 /* All the metadata/tensor accessors below are thread-safe: a handle is read-only
@@ -234,7 +236,8 @@ XPACK_API int xpack_pack_open(const char *path, const xpack_pack_options *opts,
                               xpack_pack **out);
 /* Accepts NULL. Not thread-safe with other calls on the same handle. */
 XPACK_API void xpack_pack_close(xpack_pack *p);
-/* Not thread-safe with failing calls on the same handle. */
+/* The message of the calling thread's most recent failed call on this handle
+ * ("" if none), valid until that thread's next failing call on it. Thread-safe. */
 XPACK_API const char *xpack_pack_errmsg(const xpack_pack *p);
 
 enum xpack_validate_level {
@@ -351,8 +354,9 @@ XPACK_API int xpack_engine_create(xpack_pack *p, const xpack_engine_options *opt
 /* Waits for reads in flight when called on the issuing thread, then frees
  * everything. Accepts NULL. Not thread-safe with other calls on the engine. */
 XPACK_API void xpack_engine_destroy(xpack_engine *e);
-/* Message of the most recent failure on this engine, including failed reads
- * ("" if none). Not thread-safe with failing calls on the same engine. */
+/* Message of the calling thread's most recent failure on this engine ("" if
+ * none), valid until that thread's next failing call on it; a failed read's
+ * message is recorded for the thread that reaped it. Thread-safe. */
 XPACK_API const char *xpack_engine_errmsg(const xpack_engine *e);
 
 typedef struct xpack_read_request {
@@ -472,8 +476,8 @@ XPACK_API int xpack_cache_create(xpack_pack *p, const xpack_cache_options *opts,
 /* Finishes loads in flight, writes the stats file, frees everything. Accepts
  * NULL. Not thread-safe with other calls on the same cache. */
 XPACK_API void xpack_cache_destroy(xpack_cache *c);
-/* Message of the most recent failure on this cache ("" if none). Not
- * thread-safe with failing calls on the same cache. */
+/* Message of the calling thread's most recent failed call on this cache ("" if
+ * none), valid until that thread's next failing call on it. Thread-safe. */
 XPACK_API const char *xpack_cache_errmsg(const xpack_cache *c);
 
 typedef struct xpack_cache_info {

@@ -3,14 +3,13 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <string>
 
 #include "cache/expert_cache.h"
 #include "capi/sized_struct.h"
 #include "common/checked_math.h"
-#include "common/last_error.h"
+#include "common/handle_message.h"
 #include "common/result.h"
 #include "device/device.h"
 #include "xpack/xpack.h"
@@ -18,8 +17,7 @@
 struct xpack_cache {
   std::unique_ptr<xpack::device::Device> device;
   std::unique_ptr<xpack::cache::ExpertCache> cache;
-  mutable std::mutex msg_mu;
-  mutable std::string errmsg;
+  xpack::HandleMessage errmsg;  // one message per calling thread
 };
 
 namespace {
@@ -28,12 +26,7 @@ using xpack::Error;
 using xpack::Result;
 
 int fail(const xpack_cache* c, int code, std::string msg) {
-  xpack::set_last_error(msg);
-  if (c) {
-    std::lock_guard lk(c->msg_mu);
-    c->errmsg = std::move(msg);
-  }
-  return code;
+  return xpack::record_failure(c ? &c->errmsg : nullptr, code, std::move(msg));
 }
 int fail(const xpack_cache* c, const Error& e) { return fail(c, e.code, e.message); }
 
@@ -152,7 +145,7 @@ XPACK_API void xpack_cache_destroy(xpack_cache* c) {
 
 XPACK_API const char* xpack_cache_errmsg(const xpack_cache* c) {
   if (!c) return "null cache";
-  return c->errmsg.c_str();
+  return c->errmsg.get();
 }
 
 XPACK_API int xpack_cache_get_info(const xpack_cache* c, xpack_cache_info* out) {

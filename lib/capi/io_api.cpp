@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "capi/sized_struct.h"
-#include "common/last_error.h"
+#include "common/handle_message.h"
 #include "common/result.h"
 #include "io/pack_reads.h"
 #include "io/read_engine.h"
@@ -16,19 +16,17 @@
 struct xpack_engine {
   std::unique_ptr<xpack::io::ReadEngine> engine;
   xpack::io::PackGeometry geometry;
-  std::string errmsg;
+  xpack::HandleMessage errmsg;  // one message per calling thread
   std::vector<xpack::io::Completion> scratch;
 };
 
 namespace {
 
-int fail_handle(xpack_engine* e, const xpack::Error& err) {
-  if (e) e->errmsg = err.message;
-  xpack::set_last_error(err.message);
-  return err.code;
+int fail_handle(const xpack_engine* e, const xpack::Error& err) {
+  return xpack::record_failure(e ? &e->errmsg : nullptr, err.code, err.message);
 }
 
-int fail_handle(xpack_engine* e, int code, const std::string& msg) {
+int fail_handle(const xpack_engine* e, int code, const std::string& msg) {
   return fail_handle(e, xpack::Error{code, msg});
 }
 
@@ -99,7 +97,7 @@ XPACK_API int xpack_engine_create(xpack_pack* p, const xpack_engine_options* opt
 XPACK_API void xpack_engine_destroy(xpack_engine* e) { delete e; }
 
 XPACK_API const char* xpack_engine_errmsg(const xpack_engine* e) {
-  return e ? e->errmsg.c_str() : "";
+  return e ? e->errmsg.get() : "";
 }
 
 XPACK_API int xpack_engine_submit(xpack_engine* e, const xpack_read_request* reqs, size_t n) {
@@ -133,7 +131,7 @@ XPACK_API int xpack_engine_reap(xpack_engine* e, xpack_read_completion* out, siz
     out[i].layer_slot = xpack::io::tag_layer_slot(c.tag);
     out[i].expert = xpack::io::tag_expert(c.tag);
     out[i].status = c.status;
-    if (c.status != 0) e->errmsg = e->engine->last_failure();
+    if (c.status != 0) e->errmsg.set(e->engine->last_failure());
   }
   return static_cast<int>(e->scratch.size());
 }
