@@ -408,6 +408,12 @@ typedef struct xpack_engine_counters {
   uint64_t lat_p999_ns;
   uint64_t lat_log2_ns[64];    /* objects with latency in [2^i, 2^(i+1)) ns */
   uint32_t ring_flags;         /* IORING_SETUP_* flags the ring runs with */
+  /* Page size backing most of the staging memory, as measured after it was
+   * populated: 2 MiB (huge pages: hugetlb, or transparent huge pages asked for
+   * with MADV_HUGEPAGE) or 4096; 0 if unknown. With 4 KiB pages a read above
+   * ~1 MiB needs more segments than NVMe queues take and is split (doc/io.md). */
+  uint64_t staging_page_bytes;
+  double staging_huge_fraction; /* fraction of the staging memory in huge pages */
 } xpack_engine_counters;
 
 /* Copies the counters. Not thread-safe with the issuing thread's calls (the
@@ -590,6 +596,8 @@ typedef struct xpack_cache_counters {
   uint64_t h2d_p50_ns, h2d_p99_ns;
   uint32_t n_layers;         /* entries of the per-layer counters */
   uint64_t trace_write_errors; /* routing trace writes/flushes that failed (trace incomplete) */
+  uint64_t staging_page_bytes; /* as in xpack_engine_counters, for the cache's staging memory */
+  double staging_huge_fraction;
 } xpack_cache_counters;
 
 /* A consistent snapshot of the counters. Thread-safe. */

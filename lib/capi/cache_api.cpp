@@ -296,6 +296,8 @@ XPACK_API int xpack_cache_get_counters(const xpack_cache* c, xpack_cache_counter
   k.h2d_p99_ns = s.h2d_latency.quantile_upper_ns(0.99);
   k.n_layers = uint32_t(s.route_calls_by_layer.size());
   k.trace_write_errors = s.trace_write_errors;
+  k.staging_page_bytes = s.staging_page_bytes;
+  k.staging_huge_fraction = s.staging_huge_fraction;
   xpack::capi::copy_sized_out(out, k);
   return 0;
 }

@@ -171,6 +171,8 @@ XPACK_API int xpack_engine_get_counters(const xpack_engine* e, xpack_engine_coun
   auto log2 = c.latency.log2_counts();
   for (int i = 0; i < 64; ++i) v.lat_log2_ns[i] = log2[i];
   v.ring_flags = e->engine->ring_flags();
+  v.staging_page_bytes = e->engine->arena().page_bytes();
+  v.staging_huge_fraction = e->engine->arena().huge_fraction();
   xpack::capi::copy_sized_out(out, v);
   return 0;
 }

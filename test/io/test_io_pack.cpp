@@ -123,6 +123,9 @@ void read_every_object(xpack_pack* p, const xpack_engine_options& o, uint32_t se
   CHECK(k.lat_p50_ns > 0);
   CHECK(k.lat_p50_ns <= k.lat_p99_ns);
   CHECK(k.ring_flags != 0);
+  CHECK((k.staging_page_bytes == 4096 || k.staging_page_bytes == (2u << 20)));  // measured
+  CHECK(k.staging_huge_fraction >= 0.0);
+  CHECK(k.staging_huge_fraction <= 1.0);
   uint64_t hist_total = 0;
   for (auto v : k.lat_log2_ns) hist_total += v;
   CHECK(hist_total == objs.size());
