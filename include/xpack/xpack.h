@@ -326,17 +326,25 @@ XPACK_API int xpack_pack_read_object(xpack_pack *p, uint32_t layer_slot, uint32_
 
 typedef struct xpack_engine xpack_engine;
 
+/* Values of `direct_io` in xpack_engine_options and xpack_cache_options. */
+enum xpack_io_mode {
+  /* The default (1 means the same): O_DIRECT, and XPACK_E_NO_DIRECT_IO where the
+   * filesystem refuses it; never a silent fallback. */
+  XPACK_IO_DIRECT = 0,
+  /* Read through the page cache, each read counted in fallback_count. */
+  XPACK_IO_BUFFERED = -1
+};
+
+/* A zero-filled struct (with size set) means the defaults; so does NULL. */
 typedef struct xpack_engine_options {
   size_t size;           /* sizeof(xpack_engine_options) */
   uint32_t slots;        /* staging slots, each one object (0 = default 8) */
   uint32_t queue_depth;  /* reads in flight at most, the ring size (0 = default 64) */
   uint32_t read_splits;  /* aligned ranges per object read (0 = default 1) */
   int32_t sqpoll;        /* 1: kernel submission-polling thread (default 0) */
-  /* 1 (default): O_DIRECT, and XPACK_E_NO_DIRECT_IO where the filesystem refuses
-   * it. 0: read through the page cache, each read counted in fallback_count.
-   * NB: a zero-filled struct means buffered; start from xpack_engine_options_init. */
-  int32_t direct_io;
-  int32_t numa_node;     /* NUMA node for the staging memory, -1 (default) = any */
+  int32_t direct_io;     /* enum xpack_io_mode (default XPACK_IO_DIRECT) */
+  int32_t numa_node;     /* NUMA node for the staging memory, used when numa_bind = 1 */
+  int32_t numa_bind;     /* 1: bind the staging memory to numa_node; 0 (default): any node */
 } xpack_engine_options;
 
 /* Fills *opts with the defaults (and opts->size). Thread-safe. */
@@ -400,7 +408,7 @@ typedef struct xpack_engine_counters {
   uint64_t read_bytes;
   uint64_t objects_completed;
   uint64_t io_errors;          /* objects that failed */
-  uint64_t fallback_count;     /* buffered reads (direct_io = 0) */
+  uint64_t fallback_count;     /* buffered reads (direct_io = XPACK_IO_BUFFERED) */
   uint64_t short_read_retries;
   uint64_t transient_retries;  /* EINTR / EAGAIN resubmissions */
   uint64_t lat_p50_ns;         /* per-object read latency quantiles */
@@ -449,6 +457,7 @@ enum xpack_device_kind {
   XPACK_DEVICE_HOST = 2  /* plain memory, copies on a worker thread (tests, CI) */
 };
 
+/* A zero-filled struct (with size set) means the defaults; so does NULL. */
 typedef struct xpack_cache_options {
   size_t size;             /* sizeof(xpack_cache_options) */
   uint64_t budget_bytes;   /* device bytes for slots; 0 = all free memory - reserve */
@@ -459,8 +468,7 @@ typedef struct xpack_cache_options {
   uint32_t staging_slots;  /* pinned staging buffers, one object each (0 = 8) */
   uint32_t read_splits;    /* aligned ranges per object read (0 = 1) */
   uint32_t queue_depth;    /* io_uring reads in flight at most (0 = 64) */
-  int32_t direct_io;       /* 1 (default): O_DIRECT; 0: page cache, counted in fallback_count.
-                              NB: a zero-filled struct means buffered; use _options_init */
+  int32_t direct_io;       /* enum xpack_io_mode (default XPACK_IO_DIRECT) */
   int32_t verify;          /* 1: xxh3 of every object on arrival (default 0) */
   const char *stats_path;  /* JSON stats written atomically; NULL = none */
   uint64_t stats_interval; /* write every N releases, and at destroy (0 = destroy only) */

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cache/expert_cache.h"
+#include "capi/io_mode.h"
 #include "capi/sized_struct.h"
 #include "common/checked_math.h"
 #include "common/handle_message.h"
@@ -91,7 +92,7 @@ XPACK_API int xpack_cache_options_init(xpack_cache_options* opts) {
   opts->staging_slots = 8;
   opts->read_splits = 1;
   opts->queue_depth = 64;
-  opts->direct_io = 1;
+  opts->direct_io = XPACK_IO_DIRECT;
   return 0;
 }
 
@@ -117,7 +118,9 @@ XPACK_API int xpack_cache_create(xpack_pack* p, const xpack_cache_options* opts,
   co.staging_slots = o.staging_slots ? o.staging_slots : 8;
   co.read_splits = o.read_splits ? o.read_splits : 1;
   co.queue_depth = o.queue_depth ? o.queue_depth : 64;
-  co.direct_io = o.direct_io != 0;
+  auto direct = xpack::capi::direct_io_from(o.direct_io);
+  if (!direct.ok()) return fail(nullptr, direct.error());
+  co.direct_io = *direct;
   co.verify = o.verify != 0;
   if (o.stats_path) co.stats_path = o.stats_path;
   co.stats_interval = o.stats_interval;

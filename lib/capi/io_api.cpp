@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "capi/io_mode.h"
 #include "capi/sized_struct.h"
 #include "common/handle_message.h"
 #include "common/result.h"
@@ -60,8 +61,9 @@ XPACK_API int xpack_engine_options_init(xpack_engine_options* opts) {
   opts->queue_depth = 64;
   opts->read_splits = 1;
   opts->sqpoll = 0;
-  opts->direct_io = 1;
+  opts->direct_io = XPACK_IO_DIRECT;
   opts->numa_node = -1;
+  opts->numa_bind = 0;
   return 0;
 }
 
@@ -82,8 +84,13 @@ XPACK_API int xpack_engine_create(xpack_pack* p, const xpack_engine_options* opt
                                           o.queue_depth ? o.queue_depth : 64,
                                           o.read_splits ? o.read_splits : 1);
   cfg.sqpoll = o.sqpoll != 0;
-  cfg.direct_io = o.direct_io != 0;
-  cfg.numa_node = o.numa_node;
+  auto direct = xpack::capi::direct_io_from(o.direct_io);
+  if (!direct.ok()) return fail_handle(nullptr, direct.error());
+  cfg.direct_io = *direct;
+  if (o.numa_bind != 0 && o.numa_node < 0)
+    return fail_handle(nullptr, XPACK_E_INVALID_ARG,
+                       fmt::format("numa_bind set with numa_node {} (need a node >= 0)", o.numa_node));
+  cfg.numa_node = o.numa_bind != 0 ? o.numa_node : -1;
   auto engine = xpack::io::ReadEngine::create(std::move(cfg));
   if (!engine.ok()) return fail_handle(nullptr, engine.error());
 
