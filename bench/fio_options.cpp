@@ -31,13 +31,17 @@ Measures SSD -> pinned host memory read throughput the way libxpack reads expert
                        order (one object per read; --bs and --file are taken from the pack)
   --splits K           uring modes: split each read into K aligned ranges (default 1)
   --h2d                also copy every block to the GPU (needs a CUDA build)
+  --small-pages        stage in 4 KiB pages even where 2 MiB pages are available
+                       (diagnostics: what huge pages bring, in the same run)
   --json               one JSON object per mode on stdout instead of the table
   --help               this text
 
 Sizes take K, M, G, T suffixes (powers of two: 4K = 4096), optionally followed by iB/B.
 GB/s is 10^9 bytes per second. CPU seconds per GB is user+system time of this process
 (getrusage) per 10^9 bytes. As root the page cache is dropped before each mode
-(XPACK_FIO_KEEP_CACHE=1 in the environment keeps it).
+(XPACK_FIO_KEEP_CACHE=1 in the environment keeps it). The "pages" column is the page
+size backing most of the staging memory and the share in huge pages (a warning on
+stderr when huge pages were wanted but not had: reads above ~1 MiB are then split).
 )";
 
 std::optional<uint64_t> parse_size(const std::string& s) {
@@ -148,6 +152,8 @@ Result<FioOptions> parse_fio_args(int argc, char** argv) {
       o.splits = static_cast<uint32_t>(k);
     } else if (a == "--h2d") {
       o.h2d = true;
+    } else if (a == "--small-pages") {
+      o.small_pages = true;
     } else if (a == "--json") {
       o.json = true;
     } else {

@@ -23,6 +23,7 @@ struct FioOptions {
   std::string pack;
   uint32_t splits = 1;
   bool h2d = false;
+  bool small_pages = false;        // force 4 KiB staging pages (diagnostics)
   bool json = false;
   bool help = false;
 };

@@ -47,6 +47,13 @@ struct Clock {
   bool expired() const { return deadline != 0 && now_ns() >= deadline; }
 };
 
+void record_pages(RunResult& r, const io::StagingArena& a) {
+  r.page_bytes = a.page_bytes();
+  r.huge_fraction = a.huge_fraction();
+  r.pages = a.page_description();
+  r.huge_wanted = a.huge_wanted();
+}
+
 }  // namespace
 
 uint64_t Workload::offset(uint64_t i) const {
@@ -56,7 +63,7 @@ uint64_t Workload::offset(uint64_t i) const {
 }
 
 Result<RunResult> run_threaded(const Workload& w, const RunLimits& lim, uint32_t threads,
-                               bool direct) {
+                               bool direct, bool huge_pages) {
   int fd = ::open(w.path.c_str(), O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0));
   if (fd < 0) {
     if (direct && errno == EINVAL)
@@ -72,6 +79,7 @@ Result<RunResult> run_threaded(const Workload& w, const RunLimits& lim, uint32_t
   io::ArenaConfig ac;
   ac.slot_count = threads;
   ac.slot_bytes = w.bs;
+  ac.huge_pages = huge_pages;
   auto arena = io::StagingArena::create(ac);
   if (!arena.ok()) {
     close(fd);
@@ -119,6 +127,7 @@ Result<RunResult> run_threaded(const Workload& w, const RunLimits& lim, uint32_t
   RunResult r;
   r.seconds = double(now_ns() - clock.start) * 1e-9;
   r.cpu_seconds = cpu_now() - cpu0;
+  record_pages(r, **arena);
   close(fd);
   if (int e = first_error.load())
     return err(e, "read of {} failed: {}", w.path, xpack_strerror(e));
@@ -131,7 +140,8 @@ Result<RunResult> run_threaded(const Workload& w, const RunLimits& lim, uint32_t
 }
 
 Result<RunResult> run_uring(const Workload& w, const RunLimits& lim, uint32_t qd, bool fixed,
-                            bool sqpoll, uint32_t splits, device::Device* h2d) {
+                            bool sqpoll, uint32_t splits, device::Device* h2d,
+                            bool huge_pages) {
   io::EngineConfig c;
   c.paths = {w.path};
   c.slot_count = qd;
@@ -141,6 +151,7 @@ Result<RunResult> run_uring(const Workload& w, const RunLimits& lim, uint32_t qd
   c.fixed_buffers = fixed || sqpoll;
   c.fixed_files = fixed || sqpoll;
   c.sqpoll = sqpoll;
+  c.huge_pages = huge_pages;
   std::unique_ptr<io::DeviceHostRegistrar> registrar;
   if (h2d) {
     registrar = std::make_unique<io::DeviceHostRegistrar>(*h2d);
@@ -169,6 +180,7 @@ Result<RunResult> run_uring(const Workload& w, const RunLimits& lim, uint32_t qd
 
   RunResult r;
   r.ring_flags = engine->ring_description();
+  record_pages(r, engine->arena());
   std::vector<uint32_t> free_slots;
   for (uint32_t s = 0; s < qd; ++s) free_slots.push_back(qd - 1 - s);
   std::vector<io::ReadRequest> batch;

@@ -40,12 +40,20 @@ struct RunResult {
   io::LatencyHistogram latency;
   std::string ring_flags;  // uring modes
   uint64_t h2d_bytes = 0;
+  // The staging memory's backing (io::StagingArena): page size of most of it,
+  // fraction in huge pages, a line for humans, and whether huge pages were wanted.
+  uint64_t page_bytes = 0;
+  double huge_fraction = 0;
+  std::string pages;
+  bool huge_wanted = false;
 };
 
+// huge_pages = false forces 4 KiB staging pages (to measure what huge pages bring).
 Result<RunResult> run_threaded(const Workload& w, const RunLimits& lim, uint32_t threads,
-                               bool direct);
+                               bool direct, bool huge_pages = true);
 // fixed: registered buffers + files; sqpoll implies fixed.
 Result<RunResult> run_uring(const Workload& w, const RunLimits& lim, uint32_t qd, bool fixed,
-                            bool sqpoll, uint32_t splits, device::Device* h2d);
+                            bool sqpoll, uint32_t splits, device::Device* h2d,
+                            bool huge_pages = true);
 
 }  // namespace xpack::bench

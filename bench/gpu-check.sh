@@ -70,10 +70,12 @@ dir="${1:-$root/$build}"
 file="$dir/xpack-fio-check.bin"
 echo; echo "== disk"; df -T "$dir"; uname -r; nproc
 
-echo; echo "== compare-fio (bs 1M qd 32 rand)"
+echo; echo "== compare-fio (bs 1M qd 32 rand; fio, huge pages, 4K pages, fio)"
 bench/compare-fio.sh --build "$build" --file "$file" --size "$size" --bs 1M --qd 32 \
   --pattern rand --runtime "$runtime" 2>&1 | tee "$log"
-summary+=("$(grep 'throughput ratio' "$log")")
+summary+=("$(grep 'throughput ratio uring-fixed' "$log")")
+summary+=("$(grep 'throughput ratio huge pages' "$log")")
+summary+=("$(grep 'fio drift' "$log")")
 summary+=("$(grep 'CPU s/GB ratio' "$log")")
 
 echo; echo "== xpack-fio all modes (bs 4M qd 16 rand)"

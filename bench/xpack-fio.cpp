@@ -173,13 +173,13 @@ int main(int argc, char** argv) {
   RunLimits lim{o.runtime_s, o.ios};
 
   if (!o.json) {
-    std::printf("file %s  bs %s  qd %u  pattern %s%s  %s\n", w.path.c_str(), size_text(w.bs).c_str(),
+    std::printf("file %s  bs %s  qd %u  pattern %s%s%s  %s\n", w.path.c_str(), size_text(w.bs).c_str(),
                 o.qd, o.pack.empty() ? (o.random ? "rand" : "seq") : "pack-routing",
-                o.h2d ? "  +h2d" : "",
+                o.h2d ? "  +h2d" : "", o.small_pages ? "  4K pages forced" : "",
                 o.ios ? fmt::format("{} ios", o.ios).c_str()
                       : fmt::format("{} s", o.runtime_s).c_str());
-    std::printf("%-13s %9s %10s %10s %10s %10s %10s  %s\n", "mode", "GB/s", "IOPS", "p50 us",
-                "p99 us", "p99.9 us", "CPU s/GB", "ring");
+    std::printf("%-13s %9s %10s %10s %10s %10s %10s %10s  %s\n", "mode", "GB/s", "IOPS", "p50 us",
+                "p99 us", "p99.9 us", "CPU s/GB", "pages", "ring");
   }
   int rc = 0;
   for (const auto& mode : o.modes) {
@@ -189,17 +189,27 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "xpack-fio: --h2d applies to the uring modes only; %s runs without it\n",
                    mode.c_str());
     }
-    if (mode == "buffered") r = run_threaded(w, lim, o.qd, false);
-    else if (mode == "pread-direct") r = run_threaded(w, lim, o.qd, true);
-    else if (mode == "uring") r = run_uring(w, lim, o.qd, false, false, o.splits, gpu.get());
-    else if (mode == "uring-fixed") r = run_uring(w, lim, o.qd, true, false, o.splits, gpu.get());
-    else if (mode == "uring-sqpoll") r = run_uring(w, lim, o.qd, true, true, o.splits, gpu.get());
+    if (mode == "buffered") r = run_threaded(w, lim, o.qd, false, !o.small_pages);
+    else if (mode == "pread-direct") r = run_threaded(w, lim, o.qd, true, !o.small_pages);
+    else if (mode == "uring") r = run_uring(w, lim, o.qd, false, false, o.splits, gpu.get(), !o.small_pages);
+    else if (mode == "uring-fixed") r = run_uring(w, lim, o.qd, true, false, o.splits, gpu.get(), !o.small_pages);
+    else if (mode == "uring-sqpoll") r = run_uring(w, lim, o.qd, true, true, o.splits, gpu.get(), !o.small_pages);
     if (!r.ok()) {
       std::fprintf(stderr, "xpack-fio: %s: %s\n", mode.c_str(), r.error().message.c_str());
       rc = 1;
       continue;
     }
     const RunResult& x = *r;
+    if (x.huge_wanted && x.huge_fraction < 1.0)
+      std::fprintf(stderr,
+                   "xpack-fio: warning: %s: staging memory in %s; 1 MiB+ reads into 4 KiB pages "
+                   "exceed NVMe max_segments and are split (set THP to madvise/always or reserve "
+                   "hugetlb pages: vm.nr_hugepages)\n",
+                   mode.c_str(), x.pages.c_str());
+    std::string pages_col = x.page_bytes == 0 ? "?"
+                            : x.page_bytes >= (1ull << 20)
+                                ? fmt::format("{}M {:.0f}%", x.page_bytes >> 20, x.huge_fraction * 100)
+                                : fmt::format("{}K {:.0f}%", x.page_bytes >> 10, x.huge_fraction * 100);
     double gb = double(x.bytes) / 1e9;
     double gbps = x.seconds > 0 ? gb / x.seconds : 0;
     double iops = x.seconds > 0 ? double(x.ios) / x.seconds : 0;
@@ -225,11 +235,15 @@ int main(int argc, char** argv) {
                           {"seconds", x.seconds},
                           {"cpu_seconds", x.cpu_seconds},
                           {"h2d_bytes", x.h2d_bytes},
-                          {"ring_flags", x.ring_flags}};
+                          {"ring_flags", x.ring_flags},
+                          {"staging_page_bytes", x.page_bytes},
+                          {"staging_huge_fraction", x.huge_fraction},
+                          {"staging_pages", x.pages},
+                          {"small_pages_forced", o.small_pages}};
       std::printf("%s\n", j.dump().c_str());
     } else {
-      std::printf("%-13s %9.3f %10.0f %10.1f %10.1f %10.1f %10.3f  %s\n", mode.c_str(), gbps, iops,
-                  p50, p99, p999, cpu_per_gb, x.ring_flags.c_str());
+      std::printf("%-13s %9.3f %10.0f %10.1f %10.1f %10.1f %10.3f %10s  %s\n", mode.c_str(), gbps,
+                  iops, p50, p99, p999, cpu_per_gb, pages_col.c_str(), x.ring_flags.c_str());
     }
     std::fflush(stdout);
   }

@@ -10,9 +10,11 @@
  *    failure. Codes above XPACK_E_BASE are negated errno values (-ENOENT, -EIO ...),
  *    so the operating system's errno is preserved; codes at or below XPACK_E_BASE
  *    are libxpack's own (XPACK_E_*). xpack_strerror() names both.
- *  - Each handle keeps the message of its most recent failure
- *    (xpack_gguf_errmsg, xpack_pack_errmsg ...). A failed open has no handle, so
- *    xpack_last_error() returns the calling thread's most recent message.
+ *  - Each handle keeps, per calling thread, the message of that thread's most
+ *    recent failed call on it (xpack_gguf_errmsg, xpack_pack_errmsg ...), valid
+ *    until that thread's next failing call on the handle: threads failing
+ *    concurrently on one handle each read their own message. A failed open has no
+ *    handle, so xpack_last_error() returns the calling thread's most recent message.
  *  - Constructors are xpack_X_open/create; destructors xpack_X_close/destroy
  *    accept NULL.
  *  - Option structs start with `size_t size`, set by the caller to sizeof(struct);
@@ -161,8 +163,8 @@ XPACK_API int xpack_gguf_open(const char *path, const xpack_gguf_options *opts,
 /* Closes the handle and unmaps its data. Accepts NULL. Not thread-safe with other
  * calls on the same handle. */
 XPACK_API void xpack_gguf_close(xpack_gguf *g);
-/* The message of the most recent failure on this handle ("" if none). Not
- * thread-safe with failing calls on the same handle. */
+/* The message of the calling thread's most recent failed call on this handle
+ * ("" if none), valid until that thread's next failing call on it. Thread-safe. */
 XPACK_API const char *xpack_gguf_errmsg(const xpack_gguf *g);
 
 /* All the metadata/tensor accessors below are thread-safe: a handle is read-only
@@ -234,7 +236,8 @@ XPACK_API int xpack_pack_open(const char *path, const xpack_pack_options *opts,
                               xpack_pack **out);
 /* Accepts NULL. Not thread-safe with other calls on the same handle. */
 XPACK_API void xpack_pack_close(xpack_pack *p);
-/* Not thread-safe with failing calls on the same handle. */
+/* The message of the calling thread's most recent failed call on this handle
+ * ("" if none), valid until that thread's next failing call on it. Thread-safe. */
 XPACK_API const char *xpack_pack_errmsg(const xpack_pack *p);
 
 enum xpack_validate_level {
@@ -325,17 +328,25 @@ XPACK_API int xpack_pack_read_object(xpack_pack *p, uint32_t layer_slot, uint32_
 
 typedef struct xpack_engine xpack_engine;
 
+/* Values of `direct_io` in xpack_engine_options and xpack_cache_options. */
+enum xpack_io_mode {
+  /* The default (1 means the same): O_DIRECT, and XPACK_E_NO_DIRECT_IO where the
+   * filesystem refuses it; never a silent fallback. */
+  XPACK_IO_DIRECT = 0,
+  /* Read through the page cache, each read counted in fallback_count. */
+  XPACK_IO_BUFFERED = -1
+};
+
+/* A zero-filled struct (with size set) means the defaults; so does NULL. */
 typedef struct xpack_engine_options {
   size_t size;           /* sizeof(xpack_engine_options) */
   uint32_t slots;        /* staging slots, each one object (0 = default 8) */
   uint32_t queue_depth;  /* reads in flight at most, the ring size (0 = default 64) */
   uint32_t read_splits;  /* aligned ranges per object read (0 = default 1) */
   int32_t sqpoll;        /* 1: kernel submission-polling thread (default 0) */
-  /* 1 (default): O_DIRECT, and XPACK_E_NO_DIRECT_IO where the filesystem refuses
-   * it. 0: read through the page cache, each read counted in fallback_count.
-   * NB: a zero-filled struct means buffered; start from xpack_engine_options_init. */
-  int32_t direct_io;
-  int32_t numa_node;     /* NUMA node for the staging memory, -1 (default) = any */
+  int32_t direct_io;     /* enum xpack_io_mode (default XPACK_IO_DIRECT) */
+  int32_t numa_node;     /* NUMA node for the staging memory, used when numa_bind = 1 */
+  int32_t numa_bind;     /* 1: bind the staging memory to numa_node; 0 (default): any node */
 } xpack_engine_options;
 
 /* Fills *opts with the defaults (and opts->size). Thread-safe. */
@@ -353,8 +364,9 @@ XPACK_API int xpack_engine_create(xpack_pack *p, const xpack_engine_options *opt
 /* Waits for reads in flight when called on the issuing thread, then frees
  * everything. Accepts NULL. Not thread-safe with other calls on the engine. */
 XPACK_API void xpack_engine_destroy(xpack_engine *e);
-/* Message of the most recent failure on this engine, including failed reads
- * ("" if none). Not thread-safe with failing calls on the same engine. */
+/* Message of the calling thread's most recent failure on this engine ("" if
+ * none), valid until that thread's next failing call on it; a failed read's
+ * message is recorded for the thread that reaped it. Thread-safe. */
 XPACK_API const char *xpack_engine_errmsg(const xpack_engine *e);
 
 typedef struct xpack_read_request {
@@ -398,7 +410,7 @@ typedef struct xpack_engine_counters {
   uint64_t read_bytes;
   uint64_t objects_completed;
   uint64_t io_errors;          /* objects that failed */
-  uint64_t fallback_count;     /* buffered reads (direct_io = 0) */
+  uint64_t fallback_count;     /* buffered reads (direct_io = XPACK_IO_BUFFERED) */
   uint64_t short_read_retries;
   uint64_t transient_retries;  /* EINTR / EAGAIN resubmissions */
   uint64_t lat_p50_ns;         /* per-object read latency quantiles */
@@ -406,6 +418,12 @@ typedef struct xpack_engine_counters {
   uint64_t lat_p999_ns;
   uint64_t lat_log2_ns[64];    /* objects with latency in [2^i, 2^(i+1)) ns */
   uint32_t ring_flags;         /* IORING_SETUP_* flags the ring runs with */
+  /* Page size backing most of the staging memory, as measured after it was
+   * populated: 2 MiB (huge pages: hugetlb, or transparent huge pages asked for
+   * with MADV_HUGEPAGE) or 4096; 0 if unknown. With 4 KiB pages a read above
+   * ~1 MiB needs more segments than NVMe queues take and is split (doc/io.md). */
+  uint64_t staging_page_bytes;
+  double staging_huge_fraction; /* fraction of the staging memory in huge pages */
 } xpack_engine_counters;
 
 /* Copies the counters. Not thread-safe with the issuing thread's calls (the
@@ -441,6 +459,7 @@ enum xpack_device_kind {
   XPACK_DEVICE_HOST = 2  /* plain memory, copies on a worker thread (tests, CI) */
 };
 
+/* A zero-filled struct (with size set) means the defaults; so does NULL. */
 typedef struct xpack_cache_options {
   size_t size;             /* sizeof(xpack_cache_options) */
   uint64_t budget_bytes;   /* device bytes for slots; 0 = all free memory - reserve */
@@ -451,8 +470,7 @@ typedef struct xpack_cache_options {
   uint32_t staging_slots;  /* pinned staging buffers, one object each (0 = 8) */
   uint32_t read_splits;    /* aligned ranges per object read (0 = 1) */
   uint32_t queue_depth;    /* io_uring reads in flight at most (0 = 64) */
-  int32_t direct_io;       /* 1 (default): O_DIRECT; 0: page cache, counted in fallback_count.
-                              NB: a zero-filled struct means buffered; use _options_init */
+  int32_t direct_io;       /* enum xpack_io_mode (default XPACK_IO_DIRECT) */
   int32_t verify;          /* 1: xxh3 of every object on arrival (default 0) */
   const char *stats_path;  /* JSON stats written atomically; NULL = none */
   uint64_t stats_interval; /* write every N releases, and at destroy (0 = destroy only) */
@@ -474,8 +492,8 @@ XPACK_API int xpack_cache_create(xpack_pack *p, const xpack_cache_options *opts,
 /* Finishes loads in flight, writes the stats file, frees everything. Accepts
  * NULL. Not thread-safe with other calls on the same cache. */
 XPACK_API void xpack_cache_destroy(xpack_cache *c);
-/* Message of the most recent failure on this cache ("" if none). Not
- * thread-safe with failing calls on the same cache. */
+/* Message of the calling thread's most recent failed call on this cache ("" if
+ * none), valid until that thread's next failing call on it. Thread-safe. */
 XPACK_API const char *xpack_cache_errmsg(const xpack_cache *c);
 
 typedef struct xpack_cache_info {
@@ -588,6 +606,8 @@ typedef struct xpack_cache_counters {
   uint64_t h2d_p50_ns, h2d_p99_ns;
   uint32_t n_layers;         /* entries of the per-layer counters */
   uint64_t trace_write_errors; /* routing trace writes/flushes that failed (trace incomplete) */
+  uint64_t staging_page_bytes; /* as in xpack_engine_counters, for the cache's staging memory */
+  double staging_huge_fraction;
 } xpack_cache_counters;
 
 /* A consistent snapshot of the counters. Thread-safe. */

@@ -91,6 +91,10 @@ Status ExpertCache::init() {
   ec.wakeable = true;
   ec.on_complete = [this](const io::Completion& c) { on_read_complete(c); };
   XPACK_ASSIGN_OR_RETURN(engine_, io::ReadEngine::create(std::move(ec)));
+  telemetry_.update([&](stats::Counters& c) {
+    c.staging_page_bytes = engine_->arena().page_bytes();
+    c.staging_huge_fraction = engine_->arena().huge_fraction();
+  });
 
   if (!opts_.trace_path.empty()) {
     XPACK_ASSIGN_OR_RETURN(trace_, stats::RoutingTraceWriter::open(opts_.trace_path));

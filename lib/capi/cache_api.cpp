@@ -3,14 +3,14 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <string>
 
 #include "cache/expert_cache.h"
+#include "capi/io_mode.h"
 #include "capi/sized_struct.h"
 #include "common/checked_math.h"
-#include "common/last_error.h"
+#include "common/handle_message.h"
 #include "common/result.h"
 #include "device/device.h"
 #include "xpack/xpack.h"
@@ -18,8 +18,7 @@
 struct xpack_cache {
   std::unique_ptr<xpack::device::Device> device;
   std::unique_ptr<xpack::cache::ExpertCache> cache;
-  mutable std::mutex msg_mu;
-  mutable std::string errmsg;
+  xpack::HandleMessage errmsg;  // one message per calling thread
 };
 
 namespace {
@@ -28,12 +27,7 @@ using xpack::Error;
 using xpack::Result;
 
 int fail(const xpack_cache* c, int code, std::string msg) {
-  xpack::set_last_error(msg);
-  if (c) {
-    std::lock_guard lk(c->msg_mu);
-    c->errmsg = std::move(msg);
-  }
-  return code;
+  return xpack::record_failure(c ? &c->errmsg : nullptr, code, std::move(msg));
 }
 int fail(const xpack_cache* c, const Error& e) { return fail(c, e.code, e.message); }
 
@@ -98,7 +92,7 @@ XPACK_API int xpack_cache_options_init(xpack_cache_options* opts) {
   opts->staging_slots = 8;
   opts->read_splits = 1;
   opts->queue_depth = 64;
-  opts->direct_io = 1;
+  opts->direct_io = XPACK_IO_DIRECT;
   return 0;
 }
 
@@ -124,7 +118,9 @@ XPACK_API int xpack_cache_create(xpack_pack* p, const xpack_cache_options* opts,
   co.staging_slots = o.staging_slots ? o.staging_slots : 8;
   co.read_splits = o.read_splits ? o.read_splits : 1;
   co.queue_depth = o.queue_depth ? o.queue_depth : 64;
-  co.direct_io = o.direct_io != 0;
+  auto direct = xpack::capi::direct_io_from(o.direct_io);
+  if (!direct.ok()) return fail(nullptr, direct.error());
+  co.direct_io = *direct;
   co.verify = o.verify != 0;
   if (o.stats_path) co.stats_path = o.stats_path;
   co.stats_interval = o.stats_interval;
@@ -152,7 +148,7 @@ XPACK_API void xpack_cache_destroy(xpack_cache* c) {
 
 XPACK_API const char* xpack_cache_errmsg(const xpack_cache* c) {
   if (!c) return "null cache";
-  return c->errmsg.c_str();
+  return c->errmsg.get();
 }
 
 XPACK_API int xpack_cache_get_info(const xpack_cache* c, xpack_cache_info* out) {
@@ -303,6 +299,8 @@ XPACK_API int xpack_cache_get_counters(const xpack_cache* c, xpack_cache_counter
   k.h2d_p99_ns = s.h2d_latency.quantile_upper_ns(0.99);
   k.n_layers = uint32_t(s.route_calls_by_layer.size());
   k.trace_write_errors = s.trace_write_errors;
+  k.staging_page_bytes = s.staging_page_bytes;
+  k.staging_huge_fraction = s.staging_huge_fraction;
   xpack::capi::copy_sized_out(out, k);
   return 0;
 }

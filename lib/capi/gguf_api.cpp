@@ -1,12 +1,11 @@
 // The xpack_gguf_* C API: a thin, exception-free shell over gguf::Model.
 #include <cstddef>
 #include <cstring>
-#include <mutex>
 #include <new>
 #include <string>
 #include <type_traits>
 
-#include "common/last_error.h"
+#include "common/handle_message.h"
 #include "common/result.h"
 #include "gguf/ggml_type.h"
 #include "gguf/gguf_model.h"
@@ -18,22 +17,14 @@ using xpack::gguf::ValueType;
 
 struct xpack_gguf {
   xpack::gguf::Model model;
-  // Accessors take a const handle but a failing one records its message here;
-  // the mutex keeps concurrent failing accessors (which the header allows) from
-  // racing on the string.
-  mutable std::string errmsg;
-  mutable std::mutex errmsg_mu;
+  // Accessors take a const handle and may fail concurrently: one message per thread.
+  xpack::HandleMessage errmsg;
 };
 
 namespace {
 
 int fail(const xpack_gguf* g, int code, std::string msg) {
-  xpack::set_last_error(msg);
-  if (g) {
-    std::lock_guard<std::mutex> lock(g->errmsg_mu);
-    g->errmsg = std::move(msg);
-  }
-  return code;
+  return xpack::record_failure(g ? &g->errmsg : nullptr, code, std::move(msg));
 }
 
 int fail(const xpack_gguf* g, const Error& e) { return fail(g, e.code, e.message); }
@@ -180,7 +171,7 @@ XPACK_API int xpack_gguf_open(const char* path, const xpack_gguf_options* opts,
 XPACK_API void xpack_gguf_close(xpack_gguf* g) { delete g; }
 
 XPACK_API const char* xpack_gguf_errmsg(const xpack_gguf* g) {
-  return g ? g->errmsg.c_str() : "NULL xpack_gguf handle";
+  return g ? g->errmsg.get() : "NULL xpack_gguf handle";
 }
 
 XPACK_API uint32_t xpack_gguf_version(const xpack_gguf* g) {

@@ -6,8 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "capi/io_mode.h"
 #include "capi/sized_struct.h"
-#include "common/last_error.h"
+#include "common/handle_message.h"
 #include "common/result.h"
 #include "io/pack_reads.h"
 #include "io/read_engine.h"
@@ -16,19 +17,17 @@
 struct xpack_engine {
   std::unique_ptr<xpack::io::ReadEngine> engine;
   xpack::io::PackGeometry geometry;
-  std::string errmsg;
+  xpack::HandleMessage errmsg;  // one message per calling thread
   std::vector<xpack::io::Completion> scratch;
 };
 
 namespace {
 
-int fail_handle(xpack_engine* e, const xpack::Error& err) {
-  if (e) e->errmsg = err.message;
-  xpack::set_last_error(err.message);
-  return err.code;
+int fail_handle(const xpack_engine* e, const xpack::Error& err) {
+  return xpack::record_failure(e ? &e->errmsg : nullptr, err.code, err.message);
 }
 
-int fail_handle(xpack_engine* e, int code, const std::string& msg) {
+int fail_handle(const xpack_engine* e, int code, const std::string& msg) {
   return fail_handle(e, xpack::Error{code, msg});
 }
 
@@ -62,8 +61,9 @@ XPACK_API int xpack_engine_options_init(xpack_engine_options* opts) {
   opts->queue_depth = 64;
   opts->read_splits = 1;
   opts->sqpoll = 0;
-  opts->direct_io = 1;
+  opts->direct_io = XPACK_IO_DIRECT;
   opts->numa_node = -1;
+  opts->numa_bind = 0;
   return 0;
 }
 
@@ -84,8 +84,13 @@ XPACK_API int xpack_engine_create(xpack_pack* p, const xpack_engine_options* opt
                                           o.queue_depth ? o.queue_depth : 64,
                                           o.read_splits ? o.read_splits : 1);
   cfg.sqpoll = o.sqpoll != 0;
-  cfg.direct_io = o.direct_io != 0;
-  cfg.numa_node = o.numa_node;
+  auto direct = xpack::capi::direct_io_from(o.direct_io);
+  if (!direct.ok()) return fail_handle(nullptr, direct.error());
+  cfg.direct_io = *direct;
+  if (o.numa_bind != 0 && o.numa_node < 0)
+    return fail_handle(nullptr, XPACK_E_INVALID_ARG,
+                       fmt::format("numa_bind set with numa_node {} (need a node >= 0)", o.numa_node));
+  cfg.numa_node = o.numa_bind != 0 ? o.numa_node : -1;
   auto engine = xpack::io::ReadEngine::create(std::move(cfg));
   if (!engine.ok()) return fail_handle(nullptr, engine.error());
 
@@ -99,7 +104,7 @@ XPACK_API int xpack_engine_create(xpack_pack* p, const xpack_engine_options* opt
 XPACK_API void xpack_engine_destroy(xpack_engine* e) { delete e; }
 
 XPACK_API const char* xpack_engine_errmsg(const xpack_engine* e) {
-  return e ? e->errmsg.c_str() : "";
+  return e ? e->errmsg.get() : "";
 }
 
 XPACK_API int xpack_engine_submit(xpack_engine* e, const xpack_read_request* reqs, size_t n) {
@@ -133,7 +138,7 @@ XPACK_API int xpack_engine_reap(xpack_engine* e, xpack_read_completion* out, siz
     out[i].layer_slot = xpack::io::tag_layer_slot(c.tag);
     out[i].expert = xpack::io::tag_expert(c.tag);
     out[i].status = c.status;
-    if (c.status != 0) e->errmsg = e->engine->last_failure();
+    if (c.status != 0) e->errmsg.set(e->engine->last_failure());
   }
   return static_cast<int>(e->scratch.size());
 }
@@ -173,6 +178,8 @@ XPACK_API int xpack_engine_get_counters(const xpack_engine* e, xpack_engine_coun
   auto log2 = c.latency.log2_counts();
   for (int i = 0; i < 64; ++i) v.lat_log2_ns[i] = log2[i];
   v.ring_flags = e->engine->ring_flags();
+  v.staging_page_bytes = e->engine->arena().page_bytes();
+  v.staging_huge_fraction = e->engine->arena().huge_fraction();
   xpack::capi::copy_sized_out(out, v);
   return 0;
 }

@@ -5,15 +5,15 @@
 #include <string>
 #include <type_traits>
 
-#include "common/last_error.h"
+#include "common/handle_message.h"
 #include "common/result.h"
 #include "pack/pack_reader.h"
 #include "xpack/xpack.h"
 
 struct xpack_pack {
   xpack::pack::PackReader reader;
-  // Accessors take a const handle but a failing one records its message here.
-  mutable std::string errmsg;
+  // Accessors take a const handle and may fail concurrently: one message per thread.
+  xpack::HandleMessage errmsg;
 };
 
 namespace {
@@ -21,9 +21,7 @@ namespace {
 using xpack::pack::PackReader;
 
 int fail(const xpack_pack* p, int code, std::string msg) {
-  xpack::set_last_error(msg);
-  if (p) p->errmsg = std::move(msg);
-  return code;
+  return xpack::record_failure(p ? &p->errmsg : nullptr, code, std::move(msg));
 }
 
 int fail(const xpack_pack* p, const xpack::Error& e) { return fail(p, e.code, e.message); }
@@ -65,7 +63,7 @@ XPACK_API int xpack_pack_open(const char* path, const xpack_pack_options* opts, 
 
 XPACK_API void xpack_pack_close(xpack_pack* p) { delete p; }
 
-XPACK_API const char* xpack_pack_errmsg(const xpack_pack* p) { return p ? p->errmsg.c_str() : ""; }
+XPACK_API const char* xpack_pack_errmsg(const xpack_pack* p) { return p ? p->errmsg.get() : ""; }
 
 XPACK_API int xpack_pack_validate(xpack_pack* p, int level, xpack_pack_fault* fault) {
   if (!p) return fail(p, XPACK_E_INVALID_ARG, "xpack_pack_validate: NULL handle");

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "common/checked_math.h"
+#include "common/open_input.h"
 #include "gguf/ggml_type.h"
 
 namespace xpack::gguf {
@@ -313,18 +314,9 @@ File::~File() {
 }
 
 Result<File> File::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno_error("cannot open '{}'", path);
-  struct stat st{};
-  if (::fstat(fd, &st) != 0) {
-    Error e = errno_error("cannot stat '{}'", path);
-    ::close(fd);
-    return e;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return err(XPACK_E_INVALID_ARG, "'{}' is not a regular file", path);
-  }
+  XPACK_ASSIGN_OR_RETURN(InputFile in, open_input(path, O_RDONLY));
+  const int fd = in.fd;
+  const struct stat& st = in.st;
   FdSource src(fd, static_cast<uint64_t>(st.st_size));
   auto r = parse(src, path);
   if (!r.ok()) {

@@ -70,6 +70,7 @@ Result<std::unique_ptr<ReadEngine>> ReadEngine::create(EngineConfig cfg) {
   ac.slot_count = c.slot_count;
   ac.slot_bytes = c.slot_bytes;
   ac.numa_node = c.numa_node;
+  ac.huge_pages = c.huge_pages;
   XPACK_ASSIGN_OR_RETURN(e->arena_, StagingArena::create(ac));
   if (c.registrar) XPACK_TRY(e->arena_->attach_registrar(c.registrar));
 
@@ -78,14 +79,15 @@ Result<std::unique_ptr<ReadEngine>> ReadEngine::create(EngineConfig cfg) {
     if (iov.size() > kMaxRegisteredBuffers)
       return err(XPACK_E_LIMIT, "{} registered buffers needed, the kernel allows {}", iov.size(),
                  kMaxRegisteredBuffers);
-    XPACK_TRY(ensure_memlock(e->arena_->total_bytes()));
+    // Whole huge pages are charged, so the mapped (2 MiB-rounded) size counts.
+    XPACK_TRY(ensure_memlock(e->arena_->mapped_bytes()));
     int ret = io_uring_register_buffers(e->ring_->get(), iov.data(),
                                         static_cast<unsigned>(iov.size()));
     if (ret == -ENOMEM) {
       rlimit lim{};
       getrlimit(RLIMIT_MEMLOCK, &lim);
       return err(XPACK_E_LIMIT, "io_uring_register_buffers: out of locked memory: {}",
-                 memlock_advice(e->arena_->total_bytes(), lim.rlim_cur, lim.rlim_max));
+                 memlock_advice(e->arena_->mapped_bytes(), lim.rlim_cur, lim.rlim_max));
     }
     if (ret == -EOPNOTSUPP)
       return err(-EOPNOTSUPP,

@@ -61,6 +61,7 @@ struct EngineConfig {
   bool fixed_buffers = true;   // register the arena (read_fixed)
   bool fixed_files = true;     // register the files (IOSQE_FIXED_FILE)
   int numa_node = -1;
+  bool huge_pages = true;       // false: 4 KiB staging pages (diagnostics, see ArenaConfig)
   HostMemoryRegistrar* registrar = nullptr;  // device pinning of the arena, optional
   const FaultPlan* faults = nullptr;         // tests; falls back to default_fault_plan()
   // An eventfd polled through the ring, so that wake() from another thread ends
@@ -102,6 +103,7 @@ class ReadEngine {
   uint32_t slot_count() const { return arena_->slot_count(); }
   uint64_t slot_bytes() const { return arena_->slot_bytes(); }
   StagingArena& arena() { return *arena_; }
+  const StagingArena& arena() const { return *arena_; }
   const ReadFileSet& files() const { return *files_; }
   uint64_t objects_in_flight() const { return objects_in_flight_; }
   const IoCounters& counters() const { return counters_; }

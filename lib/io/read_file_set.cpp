@@ -41,8 +41,8 @@ Result<std::unique_ptr<ReadFileSet>> ReadFileSet::open(const std::vector<std::st
         return err(XPACK_E_NO_DIRECT_IO,
                    "open({}, O_DIRECT) failed: {}: this filesystem does not support direct I/O "
                    "(tmpfs, some FUSE/network filesystems); move the file to a local disk "
-                   "filesystem (ext4, xfs) or set direct_io=0 to read through the page cache "
-                   "(counted in fallback_count)",
+                   "filesystem (ext4, xfs) or ask for buffered reads through the page cache "
+                   "(C API: direct_io = XPACK_IO_BUFFERED; counted in fallback_count)",
                    path, strerror(e));
       }
       return Error{-e, fmt::format("open({}) failed: {}", path, strerror(e))};

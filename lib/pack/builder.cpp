@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/checked_math.h"
+#include "common/open_input.h"
 #include "gguf/gguf_model.h"
 #include "pack/describe.h"
 #include "pack/file_io.h"
@@ -65,8 +66,8 @@ Result<Checkpoint> read_checkpoint(const std::string& path) {
   std::error_code ec;
   auto size = fs::file_size(path, ec);
   if (ec || size > (1 << 20)) return err(XPACK_E_FORMAT, "{}: unreadable checkpoint", path);
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno_error("open {}", path);
+  XPACK_ASSIGN_OR_RETURN(InputFile in, open_input(path, O_RDONLY));
+  const int fd = in.fd;
   std::string text(size, '\0');
   Status s = pread_full(fd, text.data(), size, 0, path);
   ::close(fd);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <utility>
 
+#include "common/open_input.h"
 #include "gguf/gguf_file.h"
 #include "pack/file_io.h"
 #include "pack/identity.h"
@@ -55,8 +56,8 @@ PackReader::~PackReader() {
 Result<PackReader> PackReader::open(const std::string& path, const OpenOptions& opts) {
   PackReader r;
   r.path_ = path;
-  r.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (r.fd_ < 0) return errno_error("open {}", path);
+  XPACK_ASSIGN_OR_RETURN(InputFile in, open_input(path, O_RDONLY));
+  r.fd_ = in.fd;
   XPACK_ASSIGN_OR_RETURN(uint64_t size, file_size_of(r.fd_, path));
   FdIndexSource src(r.fd_, path);
   XPACK_ASSIGN_OR_RETURN(r.idx_, decode_index(src, size, path));

@@ -30,6 +30,10 @@ struct Counters {
   uint64_t stall_ns = 0;          // time callers spent blocked waiting for misses
   uint64_t stall_waits = 0;       // waits that had to block
   uint64_t trace_write_errors = 0;  // routing trace writes or flushes that failed
+  // How the I/O staging memory is backed (set once at creation): the page size of
+  // most of it (2 MiB or 4 KiB; 0 = unknown) and the fraction in huge pages.
+  uint64_t staging_page_bytes = 0;
+  double staging_huge_fraction = 0;
   std::vector<uint64_t> route_calls_by_layer;
   std::vector<uint64_t> route_tokens_by_layer;
   std::vector<uint64_t> hits_by_layer;

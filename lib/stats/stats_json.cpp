@@ -61,6 +61,8 @@ nlohmann::ordered_json counters_to_json(const Counters& c) {
   j["stall_ns"] = c.stall_ns;
   j["stall_waits"] = c.stall_waits;
   j["trace_write_errors"] = c.trace_write_errors;
+  j["staging_page_bytes"] = c.staging_page_bytes;
+  j["staging_huge_fraction"] = c.staging_huge_fraction;
   j["mean_read_ms"] =
       c.read_latency.count() ? double(c.read_latency.sum_ns()) / c.read_latency.count() / 1e6 : 0.0;
   j["route_calls_by_layer"] = c.route_calls_by_layer;

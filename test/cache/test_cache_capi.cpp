@@ -99,6 +99,11 @@ TEST_CASE("C API: every object delivered byte-exact, counters and info") {
   xpack_cache_counters k{};
   k.size = sizeof(k);
   REQUIRE(xpack_cache_get_counters(c, &k) == 0);
+  // The staging memory's page size is measured (4 KiB for this small arena, or
+  // 2 MiB where THP "always" backs it anyway), never left unknown.
+  CHECK((k.staging_page_bytes == 4096 || k.staging_page_bytes == (2u << 20)));
+  CHECK(k.staging_huge_fraction >= 0.0);
+  CHECK(k.staging_huge_fraction <= 1.0);
   uint64_t n = uint64_t(env.info.n_layers) * env.info.n_experts;
   CHECK(k.cache_misses == n);
   CHECK(k.cache_hits == 0);

@@ -76,7 +76,8 @@ TEST_CASE("stats json: keys and derived values") {
   CHECK(j["read_latency"]["log2_ns_buckets"].size() == 21);  // 2e6 is in bucket 20
   for (const char* k : {"cache_misses", "cache_evictions", "pack_read_bytes", "h2d_bytes",
                         "fallback_count", "io_errors", "prefetch_issued", "prefetch_used",
-                        "prefetch_wasted", "stall_ns", "route_tokens_by_layer", "h2d_latency"})
+                        "prefetch_wasted", "stall_ns", "route_tokens_by_layer", "h2d_latency",
+                        "staging_page_bytes", "staging_huge_fraction"})
     CHECK_MESSAGE(j.contains(k), k);
 }
 

@@ -1,6 +1,12 @@
 #include "fixtures.h"
 
 #include <array>
+#include <chrono>
+#include <fcntl.h>
+#include <future>
+#include <sys/stat.h>
+#include <thread>
+#include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -65,6 +71,32 @@ int run_command(const std::string& cmd, std::string* output) {
   if (output) *output = std::move(out);
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   return -1;
+}
+
+std::filesystem::path make_fifo(const std::filesystem::path& path) {
+  if (mkfifo(path.c_str(), 0600) != 0) throw std::runtime_error("mkfifo " + path.string() + " failed");
+  return path;
+}
+
+bool returns_without_writer(const std::filesystem::path& fifo, const std::function<void()>& open_it,
+                            int seconds) {
+  auto done = std::async(std::launch::async, open_it);
+  if (done.wait_for(std::chrono::seconds(seconds)) == std::future_status::ready) {
+    done.get();
+    return true;
+  }
+  // Blocked in open(): a writer end releases it (non-blocking open of the write
+  // side succeeds because a reader is waiting), then closing it gives EOF.
+  for (int i = 0; i < 100; ++i) {
+    int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0) {
+      ::close(fd);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  done.get();
+  return false;
 }
 
 }  // namespace xpack::test

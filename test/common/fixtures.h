@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,5 +37,14 @@ std::optional<std::filesystem::path> shared_dir();
 
 // Runs a shell command, returns its exit status and captures stdout+stderr.
 int run_command(const std::string& cmd, std::string* output = nullptr);
+
+// Creates a FIFO at `path` (mkfifo) for the "refuse before blocking" tests.
+std::filesystem::path make_fifo(const std::filesystem::path& path);
+// Runs `open_it` (which opens `fifo` for reading) on a thread. If it has not
+// returned within `seconds`, opens the FIFO for writing, which releases a reader
+// blocked in open(), so a regression fails the test instead of hanging it.
+// Returns true when open_it returned on its own.
+bool returns_without_writer(const std::filesystem::path& fifo, const std::function<void()>& open_it,
+                            int seconds = 5);
 
 }  // namespace xpack::test

@@ -7,7 +7,9 @@
 #include <sys/resource.h>
 
 #include "fixtures.h"
+#include "gguf/gguf_model.h"
 #include "gguf_test_util.h"
+#include "xpack/xpack.h"
 
 using namespace xpack;
 using namespace xpack::gguf;
@@ -246,4 +248,43 @@ TEST_CASE("hostile: a metadata array costs at most a small multiple of its file 
   MESSAGE("parsing a " << raw.b.size() / 1024 << " KiB file grew the peak RSS by " << grown_kib
                        << " KiB");
   CHECK(grown_kib < static_cast<long>(16 * raw.b.size() / 1024));
+}
+
+TEST_CASE("hostile: a FIFO is refused before the open can block") {
+  xpack::test::TempDir dir;
+  auto fifo = xpack::test::make_fifo(dir / "model.gguf");
+  auto split = xpack::test::make_fifo(dir / "m-00001-of-00002.gguf");
+  auto expect_refused = [&](const std::filesystem::path& p, auto open_it) {
+    int code = 0;
+    std::string msg;
+    bool returned = xpack::test::returns_without_writer(p, [&] {
+      auto r = open_it(p);
+      if (!r.ok()) {
+        code = r.error().code;
+        msg = r.error().message;
+      }
+    });
+    CHECK_MESSAGE(returned, "open of a FIFO blocked waiting for a writer: " << p);
+    CHECK_MESSAGE(code == XPACK_E_INVALID_ARG, msg);
+    CHECK_MESSAGE(msg.find("FIFO") != std::string::npos, msg);
+  };
+  expect_refused(fifo, [](const auto& p) { return File::open(p.string()); });
+  expect_refused(fifo, [](const auto& p) { return Model::open(p.string()); });
+  expect_refused(split, [](const auto& p) { return Model::open(p.string()); });
+  // The C API: xpack_gguf_open on the FIFO.
+  int rc = 0;
+  std::string msg;  // xpack_last_error() is per thread: read it on the opening one
+  bool returned = xpack::test::returns_without_writer(fifo, [&] {
+    xpack_gguf* g = nullptr;
+    rc = xpack_gguf_open(fifo.c_str(), nullptr, &g);
+    msg = xpack_last_error();
+    xpack_gguf_close(g);
+  });
+  CHECK(returned);
+  CHECK(rc == XPACK_E_INVALID_ARG);
+  CHECK_MESSAGE(msg.find("FIFO") != std::string::npos, msg);
+  // A directory is refused the same way.
+  auto d = File::open(dir.path().string());
+  REQUIRE(!d.ok());
+  CHECK(d.error().message.find("directory") != std::string::npos);
 }

@@ -5,10 +5,13 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <random>
 #include <unistd.h>
+
+#include <fmt/format.h>
 
 #include "io/fault_injection.h"
 #include "io/pack_reads.h"
@@ -123,6 +126,9 @@ void read_every_object(xpack_pack* p, const xpack_engine_options& o, uint32_t se
   CHECK(k.lat_p50_ns > 0);
   CHECK(k.lat_p50_ns <= k.lat_p99_ns);
   CHECK(k.ring_flags != 0);
+  CHECK((k.staging_page_bytes == 4096 || k.staging_page_bytes == (2u << 20)));  // measured
+  CHECK(k.staging_huge_fraction >= 0.0);
+  CHECK(k.staging_huge_fraction <= 1.0);
   uint64_t hist_total = 0;
   for (auto v : k.lat_log2_ns) hist_total += v;
   CHECK(hist_total == objs.size());
@@ -232,9 +238,9 @@ TEST_CASE("C API failure paths through the fault hook") {
   no_direct.open_direct_errno = EINVAL;
   io::set_default_fault_plan(&no_direct);
   CHECK(xpack_engine_create(ph.p, &o, &e) == XPACK_E_NO_DIRECT_IO);
-  CHECK(std::string(xpack_last_error()).find("direct_io=0") != std::string::npos);
+  CHECK(std::string(xpack_last_error()).find("XPACK_IO_BUFFERED") != std::string::npos);
   auto buffered = o;
-  buffered.direct_io = 0;
+  buffered.direct_io = XPACK_IO_BUFFERED;
   REQUIRE(xpack_engine_create(ph.p, &buffered, &e) == 0);
   xpack_read_request r{1, 3, 0};
   REQUIRE(xpack_engine_submit(e, &r, 1) == 0);
@@ -359,4 +365,92 @@ TEST_CASE("xpack-fio --pack reads real objects") {
   CHECK(rc != 0);
   CHECK(out.find("CUDA") != std::string::npos);
 #endif
+}
+
+namespace {
+// The /proc/self/numa_maps policy of the mapping that starts at p ("default",
+// "bind:0", ...), or "" when the line is not there.
+std::string numa_policy_at(const void* p) {
+  FILE* f = std::fopen("/proc/self/numa_maps", "r");
+  if (!f) return "";
+  char line[4096];
+  std::string want = fmt::format("{:x} ", reinterpret_cast<uintptr_t>(p)), policy;
+  while (std::fgets(line, sizeof line, f)) {
+    std::string l(line);
+    if (l.rfind(want, 0) != 0) continue;
+    auto end = l.find(' ', want.size());
+    policy = l.substr(want.size(), end - want.size());
+    break;
+  }
+  std::fclose(f);
+  return policy;
+}
+}  // namespace
+
+TEST_CASE("C API: a zero-filled options struct means the defaults (O_DIRECT, any NUMA node)") {
+  TempDir dir;
+  std::string path = make_pack(dir, "deepseek4", 2, 4);
+  PackHandle ph(path);
+  xpack_engine_options zero;
+  std::memset(&zero, 0, sizeof zero);
+  zero.size = sizeof zero;
+
+  // O_DIRECT, not buffered: where the filesystem refuses O_DIRECT it fails closed.
+  io::FaultPlan no_direct;
+  no_direct.open_direct_errno = EINVAL;
+  io::set_default_fault_plan(&no_direct);
+  xpack_engine* e = nullptr;
+  CHECK(xpack_engine_create(ph.p, &zero, &e) == XPACK_E_NO_DIRECT_IO);
+  CHECK(e == nullptr);
+  xpack_cache_options czero;
+  std::memset(&czero, 0, sizeof czero);
+  czero.size = sizeof czero;
+  czero.device = XPACK_DEVICE_HOST;
+  xpack_cache* c = nullptr;
+  CHECK(xpack_cache_create(ph.p, &czero, &c) == XPACK_E_NO_DIRECT_IO);
+  CHECK(c == nullptr);
+  io::set_default_fault_plan(nullptr);
+
+  // And a real read through it is a direct one, into memory bound to no node.
+  REQUIRE_MESSAGE(xpack_engine_create(ph.p, &zero, &e) == 0, xpack_last_error());
+  xpack_read_request r{1, 2, 0};
+  REQUIRE(xpack_engine_submit(e, &r, 1) == 0);
+  auto got = reap_n(e, 1);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].status == 0);
+  xpack_engine_counters k{};
+  k.size = sizeof k;
+  REQUIRE(xpack_engine_get_counters(e, &k) == 0);
+  CHECK(k.fallback_count == 0);
+  CHECK(k.reads >= 1);
+  const void* data = nullptr;
+  REQUIRE(xpack_engine_slot_data(e, 0, &data, nullptr) == 0);
+  std::string policy = numa_policy_at(data);  // slot 0 is where the arena starts
+  if (policy.empty()) MESSAGE("no /proc/self/numa_maps entry here: NUMA policy not checked");
+  else CHECK_MESSAGE(policy.rfind("bind", 0) != 0, "staging bound by a zero-filled struct: " << policy);
+  xpack_engine_destroy(e);
+
+  // Explicit values: 1 still means O_DIRECT, XPACK_IO_BUFFERED reads buffered,
+  // anything else is refused; numa_bind needs a node.
+  auto o = zero;
+  o.direct_io = 1;
+  REQUIRE(xpack_engine_create(ph.p, &o, &e) == 0);
+  xpack_engine_destroy(e);
+  o.direct_io = 7;
+  CHECK(xpack_engine_create(ph.p, &o, &e) == XPACK_E_INVALID_ARG);
+  CHECK(std::string(xpack_last_error()).find("XPACK_IO_BUFFERED") != std::string::npos);
+  czero.direct_io = 7;
+  CHECK(xpack_cache_create(ph.p, &czero, &c) == XPACK_E_INVALID_ARG);
+  o = zero;
+  o.numa_bind = 1;
+  o.numa_node = -1;
+  CHECK(xpack_engine_create(ph.p, &o, &e) == XPACK_E_INVALID_ARG);
+  o = zero;
+  o.direct_io = XPACK_IO_BUFFERED;
+  REQUIRE(xpack_engine_create(ph.p, &o, &e) == 0);
+  REQUIRE(xpack_engine_submit(e, &r, 1) == 0);
+  got = reap_n(e, 1);
+  REQUIRE(xpack_engine_get_counters(e, &k) == 0);
+  CHECK(k.fallback_count >= 1);
+  xpack_engine_destroy(e);
 }

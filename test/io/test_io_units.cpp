@@ -142,6 +142,32 @@ TEST_CASE("staging arena layout") {
   CHECK(arena.buffer_index(arena.slot(1) + 4096, 12288) == -1);  // crosses into slot 2
   CHECK(arena.buffer_index(arena.base() - 1, 1) == -1);
   CHECK(arena.buffer_index(arena.slot(4), 12289) == -1);
+  // Under 2 MiB the arena is not rounded up for huge pages (it would multiply it).
+  CHECK(!arena.huge_wanted());
+  CHECK(arena.mapped_bytes() == 5 * 12288);
+  CHECK(arena.page_source() == PageSource::kSmall);
+  CHECK(arena.page_bytes() == 4096);  // measured in /proc/self/smaps
+}
+
+TEST_CASE("staging arena: huge-page rounding respects the size limit") {
+  ArenaConfig c;
+  c.slot_count = 3;
+  c.slot_bytes = 1u << 20;
+  c.max_total_bytes = 3u << 20;  // 3 MiB fits, its 4 MiB rounding does not
+  auto a = StagingArena::create(c);
+  REQUIRE(a.ok());
+  CHECK(!(*a)->huge_wanted());
+  CHECK((*a)->mapped_bytes() == (3u << 20));
+  CHECK((*a)->page_source() == PageSource::kSmall);
+  CHECK((*a)->page_description().find("limit") != std::string::npos);
+  c.max_total_bytes = (3u << 20) - 1;  // the request itself is over: refused
+  CHECK(StagingArena::create(c).error().code == XPACK_E_LIMIT);
+  // A slot size whose 2 MiB rounding would overflow is refused, not wrapped.
+  c.max_total_bytes = UINT64_MAX;
+  c.slot_count = 1;
+  c.slot_bytes = UINT64_MAX - (1u << 20);
+  auto big = StagingArena::create(c);
+  CHECK(!big.ok());
 }
 
 TEST_CASE("staging arena registrar hook") {

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "gguf/gguf_model.h"
+#include "pack/builder.h"
 #include "pack_test_util.h"
 #include "xpack/xpack.h"
 
@@ -219,4 +220,55 @@ TEST_CASE("identity: trunk and source accepted, another model's refused") {
   CHECK(info.version == 1);
   CHECK(info.n_layers == 0x5A5A5A5Au);
   xpack_pack_close(p);
+}
+
+TEST_CASE("a FIFO given as pack, trunk or build source is refused without blocking") {
+  TempDir tmp;
+  auto model = synth(tmp / "m.gguf", "--arch kimi-k3 --layers 2 --experts 4 --top-k 2");
+  build(model, tmp / "m");
+  auto fifo = make_fifo(tmp / "fifo.xpack");
+  auto pack = tmp / "m.xpack";
+
+  int rc = 0;
+  std::string msg;  // xpack_last_error() is per thread: read it on the opening one
+  CHECK_MESSAGE(returns_without_writer(fifo, [&] {
+                  xpack_pack* p = nullptr;
+                  rc = xpack_pack_open(fifo.c_str(), nullptr, &p);
+                  msg = xpack_last_error();
+                  xpack_pack_close(p);
+                }),
+                "xpack_pack_open blocked on a FIFO");
+  CHECK(rc == XPACK_E_INVALID_ARG);
+  CHECK_MESSAGE(msg.find("FIFO") != std::string::npos, msg);
+
+  // The trunk checked against the pack's identity is opened through the same path.
+  CHECK_MESSAGE(returns_without_writer(fifo, [&] {
+                  xpack_pack* p = nullptr;
+                  rc = open_with(pack, fifo.c_str(), &p);
+                  xpack_pack_close(p);
+                }),
+                "the trunk open blocked on a FIFO");
+  CHECK(rc == XPACK_E_INVALID_ARG);
+
+  // The builder's source.
+  CHECK_MESSAGE(returns_without_writer(fifo, [&] {
+                  xpack::pack::BuildOptions bo;
+                  bo.source = fifo.string();
+                  bo.out = (tmp / "from-fifo").string();
+                  auto r = xpack::pack::build_pack(bo);
+                  rc = r.ok() ? 0 : r.error().code;
+                }),
+                "build_pack blocked on a FIFO source");
+  CHECK(rc == XPACK_E_INVALID_ARG);
+
+  // The tools, end to end; timeout turns a regression into exit 124, not a hang.
+  for (const std::string& cmd :
+       {tool("xpack-inspect") + " " + q(fifo), tool("xpack-inspect") + " " + q(pack) + " --trunk " + q(fifo),
+        tool("xpack-build") + " " + q(fifo) + " -o " + q(tmp / "out")}) {
+    std::string out;
+    int trc = run("timeout 20 " + cmd + " </dev/null", &out);
+    CHECK_MESSAGE(trc != 124, cmd << ": blocked on the FIFO");
+    CHECK_MESSAGE(trc != 0, cmd << ": " << out);
+    CHECK_MESSAGE(out.find("FIFO") != std::string::npos, cmd << ": " << out);
+  }
 }
