@@ -10,7 +10,8 @@
 #include <cstring>
 #include <string>
 
-#include "ops.h"
+#include "dequant.h"
+#include "weights.h"
 #include "xpack/xpack.h"
 
 namespace xrun {

@@ -1,29 +1,54 @@
 // Where routed experts come from: the Expert Pack through libxpack (streamed,
 // cached) or, for a plain unconverted GGUF, the GGUF's own 3-D expert tensors.
-// Models never see the difference: both hand out the same bytes.
+// Models never see the difference: every source hands out the same bytes.
+//
+// The interface is asynchronous so that a GPU backend never blocks the host on
+// an expert: acquire() starts the loads of a layer's experts and returns at
+// once; each expert then comes with the event its bytes are ready at, which the
+// compute stream waits on, and is released on the compute stream once the
+// work reading it is enqueued. routed_experts.h is the one user.
 #pragma once
 
 #include <cstdint>
-#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
-namespace xrun {
+#include "tensor.h"
 
-// One expert role's weights as a 2-D matrix: ne0 inputs (contiguous) x ne1 outputs.
-struct ExpertMatrix {
-  uint32_t type = 0;
-  int64_t ne0 = 0, ne1 = 0;
-  const void* data = nullptr;
-  size_t nbytes = 0;
-};
+namespace xrun {
 
 // The roles of one (layer, expert) object, looked up by role name.
 struct ExpertWeights {
   int expert = -1;
   // Role names as in the GGUF tensor name: "gate", "up", "down", "gate_up".
-  const ExpertMatrix* role(const char* name) const;
-  std::vector<std::pair<std::string, ExpertMatrix>> roles;
+  // Each a 2-D matrix, ne[0] inputs x ne[1] outputs, viewing the source's
+  // memory (a device address for a device cache).
+  const Tensor* role(const char* name) const;
+  std::vector<std::pair<std::string, Tensor>> roles;
+};
+
+// An expert of a request, usable once the compute stream waited on ready_event.
+struct ExpertReady {
+  const ExpertWeights* weights = nullptr;  // valid until the expert is released
+  void* ready_event = nullptr;             // cudaEvent_t; nullptr when the bytes are already there
+};
+
+// The experts of one acquire, indexed as requested. Destroying it releases
+// whatever is still held, on the compute stream given to acquire().
+class ExpertRequest {
+ public:
+  virtual ~ExpertRequest() = default;
+  // True if expert i was resident when acquired: the dispatcher computes those
+  // first, while the others are still loading.
+  virtual bool resident(int i) const = 0;
+  // Expert i's weights. Waits on the host only where the source must (an
+  // entry that waits for cache space, a host-memory cache); a failed load
+  // throws ModelError.
+  virtual ExpertReady get(int i) = 0;
+  // Work that reads expert i is enqueued on the compute stream; its memory
+  // may take another expert once that work is done.
+  virtual void release(int i) = 0;
 };
 
 class ExpertSource {
@@ -32,14 +57,14 @@ class ExpertSource {
   // True if GGUF block `layer` has routed experts.
   virtual bool has_layer(int layer) const = 0;
   virtual int n_experts() const = 0;
-  // Calls fn once for each of the `n` distinct experts of `layer`, in the order
-  // given, with its weights; a view is valid only during its call. Every
-  // requested expert is delivered (never skipped); a failure throws ModelError.
-  // A source may load later experts while fn computes earlier ones, and may
-  // reuse an expert's memory once its call returned: so a layer wider than the
-  // cache streams through it without copies.
-  using ExpertFn = std::function<void(const ExpertWeights&)>;
-  virtual void for_each(int layer, const int32_t* experts, int n, const ExpertFn& fn) = 0;
+  // Starts loading the `n` distinct experts of `layer` (an id out of range
+  // throws ModelError) and returns at once. Every requested expert is
+  // delivered, never skipped, even when there are more than the source holds
+  // at once: those beyond its room are placed, in request order, as earlier
+  // ones are released, so a caller must release the experts it is done with
+  // before it gets one beyond that room. `compute_stream`: Backend::stream().
+  virtual std::unique_ptr<ExpertRequest> acquire(int layer, const int32_t* experts, int n,
+                                                 void* compute_stream) = 0;
   // Called once after the run: reports what could only fail late (an
   // incomplete routing trace) by throwing ModelError.
   virtual void finish() {}

@@ -10,9 +10,11 @@
 // release it, and its slot takes a later expert while the next ones compute.
 // Nothing is copied out of the slots, and a routing trace sees one request per
 // layer and step.
+#include <algorithm>
 #include <vector>
 
 #include "experts_factory.h"
+#include "pack_roles.h"
 #include "xpack/xpack.h"
 
 namespace xrun {
@@ -21,7 +23,7 @@ namespace {
 
 class CacheExperts final : public ExpertSource {
  public:
-  CacheExperts(xpack_pack* pack, xpack_cache* cache, std::vector<std::pair<std::string, ExpertMatrix>> roles,
+  CacheExperts(xpack_pack* pack, xpack_cache* cache, std::vector<PackRole> roles,
                std::string pack_path)
       : pack_(pack), cache_(cache), roles_(std::move(roles)), pack_path_(std::move(pack_path)) {
     xpack_cache_info info{};
@@ -47,51 +49,33 @@ class CacheExperts final : public ExpertSource {
   }
   int n_experts() const override { return n_experts_; }
 
-  void for_each(int layer, const int32_t* experts, int n, const ExpertFn& fn) override {
+  std::unique_ptr<ExpertRequest> acquire(int layer, const int32_t* experts, int n, void* compute_stream) override {
     uint32_t lslot = 0;
     if (layer < 0 || xpack_pack_layer_slot(pack_, static_cast<uint32_t>(layer), &lslot) != 0) {
       throw ModelError("expert pack has no layer " + std::to_string(layer));
     }
-    if (n <= 0) return;
-    std::vector<uint32_t> ids(static_cast<size_t>(n));
+    std::vector<uint32_t> ids(static_cast<size_t>(std::max(n, 0)));
     for (int i = 0; i < n; ++i) {
       if (experts[i] < 0 || experts[i] >= n_experts_) throw ModelError("expert id " + std::to_string(experts[i]) + " out of range");
       ids[i] = static_cast<uint32_t>(experts[i]);
       for (int j = 0; j < i; ++j)
         if (ids[j] == ids[i]) throw ModelError("expert " + std::to_string(ids[i]) + " requested twice in one layer");
     }
+    auto req = std::make_unique<CacheRequest>(this, layer, compute_stream);
+    if (n <= 0) return req;
     // Models hand over a layer's distinct experts, not the token count. A request
     // no wider than top-k is taken as one decode token, a wider one as prefill:
     // xpack-sim classifies trace groups by the same rule, so the live cache and
     // a replay of its trace break the hybrid policy's ties the same way.
     const uint32_t n_tokens = static_cast<uint32_t>(n) <= top_k_ ? 1u : static_cast<uint32_t>(n);
-    std::vector<xpack_expert_slot> slots(static_cast<size_t>(n));
-    uint64_t ticket = 0;
+    req->entries.resize(static_cast<size_t>(n));
+    req->views.resize(static_cast<size_t>(n));
     check(xpack_cache_acquire_ex(cache_, lslot, ids.data(), ids.size(), n_tokens, XPACK_ACQUIRE_DEFER,
-                                 slots.data(), &ticket),
+                                 req->entries.data(), &req->ticket),
           layer);
-    struct Release {
-      xpack_cache* cache;
-      uint64_t ticket;
-      ~Release() { xpack_cache_release(cache, ticket, nullptr); }
-    } release{cache_, ticket};
-    for (const auto& s : slots) deferred_experts_ += s.slot == XPACK_SLOT_DEFERRED;
-    ExpertWeights w;
-    for (int i = 0; i < n; ++i) {
-      check(xpack_cache_wait(cache_, ticket, static_cast<size_t>(i)), layer);
-      xpack_expert_slot e{};
-      check(xpack_cache_entry(cache_, ticket, static_cast<size_t>(i), &e), layer);
-      const auto* data = static_cast<const uint8_t*>(e.data);
-      w.expert = experts[i];
-      w.roles.clear();
-      for (const auto& [name, proto] : roles_) {
-        ExpertMatrix m = proto;
-        m.data = data + reinterpret_cast<uintptr_t>(proto.data);
-        w.roles.emplace_back(name, m);
-      }
-      fn(w);
-      check(xpack_cache_release_expert(cache_, ticket, static_cast<size_t>(i), nullptr), layer);
-    }
+    req->held = true;
+    for (const auto& e : req->entries) deferred_experts_ += e.slot == XPACK_SLOT_DEFERRED;
+    return req;
   }
 
   void finish() override {
@@ -121,6 +105,41 @@ class CacheExperts final : public ExpertSource {
   }
 
  private:
+  // One ticket. Its deferred entries take the slots of released ones, in order.
+  struct CacheRequest final : ExpertRequest {
+    CacheRequest(CacheExperts* s, int l, void* stream) : source(s), layer(l), compute_stream(stream) {}
+    ~CacheRequest() override {
+      if (held) xpack_cache_release(source->cache_, ticket, compute_stream);
+    }
+    bool resident(int i) const override {
+      const xpack_expert_slot& e = entries.at(static_cast<size_t>(i));
+      return e.slot != XPACK_SLOT_DEFERRED && e.hit;
+    }
+    ExpertReady get(int i) override {
+      const size_t idx = static_cast<size_t>(i);
+      // A host cache publishes no events, and a deferred entry has no slot
+      // yet: both need the host to wait for the entry.
+      if (entries.at(idx).slot == XPACK_SLOT_DEFERRED || !entries[idx].ready_event) {
+        source->check(xpack_cache_wait(source->cache_, ticket, idx), layer);
+      }
+      xpack_expert_slot e{};
+      source->check(xpack_cache_entry(source->cache_, ticket, idx, &e), layer);
+      object_views(source->roles_, e.data, static_cast<int>(e.expert), views[idx]);
+      return {&views[idx], e.ready_event};
+    }
+    void release(int i) override {
+      source->check(xpack_cache_release_expert(source->cache_, ticket, static_cast<size_t>(i), compute_stream), layer);
+    }
+
+    CacheExperts* source;
+    int layer;
+    void* compute_stream;
+    uint64_t ticket = 0;
+    bool held = false;
+    std::vector<xpack_expert_slot> entries;  // as acquired
+    std::vector<ExpertWeights> views;
+  };
+
   void check(int rc, int layer) {
     if (rc != 0) {
       throw ModelError("expert cache: loading experts of layer " + std::to_string(layer) + " from " + pack_path_ +
@@ -130,7 +149,7 @@ class CacheExperts final : public ExpertSource {
 
   xpack_pack* pack_;
   xpack_cache* cache_;
-  std::vector<std::pair<std::string, ExpertMatrix>> roles_;  // data = offset in the object
+  std::vector<PackRole> roles_;
   std::string pack_path_;
   uint32_t slot_count_ = 0;
   int n_experts_ = 0;
@@ -160,21 +179,12 @@ std::unique_ptr<ExpertSource> make_cache_experts(const PackSourceOptions& o, int
     throw ModelError("expert pack has " + std::to_string(info.n_experts) + " experts per layer, the model " +
                      std::to_string(n_expected_experts));
   }
-  std::vector<std::pair<std::string, ExpertMatrix>> roles;
-  for (uint32_t r = 0; r < info.n_roles; ++r) {
-    xpack_role_info ri{};
-    ri.size = sizeof(ri);
-    if (xpack_pack_role_info(pack, r, &ri) != 0 || ri.offset + ri.nbytes > info.object_bytes) {
-      xpack_pack_close(pack);
-      throw ModelError("expert pack " + o.pack_path + ": bad role table");
-    }
-    ExpertMatrix m;
-    m.type = ri.type;
-    m.ne0 = static_cast<int64_t>(ri.ne[0]);
-    m.ne1 = static_cast<int64_t>(ri.n_dims >= 2 ? ri.ne[1] * (ri.n_dims >= 3 ? ri.ne[2] : 1) : 1);
-    m.nbytes = static_cast<size_t>(ri.nbytes);
-    m.data = reinterpret_cast<const void*>(static_cast<uintptr_t>(ri.offset));
-    roles.emplace_back(ri.name, m);
+  std::vector<PackRole> roles;
+  try {
+    roles = pack_roles(pack, o.pack_path);
+  } catch (...) {
+    xpack_pack_close(pack);
+    throw;
   }
   xpack_cache_options co{};
   xpack_cache_options_init(&co);

@@ -16,6 +16,7 @@ struct PackSourceOptions {
   uint64_t budget_bytes = 0;   // expert cache budget
   bool verify = false;         // xxh3 of every object read
   std::string trace_path;      // routing trace CSV written by the cache ("" = none)
+  int threads = 0;             // parallel reads of the direct reader (0 = all cores)
 };
 
 // Experts served from an Expert Pack through libxpack's C API, kept in a

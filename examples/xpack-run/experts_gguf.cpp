@@ -8,16 +8,17 @@
 
 namespace xrun {
 
-const ExpertMatrix* ExpertWeights::role(const char* name) const {
-  for (const auto& [n, m] : roles) {
-    if (n == name) return &m;
-  }
-  return nullptr;
-}
-
 namespace {
 
 constexpr const char* kRoles[] = {"gate", "up", "down", "gate_up"};
+
+// Views of the mapping: always resident, nothing to wait for or give back.
+struct MappedRequest final : ExpertRequest {
+  std::vector<ExpertWeights> experts;
+  bool resident(int) const override { return true; }
+  ExpertReady get(int i) override { return {&experts.at(static_cast<size_t>(i)), nullptr}; }
+  void release(int) override {}
+};
 
 class GgufExperts final : public ExpertSource {
  public:
@@ -47,27 +48,25 @@ class GgufExperts final : public ExpertSource {
   bool has_layer(int layer) const override { return layers_.count(layer) != 0; }
   int n_experts() const override { return n_experts_; }
 
-  void for_each(int layer, const int32_t* experts, int n, const ExpertFn& fn) override {
+  std::unique_ptr<ExpertRequest> acquire(int layer, const int32_t* experts, int n, void*) override {
     auto it = layers_.find(layer);
     if (it == layers_.end()) throw ModelError("layer " + std::to_string(layer) + " has no routed experts");
     ++acquires_;
+    auto req = std::make_unique<MappedRequest>();
+    req->experts.resize(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) {
       int e = experts[i];
       if (e < 0 || e >= n_experts_) throw ModelError("expert id " + std::to_string(e) + " out of range");
-      ExpertWeights w;
+      ExpertWeights& w = req->experts[static_cast<size_t>(i)];
       w.expert = e;
       for (const auto& [rname, t] : it->second) {
-        ExpertMatrix m;
-        m.type = t->type;
-        m.ne0 = t->ne[0];
-        m.ne1 = t->ne[1];
-        m.nbytes = t->nbytes / static_cast<size_t>(n_experts_);
-        m.data = static_cast<const uint8_t*>(t->data) + m.nbytes * static_cast<size_t>(e);
-        w.roles.emplace_back(rname, m);
+        const size_t nbytes = t->nbytes / static_cast<size_t>(n_experts_);
+        w.roles.emplace_back(rname, borrowed_tensor(t->type, t->ne[0], t->ne[1],
+                                                    static_cast<const uint8_t*>(t->data) + nbytes * static_cast<size_t>(e)));
       }
       ++served_;
-      fn(w);
     }
+    return req;
   }
 
   std::string counters_json() const override {

@@ -10,7 +10,8 @@
 #include <unordered_map>
 
 #include "experts_factory.h"
-#include "ops.h"
+#include "pack_roles.h"
+#include "worker_pool.h"
 #include "xpack/xpack.h"
 
 namespace xrun {
@@ -22,14 +23,10 @@ struct AlignedFree {
 };
 using Buffer = std::unique_ptr<uint8_t, AlignedFree>;
 
-struct RoleView {
-  std::string name;
-  ExpertMatrix matrix;  // data is the offset inside the object
-};
 
 class PackExperts final : public ExpertSource {
  public:
-  PackExperts(const PackSourceOptions& o, int n_expected_experts) : opts_(o) {
+  PackExperts(const PackSourceOptions& o, int n_expected_experts) : opts_(o), read_pool_(o.threads) {
     xpack_pack_options popts{};
     popts.size = sizeof(popts);
     popts.trunk_path = o.trunk_path.empty() ? nullptr : o.trunk_path.c_str();
@@ -49,20 +46,7 @@ class PackExperts final : public ExpertSource {
       throw ModelError("expert pack has " + std::to_string(n_experts_) + " experts per layer, the model " +
                        std::to_string(n_expected_experts));
     }
-    for (uint32_t r = 0; r < info.n_roles; ++r) {
-      xpack_role_info ri{};
-      ri.size = sizeof(ri);
-      check(xpack_pack_role_info(pack_, r, &ri), "role info");
-      if (ri.offset + ri.nbytes > object_bytes_) throw ModelError("pack role " + std::string(ri.name) + " exceeds its object");
-      RoleView v;
-      v.name = ri.name;
-      v.matrix.type = ri.type;
-      v.matrix.ne0 = static_cast<int64_t>(ri.ne[0]);
-      v.matrix.ne1 = static_cast<int64_t>(ri.n_dims >= 2 ? ri.ne[1] * (ri.n_dims >= 3 ? ri.ne[2] : 1) : 1);
-      v.matrix.nbytes = static_cast<size_t>(ri.nbytes);
-      v.matrix.data = reinterpret_cast<const void*>(static_cast<uintptr_t>(ri.offset));
-      roles_.push_back(std::move(v));
-    }
+    roles_ = pack_roles(pack_, o.pack_path);
     alloc_bytes_ = (object_bytes_ + 4095) / 4096 * 4096;
     budget_objects_ = o.budget_bytes / alloc_bytes_;
   }
@@ -75,19 +59,26 @@ class PackExperts final : public ExpertSource {
   }
   int n_experts() const override { return n_experts_; }
 
-  void for_each(int layer, const int32_t* experts, int n, const ExpertFn& fn) override {
-    std::vector<ExpertWeights> views;
-    acquire(layer, experts, n, views);
-    struct Unpin {
-      PackExperts* self;
-      int layer;
-      ~Unpin() { self->release(layer); }
-    } unpin{this, layer};
-    for (const ExpertWeights& w : views) fn(w);
+  std::unique_ptr<ExpertRequest> acquire(int layer, const int32_t* experts, int n, void*) override {
+    auto req = std::make_unique<PinnedRequest>(this, layer);
+    load(layer, experts, n, req->experts);
+    return req;
   }
 
  private:
-  void acquire(int layer, const int32_t* experts, int n, std::vector<ExpertWeights>& out) {
+  // A layer's objects, all loaded by acquire and pinned until the request ends.
+  struct PinnedRequest final : ExpertRequest {
+    PinnedRequest(PackExperts* s, int l) : source(s), layer(l) {}
+    ~PinnedRequest() override { source->release(layer); }
+    bool resident(int) const override { return true; }
+    ExpertReady get(int i) override { return {&experts.at(static_cast<size_t>(i)), nullptr}; }
+    void release(int) override {}
+    PackExperts* source;
+    int layer;
+    std::vector<ExpertWeights> experts;
+  };
+
+  void load(int layer, const int32_t* experts, int n, std::vector<ExpertWeights>& out) {
     uint32_t slot = 0;
     if (layer < 0 || xpack_pack_layer_slot(pack_, static_cast<uint32_t>(layer), &slot) != 0) {
       throw ModelError("expert pack has no layer " + std::to_string(layer));
@@ -125,7 +116,7 @@ class PackExperts final : public ExpertSource {
     // Misses are read in parallel: xpack_pack_read_object is a thread-safe pread.
     auto t0 = std::chrono::steady_clock::now();
     std::vector<int> rcs(misses.size(), 0);
-    parallel_for(static_cast<int64_t>(misses.size()), [&](int64_t b, int64_t end) {
+    read_pool_.parallel_for(static_cast<int64_t>(misses.size()), 0, [&](int64_t b, int64_t end) {
       for (int64_t m = b; m < end; ++m) {
         rcs[m] = xpack_pack_read_object(pack_, slot, static_cast<uint32_t>(misses[m].second),
                                         misses[m].first->buf.get(), alloc_bytes_, opts_.verify ? 1 : 0);
@@ -146,14 +137,7 @@ class PackExperts final : public ExpertSource {
     }
     out.clear();
     out.resize(static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i) {
-      out[i].expert = experts[i];
-      for (const RoleView& r : roles_) {
-        ExpertMatrix m = r.matrix;
-        m.data = entries[i]->buf.get() + reinterpret_cast<uintptr_t>(r.matrix.data);
-        out[i].roles.emplace_back(r.name, m);
-      }
-    }
+    for (int i = 0; i < n; ++i) object_views(roles_, entries[i]->buf.get(), experts[i], out[i]);
     peak_objects_ = std::max<uint64_t>(peak_objects_, lru_.size());
   }
 
@@ -220,11 +204,12 @@ class PackExperts final : public ExpertSource {
   }
 
   PackSourceOptions opts_;
+  WorkerPool read_pool_;
   xpack_pack* pack_ = nullptr;
   int n_experts_ = 0;
   uint64_t n_layers_ = 0, top_k_ = 0;
   uint64_t object_bytes_ = 0, alloc_bytes_ = 0, budget_objects_ = 0;
-  std::vector<RoleView> roles_;
+  std::vector<PackRole> roles_;
   std::list<Entry> lru_;
   std::unordered_map<uint64_t, std::list<Entry>::iterator> map_;
   uint64_t hits_ = 0, misses_ = 0, evictions_ = 0, read_bytes_ = 0, read_ns_ = 0, read_errors_ = 0;

@@ -15,7 +15,7 @@
 #include "cli.h"
 #include "experts_factory.h"
 #include "model.h"
-#include "ops.h"
+#include "cpu_backend.h"
 #include "sampling.h"
 #include "text.h"
 #include "weights.h"
@@ -97,7 +97,6 @@ int run(const CliOptions& o) {
     std::fprintf(stderr, "xpack-run: --device cuda: the CUDA backend is not built/implemented yet; use --device cpu\n");
     return 1;
   }
-  if (o.threads > 0) set_threads(o.threads);
 
   auto t_load = std::chrono::steady_clock::now();
   Weights weights(o.model_path);
@@ -109,6 +108,7 @@ int run(const CliOptions& o) {
     po.budget_bytes = static_cast<uint64_t>(o.cache_mib * 1048576.0);
     po.verify = o.verify_experts;
     po.trace_path = o.trace_path;
+    po.threads = o.threads;
     const int n_expected = static_cast<int>(weights.get_int(weights.arch_key("expert_count"), 0));
     std::string why_not;
     if (o.expert_reader == "cache") experts = make_cache_experts(po, n_expected, &why_not);
@@ -124,7 +124,8 @@ int run(const CliOptions& o) {
   } else {
     experts = make_gguf_experts(weights);
   }
-  std::unique_ptr<Model> model = make_model(weights, experts.get());
+  CpuBackend backend(o.threads);
+  std::unique_ptr<Model> model = make_model(weights, backend, experts.get());
   const int n_vocab = model->n_vocab();
   const double load_s = seconds_since(t_load);
 
@@ -191,7 +192,7 @@ int run(const CliOptions& o) {
      << json_escape(text) << "\",\"text_hex\":\"" << hex_bytes(text) << "\",\"prefill_tok_s\":" << prefill_tok_s
      << ",\"decode_tok_s\":" << decode_tok_s
      << ",\"load_s\":" << load_s << ",\"prefill_s\":" << prefill_s << ",\"decode_s\":" << decode_s
-     << ",\"threads\":" << threads() << ",\"backend\":\"" << backend().name() << "\",\"arch\":\""
+     << ",\"threads\":" << backend.threads() << ",\"backend\":\"" << backend.name() << "\",\"arch\":\""
      << json_escape(weights.arch()) << "\",\"expert_source\":\"" << (o.pack_path.empty() ? "gguf" : "pack")
      << "\",\"counters\":" << (experts ? experts->counters_json() : std::string("{}")) << "}";
   if (o.json) std::printf("%s\n", js.str().c_str());

@@ -1,14 +1,36 @@
-// Architecture dispatch: the GGUF's general.architecture picks the model file.
+// Architecture dispatch (the GGUF's general.architecture picks the model file)
+// and the checks and output every architecture's eval shares.
 #include "model.h"
+
+#include "xpack/xpack.h"
 
 namespace xrun {
 
-std::unique_ptr<Model> make_model(const Weights& w, ExpertSource* experts) {
+std::unique_ptr<Model> make_model(const Weights& w, Backend& be, ExpertSource* experts) {
   const std::string& arch = w.arch();
-  if (arch == "llama") return make_llama(w, experts);
-  if (arch == "deepseek4") return make_deepseek4(w, experts);
-  if (arch == "kimi-k3") return make_kimi_k3(w, experts);
+  if (arch == "llama") return make_llama(w, be, experts);
+  if (arch == "deepseek4") return make_deepseek4(w, be, experts);
+  if (arch == "kimi-k3") return make_kimi_k3(w, be, experts);
   throw ModelError("unsupported architecture " + arch);
+}
+
+void check_eval(const char* arch, const int32_t* tokens, int n, int pos0, int64_t n_past, int64_t n_vocab) {
+  if (pos0 != n_past) {
+    throw ModelError(std::string(arch) + ": eval at position " + std::to_string(pos0) + " but " +
+                     std::to_string(n_past) + " tokens were evaluated (the sequence must continue)");
+  }
+  for (int t = 0; t < n; ++t) {
+    if (tokens[t] < 0 || tokens[t] >= n_vocab) {
+      throw ModelError(std::string(arch) + ": token id " + std::to_string(tokens[t]) + " outside the vocabulary of " +
+                       std::to_string(n_vocab));
+    }
+  }
+}
+
+void download_logits(Backend& be, const Tensor& output, const Tensor& x, float* logits) {
+  const Tensor out = be.alloc(XPACK_TYPE_F32, output.rows(), x.rows());
+  be.matmul(output, x, out);
+  be.download(out, logits);
 }
 
 }  // namespace xrun

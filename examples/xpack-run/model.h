@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backend.h"
 #include "experts.h"
 #include "weights.h"
 
@@ -28,11 +29,20 @@ class Model {
 
 // Factories, one per architecture file in models/. They read hyperparameters
 // only from GGUF metadata and throw ModelError naming a missing key/tensor.
-std::unique_ptr<Model> make_llama(const Weights& w, ExpertSource* experts);
-std::unique_ptr<Model> make_deepseek4(const Weights& w, ExpertSource* experts);
-std::unique_ptr<Model> make_kimi_k3(const Weights& w, ExpertSource* experts);
+// The model computes on `be`, which must outlive it.
+std::unique_ptr<Model> make_llama(const Weights& w, Backend& be, ExpertSource* experts);
+std::unique_ptr<Model> make_deepseek4(const Weights& w, Backend& be, ExpertSource* experts);
+std::unique_ptr<Model> make_kimi_k3(const Weights& w, Backend& be, ExpertSource* experts);
+
+// Checks an eval() call of architecture `arch`: pos0 continues the n_past
+// tokens evaluated so far, every token id is in [0, n_vocab). Throws ModelError.
+void check_eval(const char* arch, const int32_t* tokens, int n, int pos0, int64_t n_past, int64_t n_vocab);
+
+// logits [n][n_vocab] on the host = output . x (x: the final normed hidden
+// states [n][n_embd] on the backend): the one download of an eval.
+void download_logits(Backend& be, const Tensor& output, const Tensor& x, float* logits);
 
 // Dispatches on w.arch(); throws ModelError("unsupported architecture X").
-std::unique_ptr<Model> make_model(const Weights& w, ExpertSource* experts);
+std::unique_ptr<Model> make_model(const Weights& w, Backend& be, ExpertSource* experts);
 
 }  // namespace xrun

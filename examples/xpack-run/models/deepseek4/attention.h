@@ -20,52 +20,41 @@
 
 #include <cstdint>
 #include <memory>
-#include <vector>
 
+#include "../../backend.h"
+#include "../../row_window.h"
 #include "compressor.h"
+#include "ds4_ops.h"
 #include "hparams.h"
 
 namespace xrun::ds4 {
 
 class Attention {
  public:
-  Attention(const Weights& w, const Hparams& hp, int64_t layer);
+  Attention(const Weights& w, const Hparams& hp, Backend& be, Ds4Ops& ops, int64_t layer);
 
   // x: attention input (after attn_norm) of positions pos0 .. pos0+n-1,
   // [n][n_embd]; writes out [n][n_embd]. Positions must continue the sequence.
-  void forward(const float* x, int n, int64_t pos0, float* out);
+  void forward(const Tensor& x, int64_t pos0, const Tensor& out);
   void reset();
 
  private:
-  // Lightning indexer: the compressed blocks query t may attend to.
-  void select_blocks(const float* idx_q, const float* idx_w, int64_t n_visible,
-                     std::vector<int64_t>& chosen) const;
-  void attend(const float* q, int64_t pos, const std::vector<int64_t>& blocks, float* out) const;
-  void project_output(const float* heads, int n, float* out) const;
+  void project_output(const Tensor& heads, const Tensor& out) const;
 
   const Hparams& hp_;
-  int64_t layer_;
+  Backend& be_;
+  Ds4Ops& ops_;
   AttnKind kind_;
-  const RopeParams& rope_;
+  RopeSpec rope_, idx_rope_;
 
-  const WeightTensor* wq_a_;
-  std::vector<float> q_a_norm_;
-  const WeightTensor* wq_b_;
-  const WeightTensor* wkv_;
-  std::vector<float> kv_norm_;
-  std::vector<float> sinks_;
-  const WeightTensor* wo_a_;
-  const WeightTensor* wo_b_;
+  Tensor wq_a_, q_a_norm_, wq_b_, wkv_, kv_norm_, sinks_, wo_a_, wo_b_;
 
-  std::unique_ptr<Compressor> compressor_;  // CSA and HCA
+  std::unique_ptr<Compressor> compressor_;      // CSA and HCA
   std::unique_ptr<Compressor> idx_compressor_;  // CSA: the indexer's keys
-  const WeightTensor* idx_q_b_ = nullptr;
-  const WeightTensor* idx_proj_ = nullptr;
+  Tensor idx_q_b_, idx_proj_;
 
-  // Raw keys of positions [raw_pos0_, raw_pos0_ + raw_count), head_dim each:
-  // only those a later query can still see are kept.
-  std::vector<float> raw_keys_;
-  int64_t raw_pos0_ = 0;
+  // Raw keys of the positions a later query can still see.
+  RowWindow raw_keys_;
   int64_t next_pos_ = 0;
 };
 

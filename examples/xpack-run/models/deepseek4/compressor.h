@@ -18,8 +18,10 @@
 
 #include <cstdint>
 #include <string>
-#include <vector>
 
+#include "../../backend.h"
+#include "../../row_window.h"
+#include "ds4_ops.h"
 #include "hparams.h"
 
 namespace xrun::ds4 {
@@ -28,36 +30,34 @@ class Compressor {
  public:
   // prefix: "blk.N.attn_compressor" or "blk.N.indexer_compressor"; width is
   // the compressed key width (head_dim, or the indexer head width).
-  Compressor(const Weights& w, const Hparams& hp, const std::string& prefix, int64_t ratio,
-             int64_t width, bool overlap);
+  Compressor(const Weights& w, const Hparams& hp, Backend& be, Ds4Ops& ops, const std::string& prefix,
+             int64_t ratio, int64_t width, bool overlap);
 
   // x: the attention input of positions pos0 .. pos0+n-1 ([n][n_embd]),
   // continuing the positions appended so far. Completes every block it can.
-  void append(const float* x, int n, int64_t pos0);
+  void append(const Tensor& x, int64_t pos0);
 
   int64_t ratio() const { return ratio_; }
-  int64_t width() const { return width_; }
-  int64_t n_blocks() const { return static_cast<int64_t>(blocks_.size() / width_); }
-  const float* block(int64_t b) const { return blocks_.data() + b * width_; }
+  int64_t n_blocks() const { return n_blocks_; }
+  // The finished blocks' keys, [n_blocks][width].
+  Tensor blocks() const { return blocks_.row_range(0, n_blocks_); }
   void reset();
 
  private:
-  void compress_block(int64_t b);
-  const float* kv_row(int64_t pos) const;
-  const float* score_row(int64_t pos) const;
-
   const Hparams& hp_;
+  Backend& be_;
+  Ds4Ops& ops_;
   int64_t ratio_, width_, row_width_;
   bool overlap_;
-  const WeightTensor* wkv_;
-  const WeightTensor* wgate_;
-  std::vector<float> ape_;   // [ratio][row_width]
-  std::vector<float> norm_;  // [width]
+  Tensor wkv_, wgate_;
+  Tensor ape_;   // [ratio][row_width]
+  Tensor norm_;  // [width]
+  RopeSpec rope_;
 
-  int64_t next_pos_ = 0;     // positions appended so far
-  int64_t rows_pos0_ = 0;    // position of the first kept row
-  std::vector<float> kv_rows_, score_rows_;
-  std::vector<float> blocks_;  // [n_blocks][width]
+  int64_t next_pos_ = 0;  // positions appended so far
+  RowWindow kv_rows_, score_rows_;  // the rows a future block still pools
+  Tensor blocks_;  // [capacity][width], the first n_blocks_ finished
+  int64_t n_blocks_ = 0;
 };
 
 }  // namespace xrun::ds4

@@ -6,23 +6,16 @@
 #include <string>
 #include <vector>
 
+#include "../../rope_yarn.h"
 #include "../../weights.h"
 
 namespace xrun::ds4 {
 
-// One family of rotary embeddings, with ggml's rope_ext parameters. The model
-// uses two: plain RoPE on sliding-window-only layers and YaRN-scaled RoPE with
-// its own base on every layer that compresses its KV (and in the indexer).
-struct RopeParams {
-  int n_dims = 0;            // rotated dims, the last n_dims of each head
-  float freq_base = 10000.0f;
-  float freq_scale = 1.0f;   // 1 / rope.scaling.factor
-  float ext_factor = 0.0f;   // 1 when YaRN's ramp is active
-  float attn_factor = 1.0f;  // magnitude scale fed to the rotation
-  float beta_fast = 0.0f;
-  float beta_slow = 0.0f;
-  int n_ctx_orig = 0;
-};
+// One family of rotary embeddings. The model uses two: plain RoPE on
+// sliding-window-only layers and YaRN-scaled RoPE with its own base on every
+// layer that compresses its KV (and in the indexer); both rotate the last
+// n_dims of each head.
+using RopeParams = RopeYarn;
 
 // Per-layer attention kind, from attention.compress_ratios.
 enum class AttnKind { kSlidingOnly, kCsa, kHca };

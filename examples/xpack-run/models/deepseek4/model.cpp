@@ -1,4 +1,4 @@
-// DeepSeek-V4-Flash (GGUF arch `deepseek4`), CPU reference graph.
+// DeepSeek-V4-Flash (GGUF arch `deepseek4`), written once against the backend.
 //
 //   stream = hc_mult copies of token_embd[token]
 //   for every main block:
@@ -10,18 +10,19 @@
 // hyper_connections (mHC + Sinkhorn), attention (MQA with sliding window,
 // compressed blocks, indexer, sinks, grouped output LoRA), compressor (CSA /
 // HCA KV compression), rope (RoPE / YaRN) and moe (hash and learned routing,
-// clamped SwiGLU experts, shared expert). MTP (nextn) blocks are not run.
+// clamped SwiGLU experts, shared expert); ds4_ops holds the operations only
+// this model uses, with their CPU versions (*_cpu.cpp). MTP (nextn) blocks are not run.
 #include <memory>
 #include <vector>
 
+#include "../../backend.h"
 #include "../../model.h"
-#include <functional>  // ops.h uses std::function before including it
-
-#include "../../ops.h"
 #include "attention.h"
+#include "ds4_ops.h"
 #include "hparams.h"
 #include "hyper_connections.h"
 #include "moe.h"
+#include "xpack/xpack.h"
 
 namespace xrun {
 
@@ -29,31 +30,35 @@ namespace {
 
 using namespace ds4;
 
+constexpr uint32_t kF32 = XPACK_TYPE_F32;
+
 struct Block {
-  std::vector<float> attn_norm, ffn_norm;
+  Tensor attn_norm, ffn_norm;
   HcSite hc_attn, hc_ffn;
   Attention attention;
   MoeBlock moe;
 
-  Block(const Weights& w, const Hparams& hp, int64_t il, ExpertSource* experts)
-      : attn_norm(to_float(w.get(blk(il, "attn_norm.weight"), {hp.n_embd}))),
-        ffn_norm(to_float(w.get(blk(il, "ffn_norm.weight"), {hp.n_embd}))),
-        hc_attn(w, hp, blk(il, "hc_attn")),
-        hc_ffn(w, hp, blk(il, "hc_ffn")),
-        attention(w, hp, il),
-        moe(w, hp, il, experts) {}
+  Block(const Weights& w, const Hparams& hp, Backend& be, Ds4Ops& ops, int64_t il, ExpertSource* experts)
+      : attn_norm(float_weight(be, w.get(blk(il, "attn_norm.weight"), {hp.n_embd}))),
+        ffn_norm(float_weight(be, w.get(blk(il, "ffn_norm.weight"), {hp.n_embd}))),
+        hc_attn(w, hp, be, ops, blk(il, "hc_attn")),
+        hc_ffn(w, hp, be, ops, blk(il, "hc_ffn")),
+        attention(w, hp, be, ops, il),
+        moe(w, hp, be, il, experts) {}
 };
 
 class Deepseek4 final : public Model {
  public:
-  Deepseek4(const Weights& w, ExpertSource* experts)
-      : hp_(load_hparams(w)),
-        token_embd_(&w.get("token_embd.weight", {hp_.n_embd, hp_.n_vocab})),
-        output_norm_(to_float(w.get("output_norm.weight", {hp_.n_embd}))),
-        output_(&w.get("output.weight", {hp_.n_embd, hp_.n_vocab})),
-        head_(w, hp_) {
+  Deepseek4(const Weights& w, Backend& be, ExpertSource* experts)
+      : be_(be),
+        ops_(make_ds4_ops(be)),
+        hp_(load_hparams(w)),
+        token_embd_(be.weight(w.get("token_embd.weight", {hp_.n_embd, hp_.n_vocab}))),
+        output_norm_(float_weight(be, w.get("output_norm.weight", {hp_.n_embd}))),
+        output_(be.weight(w.get("output.weight", {hp_.n_embd, hp_.n_vocab}))),
+        head_(w, hp_, be, *ops_) {
     blocks_.reserve(static_cast<size_t>(hp_.n_layer));
-    for (int64_t il = 0; il < hp_.n_layer; ++il) blocks_.push_back(std::make_unique<Block>(w, hp_, il, experts));
+    for (int64_t il = 0; il < hp_.n_layer; ++il) blocks_.push_back(std::make_unique<Block>(w, hp_, be, *ops_, il, experts));
   }
 
   int n_vocab() const override { return static_cast<int>(hp_.n_vocab); }
@@ -65,54 +70,47 @@ class Deepseek4 final : public Model {
 
   void eval(const int32_t* tokens, int n, int pos0, float* logits) override {
     if (n <= 0) return;
-    if (pos0 != n_past_) {
-      throw ModelError("deepseek4: eval at position " + std::to_string(pos0) + " but " + std::to_string(n_past_) +
-                       " tokens were evaluated (the sequence must continue)");
-    }
-    for (int t = 0; t < n; ++t) {
-      if (tokens[t] < 0 || tokens[t] >= hp_.n_vocab) {
-        throw ModelError("deepseek4: token id " + std::to_string(tokens[t]) + " outside the vocabulary");
-      }
-    }
+    check_eval("deepseek4", tokens, n, pos0, n_past_, hp_.n_vocab);
     const int64_t d = hp_.n_embd, hc = hp_.hc_mult, width = hc * d;
+    const Tensor ids = be_.upload(XPACK_TYPE_I32, tokens, 1, n);
 
-    // The residual stream starts as hc_mult identical copies of the embedding.
-    std::vector<float> stream(static_cast<size_t>(n * width));
-    const size_t rb = row_bytes(token_embd_->type, d);
-    for (int t = 0; t < n; ++t) {
-      float* row = stream.data() + t * width;
-      dequantize(token_embd_->type, static_cast<const uint8_t*>(token_embd_->data) + tokens[t] * rb, row, d);
-      for (int64_t h = 1; h < hc; ++h) std::copy_n(row, d, row + h * d);
-    }
+    // The residual stream starts as hc_mult identical copies of the embedding:
+    // copy h of token t is row t * hc + h of the stream seen as [n * hc][d].
+    std::vector<int32_t> repeated(static_cast<size_t>(n * hc));
+    for (int64_t i = 0; i < n * hc; ++i) repeated[size_t(i)] = tokens[i / hc];
+    const Tensor stream = be_.alloc(kF32, width, n);
+    be_.get_rows(token_embd_, be_.upload(XPACK_TYPE_I32, repeated.data(), 1, n * hc), stream.reshaped(d, n * hc));
 
-    std::vector<float> residual(stream.size()), x(static_cast<size_t>(n * d)), y(static_cast<size_t>(n * d));
+    const Tensor residual = be_.alloc(kF32, width, n), x = be_.alloc(kF32, d, n), y = be_.alloc(kF32, d, n);
     HcMixing mix;
     for (auto& blk_ptr : blocks_) {
       Block& b = *blk_ptr;
-      residual = stream;
-      b.hc_attn.pre(stream.data(), n, x.data(), mix);
-      for (int t = 0; t < n; ++t) rms_norm(x.data() + t * d, b.attn_norm.data(), d, hp_.rms_eps, x.data() + t * d);
-      b.attention.forward(x.data(), n, pos0, y.data());
-      b.hc_attn.post(y.data(), residual.data(), n, mix, stream.data());
+      be_.copy(stream, residual);
+      b.hc_attn.pre(stream, x, mix);
+      be_.rms_norm(x, &b.attn_norm, hp_.rms_eps, x);
+      b.attention.forward(x, pos0, y);
+      b.hc_attn.post(y, residual, mix, stream);
 
-      residual = stream;
-      b.hc_ffn.pre(stream.data(), n, x.data(), mix);
-      for (int t = 0; t < n; ++t) rms_norm(x.data() + t * d, b.ffn_norm.data(), d, hp_.rms_eps, x.data() + t * d);
-      b.moe.forward(x.data(), tokens, n, y.data());
-      b.hc_ffn.post(y.data(), residual.data(), n, mix, stream.data());
+      be_.copy(stream, residual);
+      b.hc_ffn.pre(stream, x, mix);
+      be_.rms_norm(x, &b.ffn_norm, hp_.rms_eps, x);
+      b.moe.forward(x, ids, y);
+      b.hc_ffn.post(y, residual, mix, stream);
     }
 
-    head_.collapse(stream.data(), n, x.data());
-    for (int t = 0; t < n; ++t) rms_norm(x.data() + t * d, output_norm_.data(), d, hp_.rms_eps, x.data() + t * d);
-    matmul(*output_, x.data(), n, logits);
+    head_.collapse(stream, x);
+    be_.rms_norm(x, &output_norm_, hp_.rms_eps, x);
+    download_logits(be_, output_, x, logits);
     n_past_ += n;
   }
 
  private:
+  Backend& be_;
+  std::unique_ptr<Ds4Ops> ops_;
   Hparams hp_;
-  const WeightTensor* token_embd_;
-  std::vector<float> output_norm_;
-  const WeightTensor* output_;
+  Tensor token_embd_;
+  Tensor output_norm_;
+  Tensor output_;
   HcHead head_;
   std::vector<std::unique_ptr<Block>> blocks_;
   int64_t n_past_ = 0;
@@ -120,8 +118,8 @@ class Deepseek4 final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> make_deepseek4(const Weights& w, ExpertSource* experts) {
-  return std::make_unique<Deepseek4>(w, experts);
+std::unique_ptr<Model> make_deepseek4(const Weights& w, Backend& be, ExpertSource* experts) {
+  return std::make_unique<Deepseek4>(w, be, experts);
 }
 
 }  // namespace xrun

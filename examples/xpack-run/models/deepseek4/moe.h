@@ -9,49 +9,41 @@
 //  - Expert FFN: clamped SwiGLU, silu(min(gate, L)) * clamp(up, -L, L) with
 //    L = swiglu_clamp_exp of the layer (no clamp when L <= 1e-6); the shared
 //    expert uses swiglu_clamp_shexp.
-// Every selected expert is computed. In a batch, tokens are grouped by expert
-// so each expert's weights are fetched once (one ExpertSource::for_each call
-// per layer) and run as one matmul batch over its tokens.
+// Every selected expert is computed, through the shared dispatcher
+// (routed_experts.h): one acquire per layer, one matmul batch per expert.
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
+#include "../../backend.h"
 #include "../../experts.h"
+#include "../../gated_ffn.h"
+#include "../../routed_experts.h"
 #include "hparams.h"
 
 namespace xrun::ds4 {
 
 class MoeBlock {
  public:
-  MoeBlock(const Weights& w, const Hparams& hp, int64_t layer, ExpertSource* experts);
+  MoeBlock(const Weights& w, const Hparams& hp, Backend& be, int64_t layer, ExpertSource* experts);
 
-  // x: FFN input (after ffn_norm) [n][n_embd]; tokens: the token ids of the
-  // rows (hash routing); writes out [n][n_embd].
-  void forward(const float* x, const int32_t* tokens, int n, float* out);
+  // x: FFN input (after ffn_norm) [n][n_embd]; tokens: I32 [n], the token ids
+  // of the rows (hash routing); writes out [n][n_embd].
+  void forward(const Tensor& x, const Tensor& tokens, const Tensor& out);
 
  private:
-  struct Route {
-    std::vector<int32_t> ids;    // [n][k]
-    std::vector<float> weights;  // [n][k]
-  };
-  Route route(const float* x, const int32_t* tokens, int n) const;
-  void shared_expert(const float* x, int n, float* out) const;
+  Routing route(const Tensor& x, const Tensor& tokens) const;
 
   const Hparams& hp_;
+  Backend& be_;
   int64_t layer_;
   ExpertSource* experts_;
-  const WeightTensor* gate_inp_;
-  std::vector<float> probs_bias_;      // exp_probs_b (learned-router layers)
-  const WeightTensor* tid2eid_ = nullptr;  // token -> expert ids (hash layers)
-  const WeightTensor* gate_sh_;
-  const WeightTensor* up_sh_;
-  const WeightTensor* down_sh_;
-  float clamp_exp_, clamp_shexp_;
+  Tensor gate_inp_;
+  Tensor probs_bias_;  // exp_probs_b (learned-router layers)
+  Tensor tid2eid_;     // token -> expert ids (hash layers); empty otherwise
+  bool hash_routed_ = false;
+  GatedMatrices shared_;
+  GateActivation swiglu_exp_, swiglu_shexp_;
 };
-
-// silu(min(gate, L)) * clamp(up, -L, L), in place into gate; L <= 1e-6 means
-// plain SwiGLU.
-void clamped_swiglu(float* gate, const float* up, int64_t n, float limit);
 
 }  // namespace xrun::ds4

@@ -8,14 +8,20 @@
 //   mla.cpp       multi-head latent attention, nope-only, with a sigmoid output gate
 //   ffn.cpp       situ activation, the leading dense FFN and the latent MoE
 //   model.cpp     the layer stack with cross-layer residual attention, the factory
+//   kimi_ops.h    the operations only this model uses (situ, residual mix, KDA's
+//                 convolution, gate and delta rule, the MLA core), CPU versions in *_cpu.cpp
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "../../backend.h"
 #include "../../experts.h"
+#include "../../gated_ffn.h"
+#include "../../routed_experts.h"
 #include "../../weights.h"
+#include "kimi_ops.h"
 
 namespace xrun::kimi_k3 {
 
@@ -66,93 +72,95 @@ struct Hparams {
   static Hparams load(const Weights& w);
 };
 
-// ---- small shared helpers (ops.h has the heavy ones) ----
-
-// ggml_rms_norm semantics: x / sqrt(mean(x^2) + eps) (sum in double), times weight if given.
-void rms_norm_row(const float* x, const float* weight, int64_t n, float eps, float* y);
-// ggml_soft_max semantics (sum in double).
-void softmax_row(float* x, int64_t n);
 std::string layer_name(int il, const char* what);
 
 // ---- KDA ----
 
 struct KdaState {
-  std::vector<float> conv[3];  // q, k, v: the last d_conv-1 projected inputs, [d_conv-1][d_inner]
-  std::vector<float> s;        // per head [head_dim key][head_dim value]
+  Tensor conv[3];  // q, k, v: the last d_conv-1 projected inputs, [d_conv-1][d_inner]
+  Tensor s;        // per head [head_dim key][head_dim value]
 };
 
 class KdaLayer {
  public:
-  KdaLayer(const Weights& w, const Hparams& hp, int il);
+  KdaLayer(const Weights& w, const Hparams& hp, Backend& be, KimiOps& ops, int il);
   void init_state(KdaState& st) const;
   // x: attn-normed input [n][n_embd]; out: [n][n_embd].
-  void forward(const float* x, int n, KdaState& st, float* out) const;
+  void forward(const Tensor& x, KdaState& st, const Tensor& out) const;
 
  private:
   const Hparams& hp_;
-  const WeightTensor *wq_, *wk_, *wv_, *f_a_, *f_b_, *beta_, *g_, *wo_;
-  std::vector<float> conv_w_[3];  // [d_inner][d_conv]
-  std::vector<float> a_;          // ssm_a = -exp(A_log), per head
-  std::vector<float> dt_bias_;    // [d_inner]
-  std::vector<float> o_norm_;     // [head_dim]
+  Backend& be_;
+  KimiOps& ops_;
+  Tensor wq_, wk_, wv_, f_a_, f_b_, beta_, g_, wo_;
+  Tensor conv_w_[3];  // [d_inner][d_conv]
+  Tensor a_;          // ssm_a = -exp(A_log), per head
+  Tensor dt_bias_;    // [d_inner]
+  Tensor o_norm_;     // [head_dim]
 };
 
 // ---- MLA ----
 
 struct MlaCache {
-  // per cached position: [kv_lora_rank normed latent | qk_rope key part]
-  std::vector<float> kv;
+  Tensor latent;    // [capacity][kv_lora_rank]: normed latents of the cached positions
+  Tensor rope_key;  // [capacity][qk_rope]: their rope-part keys
   int64_t n = 0;
 };
 
 class MlaLayer {
  public:
-  MlaLayer(const Weights& w, const Hparams& hp, int il);
+  MlaLayer(const Weights& w, const Hparams& hp, Backend& be, KimiOps& ops, int il);
+  void init_cache(MlaCache& cache) const;
   // x: attn-normed input [n][n_embd] at positions cache.n ...; out: [n][n_embd].
-  void forward(const float* x, int n, MlaCache& cache, float* out) const;
+  void forward(const Tensor& x, MlaCache& cache, const Tensor& out) const;
 
  private:
   const Hparams& hp_;
-  const WeightTensor *wq_a_ = nullptr, *wq_b_ = nullptr, *wq_ = nullptr, *wkv_a_, *gate_ = nullptr,
-                     *wo_;
-  std::vector<float> q_a_norm_, kv_a_norm_;
-  std::vector<float> k_b_;  // per head [kv_lora_rank][qk_nope]: q_nope -> latent (absorbed)
-  std::vector<float> v_b_;  // per head [head_v][kv_lora_rank]: latent -> value
+  Backend& be_;
+  KimiOps& ops_;
+  Tensor wq_a_, wq_b_, wq_, wkv_latent_, wkv_rope_, gate_, wo_;
+  bool q_lora_ = false, has_gate_ = false;
+  Tensor q_a_norm_, kv_a_norm_;
+  Tensor k_b_;  // per head [kv_lora_rank][qk_nope]: q_nope -> latent (absorbed)
+  Tensor v_b_;  // per head [head_v][kv_lora_rank]: latent -> value
 };
 
 // ---- FFN ----
 
-// situ(g, u) = b*tanh(g/b)*sigmoid(g) * bl*tanh(u/bl); bl <= 0 leaves u as is.
-float situ(float g, float u, float beta, float linear_beta);
-
 class DenseFfn {
  public:
-  DenseFfn(const Weights& w, const Hparams& hp, int il);
-  void forward(const float* x, int n, float* out) const;
+  DenseFfn(const Weights& w, const Hparams& hp, Backend& be, KimiOps& ops, int il);
+  void forward(const Tensor& x, const Tensor& out) const;
 
  private:
-  const Hparams& hp_;
-  const WeightTensor *gate_, *up_, *down_;
+  Backend& be_;
+  GatedMatrices m_;
+  GateActivation situ_;
 };
 
 class LatentMoe {
  public:
-  LatentMoe(const Weights& w, const Hparams& hp, int il, ExpertSource* experts);
-  void forward(const float* x, int n, float* out) const;
+  LatentMoe(const Weights& w, const Hparams& hp, Backend& be, KimiOps& ops, int il, ExpertSource* experts);
+  void forward(const Tensor& x, const Tensor& out) const;
 
  private:
-  void route(const float* x, int n, std::vector<int32_t>& ids, std::vector<float>& weights) const;
-  void routed_experts(const float* latent_in, int n, const std::vector<int32_t>& ids,
-                      const std::vector<float>& weights, float* latent_out) const;
+  Routing route(const Tensor& x) const;
 
   const Hparams& hp_;
+  Backend& be_;
   int il_;
   ExpertSource* experts_;
-  const WeightTensor* gate_inp_;
-  std::vector<float> probs_b_;  // selection bias (may be empty)
-  const WeightTensor *routed_down_ = nullptr, *routed_up_ = nullptr;
-  std::vector<float> routed_norm_;  // may be empty
-  const WeightTensor *gate_sh_ = nullptr, *up_sh_ = nullptr, *down_sh_ = nullptr;
+  GateActivation situ_;
+  Tensor gate_inp_;
+  Tensor probs_b_;  // selection bias
+  bool has_probs_b_ = false;
+  Tensor routed_down_, routed_up_, routed_norm_;
+  bool has_routed_norm_ = false;
+  GatedMatrices shared_;
+  bool has_shared_ = false;
 };
+
+// situ(g, u) as the activation of a gated FFN.
+GateActivation situ_activation(const Hparams& hp, KimiOps& ops);
 
 }  // namespace xrun::kimi_k3

@@ -1,0 +1,31 @@
+// Helpers written once over any Backend.
+#include "backend.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "dequant.h"
+#include "xpack/xpack.h"
+
+namespace xrun {
+
+void reserve_rows(Backend& be, Tensor& t, int64_t rows) {
+  if (rows <= t.rows()) return;
+  const int64_t old_rows = t.rows();
+  Tensor grown = be.alloc(t.type, t.width(), std::max(rows, 2 * old_rows));
+  if (old_rows > 0) be.copy(t, grown.row_range(0, old_rows));
+  t = grown;
+}
+
+Tensor float_weight(Backend& be, const WeightTensor& w) {
+  const int64_t n = w.ne[0] * w.rows();
+  std::vector<float> host(static_cast<size_t>(n));
+  const size_t rb = row_bytes(w.type, w.ne[0]);
+  for (int64_t r = 0; r < w.rows(); ++r) {
+    dequantize(w.type, static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r) * rb, host.data() + r * w.ne[0],
+               w.ne[0]);
+  }
+  return be.upload(XPACK_TYPE_F32, host.data(), w.ne[0], w.rows());
+}
+
+}  // namespace xrun
