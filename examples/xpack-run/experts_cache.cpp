@@ -123,8 +123,15 @@ class CacheExperts final : public ExpertSource {
     ExpertReady get(int i) override {
       const size_t idx = static_cast<size_t>(i);
       // A host cache publishes no events, and a deferred entry has no slot
-      // yet: both need the host to wait for the entry.
-      if (entries.at(idx).slot == XPACK_SLOT_DEFERRED || !entries[idx].ready_event) {
+      // yet: both need the host to wait for the entry. So does a missed
+      // expert on a CUDA cache: its slot's ready event is recorded only once
+      // the read has landed and the copy is enqueued, and a stream wait
+      // before that record waits for nothing (the C API has no "copy
+      // enqueued" wait). The host then waits for this expert's read and copy,
+      // never for the compute stream; a resident expert's event is complete
+      // or recorded, and the compute stream alone waits on it.
+      const xpack_expert_slot& a = entries.at(idx);
+      if (a.slot == XPACK_SLOT_DEFERRED || !a.ready_event || !a.hit) {
         source->check(xpack_cache_wait(source->cache_, ticket, idx), layer);
       }
       xpack_expert_slot e{};
