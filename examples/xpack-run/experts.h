@@ -70,6 +70,9 @@ class ExpertSource {
   virtual void finish() {}
   // Engine counters as a JSON object text (for --json / --stats), or "{}".
   virtual std::string counters_json() const { return "{}"; }
+  // Device memory the source holds for experts (a CUDA cache's slots), for
+  // the VRAM plan; 0 for host memory.
+  virtual uint64_t device_bytes() const { return 0; }
 };
 
 }  // namespace xrun

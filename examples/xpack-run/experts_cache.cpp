@@ -1,7 +1,8 @@
 // Routed experts from an Expert Pack through libxpack's expert cache
 // (xpack_cache_*: io_uring reads into staging, byte-budgeted slots, the seed's
-// LFU/LRU hybrid eviction). The CPU backend computes on the slots in place, so
-// the cache runs on its host device.
+// LFU/LRU hybrid eviction). The backend computes on the slots in place: the
+// CPU backend on a host-device cache, the CUDA backend on a CUDA one, whose
+// per-expert ready events its compute stream waits on (no host wait).
 //
 // A layer's request can name more distinct experts than the cache has slots
 // (prefill of a long batch on a small budget). Routing is never altered: the
@@ -32,6 +33,8 @@ class CacheExperts final : public ExpertSource {
     slot_count_ = info.slot_count;
     n_experts_ = static_cast<int>(info.n_experts);
     object_bytes_ = info.object_bytes;
+    slot_bytes_ = uint64_t(info.slot_count) * info.slot_stride;
+    on_device_ = info.device_backend && std::string(info.device_backend) == "cuda";
     xpack_pack_info pi{};
     pi.size = sizeof(pi);
     xpack_pack_get_info(pack_, &pi);
@@ -90,6 +93,8 @@ class CacheExperts final : public ExpertSource {
     }
   }
 
+  uint64_t device_bytes() const override { return on_device_ ? slot_bytes_ : 0; }
+
   std::string counters_json() const override {
     xpack_cache_counters c{};
     c.size = sizeof(c);
@@ -118,8 +123,15 @@ class CacheExperts final : public ExpertSource {
     ExpertReady get(int i) override {
       const size_t idx = static_cast<size_t>(i);
       // A host cache publishes no events, and a deferred entry has no slot
-      // yet: both need the host to wait for the entry.
-      if (entries.at(idx).slot == XPACK_SLOT_DEFERRED || !entries[idx].ready_event) {
+      // yet: both need the host to wait for the entry. So does a missed
+      // expert on a CUDA cache: its slot's ready event is recorded only once
+      // the read has landed and the copy is enqueued, and a stream wait
+      // before that record waits for nothing (the C API has no "copy
+      // enqueued" wait). The host then waits for this expert's read and copy,
+      // never for the compute stream; a resident expert's event is complete
+      // or recorded, and the compute stream alone waits on it.
+      const xpack_expert_slot& a = entries.at(idx);
+      if (a.slot == XPACK_SLOT_DEFERRED || !a.ready_event || !a.hit) {
         source->check(xpack_cache_wait(source->cache_, ticket, idx), layer);
       }
       xpack_expert_slot e{};
@@ -156,6 +168,8 @@ class CacheExperts final : public ExpertSource {
   uint64_t object_bytes_ = 0;
   uint32_t top_k_ = 0;
   uint64_t deferred_experts_ = 0;  // experts that waited for a slot inside their request
+  uint64_t slot_bytes_ = 0;
+  bool on_device_ = false;
 };
 
 }  // namespace
@@ -189,7 +203,9 @@ std::unique_ptr<ExpertSource> make_cache_experts(const PackSourceOptions& o, int
   xpack_cache_options co{};
   xpack_cache_options_init(&co);
   co.budget_bytes = o.budget_bytes;
-  co.device = XPACK_DEVICE_HOST;  // the CPU backend reads the slots directly
+  // Each backend computes on the slots in place: host memory for the CPU,
+  // VRAM for CUDA (its ready events are waited on by the compute stream).
+  co.device = o.cuda ? XPACK_DEVICE_CUDA : XPACK_DEVICE_HOST;
   co.verify = o.verify ? 1 : 0;
   co.direct_io = 1;
   co.trace_path = o.trace_path.empty() ? nullptr : o.trace_path.c_str();

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "backend.h"
 #include "experts.h"
 #include "weights.h"
 
@@ -17,6 +18,7 @@ struct PackSourceOptions {
   bool verify = false;         // xxh3 of every object read
   std::string trace_path;      // routing trace CSV written by the cache ("" = none)
   int threads = 0;             // parallel reads of the direct reader (0 = all cores)
+  bool cuda = false;           // cache slots in VRAM (XPACK_DEVICE_CUDA), for the CUDA backend
 };
 
 // Experts served from an Expert Pack through libxpack's C API, kept in a
@@ -32,5 +34,10 @@ std::unique_ptr<ExpertSource> make_cache_experts(const PackSourceOptions& opts, 
 // Experts sliced out of the 3-D ffn_*_exps tensors of a plain GGUF. Nullptr
 // when the GGUF has no routed-expert tensors at all.
 std::unique_ptr<ExpertSource> make_gguf_experts(const Weights& w);
+
+// A host-memory source (the plain GGUF's) seen from a device backend: each
+// (layer, expert) is uploaded with be.upload on first use and kept for the
+// source's life (experts_upload.cpp).
+std::unique_ptr<ExpertSource> make_uploaded_experts(std::unique_ptr<ExpertSource> host, Backend& be);
 
 }  // namespace xrun

@@ -16,6 +16,7 @@
 #include "experts_factory.h"
 #include "model.h"
 #include "cpu_backend.h"
+#include "device_backend.h"
 #include "sampling.h"
 #include "text.h"
 #include "weights.h"
@@ -93,12 +94,20 @@ class LogitsWriter {
 };
 
 int run(const CliOptions& o) {
-  if (o.device == "cuda") {
-    std::fprintf(stderr, "xpack-run: --device cuda: the CUDA backend is not built/implemented yet; use --device cpu\n");
-    return 1;
-  }
-
   auto t_load = std::chrono::steady_clock::now();
+  // The backend first: a missing GPU (or a build without CUDA) is reported
+  // before any model file is read.
+  const bool cuda = o.device == "cuda";
+  std::unique_ptr<Backend> backend_owner;
+  CpuBackend* cpu_backend = nullptr;
+  if (cuda) {
+    backend_owner = make_cuda_backend();
+  } else {
+    auto cpu = std::make_unique<CpuBackend>(o.threads);
+    cpu_backend = cpu.get();
+    backend_owner = std::move(cpu);
+  }
+  Backend& backend = *backend_owner;
   Weights weights(o.model_path);
   std::unique_ptr<ExpertSource> experts;
   if (!o.pack_path.empty()) {
@@ -109,6 +118,7 @@ int run(const CliOptions& o) {
     po.verify = o.verify_experts;
     po.trace_path = o.trace_path;
     po.threads = o.threads;
+    po.cuda = cuda;
     const int n_expected = static_cast<int>(weights.get_int(weights.arch_key("expert_count"), 0));
     std::string why_not;
     if (o.expert_reader == "cache") experts = make_cache_experts(po, n_expected, &why_not);
@@ -117,15 +127,24 @@ int run(const CliOptions& o) {
       throw ModelError("--trace: the expert cache is unavailable (" + why_not +
                        "), and only the cache records the routing trace");
     }
+    if (!experts && cuda) {
+      // The direct reader's buffers are host memory, which the GPU does not compute on.
+      throw ModelError(o.expert_reader == "direct"
+                           ? std::string("--expert-reader direct is not implemented on CUDA yet; use the expert cache")
+                           : "--device cuda: the expert cache could not be created on the GPU: " + why_not);
+    }
     if (!experts) {
       if (!why_not.empty()) std::fprintf(stderr, "xpack-run: expert cache unavailable, reading experts directly: %s\n", why_not.c_str());
       experts = make_pack_experts(po, n_expected);
     }
   } else {
     experts = make_gguf_experts(weights);
+    if (cuda) experts = make_uploaded_experts(std::move(experts), backend);
   }
-  CpuBackend backend(o.threads);
   std::unique_ptr<Model> model = make_model(weights, backend, experts.get());
+  if (cuda) {
+    std::fprintf(stderr, "xpack-run: %s\n", cuda_vram_plan(backend, experts ? experts->device_bytes() : 0).c_str());
+  }
   const int n_vocab = model->n_vocab();
   const double load_s = seconds_since(t_load);
 
@@ -192,7 +211,7 @@ int run(const CliOptions& o) {
      << json_escape(text) << "\",\"text_hex\":\"" << hex_bytes(text) << "\",\"prefill_tok_s\":" << prefill_tok_s
      << ",\"decode_tok_s\":" << decode_tok_s
      << ",\"load_s\":" << load_s << ",\"prefill_s\":" << prefill_s << ",\"decode_s\":" << decode_s
-     << ",\"threads\":" << backend.threads() << ",\"backend\":\"" << backend.name() << "\",\"arch\":\""
+     << ",\"threads\":" << (cpu_backend ? cpu_backend->threads() : 0) << ",\"backend\":\"" << backend.name() << "\",\"arch\":\""
      << json_escape(weights.arch()) << "\",\"expert_source\":\"" << (o.pack_path.empty() ? "gguf" : "pack")
      << "\",\"counters\":" << (experts ? experts->counters_json() : std::string("{}")) << "}";
   if (o.json) std::printf("%s\n", js.str().c_str());

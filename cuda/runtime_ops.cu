@@ -1,0 +1,405 @@
+// The runtime's named operations on the GPU (runtime_ops.h). Built with
+// --fmad=false (cuda/meson.build) so each float expression rounds as the CPU
+// backend's does; row-wise operations use one block per row.
+#include <algorithm>
+#include <cmath>
+
+#include "runtime_ops.h"
+
+namespace xpack::rt {
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned grid_for(int64_t n) {
+  return unsigned(std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, 132 * 16)));
+}
+
+cudaError_t launched() { return cudaGetLastError(); }
+
+#define GRID_STRIDE(i, n) \
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
+
+// Block-wide reductions (blockDim.x == kThreads); every thread gets the result.
+__device__ double block_sum(double v) {
+  __shared__ double part[kThreads / 32];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();  // part[] may still be read by a previous call
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  double s = 0.0;
+  for (int w = 0; w < kThreads / 32; ++w) s += part[w];
+  return s;
+}
+
+__device__ float block_max(float v) {
+  __shared__ float part[kThreads / 32];
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, o));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  float m = -INFINITY;
+  for (int w = 0; w < kThreads / 32; ++w) m = fmaxf(m, part[w]);
+  return m;
+}
+
+__global__ void gather_words_kernel(const uint32_t* __restrict__ src, int64_t width, const int32_t* __restrict__ ids,
+                                    int64_t n, uint32_t* __restrict__ dst) {
+  GRID_STRIDE(i, n * width) {
+    const int64_t r = i / width, c = i - r * width;
+    dst[i] = src[int64_t(ids[r]) * width + c];
+  }
+}
+
+__global__ void set_rows_kernel(const float* __restrict__ src, int64_t width, const int32_t* __restrict__ ids,
+                                int64_t n, float* __restrict__ dst) {
+  GRID_STRIDE(i, n * width) {
+    const int64_t r = i / width, c = i - r * width;
+    dst[int64_t(ids[r]) * width + c] = src[i];
+  }
+}
+
+__global__ void rms_norm_kernel(const float* x, const float* w, int64_t width, float eps, float* y) {
+  const float* xr = x + blockIdx.x * width;
+  float* yr = y + blockIdx.x * width;
+  double s = 0.0;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) s += static_cast<double>(xr[i] * xr[i]);
+  s = block_sum(s);
+  const float scale = 1.0f / sqrtf(static_cast<float>(s / static_cast<double>(width)) + eps);
+  __syncthreads();  // y may be x: every thread has read its squares
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+    const float v = xr[i] * scale;
+    yr[i] = w ? v * w[i] : v;
+  }
+}
+
+__global__ void l2_norm_kernel(const float* x, int64_t width, float eps, float* y) {
+  const float* xr = x + blockIdx.x * width;
+  float* yr = y + blockIdx.x * width;
+  double s = 0.0;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) s += static_cast<double>(xr[i] * xr[i]);
+  s = block_sum(s);
+  const float scale = 1.0f / fmaxf(sqrtf(static_cast<float>(s)), eps);
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) yr[i] = xr[i] * scale;
+}
+
+__global__ void add_kernel(const float* a, const float* b, int64_t width, int64_t rows, int64_t b_rows, float* out) {
+  GRID_STRIDE(i, width * rows) {
+    const int64_t c = i % width;
+    out[i] = a[i] + (b_rows == 1 ? b[c] : b[i]);
+  }
+}
+
+__global__ void mul_kernel(const float* a, const float* b, int64_t n, float* out) {
+  GRID_STRIDE(i, n) out[i] = a[i] * b[i];
+}
+
+__global__ void scale_kernel(const float* x, float s, int64_t n, float* out) {
+  GRID_STRIDE(i, n) out[i] = x[i] * s;
+}
+
+__global__ void unary_kernel(int kind, const float* x, int64_t n, float* out) {
+  GRID_STRIDE(i, n) {
+    const float v = x[i];
+    out[i] = kind == 0 ? 1.0f / (1.0f + expf(-v)) : sqrtf(v > 20.0f ? v : log1pf(expf(v)));
+  }
+}
+
+__global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, float limit, float* out) {
+  const bool clamp = limit > 1e-6f;
+  GRID_STRIDE(i, n) {
+    float g = gate[i], u = up[i];
+    if (clamp) {
+      g = fminf(g, limit);
+      u = fminf(fmaxf(u, -limit), limit);
+    }
+    out[i] = g / (1.0f + expf(-g)) * u;
+  }
+}
+
+// One block per row: thread 0 advances theta by repeated multiplication (as
+// ggml does), then each pair's cos/sin and the rotation run in parallel.
+__global__ void rope_kernel(float* x, int64_t width, int64_t head_dim, int64_t offset, RopeParams p, int64_t pos0,
+                            int64_t pos_step, float sin_sign) {
+  extern __shared__ float cache[];  // n_dims: cos, sin per pair
+  const int half = p.n_dims / 2;
+  if (threadIdx.x == 0) {
+    float theta = static_cast<float>(pos0 + int64_t(blockIdx.x) * pos_step);
+    for (int j = 0; j < half; ++j) {
+      cache[2 * j] = theta;
+      theta *= p.theta_scale;
+    }
+  }
+  __syncthreads();
+  for (int j = threadIdx.x; j < half; j += blockDim.x) {
+    const int i0 = 2 * j;
+    const float theta_extrap = cache[i0];
+    const float theta_interp = p.freq_scale * theta_extrap;
+    float angle = theta_interp;
+    float mscale = p.attn_factor;
+    if (p.ext_factor != 0.0f) {
+      const float y = (static_cast<float>(i0 / 2) - p.corr0) / fmaxf(0.001f, p.corr1 - p.corr0);
+      const float ramp = 1.0f - fminf(1.0f, fmaxf(0.0f, y));
+      const float mix = ramp * p.ext_factor;
+      angle = theta_interp * (1.0f - mix) + theta_extrap * mix;
+      mscale = p.mscale_ext;
+    }
+    cache[i0] = cosf(angle) * mscale;
+    cache[i0 + 1] = sinf(angle) * mscale * sin_sign;
+  }
+  __syncthreads();
+  float* row = x + int64_t(blockIdx.x) * width;
+  const int64_t n_heads = width / head_dim;
+  for (int64_t e = threadIdx.x; e < n_heads * half; e += blockDim.x) {
+    const int64_t h = e / half;
+    const int i0 = 2 * int(e - h * half);
+    float* v = row + h * head_dim + offset + i0;
+    const float c = cache[i0], s = cache[i0 + 1];
+    const float x0 = v[0], x1 = v[1];
+    v[0] = x0 * c - x1 * s;
+    v[1] = x0 * s + x1 * c;
+  }
+}
+
+__global__ void softmax_kernel(float* x, int64_t width) {
+  float* r = x + int64_t(blockIdx.x) * width;
+  float m = -INFINITY;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) m = fmaxf(m, r[i]);
+  m = block_max(m);
+  double s = 0.0;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+    const float e = expf(r[i] - m);
+    r[i] = e;
+    s += e;
+  }
+  s = block_sum(s);
+  const float inv = static_cast<float>(1.0 / s);
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) r[i] *= inv;
+}
+
+// One thread per row: the next pick is the best element ordered after the
+// previous one (value descending, index ascending): no per-row memory.
+__global__ void top_k_kernel(const float* scores, int64_t n, int64_t rows, int64_t k, int32_t* ids) {
+  GRID_STRIDE(r, rows) {
+    const float* s = scores + r * n;
+    int64_t prev = -1;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t best = -1;
+      for (int64_t i = 0; i < n; ++i) {
+        if (prev >= 0 && !(s[i] < s[prev] || (s[i] == s[prev] && i > prev))) continue;  // not after prev
+        if (best < 0 || s[i] > s[best]) best = i;
+      }
+      ids[r * k + j] = static_cast<int32_t>(best);
+      prev = best;
+    }
+  }
+}
+
+__global__ void take_kernel(const float* values, int64_t n, const int32_t* ids, int64_t k, int64_t rows, float* out) {
+  GRID_STRIDE(i, rows * k) out[i] = values[(i / k) * n + ids[i]];
+}
+
+__global__ void normalize_kernel(float* x, int64_t k, int64_t rows, float floor) {
+  GRID_STRIDE(r, rows) {
+    float* v = x + r * k;
+    double sum = 0.0;
+    for (int64_t j = 0; j < k; ++j) sum += v[j];
+    const float denom = fmaxf(static_cast<float>(sum), floor);
+    for (int64_t j = 0; j < k; ++j) v[j] /= denom;
+  }
+}
+
+// One block per (token, query head): scores (each a sequential dot product, as
+// the CPU), softmax (max, exp, double sum), then each output dim summed over
+// the positions in order by one thread.
+__global__ void attention_kernel(const float* __restrict__ q, const float* __restrict__ k,
+                                 const float* __restrict__ v, int64_t n_head, int64_t n_head_kv, int64_t D,
+                                 int64_t pos0, float scale, float* __restrict__ out, float* scratch, int64_t n_kv) {
+  extern __shared__ float smem[];
+  const int64_t job = blockIdx.x, t = job / n_head, h = job % n_head, hk = h / (n_head / n_head_kv);
+  const int64_t q_w = n_head * D, kv_w = n_head_kv * D, visible = pos0 + t + 1;
+  float* score = scratch ? scratch + job * n_kv : smem;
+  const float* qh = q + t * q_w + h * D;
+  for (int64_t j = threadIdx.x; j < visible; j += blockDim.x) {
+    const float* kj = k + j * kv_w + hk * D;
+    float s = 0.0f;
+    for (int64_t d = 0; d < D; ++d) s += qh[d] * kj[d];
+    score[j] = s * scale;
+  }
+  __syncthreads();
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < visible; j += blockDim.x) m = fmaxf(m, score[j]);
+  m = block_max(m);
+  double sum = 0.0;
+  for (int64_t j = threadIdx.x; j < visible; j += blockDim.x) {
+    const float e = expf(score[j] - m);
+    score[j] = e;
+    sum += e;
+  }
+  sum = block_sum(sum);
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t j = threadIdx.x; j < visible; j += blockDim.x) score[j] *= inv;
+  __syncthreads();
+  float* oh = out + t * q_w + h * D;
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t j = 0; j < visible; ++j) acc += score[j] * v[j * kv_w + hk * D + d];
+    oh[d] = acc;
+  }
+}
+
+__global__ void scatter_weighted_kernel(const float* y, int64_t d, const int32_t* picks, int64_t m,
+                                        const float* weights, float* per_pick) {
+  GRID_STRIDE(i, m * d) {
+    const int64_t r = i / d, c = i - r * d;
+    const int32_t p = picks[r];
+    per_pick[int64_t(p) * d + c] = y[i] * weights[p];
+  }
+}
+
+__global__ void sum_picks_kernel(const float* per_pick, int64_t d, int64_t k, int64_t n_tokens, bool accumulate,
+                                 float* out) {
+  GRID_STRIDE(i, n_tokens * d) {
+    const int64_t t = i / d, c = i - t * d;
+    const float* p = per_pick + t * k * d + c;
+    float acc = p[0];
+    for (int64_t j = 1; j < k; ++j) acc += p[j * d];
+    out[i] = accumulate ? acc + out[i] : acc;
+  }
+}
+
+constexpr int64_t kSmemBytes = 96 * 1024;
+
+}  // namespace
+
+cudaError_t gather_words(const uint32_t* src, int64_t width, const int32_t* ids, int64_t n, uint32_t* dst,
+                         cudaStream_t stream) {
+  if (n * width == 0) return cudaSuccess;
+  gather_words_kernel<<<grid_for(n * width), kThreads, 0, stream>>>(src, width, ids, n, dst);
+  return launched();
+}
+
+cudaError_t set_rows(const float* src, int64_t width, const int32_t* ids, int64_t n, float* dst, cudaStream_t stream) {
+  if (n * width == 0) return cudaSuccess;
+  set_rows_kernel<<<grid_for(n * width), kThreads, 0, stream>>>(src, width, ids, n, dst);
+  return launched();
+}
+
+cudaError_t rms_norm(const float* x, const float* w, int64_t width, int64_t rows, float eps, float* y,
+                     cudaStream_t stream) {
+  if (rows == 0 || width == 0) return cudaSuccess;
+  rms_norm_kernel<<<unsigned(rows), kThreads, 0, stream>>>(x, w, width, eps, y);
+  return launched();
+}
+
+cudaError_t l2_norm(const float* x, int64_t width, int64_t rows, float eps, float* y, cudaStream_t stream) {
+  if (rows == 0 || width == 0) return cudaSuccess;
+  l2_norm_kernel<<<unsigned(rows), kThreads, 0, stream>>>(x, width, eps, y);
+  return launched();
+}
+
+cudaError_t add(const float* a, const float* b, int64_t width, int64_t rows, int64_t b_rows, float* out,
+                cudaStream_t stream) {
+  if (rows * width == 0) return cudaSuccess;
+  add_kernel<<<grid_for(rows * width), kThreads, 0, stream>>>(a, b, width, rows, b_rows, out);
+  return launched();
+}
+
+cudaError_t mul(const float* a, const float* b, int64_t n, float* out, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  mul_kernel<<<grid_for(n), kThreads, 0, stream>>>(a, b, n, out);
+  return launched();
+}
+
+cudaError_t scale(const float* x, float s, int64_t n, float* out, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  scale_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, s, n, out);
+  return launched();
+}
+
+cudaError_t unary(int kind, const float* x, int64_t n, float* out, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  unary_kernel<<<grid_for(n), kThreads, 0, stream>>>(kind, x, n, out);
+  return launched();
+}
+
+cudaError_t swiglu(const float* gate, const float* up, int64_t n, float limit, float* out, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  swiglu_kernel<<<grid_for(n), kThreads, 0, stream>>>(gate, up, n, limit, out);
+  return launched();
+}
+
+cudaError_t rope(float* x, int64_t width, int64_t rows, int64_t head_dim, int64_t offset, const RopeParams& p,
+                 int64_t pos0, int64_t pos_step, bool inverse, cudaStream_t stream) {
+  if (rows == 0 || p.n_dims == 0) return cudaSuccess;
+  rope_kernel<<<unsigned(rows), 128, size_t(p.n_dims) * sizeof(float), stream>>>(
+      x, width, head_dim, offset, p, pos0, pos_step, inverse ? -1.0f : 1.0f);
+  return launched();
+}
+
+cudaError_t softmax_rows(float* x, int64_t width, int64_t rows, cudaStream_t stream) {
+  if (rows == 0 || width == 0) return cudaSuccess;
+  softmax_kernel<<<unsigned(rows), kThreads, 0, stream>>>(x, width);
+  return launched();
+}
+
+cudaError_t top_k(const float* scores, int64_t n, int64_t rows, int64_t k, int32_t* ids, cudaStream_t stream) {
+  if (rows == 0 || k == 0) return cudaSuccess;
+  top_k_kernel<<<grid_for(rows), kThreads, 0, stream>>>(scores, n, rows, k, ids);
+  return launched();
+}
+
+cudaError_t take(const float* values, int64_t n, const int32_t* ids, int64_t k, int64_t rows, float* out,
+                 cudaStream_t stream) {
+  if (rows * k == 0) return cudaSuccess;
+  take_kernel<<<grid_for(rows * k), kThreads, 0, stream>>>(values, n, ids, k, rows, out);
+  return launched();
+}
+
+cudaError_t normalize_rows(float* x, int64_t k, int64_t rows, float floor, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  normalize_kernel<<<grid_for(rows), kThreads, 0, stream>>>(x, k, rows, floor);
+  return launched();
+}
+
+int64_t attention_smem_positions() { return kSmemBytes / int64_t(sizeof(float)); }
+
+cudaError_t attention(const float* q, const float* k, const float* v, int64_t n, int64_t n_head, int64_t n_head_kv,
+                      int64_t head_dim, int64_t pos0, float scale, float* out, float* scratch, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  const int64_t n_kv = pos0 + n;
+  size_t smem = 0;
+  if (!scratch) {
+    if (n_kv > attention_smem_positions()) return cudaErrorInvalidValue;
+    smem = size_t(n_kv) * sizeof(float);
+    static bool raised = false;  // the opt-in above 48 KiB, once per process (one device)
+    if (!raised && smem > 48 * 1024) {
+      const cudaError_t e = cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 int(kSmemBytes));
+      if (e != cudaSuccess) return e;
+      raised = true;
+    }
+  }
+  attention_kernel<<<unsigned(n * n_head), kThreads, smem, stream>>>(q, k, v, n_head, n_head_kv, head_dim, pos0,
+                                                                     scale, out, scratch, n_kv);
+  return launched();
+}
+
+cudaError_t scatter_weighted(const float* y, int64_t d, const int32_t* picks, int64_t m, const float* weights,
+                             float* per_pick, cudaStream_t stream) {
+  if (m * d == 0) return cudaSuccess;
+  scatter_weighted_kernel<<<grid_for(m * d), kThreads, 0, stream>>>(y, d, picks, m, weights, per_pick);
+  return launched();
+}
+
+cudaError_t sum_picks(const float* per_pick, int64_t d, int64_t k, int64_t n_tokens, bool accumulate, float* out,
+                      cudaStream_t stream) {
+  if (n_tokens * d == 0) return cudaSuccess;
+  sum_picks_kernel<<<grid_for(n_tokens * d), kThreads, 0, stream>>>(per_pick, d, k, n_tokens, accumulate, out);
+  return launched();
+}
+
+}  // namespace xpack::rt

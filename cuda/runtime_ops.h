@@ -1,0 +1,85 @@
+// GPU kernels of the runtime's named operations (examples/xpack-run/backend.h)
+// other than the matrix products (quant_matmul.h): gathers, norms, elementwise
+// functions, RoPE, softmax, top-k, the attention core and the routed-experts
+// scatter/sum. Plain C++ over the CUDA runtime API, usable from any C++ file.
+//
+// Numerics follow the CPU backend's (examples/xpack-run/cpu_ops.cpp) operation
+// by operation: the same float expressions (runtime_ops.cu is compiled without
+// FMA contraction), sums of squares and softmax denominators in double, and the
+// same sequential orders where the CPU's order is part of the contract
+// (normalize_rows, sum_picks, attention's weighted sum). Only the parallel
+// double-precision reductions and the device's expf/cosf/sinf (<= 2 ulp) differ.
+//
+// Every function enqueues on `stream`, returns at once and reports a launch
+// error as its cudaError_t; shapes are checked by the caller (the backend).
+// Ids are trusted to be in range (graphs produce them; token ids are checked
+// before upload).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace xpack::rt {
+
+// dst[r] = src[ids[r]] for rows of `width` 32-bit words (F32 or I32).
+cudaError_t gather_words(const uint32_t* src, int64_t width, const int32_t* ids, int64_t n, uint32_t* dst,
+                         cudaStream_t stream);
+// dst[ids[r]] = src[r] (F32 rows of `width`).
+cudaError_t set_rows(const float* src, int64_t width, const int32_t* ids, int64_t n, float* dst,
+                     cudaStream_t stream);
+// Per row: y = x / sqrt(mean(x^2) + eps) * w (w may be null). y may be x.
+cudaError_t rms_norm(const float* x, const float* w, int64_t width, int64_t rows, float eps, float* y,
+                     cudaStream_t stream);
+// Per row: y = x / max(||x||, eps). y may be x.
+cudaError_t l2_norm(const float* x, int64_t width, int64_t rows, float eps, float* y, cudaStream_t stream);
+// out = a + b, b either [rows][width] or one row (b_rows == 1). out may be a.
+cudaError_t add(const float* a, const float* b, int64_t width, int64_t rows, int64_t b_rows, float* out,
+                cudaStream_t stream);
+cudaError_t mul(const float* a, const float* b, int64_t n, float* out, cudaStream_t stream);
+cudaError_t scale(const float* x, float s, int64_t n, float* out, cudaStream_t stream);
+// kind 0: sigmoid, 1: sqrt(softplus) (log1p form; x > 20 taken as is).
+cudaError_t unary(int kind, const float* x, int64_t n, float* out, cudaStream_t stream);
+// silu(min(gate, limit)) * clamp(up, -limit, limit); limit <= 1e-6: plain SwiGLU.
+cudaError_t swiglu(const float* gate, const float* up, int64_t n, float limit, float* out, cudaStream_t stream);
+
+// rope_yarn_cache's per-call constants, computed on the host exactly as the CPU does.
+struct RopeParams {
+  int n_dims;
+  float theta_scale;  // freq_base^(-2 / n_dims)
+  float freq_scale;
+  float ext_factor;
+  float attn_factor;  // the magnitude without YaRN's ramp
+  float mscale_ext;   // attn_factor * (1 + 0.1 log(1 / freq_scale)), used when ext_factor != 0
+  float corr0, corr1;
+};
+// In place: in every head_dim-wide head of each row, dims [offset, offset + n_dims)
+// rotated in adjacent pairs at position pos0 + row * pos_step.
+cudaError_t rope(float* x, int64_t width, int64_t rows, int64_t head_dim, int64_t offset, const RopeParams& p,
+                 int64_t pos0, int64_t pos_step, bool inverse, cudaStream_t stream);
+
+// In place, per row: exp(x - max) / sum.
+cudaError_t softmax_rows(float* x, int64_t width, int64_t rows, cudaStream_t stream);
+// ids[r][j]: the k largest of scores[r], largest first, ties to the lower index.
+cudaError_t top_k(const float* scores, int64_t n, int64_t rows, int64_t k, int32_t* ids, cudaStream_t stream);
+// out[r][j] = values[r][ids[r][j]].
+cudaError_t take(const float* values, int64_t n, const int32_t* ids, int64_t k, int64_t rows, float* out,
+                 cudaStream_t stream);
+// In place, per row of k: x /= max(sum (double, left to right), floor).
+cudaError_t normalize_rows(float* x, int64_t k, int64_t rows, float floor, cudaStream_t stream);
+
+// Causal GQA core (Backend::attention). Scores of one (token, head) live in
+// shared memory when n_kv fits attention_smem_positions(), otherwise in
+// `scratch` (n * n_head * n_kv floats; may be null when they fit).
+int64_t attention_smem_positions();
+cudaError_t attention(const float* q, const float* k, const float* v, int64_t n, int64_t n_head, int64_t n_head_kv,
+                      int64_t head_dim, int64_t pos0, float scale, float* out, float* scratch, cudaStream_t stream);
+
+// per_pick[picks[r]] = y[r] * weights[picks[r]] for r < m (rows of d).
+cudaError_t scatter_weighted(const float* y, int64_t d, const int32_t* picks, int64_t m, const float* weights,
+                             float* per_pick, cudaStream_t stream);
+// out[t] = per_pick[t*k] + ... + per_pick[t*k+k-1] (rank order) (+ out[t] with accumulate).
+cudaError_t sum_picks(const float* per_pick, int64_t d, int64_t k, int64_t n_tokens, bool accumulate, float* out,
+                      cudaStream_t stream);
+
+}  // namespace xpack::rt

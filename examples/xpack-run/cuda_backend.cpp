@@ -1,0 +1,356 @@
+// CudaBackend (cuda_backend.h): memory, copies and the operations, each a
+// shape check (the CPU backend's) and one enqueue on the compute stream.
+#include "cuda_backend.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "device_backend.h"
+#include "runtime_ops.h"
+#include "xpack/xpack.h"
+
+namespace xrun {
+
+namespace xk = xpack::kernels;
+
+namespace {
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    throw ModelError(std::string("CUDA: ") + what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+  }
+}
+
+void check_shape(bool ok, const char* what) {
+  if (!ok) throw ModelError(std::string("backend: ") + what);
+}
+
+bool is_f32(const Tensor& t) { return t.type == XPACK_TYPE_F32; }
+bool same_shape(const Tensor& a, const Tensor& b) { return a.width() == b.width() && a.rows() == b.rows(); }
+
+size_t padded(size_t bytes) { return (std::max<size_t>(bytes, 1) + 255) / 256 * 256; }
+
+}  // namespace
+
+CudaBackend::State::~State() {
+  cudaSetDevice(ordinal);
+  cudaStreamSynchronize(stream);
+  cudaStreamDestroy(stream);
+}
+
+CudaBackend::CudaBackend(int ordinal) : ordinal_(ordinal), state_(std::make_shared<State>()) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    throw ModelError(std::string("--device cuda: no CUDA device (cudaGetDeviceCount: ") +
+                     (e != cudaSuccess ? std::string(cudaGetErrorName(e)) + ", " + cudaGetErrorString(e)
+                                       : std::string("0 devices")) +
+                     "); use --device cpu");
+  }
+  if (ordinal < 0 || ordinal >= count) {
+    throw ModelError("--device cuda: CUDA device " + std::to_string(ordinal) + " does not exist (" +
+                     std::to_string(count) + " found)");
+  }
+  check_cuda(cudaSetDevice(ordinal), "cudaSetDevice");
+  state_->ordinal = ordinal;
+  check_cuda(cudaStreamCreateWithFlags(&state_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  // Temporaries are allocated and freed every layer: keep the pool's memory
+  // instead of handing it back to the driver at each synchronisation.
+  cudaMemPool_t pool;
+  check_cuda(cudaDeviceGetDefaultMemPool(&pool, ordinal), "cudaDeviceGetDefaultMemPool");
+  uint64_t keep = UINT64_MAX;
+  check_cuda(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "cudaMemPoolSetAttribute");
+  const int st = xk::context_create(&ctx_, 0);
+  if (st != xk::kOk) throw ModelError(std::string("CUDA: matmul context: ") + xk::status_name(st));
+  workspace_bytes_ = size_t(64) << 20;  // context_create's default
+}
+
+CudaBackend::~CudaBackend() {
+  cudaSetDevice(ordinal_);
+  cudaStreamSynchronize(state_->stream);
+  xk::context_destroy(ctx_);
+}
+
+Tensor CudaBackend::raw_alloc(uint32_t type, int64_t width, int64_t rows) {
+  check_shape(width >= 0 && rows >= 0, "alloc of a negative shape");
+  Tensor t;
+  t.type = type;
+  t.ne[0] = width;
+  t.ne[1] = rows;
+  const size_t bytes = padded(t.nbytes());
+  void* p = nullptr;
+  check_cuda(cudaMallocAsync(&p, bytes, state_->stream), "cudaMallocAsync");
+  state_->tensor_bytes += bytes;
+  std::shared_ptr<State> st = state_;
+  t.storage = std::shared_ptr<void>(p, [st, bytes](void* q) {
+    cudaFreeAsync(q, st->stream);  // stream order: after every enqueued user
+    st->tensor_bytes -= bytes;
+  });
+  t.data = p;
+  return t;
+}
+
+Tensor CudaBackend::alloc(uint32_t type, int64_t width, int64_t rows) {
+  Tensor t = raw_alloc(type, width, rows);
+  check_cuda(cudaMemsetAsync(t.data, 0, padded(t.nbytes()), state_->stream), "cudaMemsetAsync");
+  return t;
+}
+
+Tensor CudaBackend::weight(const WeightTensor& w) {
+  Tensor t;
+  t.type = w.type;
+  t.ne[0] = w.ne[0];
+  t.ne[1] = w.rows();
+  const size_t n = t.nbytes();
+  check_shape(n <= w.nbytes, "weight larger than its bytes");
+  const size_t bytes = padded(n);
+  void* p = nullptr;
+  check_cuda(cudaMalloc(&p, bytes), ("cudaMalloc of weight " + w.name).c_str());
+  // From the mapping (pageable): the call returns once the bytes are staged.
+  check_cuda(cudaMemcpyAsync(p, w.data, n, cudaMemcpyHostToDevice, state_->stream), "cudaMemcpyAsync (weight)");
+  state_->weight_bytes += bytes;
+  std::shared_ptr<State> st = state_;
+  t.storage = std::shared_ptr<void>(p, [st, bytes](void* q) {
+    cudaFree(q);
+    st->weight_bytes -= bytes;
+  });
+  t.data = p;
+  return t;
+}
+
+Tensor CudaBackend::upload(uint32_t type, const void* host, int64_t width, int64_t rows) {
+  Tensor t = raw_alloc(type, width, rows);
+  if (t.nbytes() == 0) return t;
+  check_cuda(cudaMemcpyAsync(t.data, host, t.nbytes(), cudaMemcpyHostToDevice, state_->stream), "cudaMemcpyAsync (upload)");
+  // From pageable memory the copy has been staged when the call returns; from
+  // pinned memory it has not, and the caller may reuse its buffer at once.
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, host) == cudaSuccess && attr.type == cudaMemoryTypeHost) {
+    check_cuda(cudaStreamSynchronize(state_->stream), "cudaStreamSynchronize (upload)");
+  }
+  cudaGetLastError();  // an unregistered pointer may leave an error there on old runtimes
+  return t;
+}
+
+void CudaBackend::download(const Tensor& src, void* host) {
+  if (src.nbytes() > 0) {
+    check_cuda(cudaMemcpyAsync(host, src.data, src.nbytes(), cudaMemcpyDeviceToHost, state_->stream),
+               "cudaMemcpyAsync (download)");
+  }
+  check_cuda(cudaStreamSynchronize(state_->stream), "cudaStreamSynchronize (download)");
+}
+
+void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
+  check_shape(src.type == dst.type && src.numel() == dst.numel(), "copy between different tensors");
+  if (src.nbytes() == 0) return;
+  check_cuda(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), cudaMemcpyDeviceToDevice, state_->stream),
+             "cudaMemcpyAsync (copy)");
+}
+
+void CudaBackend::wait_event(void* event) {
+  if (!event) return;
+  check_cuda(cudaStreamWaitEvent(state_->stream, static_cast<cudaEvent_t>(event), 0), "cudaStreamWaitEvent");
+}
+
+void CudaBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& y) {
+  check_shape(is_f32(x) && is_f32(y), "matmul needs F32 activations");
+  check_shape(x.width() == w.width() && y.width() == w.rows() && x.rows() == y.rows(), "matmul shapes disagree");
+  const int64_t n = x.rows();
+  if (n == 0 || w.rows() == 0) return;
+  check_shape(n <= INT32_MAX, "matmul: too many tokens");
+  Tensor xa = x;
+  if (reinterpret_cast<uintptr_t>(x.data) % 16 != 0) {  // a row view: the kernels read 16-byte words
+    xa = raw_alloc(XPACK_TYPE_F32, x.width(), n);
+    copy(x, xa);
+  }
+  const int st = xk::matmul(ctx_, w.type, w.data, w.width(), w.rows(), xa.f32(), static_cast<int>(n), y.f32(),
+                            nullptr, state_->stream);
+  if (st != xk::kOk) {
+    throw ModelError("CUDA matmul of a type-" + std::to_string(w.type) + " " + std::to_string(w.width()) + "x" +
+                     std::to_string(w.rows()) + " weight: " + xk::status_name(st) +
+                     (st == xk::kErrType ? " (this weight type is not implemented on CUDA yet)" : ""));
+  }
+}
+
+void CudaBackend::get_rows(const Tensor& table, const Tensor& ids, const Tensor& out) {
+  const bool ints = out.type == XPACK_TYPE_I32;
+  check_shape(ids.type == XPACK_TYPE_I32 && (is_f32(out) || (ints && table.type == XPACK_TYPE_I32)),
+              "get_rows needs I32 ids and an F32 output (or I32 from an I32 table)");
+  check_shape(out.width() == table.width() && out.rows() == ids.numel(), "get_rows shapes disagree");
+  const int64_t n = ids.numel(), width = table.width();
+  if (n == 0) return;
+  if (table.type == XPACK_TYPE_F32 || table.type == XPACK_TYPE_I32) {
+    check_cuda(xpack::rt::gather_words(static_cast<const uint32_t*>(table.data), width, ids.i32(), n,
+                                       static_cast<uint32_t*>(out.data), state_->stream),
+               "get_rows");
+    return;
+  }
+  // A quantized table (token embeddings): the row addresses need the ids on the
+  // host. Only the embedding lookup at the start of an eval takes this path.
+  const size_t rb = xk::row_bytes(table.type, width);
+  if (rb == 0) throw ModelError("get_rows of a type-" + std::to_string(table.type) + " table is not implemented on CUDA yet");
+  std::vector<int32_t> host(static_cast<size_t>(n));
+  download(ids, host.data());
+  for (int64_t r = 0; r < n; ++r) {
+    const int32_t id = host[size_t(r)];
+    check_shape(id >= 0 && id < table.rows(), "get_rows id outside the table");
+    const int st = xk::dequantize_rows(table.type, static_cast<const uint8_t*>(table.data) + rb * size_t(id), width, 1,
+                                       out.f32() + r * width, state_->stream);
+    if (st != xk::kOk) throw ModelError(std::string("CUDA get_rows: ") + xk::status_name(st));
+  }
+}
+
+void CudaBackend::set_rows(const Tensor& src, const Tensor& ids, const Tensor& dst) {
+  check_shape(is_f32(src) && is_f32(dst) && ids.type == XPACK_TYPE_I32 && src.width() == dst.width() &&
+                  ids.numel() == src.rows(),
+              "set_rows shapes disagree");
+  check_cuda(xpack::rt::set_rows(src.f32(), src.width(), ids.i32(), src.rows(), dst.f32(), state_->stream), "set_rows");
+}
+
+void CudaBackend::rms_norm(const Tensor& x, const Tensor* weight, float eps, const Tensor& y) {
+  check_shape(is_f32(x) && is_f32(y) && same_shape(x, y), "rms_norm shapes disagree");
+  check_shape(!weight || (is_f32(*weight) && weight->numel() == x.width()), "rms_norm weight is not one F32 row");
+  check_cuda(xpack::rt::rms_norm(x.f32(), weight ? weight->f32() : nullptr, x.width(), x.rows(), eps, y.f32(),
+                                 state_->stream),
+             "rms_norm");
+}
+
+void CudaBackend::add(const Tensor& a, const Tensor& b, const Tensor& out) {
+  check_shape(is_f32(a) && is_f32(b) && is_f32(out) && same_shape(a, out), "add shapes disagree");
+  check_shape(b.width() == a.width() && (b.rows() == a.rows() || b.rows() == 1), "add: b is neither a's shape nor one row");
+  check_cuda(xpack::rt::add(a.f32(), b.f32(), a.width(), a.rows(), b.rows(), out.f32(), state_->stream), "add");
+}
+
+void CudaBackend::mul(const Tensor& a, const Tensor& b, const Tensor& out) {
+  check_shape(is_f32(a) && is_f32(b) && is_f32(out) && same_shape(a, b) && same_shape(a, out), "mul shapes disagree");
+  check_cuda(xpack::rt::mul(a.f32(), b.f32(), a.numel(), out.f32(), state_->stream), "mul");
+}
+
+void CudaBackend::l2_norm(const Tensor& x, float eps, const Tensor& y) {
+  check_shape(is_f32(x) && is_f32(y) && same_shape(x, y), "l2_norm shapes disagree");
+  check_cuda(xpack::rt::l2_norm(x.f32(), x.width(), x.rows(), eps, y.f32(), state_->stream), "l2_norm");
+}
+
+void CudaBackend::scale(const Tensor& x, float s, const Tensor& out) {
+  check_shape(is_f32(x) && is_f32(out) && x.numel() == out.numel(), "scale shapes disagree");
+  check_cuda(xpack::rt::scale(x.f32(), s, x.numel(), out.f32(), state_->stream), "scale");
+}
+
+void CudaBackend::unary(Unary f, const Tensor& x, const Tensor& out) {
+  check_shape(is_f32(x) && is_f32(out) && x.numel() == out.numel(), "unary shapes disagree");
+  check_cuda(xpack::rt::unary(f == Unary::sigmoid ? 0 : 1, x.f32(), x.numel(), out.f32(), state_->stream), "unary");
+}
+
+void CudaBackend::rope(const Tensor& x, const RopeSpec& spec, int64_t pos0, int64_t pos_step, bool inverse) {
+  const int64_t D = spec.head_dim, n_dims = spec.angles.n_dims;
+  check_shape(is_f32(x) && D > 0 && x.width() % D == 0 && n_dims <= D && n_dims % 2 == 0,
+              "rope: width is not whole heads");
+  // The per-call constants exactly as rope_yarn_cache computes them on the CPU.
+  const RopeYarn& a = spec.angles;
+  xpack::rt::RopeParams p{};
+  p.n_dims = a.n_dims;
+  p.theta_scale = std::pow(a.freq_base, -2.0f / static_cast<float>(a.n_dims));
+  p.freq_scale = a.freq_scale;
+  p.ext_factor = a.ext_factor;
+  p.attn_factor = a.attn_factor;
+  p.mscale_ext = a.attn_factor;
+  if (a.ext_factor != 0.0f) {
+    const float start = std::floor(rope_detail::yarn_corr_dim(a.n_dims, a.n_ctx_orig, a.beta_fast, a.freq_base));
+    const float end = std::ceil(rope_detail::yarn_corr_dim(a.n_dims, a.n_ctx_orig, a.beta_slow, a.freq_base));
+    p.corr0 = std::max(0.0f, start);
+    p.corr1 = std::min(static_cast<float>(a.n_dims - 1), end);
+    p.mscale_ext *= 1.0f + 0.1f * std::log(1.0f / a.freq_scale);
+  }
+  check_cuda(xpack::rt::rope(x.f32(), x.width(), x.rows(), D, spec.tail ? D - n_dims : 0, p, pos0, pos_step, inverse,
+                             state_->stream),
+             "rope");
+}
+
+void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, float limit, const Tensor& out) {
+  check_shape(is_f32(gate) && is_f32(up) && is_f32(out) && same_shape(gate, up) && same_shape(gate, out),
+              "swiglu shapes disagree");
+  check_cuda(xpack::rt::swiglu(gate.f32(), up.f32(), gate.numel(), limit, out.f32(), state_->stream), "swiglu");
+}
+
+void CudaBackend::softmax_rows(const Tensor& x) {
+  check_shape(is_f32(x), "softmax_rows needs F32");
+  check_cuda(xpack::rt::softmax_rows(x.f32(), x.width(), x.rows(), state_->stream), "softmax_rows");
+}
+
+void CudaBackend::top_k(const Tensor& scores, const Tensor& ids) {
+  const int64_t n = scores.width(), k = ids.width();
+  check_shape(is_f32(scores) && ids.type == XPACK_TYPE_I32 && ids.rows() == scores.rows() && k <= n,
+              "top_k shapes disagree");
+  check_cuda(xpack::rt::top_k(scores.f32(), n, scores.rows(), k, ids.i32(), state_->stream), "top_k");
+}
+
+void CudaBackend::take(const Tensor& values, const Tensor& ids, const Tensor& out) {
+  check_shape(is_f32(values) && ids.type == XPACK_TYPE_I32 && is_f32(out) && same_shape(ids, out) &&
+                  ids.rows() == values.rows(),
+              "take shapes disagree");
+  check_cuda(xpack::rt::take(values.f32(), values.width(), ids.i32(), ids.width(), ids.rows(), out.f32(), state_->stream),
+             "take");
+}
+
+void CudaBackend::normalize_rows(const Tensor& x, float floor) {
+  check_shape(is_f32(x), "normalize_rows needs F32");
+  check_cuda(xpack::rt::normalize_rows(x.f32(), x.width(), x.rows(), floor, state_->stream), "normalize_rows");
+}
+
+void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t n_head, int64_t n_head_kv,
+                            int64_t pos0, float scale, const Tensor& out) {
+  check_shape(n_head > 0 && n_head_kv > 0 && n_head % n_head_kv == 0 && q.width() % n_head == 0,
+              "attention head counts disagree");
+  const int64_t D = q.width() / n_head, kv_w = n_head_kv * D, n = q.rows();
+  check_shape(is_f32(q) && is_f32(k) && is_f32(v) && is_f32(out) && same_shape(q, out) && same_shape(k, v) &&
+                  k.width() == kv_w && k.rows() == pos0 + n,
+              "attention shapes disagree");
+  Tensor scratch;
+  if (k.rows() > xpack::rt::attention_smem_positions()) scratch = raw_alloc(XPACK_TYPE_F32, k.rows(), n * n_head);
+  check_cuda(xpack::rt::attention(q.f32(), k.f32(), v.f32(), n, n_head, n_head_kv, D, pos0, scale, out.f32(),
+                                  scratch.data ? scratch.f32() : nullptr, state_->stream),
+             "attention");
+}
+
+void CudaBackend::scatter_weighted(const Tensor& y, const Tensor& picks, const Tensor& weights,
+                                   const Tensor& per_pick) {
+  const int64_t d = y.width();
+  check_shape(is_f32(y) && picks.type == XPACK_TYPE_I32 && picks.numel() == y.rows() && is_f32(weights) &&
+                  is_f32(per_pick) && per_pick.width() == d && per_pick.rows() == weights.numel(),
+              "scatter_weighted shapes disagree");
+  check_cuda(xpack::rt::scatter_weighted(y.f32(), d, picks.i32(), y.rows(), weights.f32(), per_pick.f32(),
+                                         state_->stream),
+             "scatter_weighted");
+}
+
+void CudaBackend::sum_picks(const Tensor& per_pick, int64_t k, bool accumulate, const Tensor& out) {
+  const int64_t d = out.width();
+  check_shape(is_f32(per_pick) && is_f32(out) && per_pick.width() == d && per_pick.rows() == out.rows() * k && k > 0,
+              "sum_picks shapes disagree");
+  check_cuda(xpack::rt::sum_picks(per_pick.f32(), d, k, out.rows(), accumulate, out.f32(), state_->stream), "sum_picks");
+}
+
+// ---- device_backend.h ----
+
+std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(0); }
+
+std::string cuda_vram_plan(Backend& be, uint64_t expert_cache_bytes) {
+  auto* cb = dynamic_cast<CudaBackend*>(&be);
+  if (!cb) return "";
+  size_t free_b = 0, total_b = 0;
+  cudaMemGetInfo(&free_b, &total_b);
+  const auto mib = [](uint64_t b) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2f MiB", double(b) / 1048576.0);
+    return std::string(buf);
+  };
+  return "VRAM plan (cuda:" + std::to_string(cb->ordinal()) + "): trunk " + mib(cb->weight_bytes()) +
+         ", KV/state and norms " + mib(cb->tensor_bytes()) + " at load (KV caches grow with the sequence)" +
+         ", workspace " + mib(cb->workspace_bytes()) + ", expert cache " + mib(expert_cache_bytes) + "; free " +
+         mib(free_b) + " of " + mib(total_b);
+}
+
+}  // namespace xrun

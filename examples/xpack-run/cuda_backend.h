@@ -1,0 +1,88 @@
+// The CUDA backend: tensors in device memory, every operation enqueued on one
+// non-blocking compute stream. Trunk weights are uploaded once in their GGUF
+// block formats (cudaMalloc); activations and states come from the stream's
+// memory pool (cudaMallocAsync, zero-filled with cudaMemsetAsync) and are freed
+// in stream order (cudaFreeAsync), so a graph may drop a temporary as soon as
+// its users are enqueued. Matrix products go through cuda/quant_matmul.h's
+// fp32 path (matvec up to 8 tokens, exactly dequantized tiles + SGEMM beyond);
+// the other operations are cuda/runtime_ops.h. The host waits only in
+// download() (and in get_rows of a quantized table, which reads the ids).
+//
+// Built only with -Dcuda=enabled; links the xpack_kernels library and the CUDA
+// runtime, never libxpack's internals.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <memory>
+
+#include "backend.h"
+#include "quant_matmul.h"
+
+namespace xrun {
+
+class CudaBackend final : public Backend {
+ public:
+  // Throws ModelError when the device or the stream cannot be set up.
+  explicit CudaBackend(int ordinal);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  const char* name() const override { return "cuda"; }
+
+  Tensor alloc(uint32_t type, int64_t width, int64_t rows) override;
+  Tensor weight(const WeightTensor& w) override;
+  Tensor upload(uint32_t type, const void* host, int64_t width, int64_t rows) override;
+  void download(const Tensor& src, void* host) override;
+  void copy(const Tensor& src, const Tensor& dst) override;
+
+  void* stream() override { return state_->stream; }
+  void wait_event(void* event) override;
+
+  void matmul(const Tensor& w, const Tensor& x, const Tensor& y) override;
+  void get_rows(const Tensor& table, const Tensor& ids, const Tensor& out) override;
+  void set_rows(const Tensor& src, const Tensor& ids, const Tensor& dst) override;
+  void rms_norm(const Tensor& x, const Tensor* weight, float eps, const Tensor& y) override;
+  void add(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void mul(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void l2_norm(const Tensor& x, float eps, const Tensor& y) override;
+  void scale(const Tensor& x, float s, const Tensor& out) override;
+  void unary(Unary f, const Tensor& x, const Tensor& out) override;
+  void rope(const Tensor& x, const RopeSpec& spec, int64_t pos0, int64_t pos_step, bool inverse) override;
+  void swiglu(const Tensor& gate, const Tensor& up, float limit, const Tensor& out) override;
+  void softmax_rows(const Tensor& x) override;
+  void top_k(const Tensor& scores, const Tensor& ids) override;
+  void take(const Tensor& values, const Tensor& ids, const Tensor& out) override;
+  void normalize_rows(const Tensor& x, float floor) override;
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t n_head, int64_t n_head_kv,
+                 int64_t pos0, float scale, const Tensor& out) override;
+  void scatter_weighted(const Tensor& y, const Tensor& picks, const Tensor& weights,
+                        const Tensor& per_pick) override;
+  void sum_picks(const Tensor& per_pick, int64_t k, bool accumulate, const Tensor& out) override;
+
+  // Device bytes held: weight() uploads, other live tensors, the workspace.
+  uint64_t weight_bytes() const { return state_->weight_bytes.load(); }
+  uint64_t tensor_bytes() const { return state_->tensor_bytes.load(); }
+  uint64_t workspace_bytes() const { return workspace_bytes_; }
+  int ordinal() const { return ordinal_; }
+
+ private:
+  // Outlives the backend while tensors do: their deleters free on its stream.
+  struct State {
+    int ordinal = 0;
+    cudaStream_t stream = nullptr;
+    std::atomic<uint64_t> weight_bytes{0}, tensor_bytes{0};
+    ~State();
+  };
+
+  Tensor raw_alloc(uint32_t type, int64_t width, int64_t rows);
+
+  int ordinal_;
+  std::shared_ptr<State> state_;
+  xpack::kernels::Context* ctx_ = nullptr;
+  uint64_t workspace_bytes_ = 0;
+};
+
+}  // namespace xrun

@@ -1,0 +1,14 @@
+// --device cuda in a build without CUDA: a clear refusal instead of a backend.
+#include "device_backend.h"
+
+namespace xrun {
+
+std::unique_ptr<Backend> make_cuda_backend() {
+  throw ModelError(
+      "--device cuda: this xpack-run was built without CUDA (configure with meson setup -Dcuda=enabled); "
+      "use --device cpu");
+}
+
+std::string cuda_vram_plan(Backend&, uint64_t) { return ""; }
+
+}  // namespace xrun

@@ -1,0 +1,24 @@
+// The compute backend `--device` names. The CUDA one exists only in a build
+// configured with -Dcuda=enabled (cuda_backend.cpp); otherwise
+// cuda_backend_stub.cpp stands in and says so.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend.h"
+
+namespace xrun {
+
+// The CUDA backend on device 0. Throws ModelError naming what is missing: a
+// build without CUDA, no CUDA device (or no usable driver).
+std::unique_ptr<Backend> make_cuda_backend();
+
+// What a CUDA backend holds in VRAM now, for the load-time plan on stderr:
+// trunk weights, other live tensors (KV caches, states), the matrix-product
+// workspace, the expert cache (`expert_cache_bytes`, held by libxpack), and the
+// device's free and total memory. "" for any other backend.
+std::string cuda_vram_plan(Backend& be, uint64_t expert_cache_bytes);
+
+}  // namespace xrun
