@@ -38,6 +38,9 @@ const char* usage_text() {
          "                        cannot be created, e.g. a budget below top-k objects;\n"
          "                        with --trace that is an error instead)\n"
          "      --verify-experts  check the checksum of every expert object read from the pack\n"
+         "      --allow-buffered-io  where the pack's filesystem refuses O_DIRECT (tmpfs, ramfs),\n"
+         "                        read experts through the page cache instead of failing\n"
+         "                        (warns on stderr; counted in fallback_count)\n"
          "  -h, --help            this text\n";
 }
 
@@ -150,6 +153,8 @@ std::optional<CliOptions> parse_cli(int argc, char** argv, std::string* error) {
         return fail("--expert-reader: expected cache or direct");
     } else if (a == "--verify-experts") {
       o.verify_experts = true;
+    } else if (a == "--allow-buffered-io") {
+      o.allow_buffered_io = true;
     } else {
       return fail("unknown argument '" + a + "'");
     }

@@ -11,6 +11,7 @@
 // release it, and its slot takes a later expert while the next ones compute.
 // Nothing is copied out of the slots, and a routing trace sees one request per
 // layer and step.
+#include <cstdio>
 #include <algorithm>
 #include <vector>
 
@@ -207,12 +208,25 @@ std::unique_ptr<ExpertSource> make_cache_experts(const PackSourceOptions& o, int
   // VRAM for CUDA (its ready events are waited on by the compute stream).
   co.device = o.cuda ? XPACK_DEVICE_CUDA : XPACK_DEVICE_HOST;
   co.verify = o.verify ? 1 : 0;
-  co.direct_io = 1;
+  co.direct_io = XPACK_IO_DIRECT;
   co.trace_path = o.trace_path.empty() ? nullptr : o.trace_path.c_str();
   xpack_cache* cache = nullptr;
   rc = xpack_cache_create(pack, &co, &cache);
   if (rc == XPACK_E_NO_DIRECT_IO) {
-    co.direct_io = 0;  // e.g. tmpfs: read through the page cache (counted as fallback)
+    // Fail closed: reading through the page cache doubles every expert's memory
+    // traffic and hides the disk's real speed, so it is never silent.
+    if (!o.allow_buffered_io) {
+      const std::string why = xpack_last_error();
+      xpack_pack_close(pack);
+      throw ModelError("the filesystem of " + o.pack_path + " refuses O_DIRECT reads (" + why +
+                       "); put the pack on a disk filesystem, or pass --allow-buffered-io to read "
+                       "experts through the page cache");
+    }
+    std::fprintf(stderr,
+                 "xpack-run: warning: %s refuses O_DIRECT; reading experts through the page cache "
+                 "(--allow-buffered-io)\n",
+                 o.pack_path.c_str());
+    co.direct_io = XPACK_IO_BUFFERED;
     rc = xpack_cache_create(pack, &co, &cache);
   }
   if (rc != 0) {

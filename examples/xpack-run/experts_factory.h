@@ -16,6 +16,7 @@ struct PackSourceOptions {
   std::string trunk_path;      // checked against the pack's identity ("" = no check)
   uint64_t budget_bytes = 0;   // expert cache budget
   bool verify = false;         // xxh3 of every object read
+  bool allow_buffered_io = false;  // O_DIRECT refused: page cache, with a warning (else an error)
   std::string trace_path;      // routing trace CSV written by the cache ("" = none)
   int threads = 0;             // parallel reads of the direct reader (0 = all cores)
   bool cuda = false;           // cache slots in VRAM (XPACK_DEVICE_CUDA), for the CUDA backend

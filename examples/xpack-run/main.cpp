@@ -116,6 +116,7 @@ int run(const CliOptions& o) {
     po.trunk_path = o.model_path;
     po.budget_bytes = static_cast<uint64_t>(o.cache_mib * 1048576.0);
     po.verify = o.verify_experts;
+    po.allow_buffered_io = o.allow_buffered_io;
     po.trace_path = o.trace_path;
     po.threads = o.threads;
     po.cuda = cuda;
@@ -157,6 +158,18 @@ int run(const CliOptions& o) {
     prompt = codec->encode(*o.prompt_text);
   }
   if (prompt.empty()) throw ModelError("the prompt is empty");
+  // Positions past the trained context are not what the model card describes (RoPE
+  // and attention were never trained there): refuse them rather than run on quietly.
+  const int64_t n_ctx = weights.get_int(weights.arch_key("context_length"), 0);
+  if (n_ctx > 0 && static_cast<int64_t>(prompt.size()) > n_ctx)
+    throw ModelError("the prompt has " + std::to_string(prompt.size()) + " tokens, more than the model's context of " +
+                     std::to_string(n_ctx) + " (" + weights.arch_key("context_length") + ")");
+  int n_predict = o.n_predict;
+  if (n_ctx > 0 && static_cast<int64_t>(prompt.size()) + n_predict > n_ctx) {
+    n_predict = static_cast<int>(n_ctx - static_cast<int64_t>(prompt.size()));
+    std::fprintf(stderr, "xpack-run: generating %d tokens, not %d: the context holds %lld\n", n_predict,
+                 o.n_predict, static_cast<long long>(n_ctx));
+  }
   const int32_t eos = static_cast<int32_t>(weights.get_int("tokenizer.ggml.eos_token_id", -1));
 
   LogitsWriter logits_out(o.logits_out);
@@ -173,7 +186,7 @@ int run(const CliOptions& o) {
   std::vector<float> row(logits.end() - n_vocab, logits.end());
   auto t_decode = std::chrono::steady_clock::now();
   int n_decoded = 0;
-  for (int i = 0; i < o.n_predict; ++i) {
+  for (int i = 0; i < n_predict; ++i) {
     int32_t tok = sampler.sample(row.data(), n_vocab);
     gen.push_back(tok);
     if (codec) {

@@ -240,3 +240,24 @@ TEST_CASE("stories260K: --temp sampling is reproducible for a seed; --stats writ
   CHECK(st.contains("decode_tok_s"));
   CHECK(st.contains("counters"));
 }
+
+TEST_CASE("stories260K: a prompt longer than the context is refused; generation stops at the context") {
+  auto model = stories260k();
+  if (!model) {
+    xpack::test::skip(xpack::test::Absent::kFixture, "stories260K.gguf not found");
+    return;
+  }
+  auto ids = [](int n) {
+    std::string s = "1";
+    for (int i = 1; i < n; ++i) s += ",403";
+    return s;
+  };
+  // llama.context_length is 2048 in stories260K.
+  RunResult over = run(xrun("-m " + q(*model) + " --prompt-ids " + ids(2049) + " -n 1"));
+  CHECK(over.rc == 1);
+  CHECK_MESSAGE(over.err.find("2049 tokens, more than the model's context of 2048") != std::string::npos, over.err);
+  RunResult near = run(xrun("-m " + q(*model) + " --prompt-ids " + ids(2045) + " -n 10 --ignore-eos --json"));
+  REQUIRE_MESSAGE(near.rc == 0, near.err);
+  CHECK(near.err.find("generating 3 tokens, not 10") != std::string::npos);
+  CHECK(nlohmann::json::parse(near.out)["gen_ids"].size() == 3);
+}

@@ -100,6 +100,40 @@ TEST_CASE("MoE fixture: pack streamed / resident / plain GGUF all give the dense
   CHECK(direct["counters"]["cache_misses"].get<uint64_t>() > 20 * 10);
 }
 
+TEST_CASE("MoE fixture: a pack where O_DIRECT is refused fails closed unless --allow-buffered-io") {
+  auto model = stories260k();
+  if (!model) {
+    xpack::test::skip(xpack::test::Absent::kFixture, "stories260K.gguf not found");
+    return;
+  }
+  XPACK_REQUIRE_PYTHON_GGUF();
+  xpack::test::TempDir tmp;
+  fs::create_directories(tmp / "ram");
+  // ramfs refuses O_DIRECT on every kernel (tmpfs accepts it since Linux 6.6).
+  if (run("mount -t ramfs ramfs " + q(tmp / "ram") + " 2>/dev/null").rc != 0) {
+    xpack::test::skip(xpack::test::Absent::kCapability, "cannot mount a ramfs here (needs root)");
+    return;
+  }
+  make_fixture(*model, tmp / "moe.gguf");
+  build_pack(tmp / "moe.gguf", tmp / "ram" / "moe");
+  const std::string args = "-m " + q(tmp / "ram" / "moe.trunk.gguf") + " --pack " + q(tmp / "ram" / "moe.xpack") +
+                           " --prompt-ids 1,403 -n 8 --cache-mib 0.2";
+  RunResult refused = run(xrun(args));
+  CHECK(refused.rc == 1);
+  CHECK_MESSAGE(refused.err.find("refuses O_DIRECT") != std::string::npos, refused.err);
+  CHECK(refused.err.find("--allow-buffered-io") != std::string::npos);
+  RunResult allowed = run(xrun(args + " --allow-buffered-io --json"));
+  CHECK_MESSAGE(allowed.rc == 0, allowed.err);
+  CHECK(allowed.err.find("warning") != std::string::npos);
+  if (allowed.rc == 0) {
+    const json j = json::parse(allowed.out);
+    const std::vector<int32_t> want = golden_ids();
+    CHECK(j["gen_ids"].get<std::vector<int32_t>>() == std::vector<int32_t>(want.begin(), want.begin() + 8));
+    CHECK(j["counters"]["fallback_count"].get<uint64_t>() > 0);
+  }
+  run("umount " + q(tmp / "ram"));
+}
+
 TEST_CASE("MoE fixture: a converted trunk without --pack, a foreign pack, a damaged pack") {
   auto model = stories260k();
   if (!model) {
