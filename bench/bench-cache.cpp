@@ -32,6 +32,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <xxhash.h>
 
 #include "cache/expert_cache.h"
 #include "common/checked_math.h"
@@ -63,6 +64,7 @@ struct Args {
   uint32_t gap_ms = 200;
   bool keep = false;
   bool disk_spin = false;
+  bool verify = false;
 };
 
 const char kAbout[] =
@@ -116,6 +118,9 @@ std::optional<int> parse(int argc, char** argv, Args* a) {
   app.flag("--disk-spin", &a->disk_spin,
            "the disk pass polls for completions without sleeping\n"
            "(default: it sleeps in io_uring until one arrives)");
+  app.flag("--verify", &a->verify,
+           "the cache checks each object's xxh3-64 on arrival, as the C API does by\n"
+           "default (the checksums are computed before the first pass, untimed)");
   app.flag("--keep", &a->keep, "keep the file afterwards (default: delete it)");
   if (auto rc = app.parse(argc, argv)) return rc;
   if (a->file.empty()) return app.usage_error("--file: empty path");
@@ -262,6 +267,7 @@ Result<CacheRound> cache_pass(const Args& a, const cache::ObjectSource& src,
   co.read_splits = a.splits;
   co.queue_depth = a.queue_depth;
   co.policy = cache::PolicyKind::kLru;
+  co.verify = a.verify;
   XPACK_ASSIGN_OR_RETURN(auto c, cache::ExpertCache::create(src, dev, co));
   CacheRound out;
   std::deque<cache::TicketId> inflight;
@@ -328,6 +334,24 @@ int fail(const char* what, const Error& e) {
   return 1;
 }
 
+// xxh3-64 of every object's payload, read once through the page cache (untimed).
+Result<std::vector<uint64_t>> object_checksums(const Args& a, uint64_t stride) {
+  int fd = ::open(a.file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno_error("open {}", a.file);
+  std::vector<uint8_t> buf(a.object_bytes);
+  std::vector<uint64_t> sums(a.objects);
+  for (uint32_t e = 0; e < a.objects; ++e) {
+    if (::pread(fd, buf.data(), buf.size(), off_t(uint64_t(e) * stride)) != ssize_t(buf.size())) {
+      Error err = errno_error("read {}", a.file);
+      ::close(fd);
+      return err;
+    }
+    sums[e] = XXH3_64bits(buf.data(), buf.size());
+  }
+  ::close(fd);
+  return sums;
+}
+
 int run(const Args& a) {
   uint64_t stride = align_up(a.object_bytes, 4096);
   if (auto st = ensure_file(a, stride); !st.ok()) return fail("file", st.error());
@@ -341,6 +365,11 @@ int run(const Args& a) {
   src.object_bytes = a.object_bytes;
   src.read_bytes = stride;
   src.offset = [stride](uint32_t, uint32_t e) { return uint64_t(e) * stride; };
+  if (a.verify) {
+    auto sums = object_checksums(a, stride);
+    if (!sums.ok()) return fail("checksums", sums.error());
+    src.checksum = [s = std::move(*sums)](uint32_t, uint32_t e) { return s[e]; };
+  }
 
   std::unique_ptr<device::Device> dev;
   if (a.device != "host") {
@@ -426,6 +455,7 @@ int run(const Args& a) {
   j["disk_pass_same_inflight"] =
       "disk passes use the cache's staging_slots, read_splits and queue_depth";
   j["outstanding_requests"] = a.outstanding;
+  j["verify"] = a.verify;
   j["round_count"] = a.rounds;
   j["disk_gbps"] = disk_pooled;
   j["disk_min_gbps"] = *std::min_element(disk_rates.begin(), disk_rates.end());

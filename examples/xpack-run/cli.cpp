@@ -37,7 +37,8 @@ const char* usage_text() {
          "                        into xpack-run's own LRU buffers (also used when the cache\n"
          "                        cannot be created, e.g. a budget below top-k objects;\n"
          "                        with --trace that is an error instead)\n"
-         "      --verify-experts  check the checksum of every expert object read from the pack\n"
+         "      --no-verify-experts  do not check the xxh3 of each expert object read from the\n"
+         "                        pack (checked by default, off the compute path; doc/cache.md)\n"
          "      --allow-buffered-io  where the pack's filesystem refuses O_DIRECT (tmpfs, ramfs),\n"
          "                        read experts through the page cache instead of failing\n"
          "                        (warns on stderr; counted in fallback_count)\n"
@@ -151,8 +152,10 @@ std::optional<CliOptions> parse_cli(int argc, char** argv, std::string* error) {
     } else if (a == "--expert-reader") {
       if (!value(&o.expert_reader) || (o.expert_reader != "cache" && o.expert_reader != "direct"))
         return fail("--expert-reader: expected cache or direct");
-    } else if (a == "--verify-experts") {
+    } else if (a == "--verify-experts") {  // the default; kept for scripts
       o.verify_experts = true;
+    } else if (a == "--no-verify-experts") {
+      o.verify_experts = false;
     } else if (a == "--allow-buffered-io") {
       o.allow_buffered_io = true;
     } else {

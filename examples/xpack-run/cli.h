@@ -26,7 +26,7 @@ struct CliOptions {
   std::string trace_path;        // --trace: routing trace CSV written by the expert cache
   bool ignore_eos = false;
   std::string expert_reader = "cache";  // cache (libxpack expert cache) | direct
-  bool verify_experts = false;   // checksum every expert object read from the pack
+  bool verify_experts = true;    // checksum every expert object read from the pack
   bool allow_buffered_io = false;  // where O_DIRECT is refused, read through the page cache (warns)
   bool help = false;
 };

@@ -207,7 +207,7 @@ std::unique_ptr<ExpertSource> make_cache_experts(const PackSourceOptions& o, int
   // Each backend computes on the slots in place: host memory for the CPU,
   // VRAM for CUDA (its ready events are waited on by the compute stream).
   co.device = o.cuda ? XPACK_DEVICE_CUDA : XPACK_DEVICE_HOST;
-  co.verify = o.verify ? 1 : 0;
+  co.verify = o.verify ? XPACK_VERIFY_ON : XPACK_VERIFY_OFF;
   co.direct_io = XPACK_IO_DIRECT;
   co.trace_path = o.trace_path.empty() ? nullptr : o.trace_path.c_str();
   xpack_cache* cache = nullptr;

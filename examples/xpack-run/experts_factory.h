@@ -15,7 +15,7 @@ struct PackSourceOptions {
   std::string pack_path;
   std::string trunk_path;      // checked against the pack's identity ("" = no check)
   uint64_t budget_bytes = 0;   // expert cache budget
-  bool verify = false;         // xxh3 of every object read
+  bool verify = true;          // xxh3 of every object read
   bool allow_buffered_io = false;  // O_DIRECT refused: page cache, with a warning (else an error)
   std::string trace_path;      // routing trace CSV written by the cache ("" = none)
   int threads = 0;             // parallel reads of the direct reader (0 = all cores)

@@ -337,6 +337,17 @@ enum xpack_io_mode {
   XPACK_IO_BUFFERED = -1
 };
 
+/* Values of `verify` in xpack_cache_options. */
+enum xpack_verify_mode {
+  /* The default (1 means the same): each object's xxh3-64 is checked when its read
+   * completes, on the cache's I/O thread before the copy to the device; a mismatch
+   * fails that expert with XPACK_E_OBJECT_CHECKSUM, so damaged bytes never reach a
+   * kernel (doc/cache.md has the measured cost). */
+  XPACK_VERIFY_ON = 0,
+  /* No check. */
+  XPACK_VERIFY_OFF = -1
+};
+
 /* A zero-filled struct (with size set) means the defaults; so does NULL. */
 typedef struct xpack_engine_options {
   size_t size;           /* sizeof(xpack_engine_options) */
@@ -471,7 +482,7 @@ typedef struct xpack_cache_options {
   uint32_t read_splits;    /* aligned ranges per object read (0 = 1) */
   uint32_t queue_depth;    /* io_uring reads in flight at most (0 = 64) */
   int32_t direct_io;       /* enum xpack_io_mode (default XPACK_IO_DIRECT) */
-  int32_t verify;          /* 1: xxh3 of every object on arrival (default 0) */
+  int32_t verify;          /* enum xpack_verify_mode (default XPACK_VERIFY_ON) */
   const char *stats_path;  /* JSON stats written atomically; NULL = none */
   uint64_t stats_interval; /* write every N releases, and at destroy (0 = destroy only) */
   const char *trace_path;  /* routing trace CSV step,layer,expert; NULL = none */

@@ -121,7 +121,9 @@ XPACK_API int xpack_cache_create(xpack_pack* p, const xpack_cache_options* opts,
   auto direct = xpack::capi::direct_io_from(o.direct_io);
   if (!direct.ok()) return fail(nullptr, direct.error());
   co.direct_io = *direct;
-  co.verify = o.verify != 0;
+  auto verify = xpack::capi::verify_from(o.verify);
+  if (!verify.ok()) return fail(nullptr, verify.error());
+  co.verify = *verify;
   if (o.stats_path) co.stats_path = o.stats_path;
   co.stats_interval = o.stats_interval;
   if (o.trace_path) co.trace_path = o.trace_path;

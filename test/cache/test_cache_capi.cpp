@@ -170,6 +170,47 @@ TEST_CASE("C API: argument errors, capacity, NULL handling") {
   xpack_cache_destroy(c);
 }
 
+TEST_CASE("C API: by default every object is checked, so a damaged one never reaches a slot") {
+  Env env;
+  // One byte of (layer 1, expert 3) flipped on disk, after the pack was opened.
+  uint64_t off = 0;
+  REQUIRE(xpack_pack_object_offset(env.pack, 1, 3, &off) == 0);
+  {
+    auto bytes = xpack::test::read_file(xpack_pack_path(env.pack));
+    bytes[off + 100] ^= 0x40;
+    xpack::test::write_file(xpack_pack_path(env.pack), bytes);
+  }
+  auto run = [&](int32_t verify, int want_rc) {
+    xpack_cache_options o{};  // zero-filled: the defaults
+    o.size = sizeof(o);
+    o.device = XPACK_DEVICE_HOST;
+    o.budget_bytes = env.opts(4).budget_bytes;
+    o.verify = verify;
+    xpack_cache* c = nullptr;
+    REQUIRE_MESSAGE(xpack_cache_create(env.pack, &o, &c) == 0, xpack_last_error());
+    uint32_t ids[2] = {3, 4};
+    xpack_expert_slot s[2];
+    uint64_t t = 0;
+    REQUIRE(xpack_cache_acquire(c, 1, ids, 2, 1, s, &t) == 0);
+    CHECK(xpack_cache_wait(c, t, 0) == want_rc);
+    CHECK(xpack_cache_wait(c, t, 1) == 0);
+    if (want_rc != 0) CHECK(std::string(xpack_cache_errmsg(c)).find("expert 3") != std::string::npos);
+    REQUIRE(xpack_cache_release(c, t, nullptr) == 0);
+    xpack_cache_destroy(c);
+  };
+  run(0, XPACK_E_OBJECT_CHECKSUM);               // zero: XPACK_VERIFY_ON
+  run(XPACK_VERIFY_ON, XPACK_E_OBJECT_CHECKSUM);
+  run(1, XPACK_E_OBJECT_CHECKSUM);               // the old explicit "on"
+  run(XPACK_VERIFY_OFF, 0);                      // the opt-out delivers what is on disk
+  xpack_cache_options o{};
+  o.size = sizeof(o);
+  o.device = XPACK_DEVICE_HOST;
+  o.verify = 7;
+  xpack_cache* c = nullptr;
+  CHECK(xpack_cache_create(env.pack, &o, &c) == XPACK_E_INVALID_ARG);
+  CHECK(c == nullptr);
+}
+
 TEST_CASE("C API: an injected EIO fails one expert; stats file written at destroy") {
   Env env;
   io::FaultPlan plan;

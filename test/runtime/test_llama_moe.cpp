@@ -158,14 +158,21 @@ TEST_CASE("MoE fixture: a converted trunk without --pack, a foreign pack, a dama
   CHECK(r.rc == 1);
   CHECK(r.err.find("other.xpack") != std::string::npos);
 
-  // Flip one payload byte of the last object: --verify-experts refuses to use it.
+  // Flip one payload byte of the last object: it is refused by default (both readers),
+  // and used only when checking is switched off.
   std::vector<uint8_t> bytes = xpack::test::read_file(tmp / "moe.xpack");
   bytes[bytes.size() - 4096 * 2 - 17] ^= 0x40;
   xpack::test::write_file(tmp / "bad.xpack", bytes);
-  r = run(xrun("-m " + q(tmp / "moe.trunk.gguf") + " --pack " + q(tmp / "bad.xpack") +
-               " --verify-experts --prompt-ids 1,403 -n 4"));
-  CHECK(r.rc == 1);
-  CHECK(r.err.find("expert") != std::string::npos);
+  for (const char* reader : {"cache", "direct"}) {
+    CAPTURE(reader);
+    r = run(xrun("-m " + q(tmp / "moe.trunk.gguf") + " --pack " + q(tmp / "bad.xpack") +
+                 " --expert-reader " + reader + " --prompt-ids 1,403 -n 4"));
+    CHECK(r.rc == 1);
+    CHECK(r.err.find("expert") != std::string::npos);
+    r = run(xrun("-m " + q(tmp / "moe.trunk.gguf") + " --pack " + q(tmp / "bad.xpack") + " --expert-reader " +
+                 reader + " --no-verify-experts --prompt-ids 1,403 -n 4"));
+    CHECK_MESSAGE(r.rc == 0, r.err);
+  }
 }
 
 TEST_CASE("MoE fixture top-2: pack path and plain GGUF path agree bit for bit; split source") {
