@@ -310,23 +310,11 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
-// Quantile upper bound of several histograms together (same buckets as
-// Log2Histogram::quantile_upper_ns).
-double merged_quantile_ms(const std::vector<const stats::Log2Histogram*>& hs, double q) {
-  std::array<uint64_t, stats::Log2Histogram::kBuckets> b{};
-  uint64_t count = 0;
-  for (auto* h : hs) {
-    for (int i = 0; i < stats::Log2Histogram::kBuckets; ++i) b[i] += h->buckets()[i];
-    count += h->count();
-  }
-  if (count == 0) return 0;
-  uint64_t need = std::max<uint64_t>(1, uint64_t(q * double(count)));
-  uint64_t seen = 0;
-  for (int i = 0; i < stats::Log2Histogram::kBuckets; ++i) {
-    seen += b[i];
-    if (seen >= need) return double(uint64_t{2} << std::min(i, 62)) / 1e6;
-  }
-  return 0;
+// Quantile upper bound of several histograms together (LatencyHistogram::quantile_ns).
+double merged_quantile_ms(const std::vector<const LatencyHistogram*>& hs, double q) {
+  LatencyHistogram all;
+  for (auto* h : hs) all.merge(*h);
+  return double(all.quantile_ns(q)) / 1e6;
 }
 
 int fail(const char* what, const Error& e) {
@@ -399,7 +387,7 @@ int run(const Args& a) {
   std::vector<double> ratios;
   double cache_bytes = 0, cache_secs = 0, disk_bytes = 0, disk_secs = 0;
   uint64_t misses = 0, hits = 0, stall_ns = 0, requests = 0;
-  std::vector<const stats::Log2Histogram*> read_h, h2d_h;
+  std::vector<const LatencyHistogram*> read_h, h2d_h;
   for (uint32_t r = 0; r < a.rounds; ++r) {
     const CacheRound& c = caches[r];
     double disk = (disks[r].gbps() + disks[r + 1].gbps()) / 2;
@@ -426,8 +414,8 @@ int run(const Args& a) {
     j["ratio_vs_min_disk_pcie"] = ratio;
     j["stall_ms_per_miss"] = double(c.counters.stall_ns) / 1e6 / double(c.counters.cache_misses);
     j["stall_ms_per_request"] = double(c.counters.stall_ns) / 1e6 / double(c.requests);
-    j["read_p50_ms_upper"] = double(c.counters.read_latency.quantile_upper_ns(0.5)) / 1e6;
-    j["h2d_p50_ms_upper"] = double(c.counters.h2d_latency.quantile_upper_ns(0.5)) / 1e6;
+    j["read_p50_ms_upper"] = double(c.counters.read_latency.quantile_ns(0.5)) / 1e6;
+    j["h2d_p50_ms_upper"] = double(c.counters.h2d_latency.quantile_ns(0.5)) / 1e6;
     rounds.push_back(std::move(j));
   }
   // Pooled disk: each disk pass weighted as often as it brackets a cache pass

@@ -89,7 +89,7 @@ Result<RunResult> run_threaded(const Workload& w, const RunLimits& lim, uint32_t
 
   std::atomic<uint64_t> next{0};
   std::atomic<int> first_error{0};
-  std::vector<io::LatencyHistogram> hists(threads);
+  std::vector<LatencyHistogram> hists(threads);
   std::vector<uint64_t> bytes(threads, 0);
   Clock clock(lim);
   double cpu0 = cpu_now();

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "common/result.h"
-#include "io/latency_histogram.h"
+#include "common/latency_histogram.h"
 
 namespace xpack::device {
 class Device;
@@ -37,7 +37,7 @@ struct RunResult {
   uint64_t bytes = 0;
   double seconds = 0;
   double cpu_seconds = 0;
-  io::LatencyHistogram latency;
+  LatencyHistogram latency;
   std::string ring_flags;  // uring modes
   uint64_t h2d_bytes = 0;
   // The staging memory's backing (io::StagingArena): page size of most of it,

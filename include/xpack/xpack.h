@@ -613,7 +613,7 @@ typedef struct xpack_cache_counters {
   uint64_t steps;            /* releases */
   uint64_t stall_ns;         /* time waiters spent blocked on misses */
   uint64_t stall_waits;
-  uint64_t read_p50_ns, read_p99_ns; /* upper bounds of log2 latency buckets */
+  uint64_t read_p50_ns, read_p99_ns; /* upper bounds, within 6.25 % of the true quantile */
   uint64_t h2d_p50_ns, h2d_p99_ns;
   uint32_t n_layers;         /* entries of the per-layer counters */
   uint64_t trace_write_errors; /* routing trace writes/flushes that failed (trace incomplete) */

@@ -295,10 +295,10 @@ XPACK_API int xpack_cache_get_counters(const xpack_cache* c, xpack_cache_counter
   k.steps = s.steps;
   k.stall_ns = s.stall_ns;
   k.stall_waits = s.stall_waits;
-  k.read_p50_ns = s.read_latency.quantile_upper_ns(0.5);
-  k.read_p99_ns = s.read_latency.quantile_upper_ns(0.99);
-  k.h2d_p50_ns = s.h2d_latency.quantile_upper_ns(0.5);
-  k.h2d_p99_ns = s.h2d_latency.quantile_upper_ns(0.99);
+  k.read_p50_ns = s.read_latency.quantile_ns(0.5);
+  k.read_p99_ns = s.read_latency.quantile_ns(0.99);
+  k.h2d_p50_ns = s.h2d_latency.quantile_ns(0.5);
+  k.h2d_p99_ns = s.h2d_latency.quantile_ns(0.99);
   k.n_layers = uint32_t(s.route_calls_by_layer.size());
   k.trace_write_errors = s.trace_write_errors;
   k.staging_page_bytes = s.staging_page_bytes;

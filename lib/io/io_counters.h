@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#include "io/latency_histogram.h"
+#include "common/latency_histogram.h"
 
 namespace xpack::io {
 

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <vector>
 
-#include "stats/histogram.h"
+#include "common/latency_histogram.h"
 
 namespace xpack::stats {
 
@@ -38,8 +38,8 @@ struct Counters {
   std::vector<uint64_t> route_tokens_by_layer;
   std::vector<uint64_t> hits_by_layer;
   std::vector<uint64_t> misses_by_layer;
-  Log2Histogram read_latency;     // submit -> object in staging
-  Log2Histogram h2d_latency;      // copy enqueued -> copy done
+  LatencyHistogram read_latency;    // submit -> object in staging
+  LatencyHistogram h2d_latency;    // copy enqueued -> copy done
 };
 
 class Telemetry {

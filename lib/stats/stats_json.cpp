@@ -9,19 +9,22 @@
 namespace xpack::stats {
 namespace {
 
-nlohmann::ordered_json histogram_json(const Log2Histogram& h) {
+nlohmann::ordered_json histogram_json(const LatencyHistogram& h) {
   nlohmann::ordered_json j;
   j["count"] = h.count();
   j["sum_ns"] = h.sum_ns();
   j["max_ns"] = h.max_ns();
   j["mean_ns"] = h.count() ? double(h.sum_ns()) / double(h.count()) : 0.0;
-  j["p50_ns_upper"] = h.quantile_upper_ns(0.5);
-  j["p99_ns_upper"] = h.quantile_upper_ns(0.99);
+  // Upper bounds of the buckets holding them: within 6.25 % above the true value.
+  j["p50_ns_upper"] = h.quantile_ns(0.5);
+  j["p99_ns_upper"] = h.quantile_ns(0.99);
+  j["p999_ns_upper"] = h.quantile_ns(0.999);
+  const auto log2 = h.log2_counts();
   int last = -1;
-  for (int i = 0; i < Log2Histogram::kBuckets; ++i)
-    if (h.buckets()[i]) last = i;
+  for (int i = 0; i < LatencyHistogram::kLog2Buckets; ++i)
+    if (log2[i]) last = i;
   auto b = nlohmann::ordered_json::array();
-  for (int i = 0; i <= last; ++i) b.push_back(h.buckets()[i]);
+  for (int i = 0; i <= last; ++i) b.push_back(log2[i]);
   j["log2_ns_buckets"] = b;
   return j;
 }

@@ -13,25 +13,46 @@
 using namespace xpack;
 using namespace xpack::stats;
 
-TEST_CASE("histogram: log2 buckets, quantiles, sums") {
-  Log2Histogram h;
-  CHECK(h.quantile_upper_ns(0.5) == 0);
+TEST_CASE("histogram: log-linear buckets, quantiles within 6.25 %, sums") {
+  LatencyHistogram h;
+  CHECK(h.quantile_ns(0.5) == 0);
   h.record(0);
   h.record(1);
-  h.record(1000);     // 2^9 <= 1000 < 2^10
+  h.record(1000);     // 2^9 <= 1000 < 2^10, sub-bucket [992, 1024)
   h.record(1u << 20);
-  CHECK(Log2Histogram::bucket_of(1000) == 9);
-  CHECK(h.buckets()[0] == 2);
-  CHECK(h.buckets()[9] == 1);
-  CHECK(h.buckets()[20] == 1);
   CHECK(h.count() == 4);
   CHECK(h.sum_ns() == 1 + 1000 + (1u << 20));
   CHECK(h.max_ns() == (1u << 20));
-  CHECK(h.quantile_upper_ns(0.5) == 2);       // 2nd of 4 values is in bucket 0
-  CHECK(h.quantile_upper_ns(0.75) == 1024);
-  CHECK(h.quantile_upper_ns(1.0) == (2u << 20));
+  CHECK(h.quantile_ns(0.5) == 1);             // values below 16 are exact
+  CHECK(h.quantile_ns(0.75) == 1023);         // was 1024 (the power of two above)
+  CHECK(h.quantile_ns(1.0) == (1u << 20) + (1u << 16) - 1);
+  const auto log2 = h.log2_counts();
+  CHECK(log2[0] == 2);
+  CHECK(log2[9] == 1);
+  CHECK(log2[20] == 1);
   h.record(UINT64_MAX);
-  CHECK(Log2Histogram::bucket_of(UINT64_MAX) == 63);
+  CHECK(h.quantile_ns(1.0) == UINT64_MAX);
+  CHECK(h.max_ns() == UINT64_MAX);
+
+  // Every value is reported within [v, v * (1 + 1/16)): the resolution the
+  // stats JSON and xpack_cache_counters promise.
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (int i = 0; i < 20000; ++i) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    const uint64_t v = x >> (x % 60);
+    LatencyHistogram one;
+    one.record(v);
+    const uint64_t got = one.quantile_ns(0.5);
+    REQUIRE(got >= v);
+    REQUIRE(double(got - v) < double(v) / 16.0 + 1.0);
+  }
+  LatencyHistogram a, b;
+  a.record(10);
+  b.record(5000);
+  a.merge(b);
+  CHECK(a.count() == 2);
+  CHECK(a.sum_ns() == 5010);
+  CHECK(a.max_ns() == 5000);
 }
 
 TEST_CASE("telemetry: snapshots taken during concurrent updates are consistent") {
