@@ -2,7 +2,7 @@
 # Run HERE (a Debian 12 machine with network), from the repository root, before sending
 # bench/gpu-check.sh to the GPU machine (Ubuntu 24.04, no network). Fills .deps/ (ignored
 # by git; carry it) with what that machine lacks:
-#   - liburing, xxHash, nlohmann-json .debs (installed there by .deps/install-debs.sh);
+#   - liburing, xxHash, nlohmann-json, CLI11 .debs (installed there by .deps/install-debs.sh);
 #   - a static fio 3.33 built from Debian's source package (.deps/bin/fio), the baseline
 #     of bench/compare-fio.sh (Debian's fio binary needs ~60 shared libraries);
 #   - Python wheels of gguf and its pure dependencies for the test suite's cross-checks.
