@@ -41,21 +41,6 @@ void st_ok(int st, const char* what) {
   }
 }
 
-const char* type_name(uint32_t t) {
-  switch (t) {
-    case xk::kF32: return "f32";
-    case xk::kF16: return "f16";
-    case xk::kBF16: return "bf16";
-    case xk::kQ8_0: return "q8_0";
-    case xk::kQ2_K: return "q2_K";
-    case xk::kQ3_K: return "q3_K";
-    case xk::kQ4_K: return "q4_K";
-    case xk::kQ5_K: return "q5_K";
-    case xk::kQ6_K: return "q6_K";
-    case xk::kMXFP4: return "mxfp4";
-    default: return "?";
-  }
-}
 
 uint64_t g_rng = 0x9E3779B97F4A7C15ull;
 uint64_t next() {
@@ -132,7 +117,7 @@ void report(const char* kind, uint32_t type, int64_t ne0, int64_t ne1, int n, co
             double us, double bytes, const char* what) {
   const double gbs = bytes / (us * 1e-6) / 1e9;
   std::printf("RESULT kind=%s type=%s m=%lld n=%d k=%lld mode=%s us=%.2f weight_GBps=%.0f copy_pct=%.1f shape=%s\n",
-              kind, type_name(type), (long long)ne1, n, (long long)ne0, mode, us, gbs,
+              kind, xk::type_name(type), (long long)ne1, n, (long long)ne0, mode, us, gbs,
               100.0 * gbs / g_copy_gbs, what);
   std::fflush(stdout);
 }

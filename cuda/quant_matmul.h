@@ -37,6 +37,10 @@ enum Status : int {
 // Thread safety: safe from any thread.
 const char* status_name(int status);
 
+// ggml's short name of a supported weight type ("q2_K", "mxfp4", ...), "?" otherwise.
+// Thread safety: safe from any thread.
+const char* type_name(uint32_t type);
+
 // ggml type ids (the same values as xpack.h's XPACK_TYPE_*).
 enum WeightType : uint32_t {
   kF32 = 0,

@@ -19,6 +19,22 @@ const char* status_name(int status) {
   }
 }
 
+const char* type_name(uint32_t type) {
+  switch (type) {
+    case kF32: return "f32";
+    case kF16: return "f16";
+    case kBF16: return "bf16";
+    case kQ8_0: return "q8_0";
+    case kQ2_K: return "q2_K";
+    case kQ3_K: return "q3_K";
+    case kQ4_K: return "q4_K";
+    case kQ5_K: return "q5_K";
+    case kQ6_K: return "q6_K";
+    case kMXFP4: return "mxfp4";
+    default: return "?";
+  }
+}
+
 int block_elems(uint32_t type) {
   switch (type) {
     case kF32: case kF16: case kBF16: return 1;

@@ -164,21 +164,24 @@ __global__ void rope_kernel(float* x, int64_t width, int64_t head_dim, int64_t o
   }
 }
 
-__global__ void softmax_kernel(float* x, int64_t width) {
-  float* r = x + int64_t(blockIdx.x) * width;
+// In place over r[0, n), by the whole block: exp(r - max) / sum, the sum in double
+// (the CPU's softmax_rows, and the attention scores').
+__device__ void block_softmax(float* r, int64_t n) {
   float m = -INFINITY;
-  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) m = fmaxf(m, r[i]);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, r[i]);
   m = block_max(m);
   double s = 0.0;
-  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     const float e = expf(r[i] - m);
     r[i] = e;
     s += e;
   }
   s = block_sum(s);
   const float inv = static_cast<float>(1.0 / s);
-  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) r[i] *= inv;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) r[i] *= inv;
 }
+
+__global__ void softmax_kernel(float* x, int64_t width) { block_softmax(x + int64_t(blockIdx.x) * width, width); }
 
 // One thread per row: the next pick is the best element ordered after the
 // previous one (value descending, index ascending): no per-row memory.
@@ -230,18 +233,7 @@ __global__ void attention_kernel(const float* __restrict__ q, const float* __res
     score[j] = s * scale;
   }
   __syncthreads();
-  float m = -INFINITY;
-  for (int64_t j = threadIdx.x; j < visible; j += blockDim.x) m = fmaxf(m, score[j]);
-  m = block_max(m);
-  double sum = 0.0;
-  for (int64_t j = threadIdx.x; j < visible; j += blockDim.x) {
-    const float e = expf(score[j] - m);
-    score[j] = e;
-    sum += e;
-  }
-  sum = block_sum(sum);
-  const float inv = static_cast<float>(1.0 / sum);
-  for (int64_t j = threadIdx.x; j < visible; j += blockDim.x) score[j] *= inv;
+  block_softmax(score, visible);
   __syncthreads();
   float* oh = out + t * q_w + h * D;
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {

@@ -33,21 +33,6 @@ constexpr double kTolBf16 = 4e-3;
 const uint32_t kTypes[] = {xk::kF32, xk::kF16, xk::kBF16, xk::kQ8_0, xk::kQ4_K,
                            xk::kQ5_K, xk::kQ6_K, xk::kQ2_K, xk::kQ3_K, xk::kMXFP4};
 
-const char* type_name(uint32_t t) {
-  switch (t) {
-    case xk::kF32: return "f32";
-    case xk::kF16: return "f16";
-    case xk::kBF16: return "bf16";
-    case xk::kQ8_0: return "q8_0";
-    case xk::kQ2_K: return "q2_K";
-    case xk::kQ3_K: return "q3_K";
-    case xk::kQ4_K: return "q4_K";
-    case xk::kQ5_K: return "q5_K";
-    case xk::kQ6_K: return "q6_K";
-    case xk::kMXFP4: return "mxfp4";
-    default: return "?";
-  }
-}
 
 // Elements of one matvec "unit" (the kernel's per-thread step), to pick row
 // lengths that exercise each thread-per-row choice (32, 64, 128).
@@ -176,7 +161,7 @@ TEST_CASE("dequantize_rows equals the CPU decoders bit for bit") {
   std::mt19937 rng(1);
   Stream st;
   for (uint32_t type : kTypes) {
-    CAPTURE(type_name(type));
+    CAPTURE(xk::type_name(type));
     const int64_t ne0 = xk::block_elems(type) == 1 ? 72 : 2 * 256, rows = 37;
     const auto w = random_weights(type, ne0, rows, rng);
     DevBuf dw(w.size()), dout(size_t(ne0 * rows) * 4);
@@ -199,7 +184,7 @@ TEST_CASE("matvec: every type, 1..8 tokens, four row lengths, odd row counts") {
     // tokens too large for shared memory (the kernel reads it from global memory).
     for (int units : {4, 80, 136, 0}) {
       const int64_t ne0 = units ? int64_t(units) * unit_elems(type) : 6656, ne1 = 37;
-      CAPTURE(type_name(type));
+      CAPTURE(xk::type_name(type));
       CAPTURE(ne0);
       const auto w = random_weights(type, ne0, ne1, rng);
       const auto x = random_x(size_t(8 * ne0), rng);
@@ -216,7 +201,7 @@ TEST_CASE("matvec: every type, 1..8 tokens, four row lengths, odd row counts") {
         dy.get(got.data(), got.size() * 4);
         Ref r{std::vector<double>(ref.y.begin(), ref.y.begin() + n * ne1),
               std::vector<double>(ref.mag.begin(), ref.mag.begin() + n * ne1)};
-        CHECK(count_bad(got, r, kTolFp32, type_name(type)) == 0);
+        CHECK(count_bad(got, r, kTolFp32, xk::type_name(type)) == 0);
       }
     }
   }
@@ -226,7 +211,7 @@ TEST_CASE("matvec: float types with rows that are not whole 16-byte vectors") {
   std::mt19937 rng(3);
   Stream st;
   for (uint32_t type : {xk::kF32, xk::kF16, xk::kBF16}) {
-    CAPTURE(type_name(type));
+    CAPTURE(xk::type_name(type));
     const int64_t ne0 = 67, ne1 = 29;
     const auto w = random_weights(type, ne0, ne1, rng);
     const auto x = random_x(size_t(5 * ne0), rng);
@@ -238,7 +223,7 @@ TEST_CASE("matvec: float types with rows that are not whole 16-byte vectors") {
     st.sync();
     std::vector<float> got(size_t(5 * ne1));
     dy.get(got.data(), got.size() * 4);
-    CHECK(count_bad(got, reference(type, w, ne0, ne1, x.data(), 5), kTolFp32, type_name(type)) == 0);
+    CHECK(count_bad(got, reference(type, w, ne0, ne1, x.data(), 5), kTolFp32, xk::type_name(type)) == 0);
   }
 }
 
@@ -306,7 +291,7 @@ TEST_CASE("matmul: prefill of 77 tokens (fp32 tiles, several tiles) and the bf16
   xk::Context* big = nullptr;
   REQUIRE(xk::context_create(&big, 0) == xk::kOk);
   for (uint32_t type : kTypes) {
-    CAPTURE(type_name(type));
+    CAPTURE(xk::type_name(type));
     const int64_t ne0 = xk::block_elems(type) == 1 ? 520 : 3 * 256, ne1 = 45;
     const auto w = random_weights(type, ne0, ne1, rng);
     const auto x = random_x(size_t(n * ne0), rng);
@@ -323,7 +308,7 @@ TEST_CASE("matmul: prefill of 77 tokens (fp32 tiles, several tiles) and the bf16
       REQUIRE(xk::matmul(c, type, dw.p, ne0, ne1, dx.as<float>(), n, dy.as<float>(), nullptr, st.s) == xk::kOk);
       st.sync();
       dy.get(got.data(), got.size() * 4);
-      CHECK(count_bad(got, ref, kTolFp32, type_name(type)) == 0);
+      CHECK(count_bad(got, ref, kTolFp32, xk::type_name(type)) == 0);
     }
     xk::context_destroy(small);
     xk::MatmulOptions o{};
@@ -333,7 +318,7 @@ TEST_CASE("matmul: prefill of 77 tokens (fp32 tiles, several tiles) and the bf16
     REQUIRE(xk::matmul(big, type, dw.p, ne0, ne1, dx.as<float>(), n, dy.as<float>(), &o, st.s) == xk::kOk);
     st.sync();
     dy.get(got.data(), got.size() * 4);
-    CHECK(count_bad(got, ref, kTolBf16, type_name(type)) == 0);
+    CHECK(count_bad(got, ref, kTolBf16, xk::type_name(type)) == 0);
     // bf16 rounding is visible: the option really changes the computation.
     double worst = 0;
     for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(got[i] - ref.y[i]) / ref.mag[i]);
@@ -348,7 +333,7 @@ TEST_CASE("matmul: prefill of 77 tokens (fp32 tiles, several tiles) and the bf16
     dy.get(g3.data(), g3.size() * 4);
     Ref r3{std::vector<double>(ref.y.begin(), ref.y.begin() + 3 * ne1),
            std::vector<double>(ref.mag.begin(), ref.mag.begin() + 3 * ne1)};
-    CHECK(count_bad(g3, r3, kTolFp32, type_name(type)) == 0);
+    CHECK(count_bad(g3, r3, kTolFp32, xk::type_name(type)) == 0);
   }
   xk::context_destroy(big);
   xk::context_destroy(nullptr);
@@ -360,7 +345,7 @@ TEST_CASE("grouped launches equal separate launches bit for bit") {
   xk::Context* ctx = nullptr;
   REQUIRE(xk::context_create(&ctx, 0) == xk::kOk);
   for (uint32_t type : kTypes) {
-    CAPTURE(type_name(type));
+    CAPTURE(xk::type_name(type));
     const int64_t ne0 = int64_t(80) * unit_elems(type), ne1 = 53;
     const int counts[] = {1, 3, 8, 2, 5, 1, 77};  // the last one: a prefill-sized problem
     const int np = 7;
@@ -406,7 +391,7 @@ TEST_CASE("grouped launches equal separate launches bit for bit") {
       const int nt = probs[size_t(i)].n_tokens;
       const Ref ref = reference(type, w, ne0, ne1, x.data() + probs[size_t(i)].row * ne0, nt);
       std::vector<float> g(a.begin() + probs[size_t(i)].row * ne1, a.begin() + (probs[size_t(i)].row + nt) * ne1);
-      CHECK(count_bad(g, ref, kTolFp32, type_name(type)) == 0);
+      CHECK(count_bad(g, ref, kTolFp32, xk::type_name(type)) == 0);
     }
   }
   xk::context_destroy(ctx);

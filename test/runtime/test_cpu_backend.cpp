@@ -40,6 +40,19 @@ void check_close(const std::vector<float>& got, const std::vector<double>& want,
   }
 }
 
+// y[t][o] = sum_i w[o][i] * x[t][i] in double.
+std::vector<double> reference_matmul(const std::vector<float>& w, const std::vector<float>& x, int64_t ne0,
+                                     int64_t ne1, int64_t n) {
+  std::vector<double> y(size_t(n * ne1));
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t o = 0; o < ne1; ++o) {
+      double s = 0;
+      for (int64_t i = 0; i < ne0; ++i) s += double(w[o * ne0 + i]) * x[t * ne0 + i];
+      y[t * ne1 + o] = s;
+    }
+  return y;
+}
+
 }  // namespace
 
 TEST_CASE("cpu backend: matmul over F32 and Q8_0 equals the dequantize-and-dot reference") {
@@ -52,14 +65,7 @@ TEST_CASE("cpu backend: matmul over F32 and Q8_0 equals the dequantize-and-dot r
   auto wf = random_floats(size_t(ne0 * ne1), 2);
   Tensor w = be.upload(XPACK_TYPE_F32, wf.data(), ne0, ne1);
   be.matmul(w, x, y);
-  std::vector<double> want(size_t(n * ne1));
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t o = 0; o < ne1; ++o) {
-      double s = 0;
-      for (int64_t i = 0; i < ne0; ++i) s += double(wf[o * ne0 + i]) * xs[t * ne0 + i];
-      want[t * ne1 + o] = s;
-    }
-  check_close(download(be, y), want, 1e-5);
+  check_close(download(be, y), reference_matmul(wf, xs, ne0, ne1, n), 1e-5);
 
   // Q8_0: blocks of 32 (an fp16 scale, then 32 int8), random bytes with a sane scale.
   std::mt19937 rng(3);
@@ -73,13 +79,7 @@ TEST_CASE("cpu backend: matmul over F32 and Q8_0 equals the dequantize-and-dot r
   be.matmul(wq, x, y);
   std::vector<float> deq(size_t(ne0 * ne1));
   dequantize(XPACK_TYPE_Q8_0, q.data(), deq.data(), ne0 * ne1);
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t o = 0; o < ne1; ++o) {
-      double s = 0;
-      for (int64_t i = 0; i < ne0; ++i) s += double(deq[o * ne0 + i]) * xs[t * ne0 + i];
-      want[t * ne1 + o] = s;
-    }
-  check_close(download(be, y), want, 1e-5);
+  check_close(download(be, y), reference_matmul(deq, xs, ne0, ne1, n), 1e-5);
 
   // Shapes that do not agree are refused, not computed.
   Tensor bad_x = be.alloc(XPACK_TYPE_F32, ne0 + 32, n);
