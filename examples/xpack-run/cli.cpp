@@ -21,7 +21,11 @@ const char* usage_text() {
          "      --greedy          temperature 0, ties to the lowest id (the default)\n"
          "      --temp T          sampling temperature (0 = greedy)\n"
          "      --seed S          sampling seed (default 0)\n"
-         "      --cache-mib M     expert cache budget in MiB (default 2048; fractions allowed)\n"
+         "      --cache-mib M     expert cache budget in MiB (fractions allowed); default 2048 on\n"
+         "                        the CPU, on CUDA all VRAM left free after the model minus\n"
+         "                        --cache-reserve-mib (never more than the pack's experts)\n"
+         "      --cache-reserve-mib M  CUDA: VRAM the expert cache leaves free for KV growth and\n"
+         "                        activations (default 1024)\n"
          "      --device D        cpu | cuda (default cpu)\n"
          "  -t, --threads N       CPU threads (default: all cores)\n"
          "      --logits-out FILE raw little-endian float32 logits, n_vocab per row: every prompt\n"
@@ -133,6 +137,11 @@ std::optional<CliOptions> parse_cli(int argc, char** argv, std::string* error) {
       if (!value(&v) || !parse_float(v, &mib) || !(mib > 0.0f) || mib > 1e9f)
         return fail("--cache-mib: expected a size in MiB > 0 (fractions allowed)");
       o.cache_mib = mib;
+    } else if (a == "--cache-reserve-mib") {
+      float mib = 0;
+      if (!value(&v) || !parse_float(v, &mib) || !(mib >= 0.0f) || mib > 1e9f)
+        return fail("--cache-reserve-mib: expected a size in MiB >= 0");
+      o.cache_reserve_mib = mib;
     } else if (a == "--device") {
       if (!value(&o.device)) return fail("missing value for --device");
       if (o.device != "cpu" && o.device != "cuda") return fail("--device: expected cpu or cuda, got '" + o.device + "'");

@@ -17,7 +17,10 @@ struct CliOptions {
   int n_predict = 32;            // -n; 0 = only evaluate the prompt
   float temperature = 0.0f;      // 0 = greedy (ties -> lowest id)
   uint64_t seed = 0;
-  double cache_mib = 2048;       // expert cache budget (fractions allowed: 0.25)
+  // Expert cache budget in MiB (fractions allowed: 0.25); 0 = the default:
+  // 2048 on the CPU, on CUDA the VRAM left free after the model minus the reserve.
+  double cache_mib = 0;
+  double cache_reserve_mib = 1024;  // CUDA: VRAM the cache leaves free (KV growth, activations)
   std::string device = "cpu";
   int threads = 0;               // 0 = hardware concurrency
   std::string logits_out;        // raw f32 rows

@@ -23,29 +23,27 @@ namespace xrun {
 
 namespace {
 
-class CacheExperts final : public ExpertSource {
+class CacheExperts final : public CacheExpertSource {
  public:
-  CacheExperts(xpack_pack* pack, xpack_cache* cache, std::vector<PackRole> roles,
-               std::string pack_path)
-      : pack_(pack), cache_(cache), roles_(std::move(roles)), pack_path_(std::move(pack_path)) {
-    xpack_cache_info info{};
-    info.size = sizeof(info);
-    xpack_cache_get_info(cache_, &info);
-    slot_count_ = info.slot_count;
-    n_experts_ = static_cast<int>(info.n_experts);
-    object_bytes_ = info.object_bytes;
-    slot_bytes_ = uint64_t(info.slot_count) * info.slot_stride;
-    on_device_ = info.device_backend && std::string(info.device_backend) == "cuda";
+  CacheExperts(xpack_pack* pack, std::vector<PackRole> roles, const PackSourceOptions& opts)
+      : pack_(pack), roles_(std::move(roles)), opts_(opts), pack_path_(opts.pack_path) {
     xpack_pack_info pi{};
     pi.size = sizeof(pi);
     xpack_pack_get_info(pack_, &pi);
     top_k_ = pi.n_experts_used;
+    n_experts_ = static_cast<int>(pi.n_experts);
+    object_bytes_ = pi.object_bytes;
   }
 
   ~CacheExperts() override {
     xpack_cache_destroy(cache_);
     xpack_pack_close(pack_);
   }
+
+  bool create_cache(std::string* why_not, bool* capacity) override;
+  uint32_t top_k() const override { return top_k_; }
+  uint64_t object_bytes() const override { return slot_stride_ ? slot_stride_ : object_bytes_; }
+  uint32_t slot_count() const override { return slot_count_; }
 
   bool has_layer(int layer) const override {
     uint32_t slot = 0;
@@ -54,6 +52,7 @@ class CacheExperts final : public ExpertSource {
   int n_experts() const override { return n_experts_; }
 
   std::unique_ptr<ExpertRequest> acquire(int layer, const int32_t* experts, int n, void* compute_stream) override {
+    if (!cache_) throw ModelError("expert cache: acquire before create_cache");
     uint32_t lslot = 0;
     if (layer < 0 || xpack_pack_layer_slot(pack_, static_cast<uint32_t>(layer), &lslot) != 0) {
       throw ModelError("expert pack has no layer " + std::to_string(layer));
@@ -83,6 +82,7 @@ class CacheExperts final : public ExpertSource {
   }
 
   void finish() override {
+    if (!cache_) return;
     int rc = xpack_cache_write_stats(cache_);
     xpack_cache_counters c{};
     c.size = sizeof(c);
@@ -97,6 +97,7 @@ class CacheExperts final : public ExpertSource {
   uint64_t device_bytes() const override { return on_device_ ? slot_bytes_ : 0; }
 
   std::string counters_json() const override {
+    if (!cache_) return "{}";
     xpack_cache_counters c{};
     c.size = sizeof(c);
     xpack_cache_get_counters(cache_, &c);
@@ -161,10 +162,12 @@ class CacheExperts final : public ExpertSource {
   }
 
   xpack_pack* pack_;
-  xpack_cache* cache_;
+  xpack_cache* cache_ = nullptr;
   std::vector<PackRole> roles_;
+  PackSourceOptions opts_;
   std::string pack_path_;
   uint32_t slot_count_ = 0;
+  uint64_t slot_stride_ = 0;
   int n_experts_ = 0;
   uint64_t object_bytes_ = 0;
   uint32_t top_k_ = 0;
@@ -173,10 +176,55 @@ class CacheExperts final : public ExpertSource {
   bool on_device_ = false;
 };
 
+bool CacheExperts::create_cache(std::string* why_not, bool* capacity) {
+  if (capacity) *capacity = false;
+  if (cache_) return true;
+  const PackSourceOptions& o = opts_;
+  xpack_cache_options co{};
+  xpack_cache_options_init(&co);
+  co.budget_bytes = o.budget_bytes;
+  co.reserve_bytes = o.reserve_bytes;
+  // Each backend computes on the slots in place: host memory for the CPU,
+  // VRAM for CUDA (its ready events are waited on by the compute stream).
+  co.device = o.cuda ? XPACK_DEVICE_CUDA : XPACK_DEVICE_HOST;
+  co.verify = o.verify ? XPACK_VERIFY_ON : XPACK_VERIFY_OFF;
+  co.direct_io = XPACK_IO_DIRECT;
+  co.trace_path = o.trace_path.empty() ? nullptr : o.trace_path.c_str();
+  int rc = xpack_cache_create(pack_, &co, &cache_);
+  if (rc == XPACK_E_NO_DIRECT_IO) {
+    // Fail closed: reading through the page cache doubles every expert's memory
+    // traffic and hides the disk's real speed, so it is never silent.
+    if (!o.allow_buffered_io) {
+      throw ModelError("the filesystem of " + o.pack_path + " refuses O_DIRECT reads (" + xpack_last_error() +
+                       "); put the pack on a disk filesystem, or pass --allow-buffered-io to read "
+                       "experts through the page cache");
+    }
+    std::fprintf(stderr,
+                 "xpack-run: warning: %s refuses O_DIRECT; reading experts through the page cache "
+                 "(--allow-buffered-io)\n",
+                 o.pack_path.c_str());
+    co.direct_io = XPACK_IO_BUFFERED;
+    rc = xpack_cache_create(pack_, &co, &cache_);
+  }
+  if (rc != 0) {
+    cache_ = nullptr;
+    if (why_not) *why_not = std::string(xpack_last_error()) + " (" + xpack_strerror(rc) + ")";
+    if (capacity) *capacity = rc == XPACK_E_CAPACITY;
+    return false;
+  }
+  xpack_cache_info info{};
+  info.size = sizeof(info);
+  xpack_cache_get_info(cache_, &info);
+  slot_count_ = info.slot_count;
+  slot_stride_ = info.slot_stride;
+  slot_bytes_ = uint64_t(info.slot_count) * info.slot_stride;
+  on_device_ = info.device_backend && std::string(info.device_backend) == "cuda";
+  return true;
+}
+
 }  // namespace
 
-std::unique_ptr<ExpertSource> make_cache_experts(const PackSourceOptions& o, int n_expected_experts,
-                                                 std::string* why_not) {
+std::unique_ptr<CacheExpertSource> open_cache_experts(const PackSourceOptions& o, int n_expected_experts) {
   xpack_pack_options popts{};
   popts.size = sizeof(popts);
   popts.trunk_path = o.trunk_path.empty() ? nullptr : o.trunk_path.c_str();
@@ -201,40 +249,14 @@ std::unique_ptr<ExpertSource> make_cache_experts(const PackSourceOptions& o, int
     xpack_pack_close(pack);
     throw;
   }
-  xpack_cache_options co{};
-  xpack_cache_options_init(&co);
-  co.budget_bytes = o.budget_bytes;
-  // Each backend computes on the slots in place: host memory for the CPU,
-  // VRAM for CUDA (its ready events are waited on by the compute stream).
-  co.device = o.cuda ? XPACK_DEVICE_CUDA : XPACK_DEVICE_HOST;
-  co.verify = o.verify ? XPACK_VERIFY_ON : XPACK_VERIFY_OFF;
-  co.direct_io = XPACK_IO_DIRECT;
-  co.trace_path = o.trace_path.empty() ? nullptr : o.trace_path.c_str();
-  xpack_cache* cache = nullptr;
-  rc = xpack_cache_create(pack, &co, &cache);
-  if (rc == XPACK_E_NO_DIRECT_IO) {
-    // Fail closed: reading through the page cache doubles every expert's memory
-    // traffic and hides the disk's real speed, so it is never silent.
-    if (!o.allow_buffered_io) {
-      const std::string why = xpack_last_error();
-      xpack_pack_close(pack);
-      throw ModelError("the filesystem of " + o.pack_path + " refuses O_DIRECT reads (" + why +
-                       "); put the pack on a disk filesystem, or pass --allow-buffered-io to read "
-                       "experts through the page cache");
-    }
-    std::fprintf(stderr,
-                 "xpack-run: warning: %s refuses O_DIRECT; reading experts through the page cache "
-                 "(--allow-buffered-io)\n",
-                 o.pack_path.c_str());
-    co.direct_io = XPACK_IO_BUFFERED;
-    rc = xpack_cache_create(pack, &co, &cache);
-  }
-  if (rc != 0) {
-    if (why_not) *why_not = std::string(xpack_last_error()) + " (" + xpack_strerror(rc) + ")";
-    xpack_pack_close(pack);
-    return nullptr;
-  }
-  return std::make_unique<CacheExperts>(pack, cache, std::move(roles), o.pack_path);
+  return std::make_unique<CacheExperts>(pack, std::move(roles), o);
+}
+
+std::unique_ptr<ExpertSource> make_cache_experts(const PackSourceOptions& o, int n_expected_experts,
+                                                 std::string* why_not) {
+  std::unique_ptr<CacheExpertSource> source = open_cache_experts(o, n_expected_experts);
+  if (!source->create_cache(why_not, nullptr)) return nullptr;
+  return source;
 }
 
 }  // namespace xrun

@@ -93,6 +93,34 @@ class LogitsWriter {
   std::ofstream f_;
 };
 
+constexpr uint64_t kDefaultHostCacheMib = 2048;
+
+// The GPU's expert cache, once the model is on the device. A cache that cannot
+// hold one MoE layer's top-k experts could not run a single token: refused at
+// start-up with the numbers, never discovered mid-generation.
+void create_gpu_cache(CacheExpertSource& source, const CliOptions& o) {
+  std::string why;
+  bool capacity = false;
+  if (source.create_cache(&why, &capacity)) return;
+  if (!capacity) throw ModelError("--device cuda: the expert cache could not be created on the GPU: " + why);
+  const double object_mib = double(source.object_bytes()) / 1048576.0;
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "--device cuda: the expert cache cannot hold one MoE layer's working set of top-k = %u experts "
+                "(%u x %.2f MiB = %.2f MiB) ",
+                source.top_k(), source.top_k(), object_mib, object_mib * source.top_k());
+  std::string msg = buf;
+  if (o.cache_mib > 0) {
+    std::snprintf(buf, sizeof buf, "in --cache-mib %.2f", o.cache_mib);
+    msg += buf;
+  } else {
+    std::snprintf(buf, sizeof buf, "in the VRAM left free after the model minus --cache-reserve-mib %.0f",
+                  o.cache_reserve_mib);
+    msg += buf;
+  }
+  throw ModelError(msg + ": " + why + "; raise --cache-mib, lower --cache-reserve-mib, or free GPU memory");
+}
+
 int run(const CliOptions& o) {
   auto t_load = std::chrono::steady_clock::now();
   // The backend first: a missing GPU (or a build without CUDA) is reported
@@ -110,11 +138,16 @@ int run(const CliOptions& o) {
   Backend& backend = *backend_owner;
   Weights weights(o.model_path);
   std::unique_ptr<ExpertSource> experts;
+  // On the GPU the expert cache is made after the model: its default budget is
+  // the VRAM the trunk and the state leave free (doc/xpack-run.md, "VRAM plan").
+  CacheExpertSource* cache_after_model = nullptr;
   if (!o.pack_path.empty()) {
     PackSourceOptions po;
     po.pack_path = o.pack_path;
     po.trunk_path = o.model_path;
-    po.budget_bytes = static_cast<uint64_t>(o.cache_mib * 1048576.0);
+    po.budget_bytes = o.cache_mib > 0 ? static_cast<uint64_t>(o.cache_mib * 1048576.0)
+                                      : (cuda ? 0 : kDefaultHostCacheMib << 20);
+    po.reserve_bytes = cuda ? static_cast<uint64_t>(o.cache_reserve_mib * 1048576.0) : 0;
     po.verify = o.verify_experts;
     po.allow_buffered_io = o.allow_buffered_io;
     po.trace_path = o.trace_path;
@@ -122,7 +155,13 @@ int run(const CliOptions& o) {
     po.cuda = cuda;
     const int n_expected = static_cast<int>(weights.get_int(weights.arch_key("expert_count"), 0));
     std::string why_not;
-    if (o.expert_reader == "cache") experts = make_cache_experts(po, n_expected, &why_not);
+    if (o.expert_reader == "cache" && cuda) {
+      std::unique_ptr<CacheExpertSource> source = open_cache_experts(po, n_expected);
+      cache_after_model = source.get();
+      experts = std::move(source);
+    } else if (o.expert_reader == "cache") {
+      experts = make_cache_experts(po, n_expected, &why_not);
+    }
     if (!experts && !o.trace_path.empty()) {
       // The direct reader records nothing; a silent fallback would leave no trace.
       throw ModelError("--trace: the expert cache is unavailable (" + why_not +
@@ -130,9 +169,7 @@ int run(const CliOptions& o) {
     }
     if (!experts && cuda) {
       // The direct reader's buffers are host memory, which the GPU does not compute on.
-      throw ModelError(o.expert_reader == "direct"
-                           ? std::string("--expert-reader direct is not implemented on CUDA yet; use the expert cache")
-                           : "--device cuda: the expert cache could not be created on the GPU: " + why_not);
+      throw ModelError("--expert-reader direct is not implemented on CUDA yet; use the expert cache");
     }
     if (!experts) {
       if (!why_not.empty()) std::fprintf(stderr, "xpack-run: expert cache unavailable, reading experts directly: %s\n", why_not.c_str());
@@ -143,6 +180,7 @@ int run(const CliOptions& o) {
     if (cuda) experts = make_uploaded_experts(std::move(experts), backend);
   }
   std::unique_ptr<Model> model = make_model(weights, backend, experts.get());
+  if (cache_after_model) create_gpu_cache(*cache_after_model, o);
   if (cuda) {
     std::fprintf(stderr, "xpack-run: %s\n", cuda_vram_plan(backend, experts ? experts->device_bytes() : 0).c_str());
   }

@@ -98,24 +98,33 @@ TEST_CASE("stories260K on CUDA: llama.cpp's 60 greedy ids, logits within 1e-3 of
   CHECK(db <= kTol);
 }
 
-TEST_CASE("MoE fixture on CUDA: streamed through 4 device slots = resident = plain GGUF, the dense model's ids") {
-  if (!have_gpu()) return;
+// The Mixtral-form MoE fixture (make_moe_fixture.py on stories260K) and its
+// pack in `dir`; false (the skip recorded) where stories260K or gguf-py is absent.
+bool build_moe_fixture(const std::filesystem::path& dir) {
   auto model = stories260k();
   if (!model) {
     xpack::test::skip(xpack::test::Absent::kFixture, "stories260K.gguf not found");
-    return;
+    return false;
   }
-  XPACK_REQUIRE_PYTHON_GGUF();
+  std::string why;
+  if (!xpack::test::have_python_gguf(&why)) {
+    xpack::test::skip(xpack::test::Absent::kFixture, why);
+    return false;
+  }
+  RunResult r = run("python3 " + q(source_root() / "test" / "runtime" / "make_moe_fixture.py") + " " + q(*model) +
+                    " " + q(dir / "moe.gguf"));
+  INFO(r.out << r.err);
+  REQUIRE(r.rc == 0);
+  r = run(q(xpack_build_exe()) + " " + q(dir / "moe.gguf") + " -o " + q(dir / "moe"));
+  INFO(r.out << r.err);
+  REQUIRE(r.rc == 0);
+  return true;
+}
+
+TEST_CASE("MoE fixture on CUDA: streamed through 4 device slots = resident = plain GGUF, the dense model's ids") {
+  if (!have_gpu()) return;
   xpack::test::TempDir tmp;
-  {
-    RunResult r = run("python3 " + q(source_root() / "test" / "runtime" / "make_moe_fixture.py") + " " + q(*model) +
-                      " " + q(tmp / "moe.gguf"));
-    INFO(r.out << r.err);
-    REQUIRE(r.rc == 0);
-    r = run(q(xpack_build_exe()) + " " + q(tmp / "moe.gguf") + " -o " + q(tmp / "moe"));
-    INFO(r.out << r.err);
-    REQUIRE(r.rc == 0);
-  }
+  if (!build_moe_fixture(tmp.path())) return;
   const std::string trunk = q(tmp / "moe.trunk.gguf"), pack = q(tmp / "moe.xpack");
   const std::string args = " --prompt-ids 1,403 -n 60 ";
   const std::vector<int32_t> want = golden_ids();
@@ -154,4 +163,35 @@ TEST_CASE("MoE fixture on CUDA: streamed through 4 device slots = resident = pla
   RunResult dr = run(xrun("-m " + trunk + " --pack " + pack + args + "--expert-reader direct --device cuda"));
   CHECK(dr.rc == 1);
   CHECK(dr.err.find("not implemented on CUDA") != std::string::npos);
+}
+
+TEST_CASE("MoE fixture on CUDA: the default cache takes the free VRAM, capped at the pack; too little is refused") {
+  if (!have_gpu()) return;
+  xpack::test::TempDir tmp;
+  if (!build_moe_fixture(tmp.path())) return;
+  const std::string base = "-m " + q(tmp / "moe.trunk.gguf") + " --pack " + q(tmp / "moe.xpack") +
+                           " --prompt-ids 1,403 -n 8 --device cuda";
+  // No --cache-mib: all free VRAM minus the reserve, which on any GPU that
+  // runs this test holds the whole pack; the cache never takes more slots than
+  // the pack has objects (the same count an explicit 64 MiB gets).
+  std::string err;
+  json d = run_json(base, &err);
+  json r = run_json(base + " --cache-mib 64");
+  CHECK(d["counters"]["budget_objects"].get<uint64_t>() == r["counters"]["budget_objects"].get<uint64_t>());
+  CHECK(d["counters"]["cache_evictions"].get<uint64_t>() == 0);
+  CHECK(d["gen_ids"] == r["gen_ids"]);
+  CHECK(err.find("VRAM plan") != std::string::npos);
+
+  // A reserve larger than the GPU leaves no room for one layer's top-k: refused
+  // at start-up naming the working set and the flag, before any token.
+  RunResult big = run(xrun(base + " --cache-reserve-mib 100000000"));
+  CHECK(big.rc == 1);
+  CHECK(big.err.find("working set of top-k") != std::string::npos);
+  CHECK(big.err.find("--cache-reserve-mib") != std::string::npos);
+  CHECK(big.out.empty());
+  // So is an explicit budget of one object (the fixture's top-k is 4).
+  RunResult one = run(xrun(base + " --cache-mib 0.05"));
+  CHECK(one.rc == 1);
+  CHECK(one.err.find("working set of top-k") != std::string::npos);
+  CHECK(one.err.find("in --cache-mib 0.05") != std::string::npos);
 }
