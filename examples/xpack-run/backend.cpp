@@ -9,6 +9,14 @@
 
 namespace xrun {
 
+// The reference form: one matmul per problem (what a CPU does anyway).
+void Backend::grouped_matmul(const std::vector<GroupedProblem>& problems, const Tensor& x, const Tensor& y) {
+  for (const GroupedProblem& p : problems) {
+    if (p.rows == 0) continue;
+    matmul(p.w, x.row_range(p.row, p.rows), y.row_range(p.row, p.rows));
+  }
+}
+
 void reserve_rows(Backend& be, Tensor& t, int64_t rows) {
   if (rows <= t.rows()) return;
   const int64_t old_rows = t.rows();

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "rope_yarn.h"
 #include "tensor.h"
@@ -77,6 +78,16 @@ class Backend {
   // ---- operations ----
   // y[t][o] = sum_i w[o][i] * x[t][i]: w [ne1][ne0] in any GGUF type, x [n][ne0], y [n][ne1] (F32).
   virtual void matmul(const Tensor& w, const Tensor& x, const Tensor& y) = 0;
+  // Several experts' products in one call (a GPU backend: one launch for all
+  // decode-sized problems): problem p writes rows [row, row + rows) of y from
+  // the same rows of x with its w. Every w has one type and shape, rows of
+  // different problems do not overlap, and each problem's rows equal
+  // matmul(w, those x rows) alone, bit for bit, whatever else is in the call.
+  struct GroupedProblem {
+    Tensor w;
+    int64_t row = 0, rows = 0;
+  };
+  virtual void grouped_matmul(const std::vector<GroupedProblem>& problems, const Tensor& x, const Tensor& y);
   // out[r] = table[ids[r]]: table any GGUF type, ids I32 [n], out [n][table
   // width], F32 (dequantized), or I32 from an I32 table.
   virtual void get_rows(const Tensor& table, const Tensor& ids, const Tensor& out) = 0;

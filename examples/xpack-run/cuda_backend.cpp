@@ -175,6 +175,35 @@ void CudaBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& y) {
   }
 }
 
+void CudaBackend::grouped_matmul(const std::vector<GroupedProblem>& problems, const Tensor& x, const Tensor& y) {
+  check_shape(is_f32(x) && is_f32(y) && x.rows() == y.rows(), "grouped_matmul needs F32 activations of equal rows");
+  if (problems.empty()) return;
+  const Tensor& w0 = problems.front().w;
+  check_shape(x.width() == w0.width() && y.width() == w0.rows(), "grouped_matmul shapes disagree");
+  check_shape(x.rows() <= INT32_MAX, "grouped_matmul: too many rows");
+  std::vector<xk::ExpertProblem> ps;
+  ps.reserve(problems.size());
+  for (const GroupedProblem& p : problems) {
+    check_shape(p.w.type == w0.type && p.w.width() == w0.width() && p.w.rows() == w0.rows(),
+                "grouped_matmul: the experts' weights differ in type or shape");
+    check_shape(p.row >= 0 && p.rows >= 0 && p.row + p.rows <= x.rows(), "grouped_matmul: rows out of range");
+    if (p.rows > 0) ps.push_back({p.w.data, static_cast<int32_t>(p.row), static_cast<int32_t>(p.rows)});
+  }
+  if (ps.empty()) return;
+  Tensor xa = x;
+  if (reinterpret_cast<uintptr_t>(x.data) % 16 != 0) {  // a row view: the kernels read 16-byte words
+    xa = raw_alloc(XPACK_TYPE_F32, x.width(), x.rows());
+    copy(x, xa);
+  }
+  const int st = xk::grouped_matmul(ctx_, w0.type, w0.width(), w0.rows(), ps.data(), static_cast<int>(ps.size()),
+                                    xa.f32(), y.f32(), x.rows(), nullptr, state_->stream);
+  if (st != xk::kOk) {
+    throw ModelError("CUDA grouped matmul of " + std::to_string(ps.size()) + " type-" + std::to_string(w0.type) + " " +
+                     std::to_string(w0.width()) + "x" + std::to_string(w0.rows()) + " weights: " + xk::status_name(st) +
+                     (st == xk::kErrType ? " (this weight type is not implemented on CUDA yet)" : ""));
+  }
+}
+
 void CudaBackend::get_rows(const Tensor& table, const Tensor& ids, const Tensor& out) {
   const bool ints = out.type == XPACK_TYPE_I32;
   check_shape(ids.type == XPACK_TYPE_I32 && (is_f32(out) || (ints && table.type == XPACK_TYPE_I32)),

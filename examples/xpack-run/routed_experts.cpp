@@ -20,38 +20,63 @@ void run_routed_experts(Backend& be, ExpertSource& source, int layer, const Tens
   // request lists them in that order, and a routing trace records it.
   std::map<int32_t, std::vector<int32_t>> picks_of;
   for (int64_t p = 0; p < n * k; ++p) picks_of[ids[size_t(p)]].push_back(static_cast<int32_t>(p));
-  std::vector<int32_t> experts, tokens, picks;
-  std::vector<int64_t> first;  // experts[i]'s picks are picks[first[i] .. first[i+1])
-  for (const auto& [e, ps] : picks_of) {
-    experts.push_back(e);
-    first.push_back(static_cast<int64_t>(picks.size()));
-    for (int32_t p : ps) {
-      picks.push_back(p);
-      tokens.push_back(static_cast<int32_t>(p / k));
+  std::vector<int32_t> experts;
+  for (const auto& [e, ps] : picks_of) experts.push_back(e);
+  const int n_experts = static_cast<int>(experts.size());
+  std::unique_ptr<ExpertRequest> request = source.acquire(layer, experts.data(), n_experts, be.stream());
+
+  // Groups in the order they are computed: the resident experts together, then
+  // each other expert alone (it may have to wait for a slot that an earlier
+  // one frees). Rows are laid out in that order, so each group's rows are one range.
+  std::vector<std::vector<int>> groups(1);
+  for (int i = 0; i < n_experts; ++i)
+    if (request->resident(i)) groups[0].push_back(i);
+  for (int i = 0; i < n_experts; ++i)
+    if (!request->resident(i)) groups.push_back({i});
+  std::vector<int32_t> tokens, picks;
+  std::vector<int64_t> first(static_cast<size_t>(n_experts)), count(static_cast<size_t>(n_experts));
+  for (const auto& g : groups) {
+    for (int i : g) {
+      const std::vector<int32_t>& ps = picks_of[experts[size_t(i)]];
+      first[size_t(i)] = static_cast<int64_t>(picks.size());
+      count[size_t(i)] = static_cast<int64_t>(ps.size());
+      for (int32_t p : ps) {
+        picks.push_back(p);
+        tokens.push_back(static_cast<int32_t>(p / k));
+      }
     }
   }
-  first.push_back(static_cast<int64_t>(picks.size()));
-  const int n_experts = static_cast<int>(experts.size());
   const Tensor tokens_t = be.upload(XPACK_TYPE_I32, tokens.data(), 1, static_cast<int64_t>(tokens.size()));
   const Tensor picks_t = be.upload(XPACK_TYPE_I32, picks.data(), 1, static_cast<int64_t>(picks.size()));
   const Tensor per_pick = be.alloc(XPACK_TYPE_F32, d, n * k);
 
-  std::unique_ptr<ExpertRequest> request = source.acquire(layer, experts.data(), n_experts, be.stream());
-  std::vector<int> order;
-  for (int i = 0; i < n_experts; ++i)
-    if (request->resident(i)) order.push_back(i);
-  for (int i = 0; i < n_experts; ++i)
-    if (!request->resident(i)) order.push_back(i);
-  for (int i : order) {
-    const ExpertReady ready = request->get(i);
-    be.wait_event(ready.ready_event);
-    const int64_t m = first[size_t(i) + 1] - first[size_t(i)];
+  for (const auto& g : groups) {
+    if (g.empty()) continue;
+    const int64_t r0 = first[size_t(g.front())];
+    int64_t m = 0;
+    std::vector<Backend::GroupedProblem> gate, up, down;
+    for (int i : g) {
+      const ExpertReady ready = request->get(i);
+      be.wait_event(ready.ready_event);
+      const GatedMatrices mats = ffn.matrices(*ready.weights);
+      const int64_t row = first[size_t(i)] - r0, rows = count[size_t(i)];
+      gate.push_back({mats.gate, row, rows});
+      up.push_back({mats.up, row, rows});
+      down.push_back({mats.down, row, rows});
+      m += rows;
+    }
+    const int64_t d_ff = gate.front().w.rows();
     const Tensor xs = be.alloc(XPACK_TYPE_F32, x.width(), m);
-    be.get_rows(x, tokens_t.row_range(first[size_t(i)], m), xs);
+    be.get_rows(x, tokens_t.row_range(r0, m), xs);
+    const Tensor gs = be.alloc(XPACK_TYPE_F32, d_ff, m);
+    const Tensor us = be.alloc(XPACK_TYPE_F32, d_ff, m);
+    be.grouped_matmul(gate, xs, gs);
+    be.grouped_matmul(up, xs, us);
+    ffn.act(gs, us);
     const Tensor ys = be.alloc(XPACK_TYPE_F32, d, m);
-    ffn(*ready.weights, xs, ys);
-    be.scatter_weighted(ys, picks_t.row_range(first[size_t(i)], m), routing.weights, per_pick);
-    request->release(i);
+    be.grouped_matmul(down, gs, ys);
+    be.scatter_weighted(ys, picks_t.row_range(r0, m), routing.weights, per_pick);
+    for (int i : g) request->release(i);
   }
   request.reset();
   be.sum_picks(per_pick, k, accumulate, out);

@@ -5,12 +5,17 @@
 // The router's expert ids reach the host once per MoE layer (one small
 // download): the only synchronisation between host and compute stream in a
 // layer. The layer's distinct experts are then acquired in one request; the
-// resident ones are computed first while the others are still loading, each
-// expert's work waits on that expert's ready event, and each expert is
+// resident ones are computed first, as one group, while the others are still
+// loading; each missed expert follows as its own group once loaded. A group is
+// one gather, grouped products (Backend::grouped_matmul: one launch for all
+// its decode-sized experts on a GPU), one activation and one scatter, so a
+// decode step that hits costs the same few launches for top-8 as for top-1.
+// Each group's work waits on its experts' ready events, and each expert is
 // released on the compute stream as soon as its work is enqueued, so a layer
 // wider than the cache streams through it. Because every (token, rank) pick is
-// written to its own row and summed in rank order afterwards, the result does
-// not depend on which experts were resident: streamed == resident, bit for bit.
+// written to its own row, each expert's rows equal its product alone, and the
+// picks are summed in rank order afterwards, the result does not depend on
+// which experts were resident: streamed == resident, bit for bit.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +23,7 @@
 
 #include "backend.h"
 #include "experts.h"
+#include "gated_ffn.h"
 
 namespace xrun {
 
@@ -27,8 +33,14 @@ struct Routing {
   Tensor weights;  // F32 [n][k]
 };
 
-// One expert's FFN: y [m][out width] from x [m][in width], with its weights.
-using ExpertFfn = std::function<void(const ExpertWeights& w, const Tensor& x, const Tensor& y)>;
+// The routed experts' gated FFN, as the model defines it: each expert's
+// matrices (checked: a missing or misshapen role throws ModelError naming the
+// expert) and the gate activation, which is elementwise, so it runs once over
+// a whole group's rows.
+struct ExpertFfn {
+  std::function<GatedMatrices(const ExpertWeights& w)> matrices;
+  GateActivation act;
+};
 
 // out [n][d] = sum over j of weights[t][j] * ffn_{ids[t][j]}(x[t]) (plus out
 // itself with `accumulate`). Every picked expert is computed.

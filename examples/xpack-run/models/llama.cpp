@@ -201,12 +201,14 @@ class Llama final : public Model {
     be_.top_k(probs, r.ids);
     be_.take(probs, r.ids, r.weights);
     be_.normalize_rows(r.weights, 6.103515625e-5f);  // llama.cpp's guard against a zero sum
-    run_routed_experts(be_, *experts_, il, cur, r, [&](const ExpertWeights& ew, const Tensor& xs, const Tensor& ys) {
-      const std::string who = "llama: expert " + std::to_string(ew.expert) + " of block " + std::to_string(il);
-      const Tensor* down = ew.role("down");
-      if (!down) throw ModelError(who + " has no down projection");
-      gated_ffn(be_, expert_matrices(ew, p_.n_embd, down->width(), p_.n_embd, who), swiglu_, xs, ys);
-    }, /*accumulate=*/false, out);
+    const ExpertFfn ffn{[&](const ExpertWeights& ew) {
+                          const std::string who = "llama: expert " + std::to_string(ew.expert) + " of block " + std::to_string(il);
+                          const Tensor* down = ew.role("down");
+                          if (!down) throw ModelError(who + " has no down projection");
+                          return expert_matrices(ew, p_.n_embd, down->width(), p_.n_embd, who);
+                        },
+                        swiglu_};
+    run_routed_experts(be_, *experts_, il, cur, r, ffn, /*accumulate=*/false, out);
   }
 
   Backend& be_;

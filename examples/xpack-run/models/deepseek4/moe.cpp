@@ -82,10 +82,11 @@ void MoeBlock::forward(const Tensor& x, const Tensor& tokens, const Tensor& out)
   gated_ffn(be_, shared_, swiglu_shexp_, x, out);
   // The routed sum (in rank order, as llama.cpp adds its expert views) goes on top of the shared expert.
   run_routed_experts(be_, *experts_, static_cast<int>(layer_), x, r,
-                     [&](const ExpertWeights& ew, const Tensor& xs, const Tensor& ys) {
-                       const std::string who = "layer " + std::to_string(layer_) + " expert " + std::to_string(ew.expert);
-                       gated_ffn(be_, expert_matrices(ew, d, ff, d, who), swiglu_exp_, xs, ys);
-                     },
+                     {[&](const ExpertWeights& ew) {
+                        const std::string who = "layer " + std::to_string(layer_) + " expert " + std::to_string(ew.expert);
+                        return expert_matrices(ew, d, ff, d, who);
+                      },
+                      swiglu_exp_},
                      /*accumulate=*/true, out);
 }
 

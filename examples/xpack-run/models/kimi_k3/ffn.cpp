@@ -113,10 +113,11 @@ void LatentMoe::forward(const Tensor& x, const Tensor& out) const {
   // The routed experts in the latent width, summed per token in top-k order.
   const Tensor y = be_.alloc(kF32, L, n);
   run_routed_experts(be_, *experts_, il_, z, r,
-                     [&](const ExpertWeights& ew, const Tensor& xs, const Tensor& ys) {
-                       const std::string who = "kimi-k3: layer " + std::to_string(il_) + " expert " + std::to_string(ew.expert);
-                       gated_ffn(be_, expert_matrices(ew, L, F, L, who), situ_, xs, ys);
-                     },
+                     {[&](const ExpertWeights& ew) {
+                        const std::string who = "kimi-k3: layer " + std::to_string(il_) + " expert " + std::to_string(ew.expert);
+                        return expert_matrices(ew, L, F, L, who);
+                      },
+                      situ_},
                      /*accumulate=*/false, y);
 
   if (has_routed_norm_) be_.rms_norm(y, &routed_norm_, hp_.norm_eps, y);
