@@ -1,0 +1,298 @@
+// xpack-run's CUDA backend op by op against its CPU backend (itself tested
+// against double references in test/runtime/test_cpu_backend.cpp): the same
+// random inputs through both, results within float rounding (integer results
+// exactly), including the in-place forms and the shapes the graphs use (row
+// broadcast, grouped-query heads, a position offset, RoPE's tail and YaRN
+// modes). The end-to-end tests only see whole models; this one names the op.
+// Without a CUDA device every case is skipped (exit 77).
+#include <doctest/doctest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu_backend.h"
+#include "cuda_backend.h"
+#include "skip.h"
+#include "xpack/xpack.h"
+
+using namespace xrun;
+
+namespace {
+
+bool have_gpu() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e == cudaSuccess && n > 0) return true;
+  xpack::test::skip(xpack::test::Absent::kCapability,
+                    std::string("no CUDA device: ") + (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices"));
+  return false;
+}
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+// One tensor on both backends.
+struct Both {
+  Tensor cpu, gpu;
+};
+
+struct Backends {
+  CpuBackend cpu{2};
+  CudaBackend gpu{0};
+
+  Both up(uint32_t type, const void* host, int64_t width, int64_t rows) {
+    return {cpu.upload(type, host, width, rows), gpu.upload(type, host, width, rows)};
+  }
+  Both up(const std::vector<float>& v, int64_t width) {
+    return up(XPACK_TYPE_F32, v.data(), width, static_cast<int64_t>(v.size()) / width);
+  }
+  Both up(const std::vector<int32_t>& v, int64_t width) {
+    return up(XPACK_TYPE_I32, v.data(), width, static_cast<int64_t>(v.size()) / width);
+  }
+  Both alloc(uint32_t type, int64_t width, int64_t rows) { return {cpu.alloc(type, width, rows), gpu.alloc(type, width, rows)}; }
+
+  template <typename T>
+  std::pair<std::vector<T>, std::vector<T>> down(const Both& t) {
+    std::vector<T> a(static_cast<size_t>(t.cpu.numel())), b(static_cast<size_t>(t.gpu.numel()));
+    cpu.download(t.cpu, a.data());
+    gpu.download(t.gpu, b.data());
+    return {a, b};
+  }
+  // Float results agree to `tol` relative to 1 + |cpu|.
+  void same(const Both& t, double tol, const char* what) {
+    auto [a, b] = down<float>(t);
+    REQUIRE(a.size() == b.size());
+    double worst = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      REQUIRE(std::isfinite(b[i]));
+      worst = std::max(worst, std::abs(double(a[i]) - double(b[i])) / (1.0 + std::abs(double(a[i]))));
+    }
+    INFO(what << ": worst relative difference " << worst);
+    CHECK(worst <= tol);
+  }
+  void same_ints(const Both& t, const char* what) {
+    auto [a, b] = down<int32_t>(t);
+    INFO(what);
+    CHECK(a == b);
+  }
+};
+
+constexpr double kTol = 2e-6;
+
+// Q8_0 rows: per block of 32 an fp16 scale (0x2c00 = 1/16) and 32 int8.
+std::vector<uint8_t> q8_0_rows(int64_t ne0, int64_t rows, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> q(static_cast<size_t>(ne0 / 32 * 34 * rows));
+  for (size_t b = 0; b < q.size(); b += 34) {
+    q[b] = 0x00;
+    q[b + 1] = 0x2c;
+    for (int i = 0; i < 32; ++i) q[b + 2 + i] = static_cast<uint8_t>(rng());
+  }
+  return q;
+}
+
+}  // namespace
+
+TEST_CASE("cuda backend: norms, elementwise ops and activations equal the CPU backend's") {
+  if (!have_gpu()) return;
+  Backends be;
+  const int64_t w = 96, n = 5;
+  const std::vector<float> xv = random_floats(size_t(w * n), 1, 3.0f), yv = random_floats(size_t(w * n), 2, 3.0f);
+  const std::vector<float> rowv = random_floats(size_t(w), 3);
+  const Both x = be.up(xv, w), y = be.up(yv, w), row = be.up(rowv, w);
+
+  Both o = be.alloc(XPACK_TYPE_F32, w, n);
+  be.cpu.rms_norm(x.cpu, &row.cpu, 1e-6f, o.cpu);
+  be.gpu.rms_norm(x.gpu, &row.gpu, 1e-6f, o.gpu);
+  be.same(o, kTol, "rms_norm with weight");
+  Both inplace = be.up(xv, w);
+  be.cpu.rms_norm(inplace.cpu, nullptr, 1e-5f, inplace.cpu);
+  be.gpu.rms_norm(inplace.gpu, nullptr, 1e-5f, inplace.gpu);
+  be.same(inplace, kTol, "rms_norm in place, no weight");
+
+  be.cpu.add(x.cpu, row.cpu, o.cpu);
+  be.gpu.add(x.gpu, row.gpu, o.gpu);
+  be.same(o, 0.0, "add of one broadcast row");
+  be.cpu.add(x.cpu, y.cpu, o.cpu);
+  be.gpu.add(x.gpu, y.gpu, o.gpu);
+  be.same(o, 0.0, "add");
+  be.cpu.mul(x.cpu, y.cpu, o.cpu);
+  be.gpu.mul(x.gpu, y.gpu, o.gpu);
+  be.same(o, 0.0, "mul");
+  be.cpu.scale(x.cpu, -0.37f, o.cpu);
+  be.gpu.scale(x.gpu, -0.37f, o.gpu);
+  be.same(o, 0.0, "scale");
+  be.cpu.l2_norm(x.cpu, 1e-6f, o.cpu);
+  be.gpu.l2_norm(x.gpu, 1e-6f, o.gpu);
+  be.same(o, kTol, "l2_norm");
+  for (Unary f : {Unary::sigmoid, Unary::sqrt_softplus}) {
+    // Large arguments too: sqrt_softplus switches form above 20.
+    const std::vector<float> big = random_floats(size_t(w * n), 4, 30.0f);
+    const Both b = be.up(big, w);
+    be.cpu.unary(f, b.cpu, o.cpu);
+    be.gpu.unary(f, b.gpu, o.gpu);
+    be.same(o, 4 * kTol, f == Unary::sigmoid ? "sigmoid" : "sqrt_softplus");
+  }
+  for (float limit : {0.0f, 1.5f}) {
+    be.cpu.swiglu(x.cpu, y.cpu, limit, o.cpu);
+    be.gpu.swiglu(x.gpu, y.gpu, limit, o.gpu);
+    be.same(o, 4 * kTol, limit > 0 ? "clamped swiglu" : "swiglu");
+  }
+  Both s = be.up(xv, w);
+  be.cpu.softmax_rows(s.cpu);
+  be.gpu.softmax_rows(s.gpu);
+  be.same(s, kTol, "softmax_rows");
+  Both nr = be.up(random_floats(size_t(w * n), 5, 1.0f), w);
+  be.cpu.normalize_rows(nr.cpu, 6.1e-5f);
+  be.gpu.normalize_rows(nr.gpu, 6.1e-5f);
+  be.same(nr, kTol, "normalize_rows");
+}
+
+TEST_CASE("cuda backend: top_k (ties to the lower index), take, get_rows, set_rows, copy") {
+  if (!have_gpu()) return;
+  Backends be;
+  const int64_t w = 64, n = 4, k = 6;
+  std::vector<float> sv = random_floats(size_t(w * n), 6);
+  for (int64_t t = 0; t < n; ++t) sv[size_t(t * w + 9)] = sv[size_t(t * w + 40)] = 2.0f;  // a tie at the top
+  const Both scores = be.up(sv, w);
+  Both ids = be.alloc(XPACK_TYPE_I32, k, n);
+  be.cpu.top_k(scores.cpu, ids.cpu);
+  be.gpu.top_k(scores.gpu, ids.gpu);
+  be.same_ints(ids, "top_k");
+  Both taken = be.alloc(XPACK_TYPE_F32, k, n);
+  be.cpu.take(scores.cpu, ids.cpu, taken.cpu);
+  be.gpu.take(scores.gpu, ids.gpu, taken.gpu);
+  be.same(taken, 0.0, "take");
+
+  const std::vector<int32_t> rows = {3, 0, 3, 7, 1};
+  const Both rid = be.up(rows, 1);
+  const Both table = be.up(random_floats(size_t(w * 8), 7), w);
+  Both got = be.alloc(XPACK_TYPE_F32, w, 5);
+  be.cpu.get_rows(table.cpu, rid.cpu, got.cpu);
+  be.gpu.get_rows(table.gpu, rid.gpu, got.gpu);
+  be.same(got, 0.0, "get_rows F32");
+  const std::vector<uint8_t> q = q8_0_rows(w, 8, 8);
+  const Both qtable = be.up(XPACK_TYPE_Q8_0, q.data(), w, 8);
+  be.cpu.get_rows(qtable.cpu, rid.cpu, got.cpu);
+  be.gpu.get_rows(qtable.gpu, rid.gpu, got.gpu);
+  be.same(got, 0.0, "get_rows Q8_0 (dequantized)");
+  std::vector<int32_t> itab(8 * 3);
+  for (size_t i = 0; i < itab.size(); ++i) itab[i] = int32_t(i * 7 + 1);
+  const Both itable = be.up(itab, 3);
+  Both igot = be.alloc(XPACK_TYPE_I32, 3, 5);
+  be.cpu.get_rows(itable.cpu, rid.cpu, igot.cpu);
+  be.gpu.get_rows(itable.gpu, rid.gpu, igot.gpu);
+  be.same_ints(igot, "get_rows I32");
+
+  const std::vector<int32_t> dst_rows = {6, 2, 0};
+  const Both did = be.up(dst_rows, 1);
+  const Both src = be.up(random_floats(size_t(w * 3), 9), w);
+  Both dst = be.up(random_floats(size_t(w * 8), 10), w);
+  be.cpu.set_rows(src.cpu, did.cpu, dst.cpu);
+  be.gpu.set_rows(src.gpu, did.gpu, dst.gpu);
+  be.same(dst, 0.0, "set_rows");
+  Both cp = be.alloc(XPACK_TYPE_F32, w, 2);
+  be.cpu.copy(dst.cpu.row_range(3, 2), cp.cpu);
+  be.gpu.copy(dst.gpu.row_range(3, 2), cp.gpu);
+  be.same(cp, 0.0, "copy of a row range");
+}
+
+TEST_CASE("cuda backend: RoPE (normal, tail, YaRN, inverse, position step) and grouped-query causal attention") {
+  if (!have_gpu()) return;
+  Backends be;
+  const int64_t head = 32, n_head = 4, n = 6;
+  RopeSpec plain;
+  plain.angles.n_dims = 16;
+  plain.head_dim = head;
+  RopeSpec yarn = plain;
+  yarn.tail = true;
+  yarn.angles.freq_base = 50000.0f;
+  yarn.angles.freq_scale = 0.25f;
+  yarn.angles.ext_factor = 1.0f;
+  yarn.angles.attn_factor = 1.1f;
+  yarn.angles.beta_fast = 32.0f;
+  yarn.angles.beta_slow = 1.0f;
+  yarn.angles.n_ctx_orig = 4096;
+  const std::vector<float> xv = random_floats(size_t(head * n_head * n), 11);
+  for (const RopeSpec* spec : {&plain, &yarn}) {
+    for (bool inverse : {false, true}) {
+      Both x = be.up(xv, head * n_head);
+      be.cpu.rope(x.cpu, *spec, 3000, 2, inverse);
+      be.gpu.rope(x.gpu, *spec, 3000, 2, inverse);
+      be.same(x, 1e-5, spec->tail ? "rope tail YaRN" : "rope normal");
+    }
+  }
+
+  // 4 query heads over 2 KV heads, 6 new positions after 5 cached ones.
+  const int64_t n_kv = 2, pos0 = 5;
+  const Both qq = be.up(random_floats(size_t(head * n_head * n), 12), head * n_head);
+  const Both kk = be.up(random_floats(size_t(head * n_kv * (pos0 + n)), 13), head * n_kv);
+  const Both vv = be.up(random_floats(size_t(head * n_kv * (pos0 + n)), 14), head * n_kv);
+  Both out = be.alloc(XPACK_TYPE_F32, head * n_head, n);
+  be.cpu.attention(qq.cpu, kk.cpu, vv.cpu, n_head, n_kv, pos0, 0.177f, out.cpu);
+  be.gpu.attention(qq.gpu, kk.gpu, vv.gpu, n_head, n_kv, pos0, 0.177f, out.gpu);
+  be.same(out, 1e-5, "attention");
+}
+
+TEST_CASE("cuda backend: matmul and grouped_matmul (each expert's rows = its matmul alone, bit for bit); scatter and sum") {
+  if (!have_gpu()) return;
+  Backends be;
+  const int64_t ne0 = 256, ne1 = 48;
+  std::vector<Both> ws;
+  for (uint32_t e = 0; e < 3; ++e) {
+    const std::vector<uint8_t> q = q8_0_rows(ne0, ne1, 20 + e);
+    ws.push_back(be.up(XPACK_TYPE_Q8_0, q.data(), ne0, ne1));
+  }
+  // Experts with 2, 1 and 3 rows of a 6-row batch.
+  const Both x = be.up(random_floats(size_t(ne0 * 6), 21), ne0);
+  const int64_t first[3] = {0, 2, 3}, count[3] = {2, 1, 3};
+  std::vector<Backend::GroupedProblem> pc, pg;
+  for (int e = 0; e < 3; ++e) {
+    pc.push_back({ws[size_t(e)].cpu, first[e], count[e]});
+    pg.push_back({ws[size_t(e)].gpu, first[e], count[e]});
+  }
+  Both grouped = be.alloc(XPACK_TYPE_F32, ne1, 6);
+  be.cpu.grouped_matmul(pc, x.cpu, grouped.cpu);
+  be.gpu.grouped_matmul(pg, x.gpu, grouped.gpu);
+  be.same(grouped, 1e-5, "grouped_matmul Q8_0");
+  Both alone = be.alloc(XPACK_TYPE_F32, ne1, 6);
+  for (int e = 0; e < 3; ++e)
+    be.gpu.matmul(ws[size_t(e)].gpu, x.gpu.row_range(first[e], count[e]), alone.gpu.row_range(first[e], count[e]));
+  std::vector<float> a(size_t(ne1 * 6)), b(size_t(ne1 * 6));
+  be.gpu.download(grouped.gpu, a.data());
+  be.gpu.download(alone.gpu, b.data());
+  CHECK(a == b);
+  // Weights of different types in one group are refused.
+  std::vector<float> fw = random_floats(size_t(ne0 * ne1), 22);
+  const Both f32w = be.up(fw, ne0);
+  std::vector<Backend::GroupedProblem> mixed = {{ws[0].gpu, 0, 2}, {f32w.gpu, 2, 1}};
+  CHECK_THROWS_AS(be.gpu.grouped_matmul(mixed, x.gpu, grouped.gpu), ModelError);
+
+  // The dispatcher's scatter and rank-order sum: 3 tokens x k = 2 picks.
+  const int64_t d = 40, k = 2;
+  const Both ys = be.up(random_floats(size_t(d * 6), 23), d);
+  const std::vector<int32_t> picks = {4, 1, 0, 5, 2, 3};
+  const Both pk = be.up(picks, 1);
+  const Both wts = be.up(random_floats(size_t(6), 24), k);
+  Both per_pick = be.alloc(XPACK_TYPE_F32, d, 6);
+  be.cpu.scatter_weighted(ys.cpu, pk.cpu, wts.cpu, per_pick.cpu);
+  be.gpu.scatter_weighted(ys.gpu, pk.gpu, wts.gpu, per_pick.gpu);
+  be.same(per_pick, 0.0, "scatter_weighted");
+  const std::vector<float> base = random_floats(size_t(d * 3), 25);
+  for (bool acc : {false, true}) {
+    Both sum = be.up(base, d);
+    be.cpu.sum_picks(per_pick.cpu, k, acc, sum.cpu);
+    be.gpu.sum_picks(per_pick.gpu, k, acc, sum.gpu);
+    be.same(sum, 0.0, acc ? "sum_picks accumulate" : "sum_picks");
+  }
+}
