@@ -1,0 +1,125 @@
+"""ctypes mirrors of xpack.h's structs and constants.
+
+test_layout.py checks every mirror against the C compiler's sizeof/offsetof of
+the real header (a program built with the library), so a field added or moved
+in xpack.h without updating this file fails the test suite.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+
+c_size_t, c_uint32, c_int32, c_uint64 = ctypes.c_size_t, ctypes.c_uint32, ctypes.c_int32, ctypes.c_uint64
+c_char_p, c_void_p = ctypes.c_char_p, ctypes.c_void_p
+
+
+class Status(enum.IntEnum):
+    """libxpack's own status codes (negated errno values are the others)."""
+
+    OK = 0
+    INVALID_ARG = -1001
+    FORMAT = -1002
+    TRUNCATED = -1003
+    BAD_MAGIC = -1004
+    VERSION = -1005
+    CHECKSUM = -1006
+    SIZE_MISMATCH = -1007
+    MISALIGNED = -1008
+    IDENTITY = -1009
+    UNKNOWN_TYPE = -1010
+    NOT_FOUND = -1011
+    TYPE = -1012
+    OBJECT_CHECKSUM = -1013
+    SPLIT = -1014
+    LIMIT = -1015
+    UNSUPPORTED = -1016
+    NO_DIRECT_IO = -1017
+    CAPACITY = -1018
+    OVERLAP = -1019
+    DUPLICATE = -1020
+    URING = -1021
+    DEVICE = -1022
+    INTERNAL = -1099
+
+
+class GgmlType(enum.IntEnum):
+    F32 = 0
+    F16 = 1
+    Q4_0 = 2
+    Q4_1 = 3
+    Q5_0 = 6
+    Q5_1 = 7
+    Q8_0 = 8
+    Q8_1 = 9
+    Q2_K = 10
+    Q3_K = 11
+    Q4_K = 12
+    Q5_K = 13
+    Q6_K = 14
+    Q8_K = 15
+    I8 = 24
+    I16 = 25
+    I32 = 26
+    I64 = 27
+    F64 = 28
+    BF16 = 30
+    MXFP4 = 39
+
+
+VALIDATE_STRUCTURE = 0
+VALIDATE_CHECKSUMS = 1
+
+
+class PackOptions(ctypes.Structure):
+    _fields_ = [("size", c_size_t), ("trunk_path", c_char_p)]
+
+
+class PackFault(ctypes.Structure):
+    _fields_ = [("size", c_size_t), ("layer", c_uint32), ("expert", c_uint32), ("role", c_int32)]
+
+
+class PackInfo(ctypes.Structure):
+    _fields_ = [
+        ("size", c_size_t),
+        ("version", c_uint32),
+        ("arch", c_char_p),
+        ("n_layers", c_uint32),
+        ("n_experts", c_uint32),
+        ("n_experts_used", c_uint32),
+        ("n_roles", c_uint32),
+        ("alignment", c_uint32),
+        ("data_start", c_uint64),
+        ("object_stride", c_uint64),
+        ("object_bytes", c_uint64),
+        ("file_size", c_uint64),
+        ("source_sha256", ctypes.c_uint8 * 32),
+    ]
+
+
+class RoleInfo(ctypes.Structure):
+    _fields_ = [
+        ("size", c_size_t),
+        ("name", c_char_p),
+        ("type", c_uint32),
+        ("n_dims", c_uint32),
+        ("ne", c_uint64 * 3),
+        ("offset", c_uint64),
+        ("nbytes", c_uint64),
+    ]
+
+
+def sized(struct_type):
+    """A zero-filled instance whose size field is set, as the C API asks."""
+    s = struct_type()
+    s.size = ctypes.sizeof(struct_type)
+    return s
+
+
+# Every mirrored struct, by its C name (test_layout.py walks this).
+MIRRORS = {
+    "xpack_pack_options": PackOptions,
+    "xpack_pack_fault": PackFault,
+    "xpack_pack_info": PackInfo,
+    "xpack_role_info": RoleInfo,
+}
