@@ -137,3 +137,22 @@ def type_block(ggml_type: int) -> tuple:
     elems, nbytes = c_uint32(), c_uint32()
     check(lib.xpack_type_info(ggml_type, None, ctypes.byref(elems), ctypes.byref(nbytes)), "xpack_type_info")
     return elems.value, nbytes.value
+
+
+class Owned:
+    """A C handle, destroyed when the last Python object that needs it is gone.
+
+    Python objects built on a handle (a cache on a pack, a slot view on a
+    cache) keep its Owned alive, so closing the parent early never frees
+    memory a child still points into: close() only ends the parent's own use.
+    """
+
+    def __init__(self, ptr: ctypes.c_void_p, destroy, *deps: "Owned"):
+        self.ptr = ptr
+        self._destroy = destroy
+        self._deps = deps
+
+    def __del__(self) -> None:
+        if self.ptr:
+            self._destroy(self.ptr)
+            self.ptr = None

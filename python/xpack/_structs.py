@@ -109,6 +109,66 @@ class RoleInfo(ctypes.Structure):
     ]
 
 
+class CacheOptions(ctypes.Structure):
+    _fields_ = [
+        ("size", c_size_t),
+        ("budget_bytes", c_uint64),
+        ("reserve_bytes", c_uint64),
+        ("policy", c_int32),
+        ("device", c_int32),
+        ("cuda_device", c_int32),
+        ("staging_slots", c_uint32),
+        ("read_splits", c_uint32),
+        ("queue_depth", c_uint32),
+        ("direct_io", c_int32),
+        ("verify", c_int32),
+        ("stats_path", c_char_p),
+        ("stats_interval", c_uint64),
+        ("trace_path", c_char_p),
+        ("host_device_bytes", c_uint64),
+    ]
+
+
+class CacheInfo(ctypes.Structure):
+    _fields_ = [
+        ("size", c_size_t),
+        ("slot_count", c_uint32),
+        ("n_layers", c_uint32),
+        ("n_experts", c_uint32),
+        ("slot_stride", c_uint64),
+        ("object_bytes", c_uint64),
+        ("device_backend", c_char_p),
+        ("policy", c_char_p),
+    ]
+
+
+class ExpertSlot(ctypes.Structure):
+    _fields_ = [
+        ("expert", c_uint32),
+        ("slot", c_uint32),
+        ("data", c_void_p),
+        ("ready_event", c_void_p),
+        ("hit", c_int32),
+    ]
+
+
+class CacheCounters(ctypes.Structure):
+    _fields_ = [("size", c_size_t)] + [(n, c_uint64) for n in (
+        "cache_hits", "cache_misses", "cache_evictions", "pack_reads", "pack_read_bytes", "h2d_bytes",
+        "fallback_count", "io_errors", "prefetch_issued", "prefetch_used", "prefetch_wasted", "acquires", "steps",
+        "stall_ns", "stall_waits", "read_p50_ns", "read_p99_ns", "h2d_p50_ns", "h2d_p99_ns")] + [
+        ("n_layers", c_uint32),
+        ("trace_write_errors", c_uint64),
+        ("staging_page_bytes", c_uint64),
+        ("staging_huge_fraction", ctypes.c_double),
+    ]
+
+
+class LayerCounters(ctypes.Structure):
+    _fields_ = [("size", c_size_t), ("route_calls", c_uint64), ("route_tokens", c_uint64), ("hits", c_uint64),
+                ("misses", c_uint64)]
+
+
 def sized(struct_type):
     """A zero-filled instance whose size field is set, as the C API asks."""
     s = struct_type()
@@ -122,4 +182,9 @@ MIRRORS = {
     "xpack_pack_fault": PackFault,
     "xpack_pack_info": PackInfo,
     "xpack_role_info": RoleInfo,
+    "xpack_cache_options": CacheOptions,
+    "xpack_cache_info": CacheInfo,
+    "xpack_expert_slot": ExpertSlot,
+    "xpack_cache_counters": CacheCounters,
+    "xpack_layer_counters": LayerCounters,
 }

@@ -79,32 +79,30 @@ class Pack:
     """
 
     def __init__(self, path: "os.PathLike[str] | str", trunk: "Optional[os.PathLike[str] | str]" = None):
+        self._owned = None
         self._h = _P()
         opts = sized(PackOptions)
         trunk_b = os.fsencode(trunk) if trunk is not None else None
         opts.trunk_path = trunk_b
-        rc = lib.xpack_pack_open(os.fsencode(path), ctypes.byref(opts), ctypes.byref(self._h))
+        h = _P()
+        rc = lib.xpack_pack_open(os.fsencode(path), ctypes.byref(opts), ctypes.byref(h))
         check(rc, f"open {os.fspath(path)}")
+        self._owned = _lib.Owned(h, lib.xpack_pack_close)
+        self._h = h
         self._info = self._read_info()
 
     # -- lifetime ---------------------------------------------------------
     def close(self) -> None:
-        """Closes the pack (idempotent). Caches and engines made from it must be destroyed first."""
-        if self._h:
-            lib.xpack_pack_close(self._h)
-            self._h = _P()
+        """Closes the pack (idempotent): later calls raise ClosedError. A cache made
+        from it keeps the C handle open until the cache is gone."""
+        self._h = _P()
+        self._owned = None
 
     def __enter__(self) -> "Pack":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
     @property
     def closed(self) -> bool:
@@ -114,6 +112,10 @@ class Pack:
         if not self._h:
             raise ClosedError("the pack is closed")
         return self._h
+
+    def _owner(self) -> "_lib.Owned":
+        self._handle()
+        return self._owned
 
     def _check(self, rc: int, call: str, kind=XpackError) -> int:
         if rc < 0:
