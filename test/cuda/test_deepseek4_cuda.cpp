@@ -141,7 +141,7 @@ TEST_CASE("deepseek4 on CUDA: greedy decode through the compressed-KV state equa
       const double d_batch = max_abs_diff(gpu, batch_logits(args + " --device cuda", all, tmp / "batch.f32"));
       const double d_cpu = max_abs_diff(gpu, cpu);
       MESSAGE(model << " " << prompt << ": CUDA decode vs CUDA batch max|diff| " << d_batch << ", vs CPU decode "
-                    << d_cpu << ", greedy ids " << (gpu_ids == cpu_ids ? "equal" : "DIFFER"));
+                    << d_cpu << ", greedy ids " << std::string(gpu_ids == cpu_ids ? "equal" : "DIFFER"));
       CHECK(d_batch <= kTolDecode);
       CHECK(d_cpu <= kTolCpu);
     }
@@ -160,7 +160,7 @@ TEST_CASE("deepseek4 on CUDA: greedy decode through the compressed-KV state equa
   const double d_cpu = max_abs_diff(gpu, cpu);
   MESSAGE("300 steps from position 0: CUDA decode vs CUDA batch max|diff| " << d_batch << ", vs CPU " << d_cpu
                                                                            << ", greedy ids "
-                                                                           << (gpu_ids == cpu_ids ? "equal" : "DIFFER"));
+                                                                           << std::string(gpu_ids == cpu_ids ? "equal" : "DIFFER"));
   CHECK(d_batch <= kTolDecode);
   CHECK(d_cpu <= kTolCpu);
 }
