@@ -171,11 +171,14 @@ TEST_CASE("ds4 ops on CUDA: compress_pool (4:1 overlapping, 128:1, windows start
     p.gops->compress_pool(kv.g, score.g, c.rows_first, c.first_block, c.ratio, c.overlap, out.g);
     CHECK(p.rel_diff(out) <= 1e-5);
   }
-  // A block whose rows are no longer kept is refused (the CPU refuses too).
+  // Block 2 pools positions 4..11; with rows kept from position 8 on, the first
+  // half is gone (refused on both), and so are positions past the kept rows.
   auto kv = p.f32(random_floats(8 * 48, 7), 48, 8);
   auto out = p.zeros(kF32, 24, 1);
-  CHECK_THROWS_AS(p.gops->compress_pool(kv.g, kv.g, 4, 2, 4, true, out.g), ModelError);
-  CHECK_THROWS_AS(p.cops->compress_pool(kv.c, kv.c, 4, 2, 4, true, out.c), ModelError);
+  CHECK_THROWS_AS(p.gops->compress_pool(kv.g, kv.g, 8, 2, 4, true, out.g), ModelError);
+  CHECK_THROWS_AS(p.cops->compress_pool(kv.c, kv.c, 8, 2, 4, true, out.c), ModelError);
+  CHECK_THROWS_AS(p.gops->compress_pool(kv.g, kv.g, 4, 3, 4, true, out.g), ModelError);
+  CHECK_THROWS_AS(p.cops->compress_pool(kv.c, kv.c, 4, 3, 4, true, out.c), ModelError);
 }
 
 TEST_CASE("ds4 ops on CUDA: indexer_select is the CPU's choice, ties included, over thousands of blocks") {
@@ -197,7 +200,11 @@ TEST_CASE("ds4 ops on CUDA: indexer_select is the CPU's choice, ties included, o
     p.gops->indexer_select(q.g, w.g, k.g, n_head, pos0, ratio, chosen.g);
     auto [c, g] = p.get<int32_t>(chosen);
     CHECK(c == g);
-    CHECK(std::is_sorted(g.begin(), g.begin() + top_k));
+    // Ascending block ids, then the -1 padding (only where fewer than top_k are visible).
+    const auto valid_end = std::find(g.begin(), g.begin() + top_k, -1);
+    CHECK(std::is_sorted(g.begin(), valid_end));
+    CHECK(std::all_of(valid_end, g.begin() + top_k, [](int32_t b) { return b == -1; }));
+    CHECK((valid_end == g.begin() + top_k) == (pos0 + 1 >= ratio * top_k));
   }
   // Fewer blocks than top_k in all: every query takes all it sees.
   auto few = p.f32(random_floats(size_t(10 * id), 12), id, 10);
