@@ -8,11 +8,12 @@ from ._lib import ChecksumError, ClosedError, XpackError, last_error, strerror, 
 from ._structs import GgmlType, Status
 from .pack import Pack, PackInfoView, Role
 from .cache import Cache, CacheInfoView, Entry, Request
+from .engine import Completion, Engine
 from ._dlpack import CudaSlotView
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Cache", "CacheInfoView", "CudaSlotView", "Entry", "Request", "ChecksumError", "ClosedError", "XpackError", "GgmlType", "Status", "Pack", "PackInfoView", "Role",
+    "Cache", "CacheInfoView", "Completion", "Engine", "CudaSlotView", "Entry", "Request", "ChecksumError", "ClosedError", "XpackError", "GgmlType", "Status", "Pack", "PackInfoView", "Role",
     "last_error", "strerror", "type_block", "type_name", "version", "__version__",
 ]

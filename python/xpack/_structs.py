@@ -169,6 +169,30 @@ class LayerCounters(ctypes.Structure):
                 ("misses", c_uint64)]
 
 
+class EngineOptions(ctypes.Structure):
+    _fields_ = [("size", c_size_t), ("slots", c_uint32), ("queue_depth", c_uint32), ("read_splits", c_uint32),
+                ("sqpoll", c_int32), ("direct_io", c_int32), ("numa_node", c_int32), ("numa_bind", c_int32)]
+
+
+class ReadRequest(ctypes.Structure):
+    _fields_ = [("layer_slot", c_uint32), ("expert", c_uint32), ("slot", c_uint32)]
+
+
+class ReadCompletion(ctypes.Structure):
+    _fields_ = [("slot", c_uint32), ("layer_slot", c_uint32), ("expert", c_uint32), ("status", c_int32)]
+
+
+class EngineCounters(ctypes.Structure):
+    _fields_ = [("size", c_size_t)] + [(n, c_uint64) for n in (
+        "reads", "read_bytes", "objects_completed", "io_errors", "fallback_count", "short_read_retries",
+        "transient_retries", "lat_p50_ns", "lat_p99_ns", "lat_p999_ns")] + [
+        ("lat_log2_ns", c_uint64 * 64),
+        ("ring_flags", c_uint32),
+        ("staging_page_bytes", c_uint64),
+        ("staging_huge_fraction", ctypes.c_double),
+    ]
+
+
 def sized(struct_type):
     """A zero-filled instance whose size field is set, as the C API asks."""
     s = struct_type()
@@ -187,4 +211,8 @@ MIRRORS = {
     "xpack_expert_slot": ExpertSlot,
     "xpack_cache_counters": CacheCounters,
     "xpack_layer_counters": LayerCounters,
+    "xpack_engine_options": EngineOptions,
+    "xpack_read_request": ReadRequest,
+    "xpack_read_completion": ReadCompletion,
+    "xpack_engine_counters": EngineCounters,
 }
