@@ -354,9 +354,10 @@ enum xpack_io_mode {
 /* Values of `verify` in xpack_cache_options. */
 enum xpack_verify_mode {
   /* The default (1 means the same): each object's xxh3-64 is checked when its read
-   * completes, on the cache's I/O thread before the copy to the device; a mismatch
-   * fails that expert with XPACK_E_OBJECT_CHECKSUM, so damaged bytes never reach a
-   * kernel (doc/cache.md has the measured cost). */
+   * completes, by a hash worker while the copy to the device runs; the expert is
+   * ready (wait returns, its ready event is recorded) only once both finished and
+   * the hash matched, and a mismatch fails that expert with XPACK_E_OBJECT_CHECKSUM,
+   * so damaged bytes never reach a kernel (doc/cache.md has the measured cost). */
   XPACK_VERIFY_ON = 0,
   /* No check. */
   XPACK_VERIFY_OFF = -1

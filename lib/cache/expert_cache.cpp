@@ -22,6 +22,11 @@ uint64_t now_ns() {
 // Device slots start at this alignment so kernels can use vector loads.
 constexpr uint64_t kSlotAlignment = 256;
 
+// Hash workers with verification on. One xxh3 of a 13.4 MB object takes about
+// 1 ms, a read of it from the disk 6-7 ms: one worker keeps up with the disk,
+// a second one keeps a burst of completions from queueing behind each other.
+constexpr unsigned kHashWorkers = 2;
+
 }  // namespace
 
 ExpertCache::ExpertCache(ObjectSource src, device::Device& dev, const CacheOptions& opts)
@@ -99,6 +104,9 @@ Status ExpertCache::init() {
   if (!opts_.trace_path.empty()) {
     XPACK_ASSIGN_OR_RETURN(trace_, stats::RoutingTraceWriter::open(opts_.trace_path));
   }
+  hashing_.assign(staging_.size(), 0);
+  if (opts_.verify)
+    for (unsigned i = 0; i < kHashWorkers; ++i) hash_threads_.emplace_back([this] { hash_loop(); });
   io_thread_ = std::thread([this] { io_loop(); });
   return {};
 }
@@ -114,6 +122,13 @@ ExpertCache::~ExpertCache() {
     notify_io(sleeping);
     io_thread_.join();
   }
+  // After the I/O thread: the workers finish the hashes it queued, then leave.
+  {
+    std::lock_guard hl(hash_mu_);
+    hash_stop_ = true;
+  }
+  hash_cv_.notify_all();
+  for (auto& t : hash_threads_) t.join();
   (void)dev_.synchronize();
   if (engine_) (void)write_stats();
   if (trace_) (void)trace_->flush();
@@ -621,29 +636,45 @@ void ExpertCache::on_read_complete(const io::Completion& c) {
   int status = c.status;
   const uint8_t* staged = engine_->slot_data(c.slot);
   if (status == 0 && c.bytes < src_.object_bytes) status = XPACK_E_TRUNCATED;
-  if (status == 0 && opts_.verify) {
-    uint64_t h = XXH3_64bits(staged, src_.object_bytes);
-    if (h != src_.checksum(key_layer(job.key), key_expert(job.key)))
-      status = XPACK_E_OBJECT_CHECKSUM;
-  }
   if (status == 0) {
-    Status cp = dev_.copy_to_device_async(slot_data(job.slot), staged, src_.object_bytes,
-                                          slots_[job.slot].ready.get());
-    if (cp.ok()) cp = dev_.record(*st.copied);
+    // Unverified, the slot's ready event follows the copy at once. Verified, only
+    // the staging buffer's event does: the hash worker records the slot's event
+    // after the hash matched, so even a compute stream waiting on that event never
+    // sees bytes that were not checked.
+    device::Event* slot_ready = slots_[job.slot].ready.get();
+    Status cp = opts_.verify
+                    ? dev_.copy_to_device_async(slot_data(job.slot), staged, src_.object_bytes, st.copied.get())
+                    : dev_.copy_to_device_async(slot_data(job.slot), staged, src_.object_bytes, slot_ready);
+    if (cp.ok() && !opts_.verify) cp = dev_.record(*st.copied);
     if (!cp.ok()) status = cp.error().code < 0 ? cp.error().code : XPACK_E_DEVICE;
   }
   if (status != 0) {
     st.busy = false;
-    st.copying = false;
+    st.delivering = false;
     fail_load(job, status);
     return;
   }
-  st.copying = true;
+  st.delivering = true;
+  st.copy_done = false;
   st.copy_enqueued_ns = now_ns();
-  uint64_t fallback = engine_->counters().fallback_count;
+  const uint64_t fallback = engine_->counters().fallback_count;
+  if (!opts_.verify) {
+    publish(job, c.bytes, read_ns, fallback);
+    return;
+  }
+  {
+    std::lock_guard hl(hash_mu_);
+    hashing_[c.slot] = 1;
+    hash_jobs_.push_back(HashJob{c.slot, job, staged, src_.checksum(key_layer(job.key), key_expert(job.key)),
+                                 c.bytes, read_ns, fallback});
+  }
+  hash_cv_.notify_one();
+}
+
+void ExpertCache::publish(const LoadJob& job, uint64_t bytes_read, uint64_t read_ns, uint64_t fallback) {
   telemetry_.update([&](stats::Counters& ct) {
     ++ct.pack_reads;
-    ct.pack_read_bytes += c.bytes;
+    ct.pack_read_bytes += bytes_read;
     ct.h2d_bytes += src_.object_bytes;
     ct.fallback_count = fallback;
     ct.read_latency.record(read_ns);
@@ -657,28 +688,94 @@ void ExpertCache::on_read_complete(const io::Completion& c) {
   state_cv_.notify_all();
 }
 
-void ExpertCache::reap_copies(bool block_for_one) {
-  // Staging buffers whose copy finished become free. When asked, block on the
-  // oldest copy so a waiting load can proceed.
-  Staging* oldest = nullptr;
-  for (auto& st : staging_) {
-    if (!st.copying) continue;
-    auto done = st.copied->query();
-    if (!done.ok() || *done) {
-      telemetry_.update(
-          [&](stats::Counters& c) { c.h2d_latency.record(now_ns() - st.copy_enqueued_ns); });
-      st.copying = false;
+// ---- hash workers --------------------------------------------------------------
+
+void ExpertCache::check_hash(const HashJob& j) {
+  int status = 0;
+  if (XXH3_64bits(j.staged, src_.object_bytes) != j.expected) {
+    status = XPACK_E_OBJECT_CHECKSUM;
+  } else {
+    // Recorded after the copy (one stream, FIFO), so it covers it.
+    Status r = dev_.record(*slots_[j.job.slot].ready);
+    if (!r.ok()) status = r.error().code < 0 ? r.error().code : XPACK_E_DEVICE;
+  }
+  // The slot stayed kLoading (protected, invisible to waiters) until here.
+  if (status != 0)
+    fail_load(j.job, status);
+  else
+    publish(j.job, j.bytes_read, j.read_ns, j.fallback);
+}
+
+void ExpertCache::hash_loop() {
+  std::unique_lock hl(hash_mu_);
+  for (;;) {
+    hash_cv_.wait(hl, [&] { return hash_stop_ || !hash_jobs_.empty(); });
+    if (hash_jobs_.empty()) return;  // stopping, and every queued hash is done
+    HashJob j = hash_jobs_.front();
+    hash_jobs_.pop_front();
+    hl.unlock();
+    check_hash(j);
+    hl.lock();
+    // Only now may the I/O thread hand the buffer out again (with its copy done).
+    hashing_[j.staging] = 0;
+    hash_done_cv_.notify_all();
+    hl.unlock();
+    // A freed buffer, or loads placed for deferred keys by publish/fail_load: the
+    // I/O thread may be asleep in the kernel or on its condition variable.
+    notify_io(true);
+    hl.lock();
+  }
+}
+
+bool ExpertCache::hash_pending(uint32_t staging) {
+  std::lock_guard hl(hash_mu_);
+  return hashing_[staging] != 0;
+}
+
+size_t ExpertCache::reap_staging(ReapWait how) {
+  size_t freed = 0;
+  auto copy_seen_done = [&](Staging& st) {
+    telemetry_.update([&](stats::Counters& c) { c.h2d_latency.record(now_ns() - st.copy_enqueued_ns); });
+    st.copy_done = true;
+  };
+  for (;;) {
+    Staging* oldest_copy = nullptr;
+    bool hashes = false;
+    for (uint32_t i = 0; i < staging_.size(); ++i) {
+      Staging& st = staging_[i];
+      if (!st.delivering) continue;
+      if (!st.copy_done) {
+        auto done = st.copied->query();
+        if (done.ok() && !*done) {
+          if (!oldest_copy || st.copy_enqueued_ns < oldest_copy->copy_enqueued_ns) oldest_copy = &st;
+          continue;
+        }
+        copy_seen_done(st);
+      }
+      if (hash_pending(i)) {
+        hashes = true;
+        continue;
+      }
+      st.delivering = false;
+      st.copy_done = false;
       st.busy = false;
+      ++freed;
+    }
+    if (freed > 0 || how == ReapWait::kNone) return freed;
+    if (oldest_copy) {
+      (void)oldest_copy->copied->wait();
+      copy_seen_done(*oldest_copy);
+      if (how == ReapWait::kCopy) how = ReapWait::kNone;  // collect it, then go
       continue;
     }
-    if (!oldest || st.copy_enqueued_ns < oldest->copy_enqueued_ns) oldest = &st;
-  }
-  if (block_for_one && oldest) {
-    (void)oldest->copied->wait();
-    telemetry_.update(
-        [&](stats::Counters& c) { c.h2d_latency.record(now_ns() - oldest->copy_enqueued_ns); });
-    oldest->copying = false;
-    oldest->busy = false;
+    if (!hashes || how != ReapWait::kOne) return freed;
+    // Every delivered buffer waits for its hash only: wait for one to finish.
+    std::unique_lock hl(hash_mu_);
+    hash_done_cv_.wait(hl, [&] {
+      for (uint32_t i = 0; i < staging_.size(); ++i)
+        if (staging_[i].delivering && staging_[i].copy_done && !hashing_[i]) return true;
+      return false;
+    });
   }
 }
 
@@ -686,7 +783,7 @@ void ExpertCache::io_loop() {
   std::vector<io::ReadRequest> batch;
   std::vector<io::Completion> unused;
   for (;;) {
-    reap_copies(false);
+    reap_staging(ReapWait::kNone);
     size_t free_staging = 0;
     for (auto& st : staging_) free_staging += !st.busy;
     bool want_more;
@@ -738,7 +835,7 @@ void ExpertCache::io_loop() {
       auto got = engine_->poll(0, &unused);
       if (!got.ok() || *got > 0) continue;
       bool copying = std::any_of(staging_.begin(), staging_.end(),
-                                 [](const Staging& st) { return st.copying; });
+                                 [](const Staging& st) { return st.delivering && !st.copy_done; });
       std::unique_lock lk(mu_);
       bool queued = !pending_.empty() || !pending_prefetch_.empty();
       if (queued && free_staging > 0) continue;  // arrived meanwhile: take it now
@@ -747,18 +844,19 @@ void ExpertCache::io_loop() {
         // waiting for the next read completion instead would leave a queued
         // load idle for a whole read interval.
         lk.unlock();
-        reap_copies(true);
+        reap_staging(ReapWait::kCopy);
         continue;
       }
-      // Sleep in the kernel until a read completes or acquire()/prefetch()
-      // hands over new work (engine wake-up): no polling interval.
+      // Sleep in the kernel until a read completes, acquire()/prefetch() hands
+      // over new work, or a hash worker frees a buffer (engine wake-up): no
+      // polling interval.
       io_sleeping_ = true;
       lk.unlock();
       (void)engine_->poll(-1, &unused);
       lk.lock();
       io_sleeping_ = false;
     } else if (want_more) {
-      reap_copies(true);  // every staging buffer is waiting for its copy
+      reap_staging(ReapWait::kOne);  // every staging buffer is being delivered
     }
   }
 }

@@ -6,9 +6,13 @@
 // handed to the I/O thread in one batch. The I/O thread owns the read engine (it
 // is single-issuer); as each object lands in staging it enqueues the H2D copy into
 // the slot and records the slot's ready event, so the caller can compute with the
-// hits while misses load and wait per expert. A staging buffer is reused only
-// after its copy's event completed. A slot whose read or verification failed is
-// never published: waiters get the error, and the entry is dropped on release.
+// hits while misses load and wait per expert. With verification the copy still
+// starts at the read's completion, while a hash worker checks the same staged
+// bytes beside it: the slot's ready event is recorded, and the slot published,
+// only once the copy is enqueued AND the hash matched. A staging buffer is reused
+// only after its copy's event completed and its hash (if any) finished. A slot
+// whose read or verification failed is never published: waiters get the error,
+// and the entry is dropped on release.
 //
 // Experts of an acquire stay protected (never evicted) until release(), or one by
 // one through release_expert(). With `defer`, an acquire may name more distinct
@@ -158,12 +162,24 @@ class ExpertCache {
     uint64_t step;
   };
   struct Staging {
-    bool busy = false;           // read in flight or copy not yet seen complete
-    bool copying = false;
+    bool busy = false;           // read in flight, or its bytes still being delivered
+    bool delivering = false;     // copy enqueued; free once copy_done and not hashing
+    bool copy_done = false;      // the copy's event was seen complete
     LoadJob job{};
     uint64_t copy_enqueued_ns = 0;
     std::unique_ptr<device::Event> copied;
   };
+  // A staged object whose xxh3 a hash worker checks while its copy runs.
+  struct HashJob {
+    uint32_t staging;
+    LoadJob job;
+    const uint8_t* staged;
+    uint64_t expected;   // the pack's checksum, looked up on the I/O thread
+    uint64_t bytes_read;
+    uint64_t read_ns;
+    uint64_t fallback;   // the engine's fallback count (its counters are I/O-thread only)
+  };
+  enum class ReapWait : uint8_t { kNone, kCopy, kOne };
   struct TicketKey {
     Key key = 0;
     uint32_t slot = kNoSlot;
@@ -225,7 +241,17 @@ class ExpertCache {
   void io_loop();
   void on_read_complete(const io::Completion& c);
   void fail_load(const LoadJob& job, int code);
-  void reap_copies(bool block_for_one);
+  // A load whose bytes are in the slot's copy stream (and verified): counts it and
+  // makes the slot visible to waiters. Any thread; takes mu_.
+  void publish(const LoadJob& job, uint64_t bytes_read, uint64_t read_ns, uint64_t fallback);
+  void hash_loop();
+  void check_hash(const HashJob& j);
+  // Frees staging buffers whose copy completed and whose hash finished; returns
+  // how many. kCopy: first waits for the oldest copy still running, if any (a
+  // buffer frees within one H2D copy); kOne: waits until at least one is free
+  // (every buffer is being delivered). I/O thread.
+  size_t reap_staging(ReapWait how);
+  bool hash_pending(uint32_t staging);
 
   ObjectSource src_;
   device::Device& dev_;
@@ -254,6 +280,15 @@ class ExpertCache {
   std::unique_ptr<io::ReadEngine> engine_;
   std::vector<Staging> staging_;
   std::thread io_thread_;
+
+  // Verification beside the copy: jobs from the I/O thread to the hash workers.
+  std::mutex hash_mu_;
+  std::condition_variable hash_cv_;       // a job was queued, or stop
+  std::condition_variable hash_done_cv_;  // a buffer's hash finished (the I/O thread waits)
+  std::deque<HashJob> hash_jobs_;
+  std::vector<uint8_t> hashing_;          // per staging buffer: its hash is queued or running
+  bool hash_stop_ = false;
+  std::vector<std::thread> hash_threads_;
 
   stats::Telemetry telemetry_;
   std::mutex stats_write_mu_;

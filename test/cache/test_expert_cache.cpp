@@ -421,7 +421,7 @@ TEST_CASE("cache: verification rejects an object whose checksum does not match")
   CHECK(c->wait(a.ticket, 1).ok());
   REQUIRE(c->release(a.ticket).ok());
   CHECK(c->counters().io_errors == 1);
-  CHECK(c->counters().h2d_bytes == kObj);  // the bad object was never copied
+  CHECK(c->counters().h2d_bytes == kObj);  // the bad object was never delivered (nor counted)
 }
 
 TEST_CASE("cache: prefetch fills free slots, counts used and wasted, never evicts protected") {
