@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "block_reduce.cuh"
 #include "kimi_kernels.h"
 
 namespace xpack::rt::kimi {
@@ -24,38 +25,11 @@ int64_t smem_optin() {
   return bytes;
 }
 
-// Room kept for the static shared arrays of the block reductions below.
-constexpr int64_t kStaticSmem = 256;
+// Room kept for the static shared arrays of block_reduce.cuh (32 doubles, 32 floats).
+constexpr int64_t kStaticSmem = 512;
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
-
-// Block-wide reductions over kThreads threads; every thread gets the result.
-// Kept here rather than shared with other kernel files: these follow the kimi
-// CPU ops' sums (double) and nothing else depends on their order.
-__device__ double block_sum(double v) {
-  __shared__ double part[kThreads / 32];
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __syncthreads();  // part[] may still be read by a previous call
-  if (lane == 0) part[warp] = v;
-  __syncthreads();
-  double s = 0.0;
-  for (int w = 0; w < kThreads / 32; ++w) s += part[w];
-  return s;
-}
-
-__device__ float block_max(float v) {
-  __shared__ float part[kThreads / 32];
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, o));
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __syncthreads();
-  if (lane == 0) part[warp] = v;
-  __syncthreads();
-  float m = -INFINITY;
-  for (int w = 0; w < kThreads / 32; ++w) m = fmaxf(m, part[w]);
-  return m;
-}
 
 struct Ckpts {
   const float* p[kMaxCkpts];

@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "block_reduce.cuh"
+#include "quant_blocks.cuh"
+#include "quant_matmul.h"
 #include "runtime_ops.h"
 
 namespace xpack::rt {
@@ -20,36 +23,26 @@ cudaError_t launched() { return cudaGetLastError(); }
 #define GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
 
-// Block-wide reductions (blockDim.x == kThreads); every thread gets the result.
-__device__ double block_sum(double v) {
-  __shared__ double part[kThreads / 32];
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __syncthreads();  // part[] may still be read by a previous call
-  if (lane == 0) part[warp] = v;
-  __syncthreads();
-  double s = 0.0;
-  for (int w = 0; w < kThreads / 32; ++w) s += part[w];
-  return s;
-}
-
-__device__ float block_max(float v) {
-  __shared__ float part[kThreads / 32];
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, o));
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __syncthreads();
-  if (lane == 0) part[warp] = v;
-  __syncthreads();
-  float m = -INFINITY;
-  for (int w = 0; w < kThreads / 32; ++w) m = fmaxf(m, part[w]);
-  return m;
-}
-
 __global__ void gather_words_kernel(const uint32_t* __restrict__ src, int64_t width, const int32_t* __restrict__ ids,
                                     int64_t n, uint32_t* __restrict__ dst) {
   GRID_STRIDE(i, n * width) {
     const int64_t r = i / width, c = i - r * width;
     dst[i] = src[int64_t(ids[r]) * width + c];
+  }
+}
+
+// One thread per output value: its block's bytes are read in place (the embedding
+// lookup of a quantized token_embd, without bringing the ids to the host).
+template <uint32_t T>
+__global__ void get_rows_dequant_kernel(const uint8_t* __restrict__ table, size_t rb, int64_t width,
+                                        const int32_t* __restrict__ ids, int64_t n, float* __restrict__ dst) {
+  constexpr int kBe = T == 0 || T == 1 || T == 30 ? 1 : (T == 8 || T == 39 ? 32 : 256);
+  constexpr int kBb = T == 0 ? 4 : T == 1 || T == 30 ? 2 : T == 8 ? 34 : T == 39 ? 17
+                    : T == 10 ? 84 : T == 11 ? 110 : T == 12 ? 144 : T == 13 ? 176 : 210;
+  GRID_STRIDE(e, n * width) {
+    const int64_t r = e / width, i = e - r * width;
+    const uint8_t* b = table + size_t(ids[r]) * rb + size_t(i / kBe) * kBb;
+    dst[e] = kernels::dev::dequant_elem<T>(b, int(i % kBe));
   }
 }
 
@@ -271,6 +264,28 @@ cudaError_t gather_words(const uint32_t* src, int64_t width, const int32_t* ids,
                          cudaStream_t stream) {
   if (n * width == 0) return cudaSuccess;
   gather_words_kernel<<<grid_for(n * width), kThreads, 0, stream>>>(src, width, ids, n, dst);
+  return launched();
+}
+
+cudaError_t get_rows_dequant(uint32_t type, const void* table, size_t row_bytes, int64_t width, const int32_t* ids,
+                             int64_t n, float* dst, cudaStream_t stream) {
+  if (n * width == 0) return cudaSuccess;
+  const auto* t = static_cast<const uint8_t*>(table);
+  const unsigned g = grid_for(n * width);
+  namespace k = kernels;
+  switch (type) {
+    case k::kF32: get_rows_dequant_kernel<0><<<g, kThreads, 0, stream>>>(t, row_bytes, width, ids, n, dst); break;
+    case k::kF16: get_rows_dequant_kernel<1><<<g, kThreads, 0, stream>>>(t, row_bytes, width, ids, n, dst); break;
+    case k::kBF16: get_rows_dequant_kernel<30><<<g, kThreads, 0, stream>>>(t, row_bytes, width, ids, n, dst); break;
+    case k::kQ8_0: get_rows_dequant_kernel<8><<<g, kThreads, 0, stream>>>(t, row_bytes, width, ids, n, dst); break;
+    case k::kQ2_K: get_rows_dequant_kernel<10><<<g, kThreads, 0, stream>>>(t, row_bytes, width, ids, n, dst); break;
+    case k::kQ3_K: get_rows_dequant_kernel<11><<<g, kThreads, 0, stream>>>(t, row_bytes, width, ids, n, dst); break;
+    case k::kQ4_K: get_rows_dequant_kernel<12><<<g, kThreads, 0, stream>>>(t, row_bytes, width, ids, n, dst); break;
+    case k::kQ5_K: get_rows_dequant_kernel<13><<<g, kThreads, 0, stream>>>(t, row_bytes, width, ids, n, dst); break;
+    case k::kQ6_K: get_rows_dequant_kernel<14><<<g, kThreads, 0, stream>>>(t, row_bytes, width, ids, n, dst); break;
+    case k::kMXFP4: get_rows_dequant_kernel<39><<<g, kThreads, 0, stream>>>(t, row_bytes, width, ids, n, dst); break;
+    default: return cudaErrorInvalidValue;
+  }
   return launched();
 }
 

@@ -25,6 +25,11 @@ namespace xpack::rt {
 // dst[r] = src[ids[r]] for rows of `width` 32-bit words (F32 or I32).
 cudaError_t gather_words(const uint32_t* src, int64_t width, const int32_t* ids, int64_t n, uint32_t* dst,
                          cudaStream_t stream);
+// dst[r] = the row ids[r] of a GGUF-block table (any type of quant_matmul.h,
+// rows of `row_bytes`), dequantized to fp32 exactly as the CPU's decoders do.
+// cudaErrorInvalidValue for a type without a decoder.
+cudaError_t get_rows_dequant(uint32_t type, const void* table, size_t row_bytes, int64_t width, const int32_t* ids,
+                             int64_t n, float* dst, cudaStream_t stream);
 // dst[ids[r]] = src[r] (F32 rows of `width`).
 cudaError_t set_rows(const float* src, int64_t width, const int32_t* ids, int64_t n, float* dst,
                      cudaStream_t stream);

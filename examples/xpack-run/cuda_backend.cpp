@@ -217,19 +217,11 @@ void CudaBackend::get_rows(const Tensor& table, const Tensor& ids, const Tensor&
                "get_rows");
     return;
   }
-  // A quantized table (token embeddings): the row addresses need the ids on the
-  // host. Only the embedding lookup at the start of an eval takes this path.
+  // A GGUF-block table (a quantized token_embd): decoded in place on the device.
   const size_t rb = xk::row_bytes(table.type, width);
   if (rb == 0) throw ModelError("get_rows of a type-" + std::to_string(table.type) + " table is not implemented on CUDA yet");
-  std::vector<int32_t> host(static_cast<size_t>(n));
-  download(ids, host.data());
-  for (int64_t r = 0; r < n; ++r) {
-    const int32_t id = host[size_t(r)];
-    check_shape(id >= 0 && id < table.rows(), "get_rows id outside the table");
-    const int st = xk::dequantize_rows(table.type, static_cast<const uint8_t*>(table.data) + rb * size_t(id), width, 1,
-                                       out.f32() + r * width, state_->stream);
-    if (st != xk::kOk) throw ModelError(std::string("CUDA get_rows: ") + xk::status_name(st));
-  }
+  check_cuda(xpack::rt::get_rows_dequant(table.type, table.data, rb, width, ids.i32(), n, out.f32(), state_->stream),
+             "get_rows (dequantized)");
 }
 
 void CudaBackend::set_rows(const Tensor& src, const Tensor& ids, const Tensor& dst) {

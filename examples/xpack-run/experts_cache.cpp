@@ -74,7 +74,7 @@ class CacheExperts final : public CacheExpertSource {
     req->entries.resize(static_cast<size_t>(n));
     req->views.resize(static_cast<size_t>(n));
     check(xpack_cache_acquire_ex(cache_, lslot, ids.data(), ids.size(), n_tokens, XPACK_ACQUIRE_DEFER,
-                                 req->entries.data(), &req->ticket),
+                                 req->entries.data(), sizeof(xpack_expert_slot), &req->ticket),
           layer);
     req->held = true;
     for (const auto& e : req->entries) deferred_experts_ += e.slot == XPACK_SLOT_DEFERRED;
@@ -137,7 +137,7 @@ class CacheExperts final : public CacheExpertSource {
         source->check(xpack_cache_wait(source->cache_, ticket, idx), layer);
       }
       xpack_expert_slot e{};
-      source->check(xpack_cache_entry(source->cache_, ticket, idx, &e), layer);
+      source->check(xpack_cache_entry(source->cache_, ticket, idx, &e, sizeof e), layer);
       object_views(source->roles_, e.data, static_cast<int>(e.expert), views[idx]);
       return {&views[idx], e.ready_event};
     }

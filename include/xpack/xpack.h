@@ -17,9 +17,23 @@
  *    handle, so xpack_last_error() returns the calling thread's most recent message.
  *  - Constructors are xpack_X_open/create; destructors xpack_X_close/destroy
  *    accept NULL.
- *  - Option structs start with `size_t size`, set by the caller to sizeof(struct);
- *    libxpack reads only the fields that fit, so old callers keep working when a
- *    struct grows. Passing NULL for options means "all defaults".
+ *  - Structs are versioned by their size and grow only by appending fields, so
+ *    old callers keep working when a struct grows (doc/api.md):
+ *     - A struct passed alone (options in, info/counters out) starts with
+ *       `size_t size`, set by the caller to sizeof(struct). On input libxpack
+ *       reads only the fields that fit (the others take their defaults: a
+ *       zero-filled struct means the defaults, and so does NULL); on output it
+ *       writes only the fields that fit and sets size to the bytes it wrote.
+ *       A size below sizeof(size_t) is refused with XPACK_E_INVALID_ARG.
+ *     - An array of element structs (xpack_read_request, xpack_read_completion,
+ *       xpack_expert_slot) has no size per element: the call that takes the
+ *       array also takes `elem_size`, the caller's sizeof(element). libxpack
+ *       steps through the array by elem_size and reads or writes only the first
+ *       min(elem_size, its own sizeof) bytes of each element: fields a newer
+ *       caller added are left as they were (ignored on input, where zero means
+ *       the old behaviour), and nothing past an older caller's element is
+ *       touched. An elem_size below the first version, XPACK_<NAME>_SIZE_V1, is
+ *       refused with XPACK_E_INVALID_ARG and a message.
  *  - Every function states its thread safety.
  */
 #ifndef XPACK_XPACK_H
@@ -380,18 +394,24 @@ XPACK_API void xpack_engine_destroy(xpack_engine *e);
  * message is recorded for the thread that reaped it. Thread-safe. */
 XPACK_API const char *xpack_engine_errmsg(const xpack_engine *e);
 
+/* An element of xpack_engine_submit's array (versioned by elem_size). */
 typedef struct xpack_read_request {
   uint32_t layer_slot;   /* object-table row (xpack_pack_layer_slot) */
   uint32_t expert;
   uint32_t slot;         /* staging slot, must not have a read in flight */
 } xpack_read_request;
+/* The smallest elem_size accepted: the fields of the first version. */
+#define XPACK_READ_REQUEST_SIZE_V1 (offsetof(xpack_read_request, slot) + sizeof(uint32_t))
 
 /* Queues n object reads and submits them with one io_uring_submit (up to the
- * queue depth; the rest enter as reads finish). All or nothing: a request with
- * an unknown object, a slot out of range or busy, or a slot used twice rejects
- * the whole batch (XPACK_E_INVALID_ARG). Issuing thread only. */
-XPACK_API int xpack_engine_submit(xpack_engine *e, const xpack_read_request *reqs, size_t n);
+ * queue depth; the rest enter as reads finish). elem_size: the caller's
+ * sizeof(xpack_read_request). All or nothing: a request with an unknown object,
+ * a slot out of range or busy, or a slot used twice rejects the whole batch
+ * (XPACK_E_INVALID_ARG). Issuing thread only. */
+XPACK_API int xpack_engine_submit(xpack_engine *e, const xpack_read_request *reqs, size_t n,
+                                  size_t elem_size);
 
+/* An element of xpack_engine_reap's array (versioned by elem_size). */
 typedef struct xpack_read_completion {
   uint32_t slot;
   uint32_t layer_slot;
@@ -399,13 +419,16 @@ typedef struct xpack_read_completion {
   int32_t status;        /* 0: slot holds the object; else -errno (e.g. -EIO) or
                             XPACK_E_TRUNCATED (file ended early); the slot is not ready */
 } xpack_read_completion;
+/* The smallest elem_size accepted: the fields of the first version. */
+#define XPACK_READ_COMPLETION_SIZE_V1 (offsetof(xpack_read_completion, status) + sizeof(int32_t))
 
-/* Reaps finished objects in completion order into out[0..max). timeout_ms: 0 =
- * never block; < 0 = block until at least one object finished (returns 0 at once
- * when nothing is in flight); > 0 = block at most that long. Returns the number
- * written (>= 0) or a negative code. Issuing thread only. */
+/* Reaps finished objects in completion order into out[0..max); elem_size: the
+ * caller's sizeof(xpack_read_completion). timeout_ms: 0 = never block; < 0 =
+ * block until at least one object finished (returns 0 at once when nothing is in
+ * flight); > 0 = block at most that long. Returns the number written (>= 0) or a
+ * negative code. Issuing thread only. */
 XPACK_API int xpack_engine_reap(xpack_engine *e, xpack_read_completion *out, size_t max,
-                                int timeout_ms);
+                                size_t elem_size, int timeout_ms);
 
 /* The slot's bytes: valid only after a successful completion for it and until
  * the slot is submitted again. *bytes is the object payload size. Fails with
@@ -524,6 +547,8 @@ XPACK_API int xpack_cache_get_info(const xpack_cache *c, xpack_cache_info *out);
 /* xpack_expert_slot.slot of an entry deferred by XPACK_ACQUIRE_DEFER (no slot yet). */
 #define XPACK_SLOT_DEFERRED UINT32_MAX
 
+/* One acquired expert: an element of the acquire calls' out array, and
+ * xpack_cache_entry's result (versioned by elem_size). */
 typedef struct xpack_expert_slot {
   uint32_t expert;
   uint32_t slot;       /* XPACK_SLOT_DEFERRED: not placed yet (data, ready_event NULL) */
@@ -531,16 +556,19 @@ typedef struct xpack_expert_slot {
   void *ready_event;   /* cudaEvent_t to wait on from a compute stream; NULL on host */
   int32_t hit;         /* 1 if it was resident (or already loading) */
 } xpack_expert_slot;
+/* The smallest elem_size accepted: the fields of the first version. */
+#define XPACK_EXPERT_SLOT_SIZE_V1 (offsetof(xpack_expert_slot, hit) + sizeof(int32_t))
 
 /* Requests n expert ids of one layer for n_tokens tokens (duplicates allowed;
  * n_tokens > 1 is prefill). Returns at once: out[i] describes experts[i]; the
  * data is usable after xpack_cache_wait (or after ready_event on a stream).
- * *ticket identifies the request for wait/release. XPACK_E_CAPACITY when the
- * distinct experts cannot all be placed because other requests protect too many
- * slots (release some and retry). Thread-safe. */
+ * elem_size: the caller's sizeof(xpack_expert_slot). *ticket identifies the
+ * request for wait/release. XPACK_E_CAPACITY when the distinct experts cannot
+ * all be placed because other requests protect too many slots (release some and
+ * retry). Thread-safe. */
 XPACK_API int xpack_cache_acquire(xpack_cache *c, uint32_t layer, const uint32_t *experts,
                                   size_t n, uint32_t n_tokens, xpack_expert_slot *out,
-                                  uint64_t *ticket);
+                                  size_t elem_size, uint64_t *ticket);
 /* Flags of xpack_cache_acquire_ex. */
 #define XPACK_ACQUIRE_DEFER 1u /* experts that cannot be placed now wait for slots */
 
@@ -555,11 +583,13 @@ XPACK_API int xpack_cache_acquire(xpack_cache *c, uint32_t layer, const uint32_t
  * copied out of slots and no expert is skipped. Thread-safe. */
 XPACK_API int xpack_cache_acquire_ex(xpack_cache *c, uint32_t layer, const uint32_t *experts,
                                      size_t n, uint32_t n_tokens, uint32_t flags,
-                                     xpack_expert_slot *out, uint64_t *ticket);
+                                     xpack_expert_slot *out, size_t elem_size,
+                                     uint64_t *ticket);
 /* The current description of entry `index` of a ticket (a deferred entry's slot
- * once it was placed). Thread-safe. */
+ * once it was placed); elem_size: the caller's sizeof(xpack_expert_slot).
+ * Thread-safe. */
 XPACK_API int xpack_cache_entry(xpack_cache *c, uint64_t ticket, size_t index,
-                                xpack_expert_slot *out);
+                                xpack_expert_slot *out, size_t elem_size);
 /* Ends the protection of one expert of a ticket early (every entry of the ticket
  * naming that expert); its slot may then be reused, e.g. by a deferred entry.
  * `compute_stream` as in xpack_cache_release. The ticket must still be
@@ -579,7 +609,7 @@ XPACK_API int xpack_cache_wait_all(xpack_cache *c, uint64_t ticket);
 XPACK_API int xpack_cache_acquire_blocking(xpack_cache *c, uint32_t layer,
                                            const uint32_t *experts, size_t n,
                                            uint32_t n_tokens, xpack_expert_slot *out,
-                                           uint64_t *ticket);
+                                           size_t elem_size, uint64_t *ticket);
 /* Ends the ticket's protection; the handles in its xpack_expert_slot array
  * become invalid. `compute_stream` (cudaStream_t, or NULL): later copies into
  * these slots wait for work already enqueued there; with NULL the caller must
@@ -623,10 +653,19 @@ typedef struct xpack_cache_counters {
 
 /* A consistent snapshot of the counters. Thread-safe. */
 XPACK_API int xpack_cache_get_counters(const xpack_cache *c, xpack_cache_counters *out);
-/* Per-layer counters of the same kind of snapshot (any pointer may be NULL). */
-XPACK_API int xpack_cache_layer_counters(const xpack_cache *c, uint32_t layer,
-                                         uint64_t *route_calls, uint64_t *route_tokens,
-                                         uint64_t *hits, uint64_t *misses);
+typedef struct xpack_layer_counters {
+  size_t size;           /* sizeof(xpack_layer_counters), set by the caller */
+  uint64_t route_calls;  /* acquires of this layer */
+  uint64_t route_tokens; /* tokens they were for (n_tokens summed) */
+  uint64_t hits;         /* distinct experts per acquire found resident */
+  uint64_t misses;
+} xpack_layer_counters;
+
+/* Per-layer counters (layer: object-table row, < xpack_cache_counters.n_layers)
+ * of one consistent snapshot. XPACK_E_INVALID_ARG for a layer out of range or a
+ * missing struct or size. Thread-safe. */
+XPACK_API int xpack_cache_get_layer_counters(const xpack_cache *c, uint32_t layer,
+                                             xpack_layer_counters *out);
 /* Writes the stats JSON now (no-op without stats_path) and flushes the routing
  * trace (with trace_path); returns the first error (a trace that could not be
  * written completely also counts in trace_write_errors). Thread-safe. */

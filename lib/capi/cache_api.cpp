@@ -171,6 +171,11 @@ XPACK_API int xpack_cache_get_info(const xpack_cache* c, xpack_cache_info* out) 
 
 namespace {
 
+xpack::Status check_slot_size(size_t elem_size, const char* call) {
+  static_assert(sizeof(xpack_expert_slot) >= XPACK_EXPERT_SLOT_SIZE_V1);
+  return xpack::capi::check_element_size(elem_size, XPACK_EXPERT_SLOT_SIZE_V1, call, "xpack_expert_slot");
+}
+
 xpack_expert_slot to_c(const xpack::cache::ExpertHandle& h) {
   return xpack_expert_slot{h.expert, h.slot, h.data, h.ready ? h.ready->native_handle() : nullptr,
                            h.hit ? 1 : 0};
@@ -180,33 +185,35 @@ xpack_expert_slot to_c(const xpack::cache::ExpertHandle& h) {
 
 XPACK_API int xpack_cache_acquire_ex(xpack_cache* c, uint32_t layer, const uint32_t* experts,
                                      size_t n, uint32_t n_tokens, uint32_t flags,
-                                     xpack_expert_slot* out, uint64_t* ticket) {
+                                     xpack_expert_slot* out, size_t elem_size, uint64_t* ticket) {
   if (!c) return fail(nullptr, XPACK_E_INVALID_ARG, "null cache");
   if (!out || !ticket) return fail(c, XPACK_E_INVALID_ARG, "null output pointer");
   *ticket = 0;
+  if (auto st = check_slot_size(elem_size, "xpack_cache_acquire"); !st.ok()) return fail(c, st.error());
   if (flags & ~XPACK_ACQUIRE_DEFER)
     return fail(c, XPACK_E_INVALID_ARG, "unknown acquire flags " + std::to_string(flags));
   auto a = c->cache->acquire(layer, experts, n, n_tokens ? n_tokens : 1,
                              (flags & XPACK_ACQUIRE_DEFER) != 0);
   if (!a.ok()) return fail(c, a.error());
-  for (size_t i = 0; i < n; ++i) out[i] = to_c(a->experts[i]);
+  for (size_t i = 0; i < n; ++i) xpack::capi::element_out(out, i, elem_size, to_c(a->experts[i]));
   *ticket = a->ticket;
   return 0;
 }
 
 XPACK_API int xpack_cache_acquire(xpack_cache* c, uint32_t layer, const uint32_t* experts,
                                   size_t n, uint32_t n_tokens, xpack_expert_slot* out,
-                                  uint64_t* ticket) {
-  return xpack_cache_acquire_ex(c, layer, experts, n, n_tokens, 0, out, ticket);
+                                  size_t elem_size, uint64_t* ticket) {
+  return xpack_cache_acquire_ex(c, layer, experts, n, n_tokens, 0, out, elem_size, ticket);
 }
 
 XPACK_API int xpack_cache_entry(xpack_cache* c, uint64_t ticket, size_t index,
-                                xpack_expert_slot* out) {
+                                xpack_expert_slot* out, size_t elem_size) {
   if (!c) return fail(nullptr, XPACK_E_INVALID_ARG, "null cache");
   if (!out) return fail(c, XPACK_E_INVALID_ARG, "null output pointer");
+  if (auto st = check_slot_size(elem_size, "xpack_cache_entry"); !st.ok()) return fail(c, st.error());
   auto h = c->cache->entry(ticket, index);
   if (!h.ok()) return fail(c, h.error());
-  *out = to_c(*h);
+  xpack::capi::element_out(out, 0, elem_size, to_c(*h));
   return 0;
 }
 
@@ -231,8 +238,9 @@ XPACK_API int xpack_cache_wait_all(xpack_cache* c, uint64_t ticket) {
 
 XPACK_API int xpack_cache_acquire_blocking(xpack_cache* c, uint32_t layer,
                                            const uint32_t* experts, size_t n, uint32_t n_tokens,
-                                           xpack_expert_slot* out, uint64_t* ticket) {
-  int rc = xpack_cache_acquire(c, layer, experts, n, n_tokens, out, ticket);
+                                           xpack_expert_slot* out, size_t elem_size,
+                                           uint64_t* ticket) {
+  int rc = xpack_cache_acquire(c, layer, experts, n, n_tokens, out, elem_size, ticket);
   if (rc != 0) return rc;
   auto st = c->cache->wait_all(*ticket);
   if (st.ok()) return 0;
@@ -307,17 +315,23 @@ XPACK_API int xpack_cache_get_counters(const xpack_cache* c, xpack_cache_counter
   return 0;
 }
 
-XPACK_API int xpack_cache_layer_counters(const xpack_cache* c, uint32_t layer,
-                                         uint64_t* route_calls, uint64_t* route_tokens,
-                                         uint64_t* hits, uint64_t* misses) {
+XPACK_API int xpack_cache_get_layer_counters(const xpack_cache* c, uint32_t layer,
+                                             xpack_layer_counters* out) {
   if (!c) return fail(nullptr, XPACK_E_INVALID_ARG, "null cache");
+  if (!xpack::capi::sized_struct_ok(out))
+    return fail(c, XPACK_E_INVALID_ARG, "layer counters struct missing or size not set");
   auto s = c->cache->counters();
   if (layer >= s.route_calls_by_layer.size())
-    return fail(c, XPACK_E_INVALID_ARG, "layer " + std::to_string(layer) + " out of range");
-  if (route_calls) *route_calls = s.route_calls_by_layer[layer];
-  if (route_tokens) *route_tokens = s.route_tokens_by_layer[layer];
-  if (hits) *hits = s.hits_by_layer[layer];
-  if (misses) *misses = s.misses_by_layer[layer];
+    return fail(c, XPACK_E_INVALID_ARG,
+                "layer " + std::to_string(layer) + " out of range (" +
+                    std::to_string(s.route_calls_by_layer.size()) + " layers)");
+  xpack_layer_counters k{};
+  k.size = sizeof(k);
+  k.route_calls = s.route_calls_by_layer[layer];
+  k.route_tokens = s.route_tokens_by_layer[layer];
+  k.hits = s.hits_by_layer[layer];
+  k.misses = s.misses_by_layer[layer];
+  xpack::capi::copy_sized_out(out, k);
   return 0;
 }
 

@@ -3,8 +3,8 @@
 #include <cstring>
 #include <new>
 #include <string>
-#include <type_traits>
 
+#include "capi/sized_struct.h"
 #include "common/handle_message.h"
 #include "common/result.h"
 #include "gguf/ggml_type.h"
@@ -28,11 +28,6 @@ int fail(const xpack_gguf* g, int code, std::string msg) {
 }
 
 int fail(const xpack_gguf* g, const Error& e) { return fail(g, e.code, e.message); }
-
-// True when `field` of a caller's struct (whose first member is `size_t size`)
-// lies within the caller's declared size.
-#define XPACK_FITS(ptr, field) \
-  (offsetof(std::remove_pointer_t<decltype(ptr)>, field) + sizeof((ptr)->field) <= (ptr)->size)
 
 // The value at key index `idx`, or nullptr after recording the error in *code.
 const Value* key_value(const xpack_gguf* g, int64_t idx, int* code) {
@@ -146,10 +141,12 @@ XPACK_API int xpack_gguf_open(const char* path, const xpack_gguf_options* opts,
   if (!path) return fail(nullptr, XPACK_E_INVALID_ARG, "xpack_gguf_open: path is NULL");
   uint32_t flags = 0;
   if (opts) {
-    if (opts->size < sizeof(size_t))
+    if (!xpack::capi::sized_struct_ok(opts))
       return fail(nullptr, XPACK_E_INVALID_ARG,
                   fmt::format("xpack_gguf_open: options size {} is too small", opts->size));
-    if (XPACK_FITS(opts, flags)) flags = opts->flags;
+    xpack_gguf_options given{};
+    xpack::capi::merge_sized_options(&given, *opts);
+    flags = given.flags;
   }
   if (flags & ~static_cast<uint32_t>(XPACK_GGUF_SINGLE_FILE))
     return fail(nullptr, XPACK_E_INVALID_ARG,
@@ -288,16 +285,18 @@ XPACK_API int xpack_gguf_tensor_info(const xpack_gguf* g, int64_t idx, xpack_ten
   int code;
   const auto* t = tensor_at(g, idx, &code);
   if (!t) return code;
-  if (!out || out->size < sizeof(size_t))
+  if (!xpack::capi::sized_struct_ok(out))
     return fail(g, XPACK_E_INVALID_ARG, "xpack_gguf_tensor_info: out is NULL or its size too small");
-  if (XPACK_FITS(out, name)) out->name = t->name.c_str();
-  if (XPACK_FITS(out, type)) out->type = t->type;
-  if (XPACK_FITS(out, n_dims)) out->n_dims = t->n_dims;
-  if (XPACK_FITS(out, ne))
-    for (int d = 0; d < 4; ++d) out->ne[d] = t->ne[static_cast<size_t>(d)];
-  if (XPACK_FITS(out, nbytes)) out->nbytes = t->nbytes;
-  if (XPACK_FITS(out, shard)) out->shard = t->shard;
-  if (XPACK_FITS(out, file_offset)) out->file_offset = t->file_offset;
+  xpack_tensor_info i{};
+  i.size = sizeof(i);
+  i.name = t->name.c_str();
+  i.type = t->type;
+  i.n_dims = t->n_dims;
+  for (int d = 0; d < 4; ++d) i.ne[d] = t->ne[static_cast<size_t>(d)];
+  i.nbytes = t->nbytes;
+  i.shard = t->shard;
+  i.file_offset = t->file_offset;
+  xpack::capi::copy_sized_out(out, i);
   return 0;
 }
 

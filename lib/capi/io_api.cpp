@@ -107,14 +107,21 @@ XPACK_API const char* xpack_engine_errmsg(const xpack_engine* e) {
   return e ? e->errmsg.get() : "";
 }
 
-XPACK_API int xpack_engine_submit(xpack_engine* e, const xpack_read_request* reqs, size_t n) {
+XPACK_API int xpack_engine_submit(xpack_engine* e, const xpack_read_request* reqs, size_t n,
+                                  size_t elem_size) {
   if (!e) return fail_handle(nullptr, XPACK_E_INVALID_ARG, "null engine");
+  static_assert(sizeof(xpack_read_request) >= XPACK_READ_REQUEST_SIZE_V1);
+  if (auto st = xpack::capi::check_element_size(elem_size, XPACK_READ_REQUEST_SIZE_V1, "xpack_engine_submit",
+                                                "xpack_read_request");
+      !st.ok())
+    return fail_handle(e, st.error());
   if (n == 0) return 0;
   if (!reqs) return fail_handle(e, XPACK_E_INVALID_ARG, "null request array");
   std::vector<xpack::io::ReadRequest> batch;
   batch.reserve(n);
   for (size_t i = 0; i < n; ++i) {
-    auto r = xpack::io::object_read(e->geometry, reqs[i].layer_slot, reqs[i].expert, reqs[i].slot);
+    const auto q = xpack::capi::element_in<xpack_read_request>(reqs, i, elem_size);
+    auto r = xpack::io::object_read(e->geometry, q.layer_slot, q.expert, q.slot);
     if (!r.ok()) return fail_handle(e, r.error());
     batch.push_back(*r);
   }
@@ -124,8 +131,13 @@ XPACK_API int xpack_engine_submit(xpack_engine* e, const xpack_read_request* req
 }
 
 XPACK_API int xpack_engine_reap(xpack_engine* e, xpack_read_completion* out, size_t max,
-                                int timeout_ms) {
+                                size_t elem_size, int timeout_ms) {
   if (!e) return fail_handle(nullptr, XPACK_E_INVALID_ARG, "null engine");
+  static_assert(sizeof(xpack_read_completion) >= XPACK_READ_COMPLETION_SIZE_V1);
+  if (auto st = xpack::capi::check_element_size(elem_size, XPACK_READ_COMPLETION_SIZE_V1, "xpack_engine_reap",
+                                                "xpack_read_completion");
+      !st.ok())
+    return fail_handle(e, st.error());
   if (max == 0) return 0;
   if (!out) return fail_handle(e, XPACK_E_INVALID_ARG, "null completion array");
   if (max > INT32_MAX) max = INT32_MAX;
@@ -134,10 +146,12 @@ XPACK_API int xpack_engine_reap(xpack_engine* e, xpack_read_completion* out, siz
   if (!r.ok()) return fail_handle(e, r.error());
   for (size_t i = 0; i < e->scratch.size(); ++i) {
     const auto& c = e->scratch[i];
-    out[i].slot = c.slot;
-    out[i].layer_slot = xpack::io::tag_layer_slot(c.tag);
-    out[i].expert = xpack::io::tag_expert(c.tag);
-    out[i].status = c.status;
+    xpack_read_completion v{};
+    v.slot = c.slot;
+    v.layer_slot = xpack::io::tag_layer_slot(c.tag);
+    v.expert = xpack::io::tag_expert(c.tag);
+    v.status = c.status;
+    xpack::capi::element_out(out, i, elem_size, v);
     if (c.status != 0) e->errmsg.set(e->engine->last_failure());
   }
   return static_cast<int>(e->scratch.size());

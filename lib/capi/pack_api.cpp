@@ -3,8 +3,8 @@
 #include <cstring>
 #include <new>
 #include <string>
-#include <type_traits>
 
+#include "capi/sized_struct.h"
 #include "common/handle_message.h"
 #include "common/result.h"
 #include "pack/pack_reader.h"
@@ -26,11 +26,6 @@ int fail(const xpack_pack* p, int code, std::string msg) {
 
 int fail(const xpack_pack* p, const xpack::Error& e) { return fail(p, e.code, e.message); }
 
-// True when `field` of a caller's struct (first member `size_t size`) lies within
-// the size the caller declared: older callers with smaller structs keep working.
-#define XPACK_PACK_FITS(ptr, field) \
-  (offsetof(std::remove_pointer_t<decltype(ptr)>, field) + sizeof((ptr)->field) <= (ptr)->size)
-
 int check_slot(const xpack_pack* p, uint32_t layer_slot, uint32_t expert) {
   if (!p) return fail(p, XPACK_E_INVALID_ARG, "xpack_pack: NULL handle");
   if (!p->reader.valid_object(layer_slot, expert))
@@ -49,9 +44,11 @@ XPACK_API int xpack_pack_open(const char* path, const xpack_pack_options* opts, 
   if (!path || !out) return fail(nullptr, XPACK_E_INVALID_ARG, "xpack_pack_open: NULL path or out");
   xpack::pack::OpenOptions o;
   if (opts) {
-    if (opts->size < sizeof(size_t))
+    if (!xpack::capi::sized_struct_ok(opts))
       return fail(nullptr, XPACK_E_INVALID_ARG, "xpack_pack_open: options.size is too small");
-    if (XPACK_PACK_FITS(opts, trunk_path) && opts->trunk_path) o.trunk_path = opts->trunk_path;
+    xpack_pack_options given{};
+    xpack::capi::merge_sized_options(&given, *opts);
+    if (given.trunk_path) o.trunk_path = given.trunk_path;
   }
   auto r = PackReader::open(path, o);
   if (!r.ok()) return fail(nullptr, r.error());
@@ -69,7 +66,7 @@ XPACK_API int xpack_pack_validate(xpack_pack* p, int level, xpack_pack_fault* fa
   if (!p) return fail(p, XPACK_E_INVALID_ARG, "xpack_pack_validate: NULL handle");
   if (level != XPACK_VALIDATE_STRUCTURE && level != XPACK_VALIDATE_CHECKSUMS)
     return fail(p, XPACK_E_INVALID_ARG, fmt::format("xpack_pack_validate: unknown level {}", level));
-  if (fault && fault->size < sizeof(size_t))
+  if (fault && !xpack::capi::sized_struct_ok(fault))
     return fail(p, XPACK_E_INVALID_ARG, "xpack_pack_validate: fault.size is too small");
   xpack::pack::Fault f;
   auto s = p->reader.validate(level == XPACK_VALIDATE_CHECKSUMS ? xpack::pack::ValidateLevel::kChecksums
@@ -77,9 +74,12 @@ XPACK_API int xpack_pack_validate(xpack_pack* p, int level, xpack_pack_fault* fa
                               &f);
   if (!s.ok()) {
     if (fault && s.error().code == XPACK_E_OBJECT_CHECKSUM) {
-      if (XPACK_PACK_FITS(fault, layer)) fault->layer = f.block;
-      if (XPACK_PACK_FITS(fault, expert)) fault->expert = f.expert;
-      if (XPACK_PACK_FITS(fault, role)) fault->role = f.role;
+      xpack_pack_fault full{};
+      full.size = sizeof(full);
+      full.layer = f.block;
+      full.expert = f.expert;
+      full.role = f.role;
+      xpack::capi::copy_sized_out(fault, full);
     }
     return fail(p, s.error());
   }
@@ -90,24 +90,23 @@ XPACK_API const char* xpack_pack_path(const xpack_pack* p) { return p ? p->reade
 
 XPACK_API int xpack_pack_get_info(const xpack_pack* p, xpack_pack_info* out) {
   if (!p || !out) return fail(p, XPACK_E_INVALID_ARG, "xpack_pack_get_info: NULL argument");
-  if (out->size < sizeof(size_t)) return fail(p, XPACK_E_INVALID_ARG, "xpack_pack_get_info: info.size is too small");
+  if (!xpack::capi::sized_struct_ok(out)) return fail(p, XPACK_E_INVALID_ARG, "xpack_pack_get_info: info.size is too small");
   const PackReader& r = p->reader;
-#define XPACK_SET(field, value) \
-  if (XPACK_PACK_FITS(out, field)) out->field = (value)
-  XPACK_SET(version, r.version());
-  XPACK_SET(arch, r.arch().c_str());
-  XPACK_SET(n_layers, r.n_layers());
-  XPACK_SET(n_experts, r.n_experts());
-  XPACK_SET(n_experts_used, r.n_experts_used());
-  XPACK_SET(n_roles, static_cast<uint32_t>(r.roles().size()));
-  XPACK_SET(alignment, r.alignment());
-  XPACK_SET(data_start, r.data_start());
-  XPACK_SET(object_stride, r.object_stride());
-  XPACK_SET(object_bytes, r.object_bytes());
-  XPACK_SET(file_size, r.file_size());
-#undef XPACK_SET
-  if (XPACK_PACK_FITS(out, source_sha256))
-    std::memcpy(out->source_sha256, r.source_identity().data(), sizeof out->source_sha256);
+  xpack_pack_info i{};
+  i.size = sizeof(i);
+  i.version = r.version();
+  i.arch = r.arch().c_str();
+  i.n_layers = r.n_layers();
+  i.n_experts = r.n_experts();
+  i.n_experts_used = r.n_experts_used();
+  i.n_roles = static_cast<uint32_t>(r.roles().size());
+  i.alignment = r.alignment();
+  i.data_start = r.data_start();
+  i.object_stride = r.object_stride();
+  i.object_bytes = r.object_bytes();
+  i.file_size = r.file_size();
+  std::memcpy(i.source_sha256, r.source_identity().data(), sizeof i.source_sha256);
+  xpack::capi::copy_sized_out(out, i);
   return 0;
 }
 
@@ -130,17 +129,19 @@ XPACK_API int xpack_pack_layer_slot(const xpack_pack* p, uint32_t block, uint32_
 
 XPACK_API int xpack_pack_role_info(const xpack_pack* p, uint32_t role, xpack_role_info* out) {
   if (!p || !out) return fail(p, XPACK_E_INVALID_ARG, "xpack_pack_role_info: NULL argument");
-  if (out->size < sizeof(size_t)) return fail(p, XPACK_E_INVALID_ARG, "xpack_pack_role_info: info.size is too small");
+  if (!xpack::capi::sized_struct_ok(out)) return fail(p, XPACK_E_INVALID_ARG, "xpack_pack_role_info: info.size is too small");
   if (role >= p->reader.roles().size())
     return fail(p, XPACK_E_INVALID_ARG, fmt::format("role {} out of range ({} roles)", role, p->reader.roles().size()));
   const auto& r = p->reader.roles()[role];
-  if (XPACK_PACK_FITS(out, name)) out->name = r.name.c_str();
-  if (XPACK_PACK_FITS(out, type)) out->type = r.type;
-  if (XPACK_PACK_FITS(out, n_dims)) out->n_dims = r.n_dims;
-  if (XPACK_PACK_FITS(out, ne))
-    for (int d = 0; d < 3; ++d) out->ne[d] = r.ne[d];
-  if (XPACK_PACK_FITS(out, offset)) out->offset = r.offset;
-  if (XPACK_PACK_FITS(out, nbytes)) out->nbytes = r.nbytes;
+  xpack_role_info i{};
+  i.size = sizeof(i);
+  i.name = r.name.c_str();
+  i.type = r.type;
+  i.n_dims = r.n_dims;
+  for (int d = 0; d < 3; ++d) i.ne[d] = r.ne[d];
+  i.offset = r.offset;
+  i.nbytes = r.nbytes;
+  xpack::capi::copy_sized_out(out, i);
   return 0;
 }
 

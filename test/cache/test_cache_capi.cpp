@@ -87,7 +87,7 @@ TEST_CASE("C API: every object delivered byte-exact, counters and info") {
       uint32_t ids[2] = {e + 1, e};
       xpack_expert_slot s[2];
       uint64_t t = 0;
-      REQUIRE(xpack_cache_acquire_blocking(c, l, ids, 2, 1, s, &t) == 0);
+      REQUIRE(xpack_cache_acquire_blocking(c, l, ids, 2, 1, s, sizeof(xpack_expert_slot), &t) == 0);
       CHECK(s[0].expert == e + 1);
       CHECK(s[0].ready_event == nullptr);
       for (auto& x : s) check_against_pack(c, env.pack, l, x, env.info.object_bytes);
@@ -112,12 +112,15 @@ TEST_CASE("C API: every object delivered byte-exact, counters and info") {
   CHECK(k.cache_evictions == n - 5);
   CHECK(k.io_errors == 0);
   CHECK(k.n_layers == env.info.n_layers);
-  uint64_t calls = 0, tokens = 0, hits = 9, misses = 0;
-  REQUIRE(xpack_cache_layer_counters(c, 1, &calls, &tokens, &hits, &misses) == 0);
-  CHECK(calls == env.info.n_experts / 2);
-  CHECK(hits == 0);
-  CHECK(misses == env.info.n_experts);
-  CHECK(xpack_cache_layer_counters(c, 99, &calls, nullptr, nullptr, nullptr) == XPACK_E_INVALID_ARG);
+  xpack_layer_counters lk{};
+  lk.size = sizeof(lk);
+  lk.hits = 9;
+  REQUIRE(xpack_cache_get_layer_counters(c, 1, &lk) == 0);
+  CHECK(lk.route_calls == env.info.n_experts / 2);
+  CHECK(lk.route_tokens == env.info.n_experts / 2);
+  CHECK(lk.hits == 0);
+  CHECK(lk.misses == env.info.n_experts);
+  CHECK(xpack_cache_get_layer_counters(c, 99, &lk) == XPACK_E_INVALID_ARG);
   xpack_cache_destroy(c);
 }
 
@@ -149,20 +152,20 @@ TEST_CASE("C API: argument errors, capacity, NULL handling") {
   uint32_t bad = env.info.n_experts;
   xpack_expert_slot s[4];
   uint64_t t = 0;
-  CHECK(xpack_cache_acquire(c, 0, &bad, 1, 1, s, &t) == XPACK_E_INVALID_ARG);
+  CHECK(xpack_cache_acquire(c, 0, &bad, 1, 1, s, sizeof(xpack_expert_slot), &t) == XPACK_E_INVALID_ARG);
   CHECK(std::string(xpack_cache_errmsg(c)).find("out of range") != std::string::npos);
-  CHECK(xpack_cache_acquire(c, 0, &bad, 1, 1, nullptr, &t) == XPACK_E_INVALID_ARG);
+  CHECK(xpack_cache_acquire(c, 0, &bad, 1, 1, nullptr, sizeof(xpack_expert_slot), &t) == XPACK_E_INVALID_ARG);
   CHECK(xpack_cache_release(c, 777, nullptr) == XPACK_E_INVALID_ARG);
   CHECK(xpack_cache_wait(c, 777, 0) == XPACK_E_INVALID_ARG);
   CHECK(xpack_cache_read_slot(c, 99, s, sizeof(s)) == XPACK_E_INVALID_ARG);
-  CHECK(xpack_cache_acquire(nullptr, 0, &bad, 1, 1, s, &t) == XPACK_E_INVALID_ARG);
+  CHECK(xpack_cache_acquire(nullptr, 0, &bad, 1, 1, s, sizeof(xpack_expert_slot), &t) == XPACK_E_INVALID_ARG);
   xpack_cache_counters k{};
   CHECK(xpack_cache_get_counters(c, &k) == XPACK_E_INVALID_ARG);  // size not set
   uint32_t ids[4] = {0, 1, 2, 3};
-  REQUIRE(xpack_cache_acquire(c, 0, ids, 4, 4, s, &t) == 0);
+  REQUIRE(xpack_cache_acquire(c, 0, ids, 4, 4, s, sizeof(xpack_expert_slot), &t) == 0);
   uint64_t t2 = 0;
   uint32_t other = 4;
-  CHECK(xpack_cache_acquire(c, 0, &other, 1, 1, s, &t2) == XPACK_E_CAPACITY);  // all held
+  CHECK(xpack_cache_acquire(c, 0, &other, 1, 1, s, sizeof(xpack_expert_slot), &t2) == XPACK_E_CAPACITY);  // all held
   CHECK(xpack_cache_prefetch(c, 0, &other, 1) == 0);  // nothing evictable
   REQUIRE(xpack_cache_wait_all(c, t) == 0);
   REQUIRE(xpack_cache_release(c, t, nullptr) == 0);
@@ -191,7 +194,7 @@ TEST_CASE("C API: by default every object is checked, so a damaged one never rea
     uint32_t ids[2] = {3, 4};
     xpack_expert_slot s[2];
     uint64_t t = 0;
-    REQUIRE(xpack_cache_acquire(c, 1, ids, 2, 1, s, &t) == 0);
+    REQUIRE(xpack_cache_acquire(c, 1, ids, 2, 1, s, sizeof(xpack_expert_slot), &t) == 0);
     CHECK(xpack_cache_wait(c, t, 0) == want_rc);
     CHECK(xpack_cache_wait(c, t, 1) == 0);
     if (want_rc != 0) CHECK(std::string(xpack_cache_errmsg(c)).find("expert 3") != std::string::npos);
@@ -226,7 +229,7 @@ TEST_CASE("C API: an injected EIO fails one expert; stats file written at destro
   uint32_t ids[2] = {3, 4};
   xpack_expert_slot s[2];
   uint64_t t = 0;
-  REQUIRE(xpack_cache_acquire(c, 1, ids, 2, 1, s, &t) == 0);
+  REQUIRE(xpack_cache_acquire(c, 1, ids, 2, 1, s, sizeof(xpack_expert_slot), &t) == 0);
   CHECK(xpack_cache_wait(c, t, 0) == -EIO);
   CHECK(std::string(xpack_cache_errmsg(c)).find("expert 3") != std::string::npos);
   CHECK(xpack_cache_wait(c, t, 1) == 0);
@@ -237,7 +240,7 @@ TEST_CASE("C API: an injected EIO fails one expert; stats file written at destro
   REQUIRE(xpack_cache_get_counters(c, &k) == 0);
   CHECK(k.io_errors == 1);
   // Usable after: the expert loads fine now (the fault fired once).
-  REQUIRE(xpack_cache_acquire_blocking(c, 1, ids, 1, 1, s, &t) == 0);
+  REQUIRE(xpack_cache_acquire_blocking(c, 1, ids, 1, 1, s, sizeof(xpack_expert_slot), &t) == 0);
   check_against_pack(c, env.pack, 1, s[0], env.info.object_bytes);
   REQUIRE(xpack_cache_release(c, t, nullptr) == 0);
   xpack_cache_destroy(c);
@@ -258,9 +261,9 @@ TEST_CASE("C API: XPACK_ACQUIRE_DEFER streams a layer wider than the cache, byte
   uint32_t ids[8] = {7, 6, 5, 4, 3, 2, 1, 0};  // the whole layer through 3 slots
   xpack_expert_slot s[8];
   uint64_t t = 0;
-  CHECK(xpack_cache_acquire_ex(c, 1, ids, 8, 8, 0, s, &t) == XPACK_E_CAPACITY);
-  CHECK(xpack_cache_acquire_ex(c, 1, ids, 8, 8, 0x80, s, &t) == XPACK_E_INVALID_ARG);
-  REQUIRE(xpack_cache_acquire_ex(c, 1, ids, 8, 8, XPACK_ACQUIRE_DEFER, s, &t) == 0);
+  CHECK(xpack_cache_acquire_ex(c, 1, ids, 8, 8, 0, s, sizeof(xpack_expert_slot), &t) == XPACK_E_CAPACITY);
+  CHECK(xpack_cache_acquire_ex(c, 1, ids, 8, 8, 0x80, s, sizeof(xpack_expert_slot), &t) == XPACK_E_INVALID_ARG);
+  REQUIRE(xpack_cache_acquire_ex(c, 1, ids, 8, 8, XPACK_ACQUIRE_DEFER, s, sizeof(xpack_expert_slot), &t) == 0);
   CHECK(s[2].slot != XPACK_SLOT_DEFERRED);
   CHECK(s[3].slot == XPACK_SLOT_DEFERRED);
   CHECK(s[3].data == nullptr);
@@ -268,16 +271,16 @@ TEST_CASE("C API: XPACK_ACQUIRE_DEFER streams a layer wider than the cache, byte
   for (size_t i = 0; i < 8; ++i) {
     REQUIRE(xpack_cache_wait(c, t, i) == 0);
     xpack_expert_slot e{};
-    REQUIRE(xpack_cache_entry(c, t, i, &e) == 0);
+    REQUIRE(xpack_cache_entry(c, t, i, &e, sizeof(xpack_expert_slot)) == 0);
     REQUIRE(e.slot != XPACK_SLOT_DEFERRED);
     CHECK(e.expert == ids[i]);
     check_against_pack(c, env.pack, 1, e, env.info.object_bytes);
     REQUIRE(xpack_cache_release_expert(c, t, i, nullptr) == 0);
   }
   CHECK(xpack_cache_release_expert(c, t, 0, nullptr) == XPACK_E_INVALID_ARG);
-  CHECK(xpack_cache_entry(c, t, 8, s) == XPACK_E_INVALID_ARG);
-  CHECK(xpack_cache_entry(c, t, 0, nullptr) == XPACK_E_INVALID_ARG);
-  CHECK(xpack_cache_entry(nullptr, t, 0, s) == XPACK_E_INVALID_ARG);
+  CHECK(xpack_cache_entry(c, t, 8, s, sizeof(xpack_expert_slot)) == XPACK_E_INVALID_ARG);
+  CHECK(xpack_cache_entry(c, t, 0, nullptr, sizeof(xpack_expert_slot)) == XPACK_E_INVALID_ARG);
+  CHECK(xpack_cache_entry(nullptr, t, 0, s, sizeof(xpack_expert_slot)) == XPACK_E_INVALID_ARG);
   CHECK(xpack_cache_release_expert(nullptr, t, 0, nullptr) == XPACK_E_INVALID_ARG);
   REQUIRE(xpack_cache_release(c, t, nullptr) == 0);
   xpack_cache_counters k{};

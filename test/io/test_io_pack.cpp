@@ -66,7 +66,7 @@ std::vector<xpack_read_completion> reap_n(xpack_engine* e, size_t n) {
   std::vector<xpack_read_completion> all;
   xpack_read_completion buf[16];
   while (all.size() < n) {
-    int got = xpack_engine_reap(e, buf, 16, 5000);
+    int got = xpack_engine_reap(e, buf, 16, sizeof(xpack_read_completion), 5000);
     REQUIRE_MESSAGE(got >= 0, xpack_engine_errmsg(e));
     if (got == 0) {
       FAIL("no completion within 5 s");
@@ -99,9 +99,9 @@ void read_every_object(xpack_pack* p, const xpack_engine_options& o, uint32_t se
       free_slots.pop_back();
       ++next;
     }
-    if (!batch.empty()) REQUIRE(xpack_engine_submit(e, batch.data(), batch.size()) == 0);
+    if (!batch.empty()) REQUIRE(xpack_engine_submit(e, batch.data(), batch.size(), sizeof(xpack_read_request)) == 0);
     xpack_read_completion c[8];
-    int got = xpack_engine_reap(e, c, 8, 5000);
+    int got = xpack_engine_reap(e, c, 8, sizeof(xpack_read_completion), 5000);
     REQUIRE(got > 0);
     for (int i = 0; i < got; ++i) {
       REQUIRE(c[i].status == 0);
@@ -198,20 +198,20 @@ TEST_CASE("C API argument errors") {
   old.slots = 2;
   REQUIRE(xpack_engine_create(ph.p, reinterpret_cast<xpack_engine_options*>(&old), &e) == 0);
   xpack_read_request r{0, 99, 0};  // no expert 99
-  CHECK(xpack_engine_submit(e, &r, 1) == XPACK_E_INVALID_ARG);
+  CHECK(xpack_engine_submit(e, &r, 1, sizeof(xpack_read_request)) == XPACK_E_INVALID_ARG);
   CHECK(std::string(xpack_engine_errmsg(e)).find("expert 99") != std::string::npos);
   r = {0, 0, 2};  // slot out of range (2 slots)
-  CHECK(xpack_engine_submit(e, &r, 1) == XPACK_E_INVALID_ARG);
+  CHECK(xpack_engine_submit(e, &r, 1, sizeof(xpack_read_request)) == XPACK_E_INVALID_ARG);
   const void* data = nullptr;
   CHECK(xpack_engine_slot_data(e, 0, &data, nullptr) == XPACK_E_INVALID_ARG);  // never read
   CHECK(data == nullptr);
   CHECK(xpack_engine_slot_data(e, 7, &data, nullptr) == XPACK_E_INVALID_ARG);
-  CHECK(xpack_engine_submit(e, nullptr, 1) == XPACK_E_INVALID_ARG);
-  CHECK(xpack_engine_submit(e, nullptr, 0) == 0);
-  CHECK(xpack_engine_reap(e, nullptr, 4, 0) == XPACK_E_INVALID_ARG);
+  CHECK(xpack_engine_submit(e, nullptr, 1, sizeof(xpack_read_request)) == XPACK_E_INVALID_ARG);
+  CHECK(xpack_engine_submit(e, nullptr, 0, sizeof(xpack_read_request)) == 0);
+  CHECK(xpack_engine_reap(e, nullptr, 4, sizeof(xpack_read_completion), 0) == XPACK_E_INVALID_ARG);
   xpack_read_completion c[2];
-  CHECK(xpack_engine_reap(e, c, 2, 0) == 0);
-  CHECK(xpack_engine_reap(e, c, 2, -1) == 0);  // nothing in flight: no blocking
+  CHECK(xpack_engine_reap(e, c, 2, sizeof(xpack_read_completion), 0) == 0);
+  CHECK(xpack_engine_reap(e, c, 2, sizeof(xpack_read_completion), -1) == 0);  // nothing in flight: no blocking
   xpack_engine_counters k{};
   CHECK(xpack_engine_get_counters(e, &k) == XPACK_E_INVALID_ARG);  // size not set
   k.size = sizeof(size_t) + sizeof(uint64_t);  // an older, shorter struct
@@ -243,7 +243,7 @@ TEST_CASE("C API failure paths through the fault hook") {
   buffered.direct_io = XPACK_IO_BUFFERED;
   REQUIRE(xpack_engine_create(ph.p, &buffered, &e) == 0);
   xpack_read_request r{1, 3, 0};
-  REQUIRE(xpack_engine_submit(e, &r, 1) == 0);
+  REQUIRE(xpack_engine_submit(e, &r, 1, sizeof(xpack_read_request)) == 0);
   auto got = reap_n(e, 1);
   CHECK(got[0].status == 0);
   xpack_engine_counters k{};
@@ -259,7 +259,7 @@ TEST_CASE("C API failure paths through the fault hook") {
   REQUIRE(xpack_engine_create(ph.p, &o, &e) == 0);
   io::set_default_fault_plan(nullptr);
   xpack_read_request batch[] = {{1, 2, 0}, {0, 1, 1}};
-  REQUIRE(xpack_engine_submit(e, batch, 2) == 0);
+  REQUIRE(xpack_engine_submit(e, batch, 2, sizeof(xpack_read_request)) == 0);
   got = reap_n(e, 2);
   for (const auto& c : got) {
     const void* data = nullptr;
@@ -279,7 +279,7 @@ TEST_CASE("C API failure paths through the fault hook") {
   CHECK(k.objects_completed == 1);
   // The engine is still usable: the same object again into the failed slot.
   xpack_read_request again{1, 2, 0};
-  REQUIRE(xpack_engine_submit(e, &again, 1) == 0);
+  REQUIRE(xpack_engine_submit(e, &again, 1, sizeof(xpack_read_request)) == 0);
   got = reap_n(e, 1);
   CHECK(got[0].status == 0);
   xpack_engine_destroy(e);
@@ -299,7 +299,7 @@ TEST_CASE("a pack truncated under the engine fails the cut objects") {
   REQUIRE(xpack_pack_object_offset(ph.p, 1, 3, &last) == 0);
   REQUIRE(truncate(path.c_str(), static_cast<off_t>(last + 4096)) == 0);
   xpack_read_request batch[] = {{1, 3, 0}, {0, 0, 1}};
-  REQUIRE(xpack_engine_submit(e, batch, 2) == 0);
+  REQUIRE(xpack_engine_submit(e, batch, 2, sizeof(xpack_read_request)) == 0);
   auto got = reap_n(e, 2);
   for (const auto& c : got) {
     if (c.layer_slot == 1 && c.expert == 3)
@@ -414,7 +414,7 @@ TEST_CASE("C API: a zero-filled options struct means the defaults (O_DIRECT, any
   // And a real read through it is a direct one, into memory bound to no node.
   REQUIRE_MESSAGE(xpack_engine_create(ph.p, &zero, &e) == 0, xpack_last_error());
   xpack_read_request r{1, 2, 0};
-  REQUIRE(xpack_engine_submit(e, &r, 1) == 0);
+  REQUIRE(xpack_engine_submit(e, &r, 1, sizeof(xpack_read_request)) == 0);
   auto got = reap_n(e, 1);
   REQUIRE(got.size() == 1);
   CHECK(got[0].status == 0);
@@ -448,7 +448,7 @@ TEST_CASE("C API: a zero-filled options struct means the defaults (O_DIRECT, any
   o = zero;
   o.direct_io = XPACK_IO_BUFFERED;
   REQUIRE(xpack_engine_create(ph.p, &o, &e) == 0);
-  REQUIRE(xpack_engine_submit(e, &r, 1) == 0);
+  REQUIRE(xpack_engine_submit(e, &r, 1, sizeof(xpack_read_request)) == 0);
   got = reap_n(e, 1);
   REQUIRE(xpack_engine_get_counters(e, &k) == 0);
   CHECK(k.fallback_count >= 1);

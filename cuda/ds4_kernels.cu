@@ -1,0 +1,349 @@
+// deepseek4's operations on the GPU (ds4_kernels.h). Built with --fmad=false
+// (cuda/meson.build) so each float expression rounds as the CPU's does.
+#include <algorithm>
+#include <cmath>
+
+#include "block_reduce.cuh"
+#include "ds4_kernels.h"
+
+namespace xpack::rt::ds4 {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kSmemBytes = 48 * 1024;  // dynamic shared memory without the opt-in
+
+unsigned grid_for(int64_t n) {
+  return unsigned(std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, 132 * 16)));
+}
+
+cudaError_t launched() { return cudaGetLastError(); }
+
+#define GRID_STRIDE(i, n) \
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
+
+__device__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// Sequential float dot product: the CPU's order, so scores agree bit for bit.
+__device__ float dot_seq(const float* a, const float* b, int64_t n) {
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// ---- hyper-connections ------------------------------------------------------
+
+// c[src * hc + dst]: a softmax over dst for every src, + eps, then Sinkhorn:
+// columns, then (rows, columns) iters - 1 more times, each line divided by
+// (its sum in double, rounded, + eps). One thread: hc * hc <= 64 values.
+__device__ void sinkhorn(float* c, int hc, int iters, float eps) {
+  for (int src = 0; src < hc; ++src) {
+    float* r = c + src * hc;
+    float mx = -INFINITY;
+    for (int i = 0; i < hc; ++i) mx = fmaxf(mx, r[i]);
+    double sum = 0.0;
+    for (int i = 0; i < hc; ++i) {
+      r[i] = expf(r[i] - mx);
+      sum += r[i];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int i = 0; i < hc; ++i) r[i] *= inv;
+  }
+  for (int i = 0; i < hc * hc; ++i) c[i] += eps;
+  auto normalize_lines = [&](int line_stride, int entry_stride) {
+    for (int l = 0; l < hc; ++l) {
+      float* line = c + l * line_stride;
+      double sum = 0.0;
+      for (int e = 0; e < hc; ++e) sum += line[e * entry_stride];
+      const float denom = static_cast<float>(sum) + eps;
+      for (int e = 0; e < hc; ++e) line[e * entry_stride] /= denom;
+    }
+  };
+  normalize_lines(1, hc);  // columns
+  for (int it = 1; it < iters; ++it) {
+    normalize_lines(hc, 1);  // rows
+    normalize_lines(1, hc);  // columns
+  }
+}
+
+// out[i] = copy0[i] * w[0] + copy1[i] * w[1] + ..., in that order (the CPU's).
+__device__ void weighted_copies(const float* row, const float* w, int hc, int64_t d, float* out) {
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    float acc = row[i] * w[0];
+    for (int h = 1; h < hc; ++h) acc += row[h * d + i] * w[h];
+    out[i] = acc;
+  }
+}
+
+// One block per token: thread 0 forms pre, post and comb (the 4x4 Sinkhorn is
+// a few hundred flops: a thread does it faster than a launch), then the block
+// mixes the copies.
+__global__ void hc_pre_kernel(const float* mixes, const float* base, const float* scale, const float* stream, int hc,
+                              int64_t d, int iters, float eps, float* input, float* post, float* comb) {
+  __shared__ float pre[kMaxHc];
+  const int64_t t = blockIdx.x;
+  const int md = (2 + hc) * hc;
+  if (threadIdx.x == 0) {
+    const float* m = mixes + t * md;
+    for (int h = 0; h < hc; ++h) {
+      pre[h] = sigmoidf(m[h] * scale[0] + base[h]) + eps;
+      post[t * hc + h] = 2.0f * sigmoidf(m[hc + h] * scale[1] + base[hc + h]);
+    }
+    float c[kMaxHc * kMaxHc];
+    for (int i = 0; i < hc * hc; ++i) c[i] = m[2 * hc + i] * scale[2] + base[2 * hc + i];
+    sinkhorn(c, hc, iters, eps);
+    for (int i = 0; i < hc * hc; ++i) comb[t * hc * hc + i] = c[i];
+  }
+  __syncthreads();
+  weighted_copies(stream + t * hc * d, pre, hc, d, input + t * d);
+}
+
+__global__ void hc_post_kernel(const float* output, const float* residual, const float* post, const float* comb,
+                               int64_t n, int hc, int64_t d, float* stream) {
+  GRID_STRIDE(e, n * hc * d) {
+    const int64_t i = e % d, td = e / d, dst = td % hc, t = td / hc;
+    const float* res = residual + t * hc * d;
+    const float* c = comb + t * hc * hc;
+    float acc = output[t * d + i] * post[t * hc + dst];
+    for (int src = 0; src < hc; ++src) acc += res[src * d + i] * c[src * hc + dst];
+    stream[e] = acc;
+  }
+}
+
+__global__ void hc_head_kernel(const float* mixes, const float* base, const float* scale, const float* stream, int hc,
+                               int64_t d, float eps, float* out) {
+  __shared__ float pre[kMaxHc];
+  const int64_t t = blockIdx.x;
+  if (threadIdx.x < hc) pre[threadIdx.x] = sigmoidf(mixes[t * hc + threadIdx.x] * scale[0] + base[threadIdx.x]) + eps;
+  __syncthreads();
+  weighted_copies(stream + t * hc * d, pre, hc, d, out + t * d);
+}
+
+// ---- compressor -------------------------------------------------------------
+
+// One thread per (block, channel): entry j's value and score (the previous
+// block's first halves, then the own block's second halves when overlapping),
+// softmax over the scores (max, exp, double sum, float 1/sum), then the
+// weighted values summed in double in entry order. exp is recomputed in each
+// pass instead of stored: the same bits.
+__global__ void compress_pool_kernel(const float* kv, const float* score, int64_t rows_first, int64_t first_block,
+                                     int64_t n_out, int64_t width, int64_t ratio, bool overlap, float* out) {
+  const int64_t row_width = overlap ? 2 * width : width, n_entries = overlap ? 2 * ratio : ratio;
+  GRID_STRIDE(e, n_out * width) {
+    const int64_t ob = e / width, c = e - ob * width, b = first_block + ob;
+    auto entry = [&](int64_t j, float& value, float& s) {
+      int64_t pos, col;
+      if (overlap && j < ratio) {
+        pos = (b - 1) * ratio + j;
+        col = c;
+      } else {
+        pos = b * ratio + (overlap ? j - ratio : j);
+        col = overlap ? width + c : c;
+      }
+      if (pos < 0) {
+        value = 0.0f;
+        s = -INFINITY;
+      } else {
+        const int64_t r = (pos - rows_first) * row_width + col;
+        value = kv[r];
+        s = score[r];
+      }
+    };
+    float v, s, mx = -INFINITY;
+    for (int64_t j = 0; j < n_entries; ++j) {
+      entry(j, v, s);
+      mx = fmaxf(mx, s);
+    }
+    double denom = 0.0;
+    for (int64_t j = 0; j < n_entries; ++j) {
+      entry(j, v, s);
+      denom += expf(s - mx);
+    }
+    const float inv = static_cast<float>(1.0 / denom);
+    double sum = 0.0;
+    for (int64_t j = 0; j < n_entries; ++j) {
+      entry(j, v, s);
+      const float p = expf(s - mx) * inv;
+      sum += static_cast<double>(v * p);
+    }
+    out[e] = static_cast<float>(sum);
+  }
+}
+
+// ---- lightning indexer ------------------------------------------------------
+
+__device__ int64_t visible_blocks(int64_t pos, int64_t ratio, int64_t n_blocks) {
+  return min((pos + 1) / ratio, n_blocks);
+}
+
+// score[t][b] = sum_h w[t][h] * relu(q[t][h] . key[b]), the h sum in double in
+// head order, for the visible blocks of queries that must choose.
+__global__ void indexer_score_kernel(const float* q, const float* w, const float* keys, int64_t n_blocks, int64_t n,
+                                     int64_t n_head, int64_t id, int64_t pos0, int64_t ratio, int64_t top_k,
+                                     float* scores) {
+  GRID_STRIDE(e, n * n_blocks) {
+    const int64_t t = e / n_blocks, b = e - t * n_blocks;
+    const int64_t n_vis = visible_blocks(pos0 + t, ratio, n_blocks);
+    if (n_vis <= top_k || b >= n_vis) continue;
+    const float* qt = q + t * n_head * id;
+    const float* k = keys + b * id;
+    double s = 0.0;
+    for (int64_t h = 0; h < n_head; ++h) s += static_cast<double>(fmaxf(0.0f, dot_seq(qt + h * id, k, id)) * w[t * n_head + h]);
+    scores[e] = static_cast<float>(s);
+  }
+}
+
+// One block per query: block b is chosen when fewer than top_k blocks come
+// before it in (score descending, index ascending) order; the chosen ones are
+// then written in ascending index order.
+__global__ void indexer_choose_kernel(const float* scores, int32_t* flags, int64_t n_blocks, int64_t pos0,
+                                      int64_t ratio, int64_t top_k, int32_t* chosen) {
+  const int64_t t = blockIdx.x;
+  const int64_t n_vis = visible_blocks(pos0 + t, ratio, n_blocks);
+  int32_t* out = chosen + t * top_k;
+  for (int64_t j = threadIdx.x; j < top_k; j += blockDim.x) out[j] = (n_vis <= top_k && j < n_vis) ? int32_t(j) : -1;
+  if (n_vis <= top_k) return;
+  const float* s = scores + t * n_blocks;
+  int32_t* f = flags + t * n_blocks;
+  for (int64_t b = threadIdx.x; b < n_vis; b += blockDim.x) {
+    const float sb = s[b];
+    int64_t before = 0;
+    for (int64_t o = 0; o < n_vis; ++o) before += (s[o] > sb || (s[o] == sb && o < b)) ? 1 : 0;
+    f[b] = before < top_k ? 1 : 0;
+  }
+  __syncthreads();
+  for (int64_t b = threadIdx.x; b < n_vis; b += blockDim.x) {
+    if (!f[b]) continue;
+    int64_t at = 0;
+    for (int64_t o = 0; o < b; ++o) at += f[o];
+    if (at < top_k) out[at] = int32_t(b);
+  }
+}
+
+// ---- attention --------------------------------------------------------------
+
+// One block per (token, head). Keys: the raw window, then the chosen (or all
+// visible) blocks; scores are sequential dots as on the CPU; the softmax takes
+// the sink logit into its max and denominator; each output dim is summed over
+// the keys in order by one thread.
+__global__ void attention_kernel(AttentionArgs a, float* scratch, int64_t max_keys) {
+  extern __shared__ float smem[];
+  __shared__ int n_listed;
+  const int64_t job = blockIdx.x, t = job / a.n_head, h = job % a.n_head, hd = a.head_dim;
+  const int64_t pos = a.pos0 + t;
+  const int64_t raw_lo = max(a.raw_first, pos - a.window + 1), n_raw = pos - raw_lo + 1;
+  int* listed = reinterpret_cast<int*>(smem);  // the chosen blocks, -1 dropped, in order
+  float* score = scratch ? scratch + job * max_keys : smem + a.n_chosen;
+  if (a.chosen) {
+    if (threadIdx.x == 0) {
+      int m = 0;
+      for (int64_t j = 0; j < a.n_chosen; ++j) {
+        const int32_t b = a.chosen[t * a.n_chosen + j];
+        if (b >= 0) listed[m++] = b;
+      }
+      n_listed = m;
+    }
+    __syncthreads();
+  }
+  const int64_t n_block_keys = a.chosen ? n_listed : (a.blocks ? visible_blocks(pos, a.ratio, a.n_blocks) : 0);
+  const int64_t n_keys = n_raw + n_block_keys;
+  auto key = [&](int64_t j) -> const float* {
+    if (j < n_raw) return a.raw + (raw_lo - a.raw_first + j) * hd;
+    const int64_t b = a.chosen ? listed[j - n_raw] : j - n_raw;
+    return a.blocks + b * hd;
+  };
+  const float* qh = a.q + t * a.n_head * hd + h * hd;
+  for (int64_t j = threadIdx.x; j < n_keys; j += blockDim.x) score[j] = dot_seq(qh, key(j), hd) * a.scale;
+  __syncthreads();
+  const float sink = a.sinks[h];
+  float m = sink;
+  for (int64_t j = threadIdx.x; j < n_keys; j += blockDim.x) m = fmaxf(m, score[j]);
+  m = block_max(m);
+  double s = 0.0;
+  for (int64_t j = threadIdx.x; j < n_keys; j += blockDim.x) {
+    const float e = expf(score[j] - m);
+    score[j] = e;
+    s += e;
+  }
+  s = block_sum(s) + static_cast<double>(expf(sink - m));
+  const float inv = static_cast<float>(1.0 / s);
+  __syncthreads();
+  float* oh = a.out + t * a.n_head * hd + h * hd;
+  for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t j = 0; j < n_keys; ++j) acc += (score[j] * inv) * key(j)[d];
+    oh[d] = acc;
+  }
+}
+
+size_t attention_smem(const AttentionArgs& a, int64_t max_keys) {
+  return size_t(a.n_chosen) * sizeof(int) + size_t(max_keys) * sizeof(float);
+}
+
+}  // namespace
+
+cudaError_t hc_pre(const float* mixes, const float* base, const float* scale, const float* stream, int64_t n, int hc,
+                   int64_t d, int sinkhorn_iters, float eps, float* input, float* post, float* comb,
+                   cudaStream_t cs) {
+  if (hc < 1 || hc > kMaxHc) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  hc_pre_kernel<<<unsigned(n), kThreads, 0, cs>>>(mixes, base, scale, stream, hc, d, sinkhorn_iters, eps, input, post,
+                                                  comb);
+  return launched();
+}
+
+cudaError_t hc_post(const float* output, const float* residual, const float* post, const float* comb, int64_t n,
+                    int hc, int64_t d, float* stream, cudaStream_t cs) {
+  if (n * hc * d == 0) return cudaSuccess;
+  hc_post_kernel<<<grid_for(n * hc * d), kThreads, 0, cs>>>(output, residual, post, comb, n, hc, d, stream);
+  return launched();
+}
+
+cudaError_t hc_head(const float* mixes, const float* base, const float* scale, const float* stream, int64_t n, int hc,
+                    int64_t d, float eps, float* out, cudaStream_t cs) {
+  if (hc < 1 || hc > kMaxHc) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  hc_head_kernel<<<unsigned(n), kThreads, 0, cs>>>(mixes, base, scale, stream, hc, d, eps, out);
+  return launched();
+}
+
+cudaError_t compress_pool(const float* kv, const float* score, int64_t rows_first, int64_t first_block,
+                          int64_t n_out, int64_t width, int64_t ratio, bool overlap, float* out, cudaStream_t cs) {
+  if (n_out * width == 0) return cudaSuccess;
+  compress_pool_kernel<<<grid_for(n_out * width), kThreads, 0, cs>>>(kv, score, rows_first, first_block, n_out, width,
+                                                                     ratio, overlap, out);
+  return launched();
+}
+
+cudaError_t indexer_select(const float* q, const float* w, const float* keys, int64_t n_blocks, int64_t n,
+                           int64_t n_head, int64_t head_dim, int64_t pos0, int64_t ratio, int64_t top_k,
+                           float* scores, int32_t* flags, int32_t* chosen, cudaStream_t cs) {
+  if (n == 0 || top_k == 0) return cudaSuccess;
+  if (n_blocks > top_k) {
+    indexer_score_kernel<<<grid_for(n * n_blocks), kThreads, 0, cs>>>(q, w, keys, n_blocks, n, n_head, head_dim, pos0,
+                                                                      ratio, top_k, scores);
+    const cudaError_t e = launched();
+    if (e != cudaSuccess) return e;
+  }
+  indexer_choose_kernel<<<unsigned(n), kThreads, 0, cs>>>(scores, flags, n_blocks, pos0, ratio, top_k, chosen);
+  return launched();
+}
+
+int64_t attention_max_keys(const AttentionArgs& a) {
+  const int64_t n_raw = std::min(a.window, a.raw_rows);
+  return std::max<int64_t>(1, n_raw + (a.chosen ? a.n_chosen : (a.blocks ? a.n_blocks : 0)));
+}
+
+bool attention_fits_smem(const AttentionArgs& a) {
+  return int64_t(attention_smem(a, attention_max_keys(a))) <= kSmemBytes;
+}
+
+cudaError_t attention(const AttentionArgs& a, float* scratch, cudaStream_t cs) {
+  if (a.n == 0) return cudaSuccess;
+  const int64_t max_keys = attention_max_keys(a);
+  if (!scratch && !attention_fits_smem(a)) return cudaErrorInvalidValue;
+  const size_t smem = scratch ? size_t(a.n_chosen) * sizeof(int) : attention_smem(a, max_keys);
+  attention_kernel<<<unsigned(a.n * a.n_head), kThreads, smem, cs>>>(a, scratch, max_keys);
+  return launched();
+}
+
+}  // namespace xpack::rt::ds4

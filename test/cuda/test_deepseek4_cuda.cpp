@@ -1,0 +1,278 @@
+// xpack-run --device cuda on deepseek4 against the CPU backend: the oracle
+// models (F32 and MXFP4 experts) teacher-forced on both prompts, greedy decode
+// through the sliding-window / compressed-KV / indexer state on the GPU (equal
+// to one batch on the GPU, the CPU's greedy ids), the pack path streamed through
+// a CUDA expert cache smaller than a layer (bit-identical to resident and to the
+// plain GGUF), and random-weight variants that move every shape and layer
+// pattern (hc 3, one Sinkhorn pass, all-CSA, HCA between window-only layers).
+// Without a CUDA device every case is skipped (exit 77); without ../shared/oracle
+// or the gguf Python package the cases that need them are.
+#include <doctest/doctest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "fixtures.h"
+#include "runtime_harness.h"
+#include "skip.h"
+
+using namespace xrun_test;
+using nlohmann::json;
+
+namespace {
+
+constexpr size_t kVocab = 512;       // the oracle and variant models' vocabulary
+constexpr double kTolCpu = 1e-3;     // CUDA vs CPU logits, per value
+constexpr double kTolDecode = 1e-4;  // decode vs batch on CUDA (as the CPU test asks of the CPU)
+
+bool have_gpu() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e == cudaSuccess && n > 0) return true;
+  xpack::test::skip(xpack::test::Absent::kCapability,
+                    std::string("no CUDA device: ") + (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices"));
+  return false;
+}
+
+std::optional<fs::path> oracle_dir() {
+  auto o = oracle_dir_with("deepseek4-f32.gguf");
+  if (!o) xpack::test::skip(xpack::test::Absent::kFixture, "../shared/oracle (deepseek4 models) not found");
+  return o;
+}
+
+struct OracleRun {
+  std::vector<int32_t> prompt, gen;
+  std::vector<int32_t> all() const {
+    std::vector<int32_t> v = prompt;
+    v.insert(v.end(), gen.begin(), gen.end());
+    return v;
+  }
+};
+
+OracleRun load_run(const fs::path& oracle, const std::string& ref) {
+  const json meta = read_json(oracle / "logits" / (ref + ".json"));
+  return {meta["prompt_ids"].get<std::vector<int32_t>>(), meta["gen_ids"].get<std::vector<int32_t>>()};
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double m = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    REQUIRE(std::isfinite(a[i]));
+    m = std::max(m, std::fabs(double(a[i]) - double(b[i])));
+  }
+  return m;
+}
+
+// Runs xpack-run with --json and --logits-out; returns the JSON, the logits in *logits.
+json run_logits(const std::string& args, const fs::path& out, std::vector<float>* logits) {
+  RunResult r = run(q(xpack_run_exe()) + " " + args + " --json --logits-out " + q(out));
+  INFO(args << "\n" << r.err);
+  REQUIRE(r.rc == 0);
+  *logits = read_f32(out);
+  return json::parse(r.out);
+}
+
+// Teacher-forced: every id as one batch, no generation.
+std::vector<float> batch_logits(const std::string& model_args, const std::vector<int32_t>& ids, const fs::path& out) {
+  std::vector<float> v;
+  run_logits(model_args + " --prompt-ids " + join_ids(ids) + " -n 0", out, &v);
+  REQUIRE(v.size() == ids.size() * kVocab);
+  return v;
+}
+
+// Greedy decode of n_gen tokens after the prompt, one token per eval.
+std::vector<int32_t> decode(const std::string& model_args, const std::vector<int32_t>& prompt, size_t n_gen,
+                            const fs::path& out, std::vector<float>* logits) {
+  json j = run_logits(model_args + " --prompt-ids " + join_ids(prompt) + " -n " + std::to_string(n_gen) +
+                          " --ignore-eos",
+                      out, logits);
+  REQUIRE(logits->size() == (prompt.size() + n_gen) * kVocab);
+  return j["gen_ids"].get<std::vector<int32_t>>();
+}
+
+const char* kModels[] = {"deepseek4-f32.gguf", "deepseek4-mxfp4.gguf"};
+const char* kRefs[] = {"deepseek4-f32", "deepseek4-mxfp4-deq"};
+
+}  // namespace
+
+TEST_CASE("deepseek4 on CUDA: teacher-forced logits within 1e-3 of the CPU (F32 and MXFP4, both prompts)") {
+  if (!have_gpu()) return;
+  auto oracle = oracle_dir();
+  if (!oracle) return;
+  xpack::test::TempDir tmp;
+  for (int m = 0; m < 2; ++m) {
+    for (const std::string prompt : {"short", "long"}) {
+      const std::string model = kModels[m];
+      CAPTURE(model);
+      CAPTURE(prompt);
+      const std::vector<int32_t> ids = load_run(*oracle, std::string(kRefs[m]) + "." + prompt).all();
+      const std::string args = "-m " + q(*oracle / "models" / model);
+      const auto gpu = batch_logits(args + " --device cuda", ids, tmp / "cuda.f32");
+      const auto cpu = batch_logits(args + " --device cpu", ids, tmp / "cpu.f32");
+      const double d = max_abs_diff(gpu, cpu);
+      MESSAGE(model << " " << prompt << " (" << ids.size() << " rows, one batch): CUDA vs CPU max|diff| " << d);
+      CHECK(d <= kTolCpu);
+    }
+  }
+}
+
+TEST_CASE("deepseek4 on CUDA: greedy decode through the compressed-KV state equals one batch and the CPU's ids") {
+  if (!have_gpu()) return;
+  auto oracle = oracle_dir();
+  if (!oracle) return;
+  xpack::test::TempDir tmp;
+  for (int m = 0; m < 2; ++m) {
+    for (const std::string prompt : {"short", "long"}) {
+      const std::string model = kModels[m];
+      CAPTURE(model);
+      CAPTURE(prompt);
+      const OracleRun o = load_run(*oracle, std::string(kRefs[m]) + "." + prompt);
+      const std::string args = "-m " + q(*oracle / "models" / model);
+      std::vector<float> gpu, cpu;
+      const auto gpu_ids = decode(args + " --device cuda", o.prompt, o.gen.size(), tmp / "cuda.f32", &gpu);
+      const auto cpu_ids = decode(args + " --device cpu", o.prompt, o.gen.size(), tmp / "cpu.f32", &cpu);
+      CHECK(gpu_ids == cpu_ids);
+      std::vector<int32_t> all = o.prompt;
+      all.insert(all.end(), gpu_ids.begin(), gpu_ids.end());
+      const double d_batch = max_abs_diff(gpu, batch_logits(args + " --device cuda", all, tmp / "batch.f32"));
+      const double d_cpu = max_abs_diff(gpu, cpu);
+      MESSAGE(model << " " << prompt << ": CUDA decode vs CUDA batch max|diff| " << d_batch << ", vs CPU decode "
+                    << d_cpu << ", greedy ids " << std::string(gpu_ids == cpu_ids ? "equal" : "DIFFER"));
+      CHECK(d_batch <= kTolDecode);
+      CHECK(d_cpu <= kTolCpu);
+    }
+  }
+  // From one token, 300 single-token steps: every 4:1 block, the indexer's
+  // top-k once more than top_k blocks exist and the 128:1 blocks at positions
+  // 127 and 255 are completed in decode.
+  const std::string args = "-m " + q(*oracle / "models" / "deepseek4-f32.gguf");
+  std::vector<float> gpu, cpu;
+  const auto gpu_ids = decode(args + " --device cuda", {1}, 300, tmp / "cuda.f32", &gpu);
+  const auto cpu_ids = decode(args + " --device cpu", {1}, 300, tmp / "cpu.f32", &cpu);
+  CHECK(gpu_ids == cpu_ids);
+  std::vector<int32_t> all = {1};
+  all.insert(all.end(), gpu_ids.begin(), gpu_ids.end());
+  const double d_batch = max_abs_diff(gpu, batch_logits(args + " --device cuda", all, tmp / "batch.f32"));
+  const double d_cpu = max_abs_diff(gpu, cpu);
+  MESSAGE("300 steps from position 0: CUDA decode vs CUDA batch max|diff| " << d_batch << ", vs CPU " << d_cpu
+                                                                           << ", greedy ids "
+                                                                           << std::string(gpu_ids == cpu_ids ? "equal" : "DIFFER"));
+  CHECK(d_batch <= kTolDecode);
+  CHECK(d_cpu <= kTolCpu);
+}
+
+TEST_CASE("deepseek4 on CUDA: the pack streamed through a CUDA cache = resident = plain GGUF, bit for bit") {
+  if (!have_gpu()) return;
+  auto oracle = oracle_dir();
+  if (!oracle) return;
+  xpack::test::TempDir tmp;
+  for (int m = 0; m < 2; ++m) {
+    const std::string model = kModels[m];
+    CAPTURE(model);
+    const fs::path src = *oracle / "models" / model;
+    const fs::path prefix = tmp / ("pack" + std::to_string(m));
+    RunResult b = run(q(xpack_build_exe()) + " " + q(src) + " -o " + q(prefix));
+    INFO(b.out << b.err);
+    REQUIRE(b.rc == 0);
+    const std::string pack = "-m " + q(prefix.string() + ".trunk.gguf") + " --pack " + q(prefix.string() + ".xpack");
+    const std::vector<int32_t> ids = load_run(*oracle, std::string(kRefs[m]) + ".long").all();
+    const std::string tail = " --prompt-ids " + join_ids(ids) + " -n 0";
+    std::vector<float> streamed, resident, plain, cpu;
+    // 0.25 MiB is below one layer's experts even for MXFP4: objects are evicted and read again.
+    json s = run_logits(pack + " --cache-mib 0.25 --device cuda" + tail, tmp / "s.f32", &streamed);
+    json r = run_logits(pack + " --cache-mib 64 --device cuda" + tail, tmp / "r.f32", &resident);
+    run_logits("-m " + q(src) + " --device cuda" + tail, tmp / "p.f32", &plain);
+    run_logits(pack + " --cache-mib 0.25 --device cpu" + tail, tmp / "c.f32", &cpu);
+    CHECK(s["backend"] == "cuda");
+    CHECK(s["counters"]["source"] == "pack-cache");
+    CHECK(s["counters"]["cache_evictions"].get<uint64_t>() > 0);
+    CHECK(r["counters"]["cache_evictions"].get<uint64_t>() == 0);
+    CHECK(xpack::test::read_file(tmp / "s.f32") == xpack::test::read_file(tmp / "r.f32"));
+    CHECK(xpack::test::read_file(tmp / "s.f32") == xpack::test::read_file(tmp / "p.f32"));
+    const double d = max_abs_diff(streamed, cpu);
+    MESSAGE(model << " long, pack streamed on CUDA (" << s["counters"]["cache_evictions"] << " evictions): vs CPU "
+                  << "max|diff| " << d);
+    CHECK(d <= kTolCpu);
+  }
+}
+
+TEST_CASE("deepseek4 on CUDA: other shapes and layer patterns agree with the CPU") {
+  if (!have_gpu()) return;
+  auto vocab = stories260k();
+  if (!vocab) {
+    xpack::test::skip(xpack::test::Absent::kFixture, "stories260K.gguf (tokenizer for the variant models) not found");
+    return;
+  }
+  XPACK_REQUIRE_PYTHON_GGUF();
+  xpack::test::TempDir tmp;
+  const fs::path gen = source_root() / "test" / "runtime" / "deepseek4_variant.py";
+  // test_deepseek4.cpp's variants (checked there against the float64 reference on the CPU).
+  struct Variant {
+    const char* what;
+    const char* hp;
+    int seed;
+  } variants[] = {
+      {"ratios [128,4,0,4,128], 2 hash layers, 4 output groups, a layer without clamp", "{}", 3},
+      {"all CSA, no YaRN, hc_mult 3, 1 Sinkhorn pass, top-1 indexer, window 3, top-1 routing",
+       R"({"yarn": false, "n_rot": 64, "idx_dim": 64, "hc": 3, "sink_iters": 1, "norm": false, "scale": 1.0,
+           "idx_top_k": 1, "o_groups": 1, "n_swa": 3, "n_shared": 1, "n_used": 1, "ratios": [4, 4, 4],
+           "n_layer": 3, "hash": 0, "clamp": [0.5, 4.0, 1.0]})",
+       5},
+      {"every layer hash-routed, HCA between two window-only layers, 8 narrow heads",
+       R"({"n_layer": 3, "ratios": [0, 128, 0], "hash": 3, "clamp": [2.0, 2.0, 2.0], "n_swa": 64,
+           "head_dim": 32, "n_rot": 8, "n_head": 8, "o_groups": 2, "idx_top_k": 2})",
+       7},
+  };
+  int i = 0;
+  for (const Variant& v : variants) {
+    const std::string what = v.what;
+    CAPTURE(what);
+    const fs::path model = tmp / ("variant" + std::to_string(i++) + ".gguf");
+    std::string hp = v.hp;
+    std::replace(hp.begin(), hp.end(), '\n', ' ');
+    RunResult g = run("python3 " + q(gen) + " " + q(model) + " --vocab-from " + q(*vocab) + " --seed " +
+                      std::to_string(v.seed) + " --hp " + q(hp));
+    INFO(g.out << g.err);
+    REQUIRE(g.rc == 0);
+    const std::string args = "-m " + q(model);
+    std::vector<float> gpu, cpu;
+    const auto gpu_ids = decode(args + " --device cuda", {1}, 159, tmp / "cuda.f32", &gpu);
+    const auto cpu_ids = decode(args + " --device cpu", {1}, 159, tmp / "cpu.f32", &cpu);
+    CHECK(gpu_ids == cpu_ids);
+    std::vector<int32_t> all = {1};
+    all.insert(all.end(), gpu_ids.begin(), gpu_ids.end());
+    const auto gpu_batch = batch_logits(args + " --device cuda", all, tmp / "batch.f32");
+    const auto cpu_batch = batch_logits(args + " --device cpu", all, tmp / "cpu_batch.f32");
+    const double d_decode = max_abs_diff(gpu, gpu_batch), d_cpu = max_abs_diff(gpu_batch, cpu_batch);
+    MESSAGE(what << ": CUDA decode vs CUDA batch " << d_decode << ", CUDA batch vs CPU batch " << d_cpu
+                 << ", CUDA decode vs CPU decode " << max_abs_diff(gpu, cpu));
+    CHECK(d_decode <= kTolDecode);
+    CHECK(d_cpu <= kTolCpu);
+  }
+}
+
+TEST_CASE("deepseek4 on CUDA: more than 8 hyper-connection copies are refused, naming the limit") {
+  if (!have_gpu()) return;
+  auto vocab = stories260k();
+  if (!vocab) {
+    xpack::test::skip(xpack::test::Absent::kFixture, "stories260K.gguf (tokenizer for the variant models) not found");
+    return;
+  }
+  XPACK_REQUIRE_PYTHON_GGUF();
+  xpack::test::TempDir tmp;
+  const fs::path model = tmp / "hc9.gguf";
+  RunResult g = run("python3 " + q(source_root() / "test" / "runtime" / "deepseek4_variant.py") + " " + q(model) +
+                    " --vocab-from " + q(*vocab) + " --hp " + q(R"({"hc": 9})"));
+  INFO(g.out << g.err);
+  REQUIRE(g.rc == 0);
+  RunResult r = run(q(xpack_run_exe()) + " -m " + q(model) + " --device cuda --prompt-ids 1,2 -n 0");
+  CHECK(r.rc != 0);
+  CHECK(r.err.find("at most 8 copies") != std::string::npos);
+  RunResult c = run(q(xpack_run_exe()) + " -m " + q(model) + " --device cpu --prompt-ids 1,2 -n 0");
+  INFO(c.err);
+  CHECK(c.rc == 0);  // the CPU has no such limit
+}
