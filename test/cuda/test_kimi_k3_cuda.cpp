@@ -55,7 +55,11 @@ std::optional<fs::path> fixture_dir() {
     return std::nullopt;
   }
   auto o = oracle_dir_with(kF32);
-  if (!o) xpack::test::skip(xpack::test::Absent::kFixture, "../shared/oracle (kimi-k3 models) not found");
+  if (!o || !fs::exists(*o / "models" / kShards)) {
+    xpack::test::skip(xpack::test::Absent::kFixture,
+                      std::string("../shared/oracle/models/") + kF32 + " or " + kShards + " not found");
+    return std::nullopt;
+  }
   return o;
 }
 
