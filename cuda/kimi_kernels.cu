@@ -1,0 +1,281 @@
+// kimi-k3's own operations on the GPU (kimi_kernels.h). Compiled with
+// --fmad=false: every float expression rounds as in models/kimi_k3/*_cpu.cpp.
+#include <algorithm>
+#include <cmath>
+
+#include "block_reduce.cuh"
+#include "kimi_kernels.h"
+
+namespace xpack::rt::kimi {
+namespace {
+
+constexpr int kThreads = 256;
+
+cudaError_t launched() { return cudaGetLastError(); }
+
+unsigned grid_for(int64_t n) {
+  return unsigned(std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, 132 * 16)));
+}
+
+// The opt-in shared memory one block may have on the current device.
+int64_t smem_optin() {
+  int dev = 0, bytes = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 48 * 1024;
+  if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) return 48 * 1024;
+  return bytes;
+}
+
+// Room kept for the static shared arrays of block_reduce.cuh (32 doubles, 32 floats).
+constexpr int64_t kStaticSmem = 512;
+
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+
+struct Ckpts {
+  const float* p[kMaxCkpts];
+};
+
+// One block per token: each candidate's score, the softmax over them, the mix.
+__global__ void res_mix_kernel(const float* __restrict__ cur, Ckpts ckpts, int nc, const float* __restrict__ w,
+                               int64_t width, float eps, float* __restrict__ out) {
+  __shared__ float p[kMaxCkpts + 1];
+  const int64_t t = blockIdx.x;
+  for (int c = 0; c <= nc; ++c) {
+    const float* row = (c < nc ? ckpts.p[c] : cur) + t * width;
+    double sq = 0.0;
+    for (int64_t i = threadIdx.x; i < width; i += kThreads) sq += double(row[i] * row[i]);
+    sq = block_sum(sq);
+    const float s = 1.0f / sqrtf(float(sq / double(width)) + eps);
+    double dot = 0.0;
+    for (int64_t i = threadIdx.x; i < width; i += kThreads) dot += double((row[i] * s) * w[i]);
+    dot = block_sum(dot);
+    if (threadIdx.x == 0) p[c] = float(dot);
+  }
+  if (threadIdx.x == 0) {  // softmax_row over nc + 1 values, in its order
+    float mx = -INFINITY;
+    for (int c = 0; c <= nc; ++c) mx = fmaxf(mx, p[c]);
+    double sum = 0.0;
+    for (int c = 0; c <= nc; ++c) {
+      p[c] = expf(p[c] - mx);
+      sum += p[c];
+    }
+    const float inv = float(1.0 / sum);
+    for (int c = 0; c <= nc; ++c) p[c] *= inv;
+  }
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < width; i += kThreads) {
+    float acc = 0.0f;
+    for (int c = 0; c < nc; ++c) acc += ckpts.p[c][t * width + i] * p[c];
+    out[t * width + i] = acc + cur[t * width + i] * p[nc];
+  }
+}
+
+// One thread per channel, the tokens in order; the window of previous raw
+// inputs in registers (the loops unroll to kMaxConv).
+__global__ void short_conv_kernel(float* __restrict__ x, const float* __restrict__ weight, float* __restrict__ state,
+                                  int64_t n, int64_t width, int d_conv) {
+  const int n_prev = d_conv - 1;
+  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < width; c += int64_t(gridDim.x) * blockDim.x) {
+    float win[kMaxConv - 1];
+    const float* wc = weight + c * d_conv;
+#pragma unroll
+    for (int j = 0; j < kMaxConv - 1; ++j) win[j] = j < n_prev ? state[j * width + c] : 0.0f;
+    for (int64_t t = 0; t < n; ++t) {
+      const float raw = x[t * width + c];
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kMaxConv - 1; ++j)
+        if (j < n_prev) sum += win[j] * wc[j];
+      sum += raw * wc[n_prev];
+#pragma unroll
+      for (int j = 0; j < kMaxConv - 2; ++j)
+        if (j + 1 < n_prev) win[j] = win[j + 1];
+#pragma unroll
+      for (int j = 0; j < kMaxConv - 1; ++j)
+        if (j == n_prev - 1) win[j] = raw;
+      x[t * width + c] = silu(sum);
+    }
+#pragma unroll
+    for (int j = 0; j < kMaxConv - 1; ++j)
+      if (j < n_prev) state[j * width + c] = win[j];
+  }
+}
+
+__global__ void kda_gate_kernel(float* __restrict__ g, const float* __restrict__ dt_bias, const float* __restrict__ a,
+                                int64_t n, int64_t width, int64_t head_dim, bool has_lower_bound, float lower_bound) {
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n * width; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = e % width, h = i / head_dim;
+    const float gi = g[e] + dt_bias[i];
+    // ssm_a holds -exp(A_log); the lower bound swaps the activation for a scaled sigmoid
+    if (has_lower_bound)
+      g[e] = lower_bound * sigmoid(-(gi * a[h]));
+    else
+      g[e] = (gi > 20.0f ? gi : logf(1.0f + expf(gi))) * a[h];  // ggml_softplus
+  }
+}
+
+// blockDim.x == head_dim: thread j owns value column j of S (S[i * hd + j]),
+// so the state needs no synchronisation; the token's k, q and decay are shared.
+__global__ void delta_rule_kernel(const float* __restrict__ q, const float* __restrict__ k,
+                                  const float* __restrict__ v, const float* __restrict__ g,
+                                  const float* __restrict__ beta, float* __restrict__ state, float* __restrict__ o,
+                                  int64_t n, int64_t n_head) {
+  extern __shared__ float smem[];
+  const int64_t hd = blockDim.x, h = blockIdx.x, D = n_head * hd, j = threadIdx.x;
+  float* S = smem;
+  float* ks = S + hd * hd;
+  float* qs = ks + hd;
+  float* dec = qs + hd;
+  float* Sg = state + h * hd * hd;
+  for (int64_t i = 0; i < hd; ++i) S[i * hd + j] = Sg[i * hd + j];
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t base = t * D + h * hd;
+    ks[j] = k[base + j];
+    qs[j] = q[base + j];
+    dec[j] = expf(g[base + j]);
+    __syncthreads();
+    // S = diag(exp(g)) S, then S^T k in the CPU's order (key index ascending)
+    float sk = 0.0f;
+    for (int64_t i = 0; i < hd; ++i) {
+      const float s = S[i * hd + j] * dec[i];
+      S[i * hd + j] = s;
+      sk += s * ks[i];
+    }
+    const float d = (v[base + j] - sk) * beta[t * n_head + h];
+    float acc = 0.0f;
+    for (int64_t i = 0; i < hd; ++i) {
+      const float s = S[i * hd + j] + ks[i] * d;
+      S[i * hd + j] = s;
+      acc += s * qs[i];
+    }
+    o[base + j] = acc;
+    __syncthreads();  // ks, qs, dec are rewritten for the next token
+  }
+  for (int64_t i = 0; i < hd; ++i) Sg[i * hd + j] = S[i * hd + j];
+}
+
+// One block per (query token, head): absorbed query, scores over the causal
+// keys, softmax (sum in double), the latent mix, the value expansion.
+__global__ void mla_kernel(MlaArgs a) {
+  extern __shared__ float smem[];
+  const int64_t t = blockIdx.x, h = blockIdx.y, H = a.n_head, kv = a.kv, nope = a.nope, rope = a.rope;
+  const int64_t hk = nope + rope, n_keys = a.pos0 + t + 1;
+  float* qa = smem;
+  float* lt = qa + kv;
+  float* sc = lt + kv;
+  const float* Q = a.q + (t * H + h) * hk;
+  for (int64_t c = threadIdx.x; c < kv; c += kThreads) {
+    const float* wk = a.k_b + (h * kv + c) * nope;
+    float s = 0.0f;
+    for (int64_t i = 0; i < nope; ++i) s += wk[i] * Q[i];
+    qa[c] = s;
+  }
+  __syncthreads();
+  float mx = -INFINITY;
+  for (int64_t p = threadIdx.x; p < n_keys; p += kThreads) {
+    const float* c = a.latent + p * kv;
+    const float* kr = a.rope_key + p * rope;
+    float s = 0.0f;  // one dot over [latent | rope key], continuing one sum
+    for (int64_t i = 0; i < kv; ++i) s += qa[i] * c[i];
+    for (int64_t i = 0; i < rope; ++i) s += Q[nope + i] * kr[i];
+    sc[p] = s * a.scale;
+    mx = fmaxf(mx, sc[p]);
+  }
+  mx = block_max(mx);
+  double sum = 0.0;
+  for (int64_t p = threadIdx.x; p < n_keys; p += kThreads) {
+    sc[p] = expf(sc[p] - mx);
+    sum += sc[p];
+  }
+  const float inv = float(1.0 / block_sum(sum));
+  for (int64_t p = threadIdx.x; p < n_keys; p += kThreads) sc[p] *= inv;
+  __syncthreads();
+  for (int64_t c = threadIdx.x; c < kv; c += kThreads) {
+    float s = 0.0f;
+    for (int64_t p = 0; p < n_keys; ++p) s += sc[p] * a.latent[p * kv + c];
+    lt[c] = s;
+  }
+  __syncthreads();
+  for (int64_t oi = threadIdx.x; oi < a.hv; oi += kThreads) {
+    const float* wv = a.v_b + (h * a.hv + oi) * kv;
+    float s = 0.0f;
+    for (int64_t c = 0; c < kv; ++c) s += wv[c] * lt[c];
+    a.o[(t * H + h) * a.hv + oi] = s;
+  }
+}
+
+}  // namespace
+
+cudaError_t res_mix(const float* cur, const float* const* ckpts, int n_ckpts, const float* score_w, int64_t n,
+                    int64_t width, float eps, float* out, cudaStream_t stream) {
+  if (n_ckpts < 0 || n_ckpts > kMaxCkpts || width <= 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  Ckpts c{};
+  for (int i = 0; i < n_ckpts; ++i) c.p[i] = ckpts[i];
+  res_mix_kernel<<<unsigned(n), kThreads, 0, stream>>>(cur, c, n_ckpts, score_w, width, eps, out);
+  return launched();
+}
+
+cudaError_t short_conv_silu(float* x, const float* weight, float* state, int64_t n, int64_t width, int d_conv,
+                            cudaStream_t stream) {
+  if (d_conv < 1 || d_conv > kMaxConv || width <= 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  short_conv_kernel<<<grid_for(width), kThreads, 0, stream>>>(x, weight, state, n, width, d_conv);
+  return launched();
+}
+
+cudaError_t kda_gate(float* g, const float* dt_bias, const float* a, int64_t n, int64_t width, int64_t head_dim,
+                     bool has_lower_bound, float lower_bound, cudaStream_t stream) {
+  if (head_dim <= 0 || width % head_dim != 0) return cudaErrorInvalidValue;
+  if (n * width == 0) return cudaSuccess;
+  kda_gate_kernel<<<grid_for(n * width), kThreads, 0, stream>>>(g, dt_bias, a, n, width, head_dim, has_lower_bound,
+                                                                lower_bound);
+  return launched();
+}
+
+namespace {
+int64_t delta_smem(int64_t hd) { return (hd * hd + 3 * hd) * int64_t(sizeof(float)); }
+}  // namespace
+
+int64_t delta_rule_max_head_dim() {
+  const int64_t optin = smem_optin();
+  int64_t hd = 1;
+  while (hd + 1 <= 1024 && delta_smem(hd + 1) <= optin) ++hd;
+  return hd;
+}
+
+cudaError_t delta_rule(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                       float* state, float* o, int64_t n, int64_t n_head, int64_t head_dim, cudaStream_t stream) {
+  if (head_dim <= 0 || head_dim > 1024 || n_head <= 0 || delta_smem(head_dim) > smem_optin())
+    return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  const int64_t bytes = delta_smem(head_dim);
+  if (bytes > 48 * 1024) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(delta_rule_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+    if (e != cudaSuccess) return e;
+  }
+  delta_rule_kernel<<<unsigned(n_head), unsigned(head_dim), size_t(bytes), stream>>>(q, k, v, g, beta, state, o, n,
+                                                                                    n_head);
+  return launched();
+}
+
+int64_t mla_max_keys(int64_t kv) {
+  return std::max<int64_t>(0, (smem_optin() - kStaticSmem) / int64_t(sizeof(float)) - 2 * kv);
+}
+
+cudaError_t mla_attention(const MlaArgs& a, cudaStream_t stream) {
+  if (a.n_head <= 0 || a.kv <= 0 || a.hv <= 0 || a.nope < 0 || a.rope < 0 || a.pos0 < 0 ||
+      a.pos0 + a.n > mla_max_keys(a.kv) || a.n_head > 65535)
+    return cudaErrorInvalidValue;
+  if (a.n == 0) return cudaSuccess;
+  const int64_t bytes = (2 * a.kv + a.pos0 + a.n) * int64_t(sizeof(float));
+  if (bytes > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(mla_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+    if (e != cudaSuccess) return e;
+  }
+  mla_kernel<<<dim3(unsigned(a.n), unsigned(a.n_head)), kThreads, size_t(bytes), stream>>>(a);
+  return launched();
+}
+
+}  // namespace xpack::rt::kimi

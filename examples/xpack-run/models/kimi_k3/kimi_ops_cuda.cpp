@@ -1,0 +1,145 @@
+// kimi-k3's own operations on the CUDA backend: the CPU versions' shape checks
+// (kimi_ops.h), then kernel launches of cuda/kimi_kernels.h (situ: the MoE
+// dispatcher's situ_mul) on the backend's compute stream. Nothing here waits
+// for the device or reads device memory on the host: the KDA state and the MLA
+// cache stay on the GPU.
+#include <cuda_runtime_api.h>
+
+#include <string>
+#include <vector>
+
+#include "../../cuda_backend.h"
+#include "kimi_kernels.h"
+#include "kimi_ops.h"
+#include "quant_matmul.h"
+#include "xpack/xpack.h"
+
+namespace xrun::kimi_k3 {
+
+namespace {
+
+namespace k = xpack::rt::kimi;
+
+void check(bool ok, const std::string& what) {
+  if (!ok) throw ModelError("backend: " + what);
+}
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    throw ModelError(std::string("CUDA: kimi-k3 ") + what + ": " + cudaGetErrorName(e) + " (" +
+                     cudaGetErrorString(e) + ")");
+  }
+}
+
+bool is_f32(const Tensor& t) { return t.type == XPACK_TYPE_F32; }
+
+class CudaKimiOps final : public KimiOps {
+ public:
+  explicit CudaKimiOps(CudaBackend& be) : be_(be) {}
+
+  void situ(const Tensor& g, const Tensor& u, float beta, float linear_beta) override {
+    check(is_f32(g) && is_f32(u) && g.numel() == u.numel(), "situ shapes disagree");
+    check(beta > 0.0f, "situ: beta must be positive");
+    const int st = xpack::kernels::situ_mul(g.f32(), u.f32(), g.numel(), beta, linear_beta, g.f32(), cs());
+    if (st != xpack::kernels::kOk)
+      throw ModelError(std::string("CUDA: kimi-k3 situ: ") + xpack::kernels::status_name(st));
+  }
+
+  void res_mix(const Tensor& cur, const std::vector<Tensor>& ckpts, const Tensor& score_w, float eps,
+               const Tensor& out) override {
+    const int64_t E = cur.width(), n = cur.rows();
+    check(is_f32(cur) && is_f32(out) && is_f32(score_w) && out.width() == E && out.rows() == n &&
+              score_w.numel() == E,
+          "res_mix shapes disagree");
+    check(ckpts.size() <= size_t(k::kMaxCkpts),
+          "res_mix: the CUDA kernel takes at most " + std::to_string(k::kMaxCkpts) + " checkpoints");
+    std::vector<const float*> ptrs;
+    for (const Tensor& c : ckpts) {
+      check(is_f32(c) && c.width() == E && c.rows() == n, "res_mix checkpoint shapes disagree");
+      ptrs.push_back(c.f32());
+    }
+    check_cuda(k::res_mix(cur.f32(), ptrs.data(), int(ptrs.size()), score_w.f32(), n, E, eps, out.f32(), cs()),
+               "res_mix");
+  }
+
+  void short_conv_silu(const Tensor& x, const Tensor& weight, const Tensor& state) override {
+    const int64_t D = x.width(), n = x.rows(), d_conv = weight.width(), n_prev = d_conv - 1;
+    check(is_f32(x) && is_f32(weight) && is_f32(state) && weight.rows() == D && state.width() == D &&
+              state.rows() == n_prev,
+          "short_conv shapes disagree");
+    check(d_conv >= 1 && d_conv <= k::kMaxConv,
+          "short_conv: the CUDA kernel takes kernels of 1.." + std::to_string(k::kMaxConv) + " taps");
+    check_cuda(k::short_conv_silu(x.f32(), weight.f32(), state.f32(), n, D, int(d_conv), cs()), "short_conv_silu");
+  }
+
+  void kda_gate(const Tensor& g, const Tensor& dt_bias, const Tensor& a, int64_t head_dim, bool has_lower_bound,
+                float lower_bound) override {
+    const int64_t D = g.width();
+    check(head_dim > 0 && D % head_dim == 0 && is_f32(g) && is_f32(dt_bias) && is_f32(a) && dt_bias.numel() == D &&
+              a.numel() == D / head_dim,
+          "kda_gate shapes disagree");
+    check_cuda(k::kda_gate(g.f32(), dt_bias.f32(), a.f32(), g.rows(), D, head_dim, has_lower_bound, lower_bound, cs()),
+               "kda_gate");
+  }
+
+  void delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                  const Tensor& state, const Tensor& o) override {
+    const int64_t D = q.width(), H = beta.width(), n = q.rows();
+    check(H > 0 && D % H == 0, "delta_rule shapes disagree");
+    const int64_t hd = D / H;
+    check(k.width() == D && v.width() == D && g.width() == D && o.width() == D && k.rows() == n && v.rows() == n &&
+              g.rows() == n && o.rows() == n && beta.rows() == n && state.numel() == H * hd * hd && is_f32(q) &&
+              is_f32(k) && is_f32(v) && is_f32(g) && is_f32(beta) && is_f32(state) && is_f32(o),
+          "delta_rule shapes disagree");
+    const int64_t max_hd = k::delta_rule_max_head_dim();
+    check(hd <= max_hd, "delta_rule: head_dim " + std::to_string(hd) + " is over the CUDA kernel's " +
+                            std::to_string(max_hd) + " (the state must fit in shared memory)");
+    check_cuda(k::delta_rule(q.f32(), k.f32(), v.f32(), g.f32(), beta.f32(), state.f32(), o.f32(), n, H, hd, cs()),
+               "delta_rule");
+  }
+
+  void mla_attention(const Tensor& q, const Tensor& latent, const Tensor& rope_key, const Tensor& k_b,
+                     const Tensor& v_b, int64_t n_head, int64_t pos0, float scale, const Tensor& o) override {
+    const int64_t H = n_head, n = q.rows(), kv = latent.width(), rope = rope_key.width(), nope = k_b.width();
+    check(H > 0 && o.width() % H == 0, "mla_attention shapes disagree");
+    const int64_t hk = nope + rope, hv = o.width() / H;
+    check(q.width() == H * hk && k_b.rows() == H * kv && v_b.width() == kv && v_b.rows() == H * hv &&
+              latent.rows() == rope_key.rows() && latent.rows() >= pos0 + n && o.rows() == n && is_f32(q) &&
+              is_f32(latent) && is_f32(rope_key) && is_f32(k_b) && is_f32(v_b) && is_f32(o),
+          "mla_attention shapes disagree");
+    const int64_t max_keys = k::mla_max_keys(kv);
+    check(pos0 + n <= max_keys, "mla_attention: " + std::to_string(pos0 + n) + " positions are over the CUDA kernel's " +
+                                    std::to_string(max_keys) + " (the scores must fit in shared memory)");
+    k::MlaArgs a;
+    a.q = q.f32();
+    a.latent = latent.f32();
+    a.rope_key = rope_key.f32();
+    a.k_b = k_b.f32();
+    a.v_b = v_b.f32();
+    a.n = n;
+    a.n_head = H;
+    a.nope = nope;
+    a.rope = rope;
+    a.kv = kv;
+    a.hv = hv;
+    a.pos0 = pos0;
+    a.scale = scale;
+    a.o = o.f32();
+    check_cuda(k::mla_attention(a, cs()), "mla_attention");
+  }
+
+ private:
+  cudaStream_t cs() { return static_cast<cudaStream_t>(be_.stream()); }
+
+  CudaBackend& be_;
+};
+
+}  // namespace
+
+// kimi_ops.cpp asks for this under XRUN_HAVE_CUDA: nullptr unless `be` is the CUDA backend.
+std::unique_ptr<KimiOps> make_cuda_kimi_ops(Backend& be) {
+  if (auto* cuda = dynamic_cast<CudaBackend*>(&be)) return std::make_unique<CudaKimiOps>(*cuda);
+  return nullptr;
+}
+
+}  // namespace xrun::kimi_k3

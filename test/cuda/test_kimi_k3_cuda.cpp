@@ -1,0 +1,260 @@
+// xpack-run --device cuda on kimi-k3 against the CPU backend (which
+// test/runtime/test_kimi_k3.cpp checks against llama.cpp): the oracle models
+// (F32, and Q2_K/Q3_K experts with Q8_0 trunk as the 3-shard set) teacher-forced
+// on both prompts, greedy decode through the KDA state and the MLA cache on the
+// GPU (equal to one batch on the GPU and to the CPU's ids), the pack streamed
+// through a CUDA expert cache smaller than a layer (bit-identical to resident
+// and to the plain GGUF), and the hyperparameter variants of kimi_k3_mutate.py
+// (softplus gate, residual attention off / every layer / every 3rd, top-3).
+//
+// The models: $XPACK_KIMI_FIXTURE_DIR (a folder with models/ and logits/ as in
+// ../shared/oracle, for machines without ../shared), else ../shared/oracle.
+// Without a CUDA device every case is skipped (exit 77); without the models, or
+// (variants only) the gguf Python package, the cases that need them are.
+#include <doctest/doctest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "fixtures.h"
+#include "runtime_harness.h"
+#include "skip.h"
+
+using namespace xrun_test;
+using nlohmann::json;
+
+namespace {
+
+constexpr size_t kVocab = 512;       // the oracle models' vocabulary
+constexpr double kTolCpu = 1e-3;     // CUDA vs CPU logits, per value
+constexpr double kTolDecode = 1e-4;  // decode vs batch on CUDA (as test_kimi_k3.cpp asks of the CPU)
+
+constexpr const char* kF32 = "kimi-k3-f32.gguf";
+constexpr const char* kShards = "kimi-k3-q2k-q3k-00001-of-00003.gguf";
+
+bool have_gpu() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e == cudaSuccess && n > 0) return true;
+  xpack::test::skip(xpack::test::Absent::kCapability,
+                    std::string("no CUDA device: ") + (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices"));
+  return false;
+}
+
+// The folder holding models/ and logits/.
+std::optional<fs::path> fixture_dir() {
+  if (const char* env = std::getenv("XPACK_KIMI_FIXTURE_DIR"); env && *env) {
+    const fs::path d = env;
+    if (fs::exists(d / "models" / kF32) && fs::exists(d / "models" / kShards)) return d;
+    xpack::test::skip(xpack::test::Absent::kFixture, "XPACK_KIMI_FIXTURE_DIR=" + d.string() + " lacks models/" +
+                                                         kF32 + " or models/" + kShards);
+    return std::nullopt;
+  }
+  auto o = oracle_dir_with(kF32);
+  if (!o || !fs::exists(*o / "models" / kShards)) {
+    xpack::test::skip(xpack::test::Absent::kFixture,
+                      std::string("../shared/oracle/models/") + kF32 + " or " + kShards + " not found");
+    return std::nullopt;
+  }
+  return o;
+}
+
+struct OracleRun {
+  std::vector<int32_t> prompt, gen;
+  std::vector<int32_t> all() const {
+    std::vector<int32_t> v = prompt;
+    v.insert(v.end(), gen.begin(), gen.end());
+    return v;
+  }
+};
+
+OracleRun load_run(const fs::path& dir, const std::string& ref) {
+  const json meta = read_json(dir / "logits" / (ref + ".json"));
+  return {meta["prompt_ids"].get<std::vector<int32_t>>(), meta["gen_ids"].get<std::vector<int32_t>>()};
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double m = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    REQUIRE(std::isfinite(a[i]));
+    m = std::max(m, std::fabs(double(a[i]) - double(b[i])));
+  }
+  return m;
+}
+
+// Runs xpack-run with --json and --logits-out; returns the JSON, the logits in *logits.
+json run_logits(const std::string& args, const fs::path& out, std::vector<float>* logits) {
+  RunResult r = run(q(xpack_run_exe()) + " " + args + " --json --logits-out " + q(out));
+  INFO(args << "\n" << r.err);
+  REQUIRE(r.rc == 0);
+  *logits = read_f32(out);
+  return json::parse(r.out);
+}
+
+// Teacher-forced: every id as one batch, no generation.
+std::vector<float> batch_logits(const std::string& model_args, const std::vector<int32_t>& ids, const fs::path& out) {
+  std::vector<float> v;
+  run_logits(model_args + " --prompt-ids " + join_ids(ids) + " -n 0", out, &v);
+  REQUIRE(v.size() == ids.size() * kVocab);
+  return v;
+}
+
+// Greedy decode of n_gen tokens after the prompt, one token per eval.
+std::vector<int32_t> decode(const std::string& model_args, const std::vector<int32_t>& prompt, size_t n_gen,
+                            const fs::path& out, std::vector<float>* logits) {
+  json j = run_logits(model_args + " --prompt-ids " + join_ids(prompt) + " -n " + std::to_string(n_gen) +
+                          " --ignore-eos",
+                      out, logits);
+  REQUIRE(logits->size() == (prompt.size() + n_gen) * kVocab);
+  return j["gen_ids"].get<std::vector<int32_t>>();
+}
+
+struct Model {
+  const char* file;
+  const char* ref;  // the oracle run whose ids are fed
+};
+const Model kModels[] = {{kF32, "kimi-k3-f32"}, {kShards, "kimi-k3-q2k-q3k-deq"}};
+
+}  // namespace
+
+TEST_CASE("kimi-k3 on CUDA: teacher-forced logits within 1e-3 of the CPU (F32, Q2_K/Q3_K shards, both prompts)") {
+  if (!have_gpu()) return;
+  auto dir = fixture_dir();
+  if (!dir) return;
+  xpack::test::TempDir tmp;
+  for (const Model& m : kModels) {
+    for (const std::string prompt : {"short", "long"}) {
+      const std::string model = m.file;
+      CAPTURE(model);
+      CAPTURE(prompt);
+      const std::vector<int32_t> ids = load_run(*dir, std::string(m.ref) + "." + prompt).all();
+      const std::string args = "-m " + q(*dir / "models" / model);
+      const auto gpu = batch_logits(args + " --device cuda", ids, tmp / "cuda.f32");
+      const auto cpu = batch_logits(args + " --device cpu", ids, tmp / "cpu.f32");
+      const double d = max_abs_diff(gpu, cpu);
+      MESSAGE(model << " " << prompt << " (" << ids.size() << " rows, one batch): CUDA vs CPU max|diff| " << d);
+      CHECK(d <= kTolCpu);
+    }
+  }
+}
+
+TEST_CASE("kimi-k3 on CUDA: greedy decode through the KDA/MLA state equals one batch and the CPU's ids") {
+  if (!have_gpu()) return;
+  auto dir = fixture_dir();
+  if (!dir) return;
+  xpack::test::TempDir tmp;
+  for (const Model& m : kModels) {
+    for (const std::string prompt : {"short", "long"}) {
+      const std::string model = m.file;
+      CAPTURE(model);
+      CAPTURE(prompt);
+      const OracleRun o = load_run(*dir, std::string(m.ref) + "." + prompt);
+      const std::string args = "-m " + q(*dir / "models" / model);
+      std::vector<float> gpu, cpu;
+      const auto gpu_ids = decode(args + " --device cuda", o.prompt, o.gen.size(), tmp / "cuda.f32", &gpu);
+      const auto cpu_ids = decode(args + " --device cpu", o.prompt, o.gen.size(), tmp / "cpu.f32", &cpu);
+      CHECK(gpu_ids == cpu_ids);
+      // llama.cpp's own greedy ids (the F32 model's run is the greedy one; the
+      // dequantized reference's ids were chosen by another model)
+      if (std::string(m.file) == kF32) CHECK(gpu_ids == o.gen);
+      std::vector<int32_t> all = o.prompt;
+      all.insert(all.end(), gpu_ids.begin(), gpu_ids.end());
+      const double d_batch = max_abs_diff(gpu, batch_logits(args + " --device cuda", all, tmp / "batch.f32"));
+      const double d_cpu = max_abs_diff(gpu, cpu);
+      MESSAGE(model << " " << prompt << ": CUDA decode vs CUDA batch max|diff| " << d_batch << ", vs CPU decode "
+                    << d_cpu << ", greedy ids " << (gpu_ids == cpu_ids ? "equal" : "DIFFER"));
+      CHECK(d_batch <= kTolDecode);
+      CHECK(d_cpu <= kTolCpu);
+    }
+  }
+}
+
+TEST_CASE("kimi-k3 on CUDA: the pack streamed through a small CUDA cache = resident = plain GGUF, bit for bit") {
+  if (!have_gpu()) return;
+  auto dir = fixture_dir();
+  if (!dir) return;
+  xpack::test::TempDir tmp;
+  // Below one layer's 8 experts (F32: 0.75 MiB each; Q2_K/Q3_K: about 70 KiB)
+  // and above top-2: objects are evicted and read again.
+  const char* small[] = {"4", "0.25"};
+  int i = 0;
+  for (const Model& m : kModels) {
+    const std::string model = m.file;
+    CAPTURE(model);
+    const fs::path src = *dir / "models" / model;
+    const fs::path prefix = tmp / ("pack" + std::to_string(i));
+    RunResult b = run(q(xpack_build_exe()) + " " + q(src) + " -o " + q(prefix));
+    INFO(b.out << b.err);
+    REQUIRE(b.rc == 0);
+    const std::string pack = "-m " + q(prefix.string() + ".trunk.gguf") + " --pack " + q(prefix.string() + ".xpack");
+    const OracleRun o = load_run(*dir, std::string(m.ref) + ".long");
+    for (const bool decoding : {false, true}) {
+      CAPTURE(decoding);
+      // teacher-forced on every id, or greedy decode from the prompt
+      const std::string tail = decoding ? " --prompt-ids " + join_ids(o.prompt) + " -n " +
+                                              std::to_string(o.gen.size()) + " --ignore-eos"
+                                        : " --prompt-ids " + join_ids(o.all()) + " -n 0";
+      const std::string cache = std::string(" --cache-mib ") + small[i];
+      std::vector<float> streamed, resident, plain, cpu;
+      json s = run_logits(pack + cache + " --device cuda" + tail, tmp / "s.f32", &streamed);
+      json r = run_logits(pack + " --cache-mib 64 --device cuda" + tail, tmp / "r.f32", &resident);
+      run_logits("-m " + q(src) + " --device cuda" + tail, tmp / "p.f32", &plain);
+      run_logits(pack + cache + " --device cpu" + tail, tmp / "c.f32", &cpu);
+      CHECK(s["backend"] == "cuda");
+      CHECK(s["counters"]["source"] == "pack-cache");
+      CHECK(s["counters"]["cache_evictions"].get<uint64_t>() > 0);
+      CHECK(r["counters"]["cache_evictions"].get<uint64_t>() == 0);
+      CHECK(xpack::test::read_file(tmp / "s.f32") == xpack::test::read_file(tmp / "r.f32"));
+      CHECK(xpack::test::read_file(tmp / "s.f32") == xpack::test::read_file(tmp / "p.f32"));
+      const double d = max_abs_diff(streamed, cpu);
+      MESSAGE(model << " long" << (decoding ? " decoded" : " teacher-forced") << ", pack streamed on CUDA through "
+                    << small[i] << " MiB (" << s["counters"]["cache_evictions"] << " evictions): vs CPU max|diff| "
+                    << d);
+      CHECK(d <= kTolCpu);
+    }
+    ++i;
+  }
+}
+
+// Registered as its own Meson test (cuda_kimi_k3_variants): it needs the gguf
+// Python package and numpy, which a GPU machine may lack.
+TEST_CASE("kimi-k3 on CUDA variants: other hyperparameters agree with the CPU and decode like the batch") {
+  if (!have_gpu()) return;
+  auto dir = fixture_dir();
+  if (!dir) return;
+  XPACK_REQUIRE_PYTHON_GGUF();
+  xpack::test::TempDir tmp;
+  const fs::path src = *dir / "models" / kF32;
+  const fs::path mutate = source_root() / "test" / "runtime" / "kimi_k3_mutate.py";
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 400, 428, 395};
+  const size_t n_gen = 6;
+  int i = 0;
+  for (const char* change : {"--drop-key kimi-k3.kda.gate_lower_bound", "--set-int kimi-k3.attn_res.block_size=0",
+                             "--set-int kimi-k3.attn_res.block_size=1", "--set-int kimi-k3.attn_res.block_size=3",
+                             "--set-int kimi-k3.expert_used_count=3"}) {
+    const std::string what = change;
+    CAPTURE(what);
+    const fs::path model = tmp / ("v" + std::to_string(i++) + ".gguf");
+    RunResult m = run("python3 " + q(mutate) + " " + q(src) + " " + q(model) + " " + change);
+    INFO(m.out << m.err);
+    REQUIRE_MESSAGE(m.rc == 0, "kimi_k3_mutate.py failed (needs python3 with numpy and gguf)");
+    const std::string args = "-m " + q(model);
+    std::vector<float> gpu, cpu;
+    const auto gpu_ids = decode(args + " --device cuda", prompt, n_gen, tmp / "cuda.f32", &gpu);
+    const auto cpu_ids = decode(args + " --device cpu", prompt, n_gen, tmp / "cpu.f32", &cpu);
+    CHECK(gpu_ids == cpu_ids);
+    std::vector<int32_t> all = prompt;
+    all.insert(all.end(), gpu_ids.begin(), gpu_ids.end());
+    const auto gpu_batch = batch_logits(args + " --device cuda", all, tmp / "batch.f32");
+    const auto cpu_batch = batch_logits(args + " --device cpu", all, tmp / "cpu_batch.f32");
+    const double d_decode = max_abs_diff(gpu, gpu_batch), d_cpu = max_abs_diff(gpu_batch, cpu_batch);
+    MESSAGE(what << ": CUDA decode vs CUDA batch " << d_decode << ", CUDA batch vs CPU batch " << d_cpu);
+    CHECK(d_decode <= kTolDecode);
+    CHECK(d_cpu <= kTolCpu);
+  }
+}

@@ -1,0 +1,285 @@
+// kimi-k3's own operations (models/kimi_k3/kimi_ops.h) on CUDA against the CPU
+// versions (themselves checked end to end against llama.cpp in
+// test/runtime/test_kimi_k3.cpp): the same random inputs through make_kimi_ops
+// of both backends, results within float rounding. Covers both KDA gate forms,
+// short convolutions continuing their state across calls (also with fewer
+// tokens than taps), the delta rule at the model's head_dim (its state over
+// 48 KiB of shared memory) carried across calls, MLA with a position offset, more
+// keys than a block has threads and no rope part, and the CUDA kernels' limits
+// refused with a message. Without a CUDA device every case is skipped (exit 77).
+#include <doctest/doctest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu_backend.h"
+#include "cuda_backend.h"
+#include "kimi_kernels.h"
+#include "models/kimi_k3/kimi_ops.h"
+#include "models/kimi_k3/kimi_ops_cpu.h"
+#include "skip.h"
+#include "xpack/xpack.h"
+
+using namespace xrun;
+using xrun::kimi_k3::KimiOps;
+
+namespace {
+
+bool have_gpu() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e == cudaSuccess && n > 0) return true;
+  xpack::test::skip(xpack::test::Absent::kCapability,
+                    std::string("no CUDA device: ") + (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices"));
+  return false;
+}
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float lo, float hi) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
+  return random_floats(n, seed, -scale, scale);
+}
+
+struct Both {
+  Tensor cpu, gpu;
+};
+
+struct Fixture {
+  CpuBackend cpu{2};
+  CudaBackend gpu{0};
+  std::unique_ptr<KimiOps> cpu_ops = kimi_k3::make_kimi_ops(cpu), gpu_ops = kimi_k3::make_kimi_ops(gpu);
+
+  Both up(const std::vector<float>& v, int64_t width) {
+    const int64_t rows = static_cast<int64_t>(v.size()) / width;
+    return {cpu.upload(XPACK_TYPE_F32, v.data(), width, rows), gpu.upload(XPACK_TYPE_F32, v.data(), width, rows)};
+  }
+  Both alloc(int64_t width, int64_t rows) {
+    return {cpu.alloc(XPACK_TYPE_F32, width, rows), gpu.alloc(XPACK_TYPE_F32, width, rows)};
+  }
+  // Worst |cpu - gpu| / (1 + |cpu|); every GPU value finite.
+  double diff(const Both& t) {
+    std::vector<float> a(static_cast<size_t>(t.cpu.numel())), b(static_cast<size_t>(t.gpu.numel()));
+    cpu.download(t.cpu, a.data());
+    gpu.download(t.gpu, b.data());
+    REQUIRE(a.size() == b.size());
+    double worst = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      REQUIRE(std::isfinite(b[i]));
+      worst = std::max(worst, std::fabs(double(a[i]) - double(b[i])) / (1.0 + std::fabs(double(a[i]))));
+    }
+    return worst;
+  }
+  void same(const Both& t, double tol, const std::string& what) {
+    const double d = diff(t);
+    INFO(what << ": worst relative difference " << d);
+    CHECK(d <= tol);
+  }
+};
+
+// Float sums in the CPU's order with --fmad=false: what is left are expf/tanhf/
+// logf's last-bit differences, grown by the few operations after them.
+constexpr double kTol = 1e-5;
+
+}  // namespace
+
+TEST_CASE("kimi ops on CUDA: make_kimi_ops gives the CUDA backend its kernels") {
+  if (!have_gpu()) return;
+  Fixture f;
+  REQUIRE(f.gpu_ops != nullptr);
+  CHECK(dynamic_cast<kimi_k3::CpuKimiOps*>(f.cpu_ops.get()) != nullptr);
+  CHECK(dynamic_cast<kimi_k3::CpuKimiOps*>(f.gpu_ops.get()) == nullptr);  // not the CPU code on device pointers
+}
+
+TEST_CASE("kimi ops on CUDA: situ, with and without the linear transform, equals the CPU") {
+  if (!have_gpu()) return;
+  Fixture f;
+  const int64_t w = 300, n = 5;
+  const auto gv = random_floats(size_t(w * n), 1, 12.0f), uv = random_floats(size_t(w * n), 2, 40.0f);
+  for (float lb : {3.0f, 25.0f, 0.0f}) {
+    CAPTURE(lb);
+    const Both g = f.up(gv, w), u = f.up(uv, w);
+    f.cpu_ops->situ(g.cpu, u.cpu, 2.0f, lb);
+    f.gpu_ops->situ(g.gpu, u.gpu, 2.0f, lb);
+    f.same(g, kTol, "situ");
+  }
+  const Both g = f.up(gv, w), u = f.up(uv, w);
+  CHECK_THROWS_AS(f.gpu_ops->situ(g.gpu, u.gpu, 0.0f, 1.0f), ModelError);  // beta must be > 0
+  const Both shorter = f.up(std::vector<float>(size_t(w), 1.0f), w);
+  CHECK_THROWS_AS(f.gpu_ops->situ(g.gpu, shorter.gpu, 2.0f, 1.0f), ModelError);
+}
+
+TEST_CASE("kimi ops on CUDA: res_mix over 0, 1, 3 and 9 checkpoints equals the CPU") {
+  if (!have_gpu()) return;
+  Fixture f;
+  const int64_t E = 320, n = 4;
+  const Both cur = f.up(random_floats(size_t(E * n), 10, 3.0f), E);
+  const Both w = f.up(random_floats(size_t(E), 11, 0.5f), E);
+  for (int nc : {0, 1, 3, 9}) {
+    CAPTURE(nc);
+    std::vector<Both> ck;
+    std::vector<Tensor> ck_cpu, ck_gpu;
+    for (int c = 0; c < nc; ++c) {
+      ck.push_back(f.up(random_floats(size_t(E * n), 20 + c, 1.0f + c), E));
+      ck_cpu.push_back(ck.back().cpu);
+      ck_gpu.push_back(ck.back().gpu);
+    }
+    const Both out = f.alloc(E, n);
+    f.cpu_ops->res_mix(cur.cpu, ck_cpu, w.cpu, 1e-5f, out.cpu);
+    f.gpu_ops->res_mix(cur.gpu, ck_gpu, w.gpu, 1e-5f, out.gpu);
+    f.same(out, kTol, "res_mix");
+  }
+  // more checkpoints than the kernel's parameter holds: refused, naming the limit
+  std::vector<Tensor> many(size_t(xpack::rt::kimi::kMaxCkpts + 1), cur.gpu);
+  const Both out = f.alloc(E, n);
+  try {
+    f.gpu_ops->res_mix(cur.gpu, many, w.gpu, 1e-5f, out.gpu);
+    FAIL("res_mix accepted too many checkpoints");
+  } catch (const ModelError& e) {
+    CHECK(std::string(e.what()).find("at most") != std::string::npos);
+  }
+}
+
+TEST_CASE("kimi ops on CUDA: the short convolution continues its state across calls, as on the CPU") {
+  if (!have_gpu()) return;
+  Fixture f;
+  const int64_t D = 130;
+  for (int64_t d_conv : {4, 1, 2, xpack::rt::kimi::kMaxConv}) {
+    CAPTURE(d_conv);
+    const Both w = f.up(random_floats(size_t(D * d_conv), 30 + uint32_t(d_conv), 0.7f), d_conv);
+    Both state = f.alloc(D, d_conv - 1);
+    if (d_conv > 1) state = f.up(random_floats(size_t(D * (d_conv - 1)), 31, 2.0f), D);
+    // 7 tokens, then 2 (fewer than the window when d_conv = 4: the state keeps
+    // some of its old rows), then 1 (decode)
+    uint32_t seed = 40;
+    for (int64_t n : {7, 2, 1}) {
+      CAPTURE(n);
+      const Both x = f.up(random_floats(size_t(D * n), seed++, 3.0f), D);
+      f.cpu_ops->short_conv_silu(x.cpu, w.cpu, state.cpu);
+      f.gpu_ops->short_conv_silu(x.gpu, w.gpu, state.gpu);
+      f.same(x, kTol, "short_conv_silu output");
+      if (d_conv > 1) f.same(state, 0.0, "short_conv_silu state (raw inputs, copied)");
+    }
+  }
+  const int64_t too_long = xpack::rt::kimi::kMaxConv + 1;
+  const Both w = f.up(random_floats(size_t(D * too_long), 50), too_long);
+  const Both state = f.alloc(D, too_long - 1), x = f.up(random_floats(size_t(D), 51), D);
+  CHECK_THROWS_AS(f.gpu_ops->short_conv_silu(x.gpu, w.gpu, state.gpu), ModelError);
+  f.cpu_ops->short_conv_silu(x.cpu, w.cpu, state.cpu);  // the CPU has no such limit
+  const Both bad_state = f.alloc(D, 2);
+  const Both w4 = f.up(random_floats(size_t(D * 4), 52), 4);
+  CHECK_THROWS_AS(f.gpu_ops->short_conv_silu(x.gpu, w4.gpu, bad_state.gpu), ModelError);
+}
+
+TEST_CASE("kimi ops on CUDA: the KDA gate (lower-bound sigmoid and softplus) equals the CPU") {
+  if (!have_gpu()) return;
+  Fixture f;
+  const int64_t hd = 32, H = 4, D = hd * H, n = 3;
+  // up to +-30: the softplus form switches to the identity above 20
+  const auto gv = random_floats(size_t(D * n), 60, 30.0f);
+  const Both dt = f.up(random_floats(size_t(D), 61, 2.0f), D);
+  const Both a = f.up(random_floats(size_t(H), 62, -3.0f, -0.1f), H);  // -exp(A_log) < 0
+  for (bool lower : {true, false}) {
+    CAPTURE(lower);
+    const Both g = f.up(gv, D);
+    f.cpu_ops->kda_gate(g.cpu, dt.cpu, a.cpu, hd, lower, -5.0f);
+    f.gpu_ops->kda_gate(g.gpu, dt.gpu, a.gpu, hd, lower, -5.0f);
+    f.same(g, kTol, "kda_gate");
+  }
+  const Both g = f.up(gv, D);
+  CHECK_THROWS_AS(f.gpu_ops->kda_gate(g.gpu, dt.gpu, a.gpu, 33, true, -5.0f), ModelError);
+}
+
+TEST_CASE("kimi ops on CUDA: the delta rule's outputs and state equal the CPU's, call after call") {
+  if (!have_gpu()) return;
+  Fixture f;
+  // 32: the oracle models; 128: Kimi-K3's (a 64 KiB state per head in shared memory); 48: not a warp multiple
+  for (int64_t hd : {32, 128, 48}) {
+    const int64_t H = 3, D = H * hd;
+    CAPTURE(hd);
+    Both state = f.alloc(hd * hd, H);
+    uint32_t seed = 70 + uint32_t(hd);
+    for (int64_t n : {9, 1, 1, 4}) {  // a prefill, two decode steps, another batch on the same state
+      CAPTURE(n);
+      auto unit = [&](uint32_t s) {  // l2-normed rows per head, as the graph feeds them
+        auto v = random_floats(size_t(D * n), s);
+        for (int64_t r = 0; r < n * H; ++r) {
+          double ss = 0;
+          for (int64_t i = 0; i < hd; ++i) ss += double(v[r * hd + i]) * v[r * hd + i];
+          for (int64_t i = 0; i < hd; ++i) v[r * hd + i] = float(v[r * hd + i] / std::sqrt(ss));
+        }
+        return v;
+      };
+      const Both q = f.up(unit(seed++), D), k = f.up(unit(seed++), D);
+      const Both v = f.up(random_floats(size_t(D * n), seed++, 2.0f), D);
+      const Both g = f.up(random_floats(size_t(D * n), seed++, -1.5f, 0.0f), D);  // log decay <= 0
+      const Both beta = f.up(random_floats(size_t(H * n), seed++, 0.0f, 1.0f), H);
+      const Both o = f.alloc(D, n);
+      f.cpu_ops->delta_rule(q.cpu, k.cpu, v.cpu, g.cpu, beta.cpu, state.cpu, o.cpu);
+      f.gpu_ops->delta_rule(q.gpu, k.gpu, v.gpu, g.gpu, beta.gpu, state.gpu, o.gpu);
+      f.same(o, kTol, "delta_rule output");
+      f.same(state, kTol, "delta_rule state");
+    }
+  }
+  // a head whose state cannot fit in shared memory: refused, naming why
+  const int64_t hd = xpack::rt::kimi::delta_rule_max_head_dim() + 1, H = 1;
+  const Both x = f.alloc(hd * H, 1), beta = f.alloc(H, 1), state = f.alloc(hd * hd, H), o = f.alloc(hd * H, 1);
+  try {
+    f.gpu_ops->delta_rule(x.gpu, x.gpu, x.gpu, x.gpu, beta.gpu, state.gpu, o.gpu);
+    FAIL("delta_rule accepted a state over shared memory");
+  } catch (const ModelError& e) {
+    CHECK(std::string(e.what()).find("shared memory") != std::string::npos);
+  }
+}
+
+TEST_CASE("kimi ops on CUDA: absorbed MLA attention equals the CPU (offsets, many keys, no rope part)") {
+  if (!have_gpu()) return;
+  Fixture f;
+  struct Shape {
+    int64_t H, nope, rope, kv, hv, pos0, n;
+  } shapes[] = {
+      {4, 32, 16, 64, 32, 0, 7},     // the oracle models' MLA, a prefill from position 0
+      {4, 32, 16, 64, 32, 7, 1},     // then one decode step
+      {2, 128, 64, 512, 128, 290, 3},  // Kimi-K3's widths, more keys than threads per block
+      {3, 24, 0, 40, 16, 5, 2},      // nope-only (no rope-part key)
+  };
+  uint32_t seed = 100;
+  for (const Shape& s : shapes) {
+    CAPTURE(s.kv);
+    CAPTURE(s.pos0);
+    CAPTURE(s.n);
+    const int64_t n_kv = s.pos0 + s.n + 2;  // the cache may hold more rows than are visible
+    const Both q = f.up(random_floats(size_t(s.n * s.H * (s.nope + s.rope)), seed++, 0.5f), s.H * (s.nope + s.rope));
+    const Both latent = f.up(random_floats(size_t(n_kv * s.kv), seed++, 1.0f), s.kv);
+    Both rope_key = f.alloc(s.rope, n_kv);
+    if (s.rope > 0) rope_key = f.up(random_floats(size_t(n_kv * s.rope), seed++, 1.0f), s.rope);
+    const Both k_b = f.up(random_floats(size_t(s.H * s.kv * s.nope), seed++, 0.3f), s.nope);
+    const Both v_b = f.up(random_floats(size_t(s.H * s.hv * s.kv), seed++, 0.3f), s.kv);
+    const Both o = f.alloc(s.H * s.hv, s.n);
+    const float scale = 1.0f / std::sqrt(float(s.nope + s.rope));
+    f.cpu_ops->mla_attention(q.cpu, latent.cpu, rope_key.cpu, k_b.cpu, v_b.cpu, s.H, s.pos0, scale, o.cpu);
+    f.gpu_ops->mla_attention(q.gpu, latent.gpu, rope_key.gpu, k_b.gpu, v_b.gpu, s.H, s.pos0, scale, o.gpu);
+    f.same(o, kTol, "mla_attention");
+  }
+  // shapes that disagree, and more positions than the scores' shared memory holds
+  const int64_t kv = 64, too_many = xpack::rt::kimi::mla_max_keys(kv) + 1;
+  const Both q = f.alloc(2 * 48, 1), k_b = f.alloc(32, 2 * kv), v_b = f.alloc(kv, 2 * 32), o = f.alloc(2 * 32, 1);
+  const Both latent = f.alloc(kv, too_many), rope_key = f.alloc(16, too_many);
+  CHECK_THROWS_AS(f.gpu_ops->mla_attention(q.gpu, latent.gpu, rope_key.gpu, k_b.gpu, v_b.gpu, 3, 0, 1.0f, o.gpu),
+                  ModelError);
+  try {
+    f.gpu_ops->mla_attention(q.gpu, latent.gpu, rope_key.gpu, k_b.gpu, v_b.gpu, 2, too_many - 1, 1.0f, o.gpu);
+    FAIL("mla_attention accepted more keys than fit");
+  } catch (const ModelError& e) {
+    CHECK(std::string(e.what()).find("shared memory") != std::string::npos);
+  }
+}
