@@ -1,17 +1,18 @@
 // Decode kernels: y = W x for 1..8 tokens over GGUF blocks as stored, one
 // launch for one matrix or for a whole group of experts.
 //
-// Shape of the work: a group of `tpr` threads (32, 64 or 128, chosen from the row
-// length) owns R consecutive rows; its threads walk the rows' "units" (a block, or
-// the part of a block whose quant bytes belong together) with stride tpr, so the
-// threads of a warp read neighbouring bytes. Each unit's bytes are loaded into
-// registers once and used for all R rows' x and all tokens: x is read once per R
-// rows (R = 4 for one token, 2 otherwise) and every weight once per launch.
-// Integer quants become exact floats by placing them in the mantissa of 2^23
-// (byte permute + one FADD); the per-sub-block scales are applied to the sub-block
-// sums, not to every weight. Partial sums are reduced by warp shuffles and, for
-// groups of several warps, through shared memory in a fixed order, so results do
-// not depend on the launch's other rows or problems.
+// Shape of the work: the threads walk the rows' "units" (a block, or the part of a
+// block whose quant bytes belong together); each unit's bytes are loaded into
+// registers once and used for all R rows' x and all tokens, and every weight is
+// read once per launch. Two kernels, picked by the shape alone (below): for short
+// rows a group of `tpr` threads (32, 64 or 128) owns R rows and reads the weights
+// straight from global memory; for long quantized rows each warp streams its rows
+// through a shared-memory ring filled by coalesced cp.async. Integer quants become
+// exact floats by placing them in the mantissa of 2^23 (byte permute + one FADD);
+// the per-sub-block scales are applied to the sub-block sums, not to every weight.
+// Partial sums are reduced by warp shuffles and, for groups of several warps,
+// through shared memory in a fixed order, so results do not depend on the launch's
+// other rows or problems.
 #include <algorithm>
 #include <atomic>
 #include <type_traits>
