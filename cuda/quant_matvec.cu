@@ -981,10 +981,14 @@ cudaError_t launch_q(const GroupParams& gp, int ne0, int ne1, size_t rb, const f
   return cudaGetLastError();
 }
 
-// The kernel is chosen by the shape alone, never by the token count or the
-// number of problems, so that every output keeps its bits in any launch: rows
-// whose x of 8 tokens fits in shared memory (the experts' shapes) take the
-// short-row kernel, longer rows the streaming one.
+// Rows whose x of 8 tokens fits in shared memory (the experts' shapes) always
+// take the short-row kernel. Longer quantized rows take it for one token,
+// where it is the faster (run 4 of doc/benchmarks.md: the streaming kernel
+// lost 5-30 % at n=1 there), and the streaming kernel for 2..8 tokens, where it
+// is 2-4x faster. A token's output keeps its bits whatever NT a kernel is
+// instantiated for, so the choice rests on the problems' token counts alone:
+// grouped_matvec never puts one-token and several-token problems of long rows
+// in one launch, and every row equals matvec() of its problem alone.
 template <class Ty>
 bool short_rows(int ne0) {
   return size_t(8) * size_t(ne0 / Ty::kUnit) * (Ty::kUnit + 4) * sizeof(float) <= kMaxSmemX;
@@ -993,7 +997,7 @@ bool short_rows(int ne0) {
 template <class Ty, int NT>
 cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
                       cudaStream_t stream) {
-  if constexpr (!kFloatTy<Ty>) {
+  if constexpr (!kFloatTy<Ty> && NT > 1) {
     if (!short_rows<Ty>(ne0)) return launch_q<Ty, NT>(gp, ne0, ne1, rb, x, y, stream);
   }
   return launch_short<Ty, NT>(gp, ne0, ne1, rb, x, y, stream);
@@ -1102,6 +1106,23 @@ int grouped_matvec(uint32_t type, int64_t ne0, int64_t ne1, const ExpertProblem*
     gp.row[i] = p.row;
     gp.ntok[i] = p.n_tokens;
     nt_max = std::max(nt_max, p.n_tokens);
+  }
+  // One-token problems beside several-token ones: two launches, so that each
+  // takes the kernel it would take alone (see short_rows). Results do not
+  // depend on the split for short rows, which take one kernel anyway.
+  bool single = false;
+  for (int i = 0; i < gp.n; ++i) single = single || gp.ntok[i] == 1;
+  if (nt_max > 1 && single) {
+    dev::GroupParams one{}, many{};
+    for (int i = 0; i < gp.n; ++i) {
+      dev::GroupParams& g = gp.ntok[i] == 1 ? one : many;
+      g.w[g.n] = gp.w[i];
+      g.row[g.n] = gp.row[i];
+      g.ntok[g.n] = gp.ntok[i];
+      ++g.n;
+    }
+    if (const int st = launch(type, ne0, ne1, one, 1, x, y, stream); st != kOk) return st;
+    return launch(type, ne0, ne1, many, nt_max, x, y, stream);
   }
   return launch(type, ne0, ne1, gp, nt_max, x, y, stream);
 }

@@ -132,8 +132,10 @@ class CudaSlotView:
     @property
     def __cuda_array_interface__(self) -> dict:
         # "stream": None, because the bytes are ready once the request's wait
-        # returned (Request.view waits); wait_on() orders a stream instead.
-        return {"shape": (self.nbytes,), "typestr": "|u1", "data": (self.ptr, True), "version": 3,
+        # returned (Request.view waits); wait_on() orders a stream instead. The
+        # read-only flag stays False because torch refuses True; slots must
+        # still not be written (the next acquire of the expert would see it).
+        return {"shape": (self.nbytes,), "typestr": "|u1", "data": (self.ptr, False), "version": 3,
                 "strides": None, "stream": None}
 
     def __dlpack_device__(self) -> Tuple[int, int]:

@@ -353,52 +353,58 @@ TEST_CASE("grouped launches equal separate launches bit for bit") {
   REQUIRE(xk::context_create(&ctx, 0) == xk::kOk);
   for (uint32_t type : kTypes) {
     CAPTURE(xk::type_name(type));
-    const int64_t ne0 = int64_t(80) * unit_elems(type), ne1 = 53;
-    const int counts[] = {1, 3, 8, 2, 5, 1, 77};  // the last one: a prefill-sized problem
-    const int np = 7;
-    std::vector<std::unique_ptr<DevBuf>> ws;
-    std::vector<xk::ExpertProblem> probs;
-    int rows = 0;
-    for (int i = 0; i < np; ++i) {
-      const auto w = random_weights(type, ne0, ne1, rng);
-      ws.push_back(std::make_unique<DevBuf>(w.size()));
-      ws.back()->put(w.data(), w.size());
-      probs.push_back({ws.back()->p, rows, counts[i]});
-      rows += counts[i];
-    }
-    const auto x = random_x(size_t(rows * ne0), rng);
-    DevBuf dx(x.size() * 4), dy(size_t(rows * ne1) * 4), dsep(size_t(rows * ne1) * 4);
-    dx.put(x.data(), x.size() * 4);
-    // One grouped_matvec launch over the decode-sized problems.
-    dy.poison();
-    REQUIRE(xk::grouped_matvec(type, ne0, ne1, probs.data(), np - 1, dx.as<float>(), dy.as<float>(), rows, st.s) == xk::kOk);
-    dsep.poison();
-    for (int i = 0; i < np - 1; ++i)
-      REQUIRE(xk::matvec(type, probs[size_t(i)].w, ne0, ne1, dx.as<float>() + probs[size_t(i)].row * ne0,
-                         probs[size_t(i)].n_tokens, dsep.as<float>() + probs[size_t(i)].row * ne1, st.s) == xk::kOk);
-    st.sync();
-    const size_t dec = size_t(probs[np - 1].row * ne1);
-    std::vector<float> a(size_t(rows * ne1)), b(a.size());
-    dy.get(a.data(), dec * 4);
-    dsep.get(b.data(), dec * 4);
-    CHECK(std::memcmp(a.data(), b.data(), dec * 4) == 0);
-    // grouped_matmul over all of them (the 77-token one through the GEMM path).
-    dy.poison();
-    REQUIRE(xk::grouped_matmul(ctx, type, ne0, ne1, probs.data(), np, dx.as<float>(), dy.as<float>(), rows, nullptr, st.s) == xk::kOk);
-    REQUIRE(xk::matmul(ctx, type, probs[np - 1].w, ne0, ne1, dx.as<float>() + probs[np - 1].row * ne0, 77,
-                       dsep.as<float>() + probs[np - 1].row * ne1, nullptr, st.s) == xk::kOk);
-    st.sync();
-    dy.get(a.data(), a.size() * 4);
-    dsep.get(b.data(), b.size() * 4);
-    CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
-    // And the grouped results are right, not only equal.
-    for (int i : {0, 2, 6}) {
-      std::vector<uint8_t> w(ws[size_t(i)]->n);
-      ws[size_t(i)]->get(w.data(), w.size());
-      const int nt = probs[size_t(i)].n_tokens;
-      const Ref ref = reference(type, w, ne0, ne1, x.data() + probs[size_t(i)].row * ne0, nt);
-      std::vector<float> g(a.begin() + probs[size_t(i)].row * ne1, a.begin() + (probs[size_t(i)].row + nt) * ne1);
-      CHECK(count_bad(g, ref, kTolFp32, xk::type_name(type)) == 0);
+    // 80 units: the short-row kernel; 6656-wide quantized rows: the short-row kernel
+    // for one-token problems and the streaming one for the others, which the grouped
+    // launch must keep apart to give every row its separate launch's bits.
+    for (const int64_t ne0 : {int64_t(80) * unit_elems(type), int64_t(6656)}) {
+      CAPTURE(ne0);
+      const int64_t ne1 = 53;
+      const int counts[] = {1, 3, 8, 2, 5, 1, 77};  // the last one: a prefill-sized problem
+      const int np = 7;
+      std::vector<std::unique_ptr<DevBuf>> ws;
+      std::vector<xk::ExpertProblem> probs;
+      int rows = 0;
+      for (int i = 0; i < np; ++i) {
+        const auto w = random_weights(type, ne0, ne1, rng);
+        ws.push_back(std::make_unique<DevBuf>(w.size()));
+        ws.back()->put(w.data(), w.size());
+        probs.push_back({ws.back()->p, rows, counts[i]});
+        rows += counts[i];
+      }
+      const auto x = random_x(size_t(rows * ne0), rng);
+      DevBuf dx(x.size() * 4), dy(size_t(rows * ne1) * 4), dsep(size_t(rows * ne1) * 4);
+      dx.put(x.data(), x.size() * 4);
+      // One grouped_matvec launch over the decode-sized problems.
+      dy.poison();
+      REQUIRE(xk::grouped_matvec(type, ne0, ne1, probs.data(), np - 1, dx.as<float>(), dy.as<float>(), rows, st.s) == xk::kOk);
+      dsep.poison();
+      for (int i = 0; i < np - 1; ++i)
+        REQUIRE(xk::matvec(type, probs[size_t(i)].w, ne0, ne1, dx.as<float>() + probs[size_t(i)].row * ne0,
+                           probs[size_t(i)].n_tokens, dsep.as<float>() + probs[size_t(i)].row * ne1, st.s) == xk::kOk);
+      st.sync();
+      const size_t dec = size_t(probs[np - 1].row * ne1);
+      std::vector<float> a(size_t(rows * ne1)), b(a.size());
+      dy.get(a.data(), dec * 4);
+      dsep.get(b.data(), dec * 4);
+      CHECK(std::memcmp(a.data(), b.data(), dec * 4) == 0);
+      // grouped_matmul over all of them (the 77-token one through the GEMM path).
+      dy.poison();
+      REQUIRE(xk::grouped_matmul(ctx, type, ne0, ne1, probs.data(), np, dx.as<float>(), dy.as<float>(), rows, nullptr, st.s) == xk::kOk);
+      REQUIRE(xk::matmul(ctx, type, probs[np - 1].w, ne0, ne1, dx.as<float>() + probs[np - 1].row * ne0, 77,
+                         dsep.as<float>() + probs[np - 1].row * ne1, nullptr, st.s) == xk::kOk);
+      st.sync();
+      dy.get(a.data(), a.size() * 4);
+      dsep.get(b.data(), b.size() * 4);
+      CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+      // And the grouped results are right, not only equal.
+      for (int i : {0, 2, 6}) {
+        std::vector<uint8_t> w(ws[size_t(i)]->n);
+        ws[size_t(i)]->get(w.data(), w.size());
+        const int nt = probs[size_t(i)].n_tokens;
+        const Ref ref = reference(type, w, ne0, ne1, x.data() + probs[size_t(i)].row * ne0, nt);
+        std::vector<float> g(a.begin() + probs[size_t(i)].row * ne1, a.begin() + (probs[size_t(i)].row + nt) * ne1);
+        CHECK(count_bad(g, ref, kTolFp32, xk::type_name(type)) == 0);
+      }
     }
   }
   xk::context_destroy(ctx);
