@@ -161,8 +161,6 @@ int main(int argc, char** argv) {
       {xk::kQ3_K, 3072, 3584, "kimi-expert-down"},
   };
   for (uint32_t t : all) shapes.push_back({t, 14336, 4096, "4096x14336"});
-  // Several times the 60 MB L2 even when hot (MXFP4 125 MB, Q2_K 77 MB, Q3_K 101 MB).
-  for (uint32_t t : {xk::kMXFP4, xk::kQ2_K, xk::kQ3_K}) shapes.push_back({t, 14336, 16384, "big-16384x14336"});
 
   xk::Context* ctx = nullptr;
   st_ok(xk::context_create(&ctx, size_t(256) << 20), "context_create");

@@ -1,18 +1,17 @@
 // Decode kernels: y = W x for 1..8 tokens over GGUF blocks as stored, one
 // launch for one matrix or for a whole group of experts.
 //
-// Shape of the work: the threads walk the rows' "units" (a block, or the part of a
-// block whose quant bytes belong together); each unit's bytes are loaded into
-// registers once and used for all R rows' x and all tokens, and every weight is
-// read once per launch. Two kernels, picked by the shape alone (below): for short
-// rows a group of `tpr` threads (32, 64 or 128) owns R rows and reads the weights
-// straight from global memory; for long quantized rows each warp streams its rows
-// through a shared-memory ring filled by coalesced cp.async. Integer quants become
-// exact floats by placing them in the mantissa of 2^23 (byte permute + one FADD);
-// the per-sub-block scales are applied to the sub-block sums, not to every weight.
-// Partial sums are reduced by warp shuffles and, for groups of several warps,
-// through shared memory in a fixed order, so results do not depend on the launch's
-// other rows or problems.
+// Shape of the work: a group of `tpr` threads (32, 64 or 128, chosen from the row
+// length) owns R consecutive rows; its threads walk the rows' "units" (a block, or
+// the part of a block whose quant bytes belong together) with stride tpr, so the
+// threads of a warp read neighbouring bytes. Each unit's bytes are loaded into
+// registers once and used for all R rows' x and all tokens: x is read once per R
+// rows (R = 4 for one token, 2 otherwise) and every weight once per launch.
+// Integer quants become exact floats by placing them in the mantissa of 2^23
+// (byte permute + one FADD); the per-sub-block scales are applied to the sub-block
+// sums, not to every weight. Partial sums are reduced by warp shuffles and, for
+// groups of several warps, through shared memory in a fixed order, so results do
+// not depend on the launch's other rows or problems.
 #include <algorithm>
 #include <atomic>
 #include <type_traits>
@@ -43,42 +42,6 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t s) {
   asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(s));
   return r;
 }
-
-// Loads of block bytes, chosen by the decoder's x accessor XA: LdGlobal reads the
-// weights in global memory through the read-only path (the kernel for short rows),
-// LdShared reads them from the warp's staging ring in shared memory (the streaming
-// kernel; pointer arithmetic only, so the compiler keeps them LDS). The ring keeps
-// every byte at its global address modulo 16, so both see the same alignment.
-struct LdGlobal {
-  __device__ static __forceinline__ uint32_t w32(const uint8_t* p) { return ld32(p); }
-  __device__ static __forceinline__ uint32_t w16(const uint8_t* p) { return ld16(p); }
-  __device__ static __forceinline__ uint32_t w8(const uint8_t* p) { return byte_at(p); }
-  __device__ static __forceinline__ uint4 w128(const uint8_t* p) {
-    return __ldg(reinterpret_cast<const uint4*>(p));
-  }
-  template <int N>
-  __device__ static __forceinline__ void words(const uint8_t* p, uint32_t (&w)[N]) {
-    ldwords<N>(p, w);
-  }
-};
-struct LdShared {
-  __device__ static __forceinline__ uint32_t w32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
-  __device__ static __forceinline__ uint32_t w16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
-  __device__ static __forceinline__ uint32_t w8(const uint8_t* p) { return *p; }
-  __device__ static __forceinline__ uint4 w128(const uint8_t* p) { return *reinterpret_cast<const uint4*>(p); }
-  template <int N>
-  __device__ static __forceinline__ void words(const uint8_t* p, uint32_t (&w)[N]) {
-    const unsigned mis = unsigned(reinterpret_cast<uintptr_t>(p) & 3);
-    const uint32_t* base = reinterpret_cast<const uint32_t*>(p - mis);
-    const unsigned sh = mis * 8;
-    uint32_t v[N + 1];
-#pragma unroll
-    for (int i = 0; i < N; ++i) v[i] = base[i];
-    v[N] = sh ? base[N] : 0u;
-#pragma unroll
-    for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(v[i], v[i + 1], sh);
-  }
-};
 
 // Four exact floats byte_k(v) - bias.
 __device__ __forceinline__ void unpack4(uint32_t v, float bias, float (&f)[4]) {
@@ -202,23 +165,24 @@ struct TScalar {
 
 struct TQ8_0 {
   static constexpr int kUnit = 32;
-  template <int NT, int R, class XA>
-  __device__ __forceinline__ static void run(const uint8_t* const (&rp)[R], int u, const XA& xa, Acc<NT, R>& acc) {
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
     uint32_t q[R][8];
     float d[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const uint8_t* b = rp[r] + size_t(u) * 34;
-      d[r] = h2f(XA::w16(b));
-      XA::template words<8>(b + 2, q[r]);
+      d[r] = h2f(ld16(b));
+      ldwords<8>(b + 2, q[r]);
     }
     float s1[R][NT] = {};
-    const int e = 0;
+    const int e = xs * u;
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
       float4 xv[NT];
 #pragma unroll
-      for (int t = 0; t < NT; ++t) xv[t] = xa.ld(t, u, e + 4 * k);
+      for (int t = 0; t < NT; ++t) xv[t] = ldx(xp[t] + e + 4 * k);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         float f[4];
@@ -256,30 +220,31 @@ struct TMXFP4 {
       for (int k = 0; k < 4; ++k) f[4 * half + k] = magic_byte(v, k) - (kMagic + 12.0f);
     }
   }
-  template <int NT, int R, class XA>
-  __device__ __forceinline__ static void run(const uint8_t* const (&rp)[R], int u, const XA& xa, Acc<NT, R>& acc) {
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
     uint32_t q[R][4];
     float sc[R];
     bool big[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const uint8_t* b = rp[r] + size_t(u) * 17;
-      const uint32_t e = XA::w8(b);
+      const uint32_t e = byte_at(b);
       sc[r] = e8m0_half(e);
       // From e = 253 on, kvalue * 2^(e-128) can overflow to inf, as on the CPU;
       // only there the weights are formed one by one to give the CPU's inf/NaN.
       big[r] = e >= 253;
-      XA::template words<4>(b + 1, q[r]);
+      ldwords<4>(b + 1, q[r]);
     }
     float s1[R][NT] = {};
-    const int e0 = 0;
+    const int e0 = xs * u;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       float4 xl[NT], xh[NT];
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
-        xl[t] = xa.ld(t, u, e0 + 4 * k);
-        xh[t] = xa.ld(t, u, e0 + 16 + 4 * k);
+        xl[t] = ldx(xp[t] + e0 + 4 * k);
+        xh[t] = ldx(xp[t] + e0 + 16 + 4 * k);
       }
 #pragma unroll
       for (int r = 0; r < R; ++r) {
@@ -315,23 +280,24 @@ struct TMXFP4 {
 
 struct TQ2_K {
   static constexpr int kUnit = 128;
-  template <int NT, int R, class XA>
-  __device__ __forceinline__ static void run(const uint8_t* const (&rp)[R], int u, const XA& xa, Acc<NT, R>& acc) {
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
     const int blk = u >> 1, h = u & 1;
     uint32_t sc[R][2], q[R][8];
     float d[R], dm[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const uint8_t* b = rp[r] + size_t(blk) * 84;  // 4-byte aligned
-      sc[r][0] = XA::w32(b + 8 * h);
-      sc[r][1] = XA::w32(b + 8 * h + 4);
+      sc[r][0] = ld32(b + 8 * h);
+      sc[r][1] = ld32(b + 8 * h + 4);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) q[r][i] = XA::w32(b + 16 + 32 * h + 4 * i);
-      const uint32_t dd = XA::w32(b + 80);
+      for (int i = 0; i < 8; ++i) q[r][i] = ld32(b + 16 + 32 * h + 4 * i);
+      const uint32_t dd = ld32(b + 80);
       d[r] = h2f(dd);
       dm[r] = h2f(dd >> 16);
     }
-    const int e0 = 0;
+    const int e0 = xs * u;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
 #pragma unroll
@@ -343,7 +309,7 @@ struct TQ2_K {
           float4 xv[NT];
 #pragma unroll
           for (int t = 0; t < NT; ++t) {
-            xv[t] = xa.ld(t, u, e + 4 * k);
+            xv[t] = ldx(xp[t] + e + 4 * k);
             sx[t] += sum4(xv[t]);
           }
 #pragma unroll
@@ -372,20 +338,21 @@ struct TQ2_K {
 
 struct TQ3_K {
   static constexpr int kUnit = 128;
-  template <int NT, int R, class XA>
-  __device__ __forceinline__ static void run(const uint8_t* const (&rp)[R], int u, const XA& xa, Acc<NT, R>& acc) {
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
     const int blk = u >> 1, h = u & 1;
     uint32_t hm[R][8], q[R][8], sc[R][3];
     float d[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const uint8_t* b = rp[r] + size_t(blk) * 110;  // 2-byte aligned
-      XA::template words<8>(b, hm[r]);
-      XA::template words<8>(b + 32 + 32 * h, q[r]);
-      XA::template words<3>(b + 96, sc[r]);
-      d[r] = h2f(XA::w16(b + 108));
+      ldwords<8>(b, hm[r]);
+      ldwords<8>(b + 32 + 32 * h, q[r]);
+      ldwords<3>(b + 96, sc[r]);
+      d[r] = h2f(ld16(b + 108));
     }
-    const int e0 = 0;
+    const int e0 = xs * u;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
 #pragma unroll
@@ -397,7 +364,7 @@ struct TQ3_K {
         for (int k = 0; k < 4; ++k) {
           float4 xv[NT];
 #pragma unroll
-          for (int t = 0; t < NT; ++t) xv[t] = xa.ld(t, u, e + 4 * k);
+          for (int t = 0; t < NT; ++t) xv[t] = ldx(xp[t] + e + 4 * k);
 #pragma unroll
           for (int r = 0; r < R; ++r) {
             const uint32_t low = (q[r][4 * half + k] >> (2 * g)) & 0x03030303u;
@@ -430,26 +397,27 @@ template <bool kQ5>
 struct TQ45_K {
   static constexpr int kUnit = 64;
   static constexpr int kBlock = kQ5 ? 176 : 144;  // both multiples of 16
-  template <int NT, int R, class XA>
-  __device__ __forceinline__ static void run(const uint8_t* const (&rp)[R], int u, const XA& xa, Acc<NT, R>& acc) {
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
     const int blk = u >> 2, p = u & 3;
     uint32_t q[R][8], qh[R][8], sc[R][3];
     float d[R], dm[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const uint8_t* b = rp[r] + size_t(blk) * kBlock;
-      const uint4 a = XA::w128(b);  // d, dmin, scales[12]
+      const uint4 a = ld128(b);  // d, dmin, scales[12]
       d[r] = h2f(a.x);
       dm[r] = h2f(a.x >> 16);
       sc[r][0] = a.y;
       sc[r][1] = a.z;
       sc[r][2] = a.w;
       const uint8_t* qs = b + (kQ5 ? 48 : 16) + 32 * p;
-      const uint4 q0 = XA::w128(qs), q1 = XA::w128(qs + 16);
+      const uint4 q0 = ld128(qs), q1 = ld128(qs + 16);
       q[r][0] = q0.x; q[r][1] = q0.y; q[r][2] = q0.z; q[r][3] = q0.w;
       q[r][4] = q1.x; q[r][5] = q1.y; q[r][6] = q1.z; q[r][7] = q1.w;
       if (kQ5) {
-        const uint4 h0 = XA::w128(b + 16), h1 = XA::w128(b + 32);
+        const uint4 h0 = ld128(b + 16), h1 = ld128(b + 32);
         qh[r][0] = h0.x; qh[r][1] = h0.y; qh[r][2] = h0.z; qh[r][3] = h0.w;
         qh[r][4] = h1.x; qh[r][5] = h1.y; qh[r][6] = h1.z; qh[r][7] = h1.w;
       }
@@ -457,14 +425,14 @@ struct TQ45_K {
 #pragma unroll
     for (int nib = 0; nib < 2; ++nib) {
       const int j = 2 * p + nib;
-      const int e = 0 + 32 * nib;
+      const int e = xs * u + 32 * nib;
       float s1[R][NT] = {}, sx[NT] = {};
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         float4 xv[NT];
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
-          xv[t] = xa.ld(t, u, e + 4 * k);
+          xv[t] = ldx(xp[t] + e + 4 * k);
           sx[t] += sum4(xv[t]);
         }
 #pragma unroll
@@ -500,20 +468,21 @@ struct TQ45_K {
 
 struct TQ6_K {
   static constexpr int kUnit = 128;
-  template <int NT, int R, class XA>
-  __device__ __forceinline__ static void run(const uint8_t* const (&rp)[R], int u, const XA& xa, Acc<NT, R>& acc) {
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
     const int blk = u >> 1, h = u & 1;
     uint32_t ql[R][16], qh[R][8], sc[R][2];
     float d[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const uint8_t* b = rp[r] + size_t(blk) * 210;  // 2-byte aligned
-      XA::template words<16>(b + 64 * h, ql[r]);
-      XA::template words<8>(b + 128 + 32 * h, qh[r]);
-      XA::template words<2>(b + 192 + 8 * h, sc[r]);
-      d[r] = h2f(XA::w16(b + 208));
+      ldwords<16>(b + 64 * h, ql[r]);
+      ldwords<8>(b + 128 + 32 * h, qh[r]);
+      ldwords<2>(b + 192 + 8 * h, sc[r]);
+      d[r] = h2f(ld16(b + 208));
     }
-    const int e0 = 0;
+    const int e0 = xs * u;
 #pragma unroll
     for (int g = 0; g < 4; ++g) {
 #pragma unroll
@@ -524,7 +493,7 @@ struct TQ6_K {
         for (int k = 0; k < 4; ++k) {
           float4 xv[NT];
 #pragma unroll
-          for (int t = 0; t < NT; ++t) xv[t] = xa.ld(t, u, e + 4 * k);
+          for (int t = 0; t < NT; ++t) xv[t] = ldx(xp[t] + e + 4 * k);
 #pragma unroll
           for (int r = 0; r < R; ++r) {
             const uint32_t lo = (ql[r][8 * (g & 1) + 4 * half + k] >> (g < 2 ? 0 : 4)) & 0x0F0F0F0Fu;
@@ -548,32 +517,7 @@ struct TQ6_K {
   }
 };
 
-// ---- the kernel for short rows --------------------------------------------------------
-//
-// Every type whose x for 8 tokens fits in shared memory (the experts' shapes), and
-// the float types always: a group of `tpr` threads (32, 64 or 128, from the row
-// length) owns R consecutive rows; its threads walk the rows' units with stride
-// tpr, reading the weights from global memory, so a warp reads neighbouring
-// blocks. x of the quantized types is staged per block in shared memory (each
-// unit's x padded by 4 floats so 8 neighbouring threads' 16-byte reads hit
-// different banks) and blocks loop over rows so x is staged once per block; the
-// float types read x from global memory (with 8-element units that was already
-// cheap from L1: f16 at n=1 reached 77 % of the copy bandwidth from global x, 47 %
-// from shared memory, H200 2026-12-01).
-
-template <class Ty>
-constexpr bool kFloatTy = std::is_same_v<Ty, TF32> || std::is_same_v<Ty, THalf<false>> ||
-                          std::is_same_v<Ty, THalf<true>> || std::is_same_v<Ty, TScalar<kF32>> ||
-                          std::is_same_v<Ty, TScalar<kF16>> || std::is_same_v<Ty, TScalar<kBF16>>;
-
-// x in global memory or padded in shared memory (xs floats per unit), weights in global memory.
-template <int NT>
-struct XPad : LdGlobal {
-  const float* const (&p)[NT];
-  int xs;
-  __device__ __forceinline__ XPad(const float* const (&pp)[NT], int s) : p(pp), xs(s) {}
-  __device__ __forceinline__ float4 ld(int t, int u, int off) const { return ldx(p[t] + xs * u + off); }
-};
+// ---- the kernel ----------------------------------------------------------------------
 
 constexpr int kThreads = 256;
 // x staged in shared memory when it fits: the threads of a warp read x at a
@@ -636,12 +580,7 @@ __global__ void __launch_bounds__(kThreads) matvec_kernel(const GroupParams gp, 
 #pragma unroll
       for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
 
-    if constexpr (kFloatTy<Ty>) {
-      for (int u = lane; u < units; u += tpr) Ty::template run<NT, R>(rp, u, xp, acc, xs);
-    } else {
-      const XPad<NT> xa{xp, xs};
-      for (int u = lane; u < units; u += tpr) Ty::template run<NT, R>(rp, u, xa, acc);
-    }
+    for (int u = lane; u < units; u += tpr) Ty::template run<NT, R>(rp, u, xp, acc, xs);
 
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -686,211 +625,6 @@ __global__ void __launch_bounds__(kThreads) matvec_kernel(const GroupParams gp, 
   }
 }
 
-// ---- the quantized kernel ----------------------------------------------------------------
-//
-// Each warp owns R consecutive rows at a time and streams them in "chunks" of 32
-// units (an MXFP4/Q8_0 block, a quarter of a Q4_K/Q5_K block, half of a
-// Q2_K/Q3_K/Q6_K block): the chunk's bytes of each row are contiguous, so the warp
-// copies them with coalesced 16-byte cp.async (global -> shared, no registers) into
-// a ring of kStages slots, kStages - 1 chunks ahead of the one it decodes. Lane L
-// decodes unit L of the chunk from shared memory, so a row's units reach its lanes
-// in the same order (unit u -> lane u % 32) whatever R, the token count, the grid or
-// the x windows: each output is the same bits in any launch (grouped or alone).
-// x of all tokens is staged per block in shared memory, swizzled by 16-byte quads
-// (quad q of unit u at q ^ (u & 7)) so the lanes' reads at a one-unit stride hit
-// different banks; when x does not fit, the block walks the row in windows of
-// chunks, staging each window's x between two barriers.
-
-template <class Ty>
-struct QInfo;
-template <> struct QInfo<TQ8_0> { static constexpr int kBB = 34, kUPB = 1; };
-template <> struct QInfo<TMXFP4> { static constexpr int kBB = 17, kUPB = 1; };
-template <> struct QInfo<TQ2_K> { static constexpr int kBB = 84, kUPB = 2; };
-template <> struct QInfo<TQ3_K> { static constexpr int kBB = 110, kUPB = 2; };
-template <> struct QInfo<TQ45_K<false>> { static constexpr int kBB = 144, kUPB = 4; };
-template <> struct QInfo<TQ45_K<true>> { static constexpr int kBB = 176, kUPB = 4; };
-template <> struct QInfo<TQ6_K> { static constexpr int kBB = 210, kUPB = 2; };
-
-template <class Ty, int NT>
-struct QShape {
-  static constexpr int kU = Ty::kUnit;
-  static constexpr int kCB = 32 / QInfo<Ty>::kUPB;                       // blocks per chunk
-  static constexpr int kSeg = ((kCB * QInfo<Ty>::kBB + 15) & ~15) + 32;  // a row's chunk, 16-aligned
-  // Rows per warp: x read from shared memory once for R rows (R = 4 keeps the
-  // 8-token FMAs ahead of the shared-memory reads); fewer where a row's chunk
-  // is large (shared memory) or for one token (more warps on small matrices).
-  static constexpr int kR = std::is_same_v<Ty, TQ6_K> ? ((NT == 2 || NT == 4) ? 2 : 1)
-                            : (NT == 1 ? 1 : (kU == 128 ? 2 : 4));
-  // One token: 512 threads (16 warps share the block's x, up to 32 warps per SM
-  // where the registers and shared memory allow), a ring of 3 slots only where a
-  // slot is small; otherwise 256 threads (the 8-token kernels use up to 255 registers).
-  static constexpr int kThreadsQ = NT == 1 ? 512 : 256;
-  // Two such blocks per SM where the decoder fits in 64 registers without spilling.
-  static constexpr int kMinBlocks =
-      (NT == 1 && !std::is_same_v<Ty, TQ6_K> && !std::is_same_v<Ty, TQ3_K>) ? 2 : 1;
-  static constexpr int kStages = kR * kSeg <= (NT == 1 ? 1152 : 2304) ? 3 : 2;
-  static constexpr int kWarps = kThreadsQ / 32;
-  static constexpr size_t kRingBytes = size_t(kWarps) * kStages * kR * kSeg;
-  static constexpr size_t kChunkX = size_t(NT) * 32 * kU * sizeof(float);  // x of one chunk, all tokens
-};
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-// x of one chunk in shared memory: token t's unit u, elements off..off+3 (off a
-// multiple of 4 known at compile time after unrolling).
-template <int kU, int NT>
-struct XChunk : LdShared {
-  const float* p[NT];
-  __device__ __forceinline__ float4 ld(int t, int u, int off) const {
-    return *reinterpret_cast<const float4*>(p[t] + u * kU + (((off >> 2) ^ (u & 7)) << 2));
-  }
-};
-
-template <class Ty, int NT>
-__global__ void __launch_bounds__(QShape<Ty, NT>::kThreadsQ, QShape<Ty, NT>::kMinBlocks) qmatvec_kernel(const GroupParams gp, int ne0, int ne1,
-                                                           size_t rb, const float* __restrict__ x,
-                                                           float* __restrict__ y, int cpw) {
-  using S = QShape<Ty, NT>;
-  constexpr int kU = S::kU, R = S::kR, kCB = S::kCB, kSeg = S::kSeg, kNS = S::kStages;
-  constexpr int kBB = QInfo<Ty>::kBB;
-  extern __shared__ float4 smem4[];
-  const int p = blockIdx.y;
-  const uint8_t* W = gp.w[p];
-  const int row0 = gp.row[p];
-  const int nt = gp.ntok[p];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int units = ne0 / kU;
-  const int nb = units / QInfo<Ty>::kUPB;
-  const int n_chunks = (units + 31) >> 5;
-  const int n_win = (n_chunks + cpw - 1) / cpw;
-  const int wf = min(cpw * 32, units) * kU;  // floats of one token's x window
-  const int nts = min(NT, nt);
-
-  float* xs = reinterpret_cast<float*>(smem4);
-  uint8_t* ring = reinterpret_cast<uint8_t*>(xs + size_t(NT) * wf) + size_t(warp) * (kNS * R * kSeg);
-
-  auto stage = [&](int win) {
-    const int u0 = win * cpw * 32;
-    const int quads = min(cpw * 32, units - u0) * (kU / 4);
-    for (int t = 0; t < nts; ++t) {
-      const float4* src = reinterpret_cast<const float4*>(x + size_t(row0 + t) * size_t(ne0) + size_t(u0) * kU);
-      float4* dst = reinterpret_cast<float4*>(xs + size_t(t) * wf);
-      for (int i = threadIdx.x; i < quads; i += S::kThreadsQ) {
-        const int ux = i / (kU / 4), q = i % (kU / 4);
-        dst[ux * (kU / 4) + (q ^ (ux & 7))] = __ldg(src + i);
-      }
-    }
-  };
-
-  const int n_rs = (ne1 + S::kWarps * R - 1) / (S::kWarps * R);
-  const int my_rs = int(blockIdx.x) < n_rs ? (n_rs - 1 - int(blockIdx.x)) / int(gridDim.x) + 1 : 0;
-  const int steps = my_rs * n_chunks;
-  const uint8_t* const mat_end = W + size_t(ne1) * rb;
-
-  // Copies step s (row set j, chunk c) into ring slot s % kNS; always commits a
-  // group (empty past the end) so that wait_group counts stay uniform.
-  auto issue = [&](int s) {
-    if (s < steps) {
-      const int j = s / n_chunks, c = s - j * n_chunks;
-      const int rg = (int(blockIdx.x) + j * int(gridDim.x)) * S::kWarps + warp;
-      const int b0 = c * kCB, b1 = min(nb, b0 + kCB);
-      uint8_t* slot = ring + (s % kNS) * (R * kSeg);
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const uint8_t* row = W + size_t(min(rg * R + r, ne1 - 1)) * rb;
-        const uintptr_t a0 = reinterpret_cast<uintptr_t>(row + size_t(b0) * kBB) & ~uintptr_t(15);
-        const uintptr_t a1 = (reinterpret_cast<uintptr_t>(row + size_t(b1) * kBB) + 15) & ~uintptr_t(15);
-        const int n16 = int((a1 - a0) >> 4);
-        uint8_t* dst = slot + r * kSeg;
-        for (int i = lane; i < n16; i += 32) {
-          const uint8_t* src = reinterpret_cast<const uint8_t*>(a0) + 16 * i;
-          if (src + 16 <= mat_end) {
-            cp_async16(dst + 16 * i, src);
-          } else {  // the matrix's last bytes end inside this 16-byte piece
-            for (int k = 0; k < 16; ++k) dst[16 * i + k] = src + k < mat_end ? __ldg(src + k) : uint8_t(0);
-          }
-        }
-      }
-    }
-    cp_async_commit();
-  };
-
-#pragma unroll
-  for (int s = 0; s < kNS - 1; ++s) issue(s);  // the first weights are on their way while x is staged
-  if (n_win == 1) {
-    stage(0);
-    __syncthreads();
-  }
-
-  float acc[R][NT];
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
-
-  for (int s = 0; s < steps; ++s) {
-    const int j = s / n_chunks, c = s - j * n_chunks;
-    if (n_win > 1 && c % cpw == 0) {
-      __syncthreads();  // every warp is done with the previous window's x
-      stage(c / cpw);
-      __syncthreads();
-    }
-    issue(s + kNS - 1);
-    cp_async_wait<kNS - 1>();
-    __syncwarp();  // the other lanes' copies of step s are visible
-
-    const int rg = (int(blockIdx.x) + j * int(gridDim.x)) * S::kWarps + warp;
-    const uint8_t* slot = ring + (s % kNS) * (R * kSeg);
-    const uint8_t* rp[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* row = W + size_t(min(rg * R + r, ne1 - 1)) * rb;
-      rp[r] = slot + r * kSeg + (reinterpret_cast<uintptr_t>(row + size_t(c * kCB) * kBB) & 15);
-    }
-    XChunk<kU, NT> xa;
-    const int xoff = (c % cpw) * 32 * kU;
-#pragma unroll
-    for (int t = 0; t < NT; ++t) xa.p[t] = xs + size_t(min(t, nts - 1)) * wf + xoff;
-    if (lane < min(32, units - c * 32)) Ty::template run<NT, R>(rp, lane, xa, acc);
-    __syncwarp();  // slot s % kNS is refilled by the next step's issue
-
-    if (c == n_chunks - 1) {
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-          float v = acc[r][t];
-#pragma unroll
-          for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
-          acc[r][t] = v;
-        }
-      if (lane == 0) {
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          const int o = rg * R + r;
-          if (o >= ne1) continue;
-#pragma unroll
-          for (int t = 0; t < NT; ++t)
-            if (t < nt) y[size_t(row0 + t) * size_t(ne1) + o] = acc[r][t];
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
-    }
-  }
-  cp_async_wait<0>();
-}
-
 // Multiprocessors of the current device, cached per device.
 inline int sm_count() {
   static std::atomic<int> cache[64];
@@ -902,11 +636,8 @@ inline int sm_count() {
   return n;
 }
 
-// Most shared memory one block of the quantized kernel takes (the H200 allows 227 KB).
-constexpr size_t kMaxSmem = 220 * 1024;
-
 template <class Ty, int NT>
-cudaError_t launch_short(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
+cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
                       cudaStream_t stream) {
   // Four rows per group for one token (x reused 4 times), two otherwise; Q6_K's
   // larger units keep two (four would halve the resident warps for registers).
@@ -919,7 +650,8 @@ cudaError_t launch_short(const GroupParams& gp, int ne0, int ne1, size_t rb, con
   // Quantized types only: with 8-element units the float types' x reads were
   // already cheap from L1 (f16 at n=1: 77 % of the copy bandwidth from global x,
   // 47 % from shared memory, H200 2026-12-01).
-  constexpr bool kFloat = kFloatTy<Ty>;
+  constexpr bool kFloat = std::is_same_v<Ty, TF32> || std::is_same_v<Ty, THalf<false>> ||
+                          std::is_same_v<Ty, THalf<true>>;
   if constexpr (Ty::kUnit % 4 == 0 && !kFloat) {
     const size_t smem = size_t(NT) * size_t(units) * (Ty::kUnit + 4) * sizeof(float);
     if (smem <= kMaxSmemX) {
@@ -945,62 +677,6 @@ cudaError_t launch_short(const GroupParams& gp, int ne0, int ne1, size_t rb, con
   const dim3 grid(unsigned(blocks), unsigned(gp.n));
   matvec_kernel<Ty, NT, R, false><<<grid, kThreads, 0, stream>>>(gp, ne0, ne1, rb, x, y, tpr_log2);
   return cudaGetLastError();
-}
-
-template <class Ty, int NT>
-cudaError_t launch_q(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
-                     cudaStream_t stream) {
-  using S = QShape<Ty, NT>;
-  const int units = ne0 / S::kU;
-  const int n_chunks = (units + 31) / 32;
-  // As many chunks of x per window as fit next to the ring (all of x for one
-  // token at every shape here; 14336-wide rows at 8 tokens take windows).
-  const size_t per_chunk = S::kChunkX;
-  int cpw = int(std::min<size_t>(size_t(n_chunks), (kMaxSmem - S::kRingBytes) / per_chunk));
-  if (cpw < 1) return cudaErrorInvalidConfiguration;  // no type's shape comes here (static sizes)
-  const size_t wf = size_t(std::min(cpw * 32, units)) * S::kU;
-  const size_t smem = size_t(NT) * wf * sizeof(float) + S::kRingBytes;
-  auto* k = qmatvec_kernel<Ty, NT>;
-  static const bool attr_ok =
-      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)) == cudaSuccess;
-  if (!attr_ok) return cudaErrorInvalidConfiguration;
-  // Resident blocks per SM for this shared-memory size, cached (the query is not free per launch).
-  static std::atomic<uint64_t> occ{0};
-  const uint64_t cv = occ.load(std::memory_order_relaxed);
-  int per_sm = (cv >> 8) == smem ? int(cv & 0xFF) : 0;
-  if (per_sm == 0) {
-    const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, S::kThreadsQ, smem);
-    if (e != cudaSuccess) return e;
-    occ.store((uint64_t(smem) << 8) | uint64_t(per_sm & 0xFF), std::memory_order_relaxed);
-  }
-  const int sms = sm_count();
-  const int n_rs = (ne1 + S::kWarps * S::kR - 1) / (S::kWarps * S::kR);
-  const int blocks = std::max(1, std::min(n_rs, std::max(1, sms * per_sm)));
-  const dim3 grid(unsigned(blocks), unsigned(gp.n));
-  k<<<grid, S::kThreadsQ, smem, stream>>>(gp, ne0, ne1, rb, x, y, cpw);
-  return cudaGetLastError();
-}
-
-// Rows whose x of 8 tokens fits in shared memory (the experts' shapes) always
-// take the short-row kernel. Longer quantized rows take it for one token,
-// where it is the faster (run 4 of doc/benchmarks.md: the streaming kernel
-// lost 5-30 % at n=1 there), and the streaming kernel for 2..8 tokens, where it
-// is 2-4x faster. A token's output keeps its bits whatever NT a kernel is
-// instantiated for, so the choice rests on the problems' token counts alone:
-// grouped_matvec never puts one-token and several-token problems of long rows
-// in one launch, and every row equals matvec() of its problem alone.
-template <class Ty>
-bool short_rows(int ne0) {
-  return size_t(8) * size_t(ne0 / Ty::kUnit) * (Ty::kUnit + 4) * sizeof(float) <= kMaxSmemX;
-}
-
-template <class Ty, int NT>
-cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
-                      cudaStream_t stream) {
-  if constexpr (!kFloatTy<Ty> && NT > 1) {
-    if (!short_rows<Ty>(ne0)) return launch_q<Ty, NT>(gp, ne0, ne1, rb, x, y, stream);
-  }
-  return launch_short<Ty, NT>(gp, ne0, ne1, rb, x, y, stream);
 }
 
 template <class Ty>
@@ -1106,23 +782,6 @@ int grouped_matvec(uint32_t type, int64_t ne0, int64_t ne1, const ExpertProblem*
     gp.row[i] = p.row;
     gp.ntok[i] = p.n_tokens;
     nt_max = std::max(nt_max, p.n_tokens);
-  }
-  // One-token problems beside several-token ones: two launches, so that each
-  // takes the kernel it would take alone (see short_rows). Results do not
-  // depend on the split for short rows, which take one kernel anyway.
-  bool single = false;
-  for (int i = 0; i < gp.n; ++i) single = single || gp.ntok[i] == 1;
-  if (nt_max > 1 && single) {
-    dev::GroupParams one{}, many{};
-    for (int i = 0; i < gp.n; ++i) {
-      dev::GroupParams& g = gp.ntok[i] == 1 ? one : many;
-      g.w[g.n] = gp.w[i];
-      g.row[g.n] = gp.row[i];
-      g.ntok[g.n] = gp.ntok[i];
-      ++g.n;
-    }
-    if (const int st = launch(type, ne0, ne1, one, 1, x, y, stream); st != kOk) return st;
-    return launch(type, ne0, ne1, many, nt_max, x, y, stream);
   }
   return launch(type, ne0, ne1, gp, nt_max, x, y, stream);
 }

@@ -180,10 +180,8 @@ TEST_CASE("matvec: every type, 1..8 tokens, four row lengths, odd row counts") {
   std::mt19937 rng(2);
   Stream st;
   for (uint32_t type : kTypes) {
-    // 4, 80, 136 units: 32, 64 and 128 threads per row in the short-row kernel;
-    // quantized rows too long for 8 tokens' x in shared memory (6656 elements; 80, 136
-    // units of the 128-element types, 136 of Q4_K/Q5_K) take the streaming kernel,
-    // whose 8-token x then comes in several windows.
+    // 4, 80, 136 units: 32, 64 and 128 threads per row; 6656 elements: x of 5..8
+    // tokens too large for shared memory (the kernel reads it from global memory).
     for (int units : {4, 80, 136, 0}) {
       const int64_t ne0 = units ? int64_t(units) * unit_elems(type) : 6656, ne1 = 37;
       CAPTURE(xk::type_name(type));
@@ -229,66 +227,61 @@ TEST_CASE("matvec: float types with rows that are not whole 16-byte vectors") {
   }
 }
 
-// Row e uses E8M0 exponent e in all of its blocks, whose 32 codes each hold all
+// Row e uses E8M0 exponent e in both of its blocks, whose 32 codes each hold all
 // 16 nibbles. Token 0 has x in [-1, 1], token 1 the same times 2^-16. Rows whose
 // weights fit in fp32 are compared within the tolerance on whichever token keeps
-// the sums in range (token 0: e <= 240 on 64-wide rows, e <= 228 on 6656-wide ones,
-// whose sums of 6656 products could pass 2^128 above that; token 1: e >= 100).
-// Where ggml's weights overflow to inf (e = 253, 254 with large codes) the
-// reference is inf/NaN and the kernel must give the same non-finite class. The
-// two row lengths take the two decode kernels (short-row and streaming).
+// the sums in range (e <= 240 for token 0, e >= 100 for token 1). Where ggml's
+// weights overflow to inf (e = 253, 254 with large codes) the reference is
+// inf/NaN and the kernel must give the same non-finite class.
 TEST_CASE("matvec: MXFP4 at every E8M0 exponent 0..254 with every nibble") {
   std::mt19937 rng(4);
   Stream st;
-  for (const int64_t ne0 : {int64_t(64), int64_t(6656)}) {
-    CAPTURE(ne0);
-    const int64_t ne1 = 255, nblk = ne0 / 32, e_max0 = ne0 == 64 ? 240 : 228;
-    std::vector<uint8_t> w(xk::row_bytes(xk::kMXFP4, ne0) * ne1);
-    for (int64_t e = 0; e < ne1; ++e)
-      for (int64_t blk = 0; blk < nblk; ++blk) {
-        uint8_t* b = w.data() + size_t(e * nblk + blk) * 17;
-        b[0] = uint8_t(e);
-        uint8_t codes[32];
-        for (int i = 0; i < 32; ++i) codes[i] = uint8_t(i & 15);
-        std::shuffle(codes, codes + 32, rng);
-        for (int j = 0; j < 16; ++j) b[1 + j] = uint8_t(codes[j] | (codes[j + 16] << 4));
-      }
-    auto x = random_x(size_t(2 * ne0), rng);
-    for (int64_t i = 0; i < ne0; ++i) x[size_t(ne0 + i)] = std::ldexp(x[size_t(i)], -16);
-    DevBuf dw(w.size()), dx(x.size() * 4), dy(size_t(2 * ne1) * 4);
-    dw.put(w.data(), w.size());
-    dx.put(x.data(), x.size() * 4);
-    dy.poison();
-    REQUIRE(xk::matvec(xk::kMXFP4, dw.p, ne0, ne1, dx.as<float>(), 2, dy.as<float>(), st.s) == xk::kOk);
-    st.sync();
-    std::vector<float> got(size_t(2 * ne1));
-    dy.get(got.data(), got.size() * 4);
-    const Ref ref = reference(xk::kMXFP4, w, ne0, ne1, x.data(), 2);
-    int checked = 0, nonfinite = 0, bad = 0;
-    for (int t = 0; t < 2; ++t)
-      for (int64_t e = 0; e < ne1; ++e) {
-        const size_t i = size_t(t * ne1 + e);
-        const double want = ref.y[i];
-        if (!std::isfinite(want)) {
-          ++nonfinite;
-          const bool same = std::isnan(want) ? std::isnan(got[i]) : (double(got[i]) == want);
-          if (!same) {
-            ++bad;
-            std::fprintf(stderr, "e=%d t=%d: got %g want %g\n", int(e), t, got[i], want);
-          }
-          continue;
-        }
-        if ((t == 0 && e > e_max0) || (t == 1 && e < 100)) continue;
-        ++checked;
-        if (!(std::fabs(double(got[i]) - want) <= kTolFp32 * ref.mag[i] + 1e-45)) {
+  const int64_t ne0 = 64, ne1 = 255;
+  std::vector<uint8_t> w(xk::row_bytes(xk::kMXFP4, ne0) * ne1);
+  for (int64_t e = 0; e < ne1; ++e)
+    for (int blk = 0; blk < 2; ++blk) {
+      uint8_t* b = w.data() + size_t(e * 2 + blk) * 17;
+      b[0] = uint8_t(e);
+      uint8_t codes[32];
+      for (int i = 0; i < 32; ++i) codes[i] = uint8_t(i & 15);
+      std::shuffle(codes, codes + 32, rng);
+      for (int j = 0; j < 16; ++j) b[1 + j] = uint8_t(codes[j] | (codes[j + 16] << 4));
+    }
+  auto x = random_x(size_t(2 * ne0), rng);
+  for (int64_t i = 0; i < ne0; ++i) x[size_t(ne0 + i)] = std::ldexp(x[size_t(i)], -16);
+  DevBuf dw(w.size()), dx(x.size() * 4), dy(size_t(2 * ne1) * 4);
+  dw.put(w.data(), w.size());
+  dx.put(x.data(), x.size() * 4);
+  dy.poison();
+  REQUIRE(xk::matvec(xk::kMXFP4, dw.p, ne0, ne1, dx.as<float>(), 2, dy.as<float>(), st.s) == xk::kOk);
+  st.sync();
+  std::vector<float> got(size_t(2 * ne1));
+  dy.get(got.data(), got.size() * 4);
+  const Ref ref = reference(xk::kMXFP4, w, ne0, ne1, x.data(), 2);
+  int checked = 0, nonfinite = 0, bad = 0;
+  for (int t = 0; t < 2; ++t)
+    for (int64_t e = 0; e < ne1; ++e) {
+      const size_t i = size_t(t * ne1 + e);
+      const double want = ref.y[i];
+      if (!std::isfinite(want)) {
+        ++nonfinite;
+        const bool same = std::isnan(want) ? std::isnan(got[i]) : (double(got[i]) == want);
+        if (!same) {
           ++bad;
-          std::fprintf(stderr, "e=%d t=%d: got %.9g want %.9g\n", int(e), t, got[i], want);
+          std::fprintf(stderr, "e=%d t=%d: got %g want %g\n", int(e), t, got[i], want);
         }
+        continue;
       }
-    CHECK(bad == 0);
-    CHECK(nonfinite > 0);       // e = 253/254 did overflow on the CPU
-    CHECK(checked >= 255 + 2);  // every exponent checked at least once
-  }
+      if ((t == 0 && e > 240) || (t == 1 && e < 100)) continue;
+      ++checked;
+      if (!(std::fabs(double(got[i]) - want) <= kTolFp32 * ref.mag[i] + 1e-45)) {
+        ++bad;
+        std::fprintf(stderr, "e=%d t=%d: got %.9g want %.9g\n", int(e), t, got[i], want);
+      }
+    }
+  CHECK(bad == 0);
+  CHECK(nonfinite > 0);       // e = 253/254 did overflow on the CPU
+  CHECK(checked >= 255 + 2);  // every exponent checked at least once
 }
 
 TEST_CASE("matmul: prefill of 77 tokens (fp32 tiles, several tiles) and the bf16 option") {
@@ -353,58 +346,52 @@ TEST_CASE("grouped launches equal separate launches bit for bit") {
   REQUIRE(xk::context_create(&ctx, 0) == xk::kOk);
   for (uint32_t type : kTypes) {
     CAPTURE(xk::type_name(type));
-    // 80 units: the short-row kernel; 6656-wide quantized rows: the short-row kernel
-    // for one-token problems and the streaming one for the others, which the grouped
-    // launch must keep apart to give every row its separate launch's bits.
-    for (const int64_t ne0 : {int64_t(80) * unit_elems(type), int64_t(6656)}) {
-      CAPTURE(ne0);
-      const int64_t ne1 = 53;
-      const int counts[] = {1, 3, 8, 2, 5, 1, 77};  // the last one: a prefill-sized problem
-      const int np = 7;
-      std::vector<std::unique_ptr<DevBuf>> ws;
-      std::vector<xk::ExpertProblem> probs;
-      int rows = 0;
-      for (int i = 0; i < np; ++i) {
-        const auto w = random_weights(type, ne0, ne1, rng);
-        ws.push_back(std::make_unique<DevBuf>(w.size()));
-        ws.back()->put(w.data(), w.size());
-        probs.push_back({ws.back()->p, rows, counts[i]});
-        rows += counts[i];
-      }
-      const auto x = random_x(size_t(rows * ne0), rng);
-      DevBuf dx(x.size() * 4), dy(size_t(rows * ne1) * 4), dsep(size_t(rows * ne1) * 4);
-      dx.put(x.data(), x.size() * 4);
-      // One grouped_matvec launch over the decode-sized problems.
-      dy.poison();
-      REQUIRE(xk::grouped_matvec(type, ne0, ne1, probs.data(), np - 1, dx.as<float>(), dy.as<float>(), rows, st.s) == xk::kOk);
-      dsep.poison();
-      for (int i = 0; i < np - 1; ++i)
-        REQUIRE(xk::matvec(type, probs[size_t(i)].w, ne0, ne1, dx.as<float>() + probs[size_t(i)].row * ne0,
-                           probs[size_t(i)].n_tokens, dsep.as<float>() + probs[size_t(i)].row * ne1, st.s) == xk::kOk);
-      st.sync();
-      const size_t dec = size_t(probs[np - 1].row * ne1);
-      std::vector<float> a(size_t(rows * ne1)), b(a.size());
-      dy.get(a.data(), dec * 4);
-      dsep.get(b.data(), dec * 4);
-      CHECK(std::memcmp(a.data(), b.data(), dec * 4) == 0);
-      // grouped_matmul over all of them (the 77-token one through the GEMM path).
-      dy.poison();
-      REQUIRE(xk::grouped_matmul(ctx, type, ne0, ne1, probs.data(), np, dx.as<float>(), dy.as<float>(), rows, nullptr, st.s) == xk::kOk);
-      REQUIRE(xk::matmul(ctx, type, probs[np - 1].w, ne0, ne1, dx.as<float>() + probs[np - 1].row * ne0, 77,
-                         dsep.as<float>() + probs[np - 1].row * ne1, nullptr, st.s) == xk::kOk);
-      st.sync();
-      dy.get(a.data(), a.size() * 4);
-      dsep.get(b.data(), b.size() * 4);
-      CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
-      // And the grouped results are right, not only equal.
-      for (int i : {0, 2, 6}) {
-        std::vector<uint8_t> w(ws[size_t(i)]->n);
-        ws[size_t(i)]->get(w.data(), w.size());
-        const int nt = probs[size_t(i)].n_tokens;
-        const Ref ref = reference(type, w, ne0, ne1, x.data() + probs[size_t(i)].row * ne0, nt);
-        std::vector<float> g(a.begin() + probs[size_t(i)].row * ne1, a.begin() + (probs[size_t(i)].row + nt) * ne1);
-        CHECK(count_bad(g, ref, kTolFp32, xk::type_name(type)) == 0);
-      }
+    const int64_t ne0 = int64_t(80) * unit_elems(type), ne1 = 53;
+    const int counts[] = {1, 3, 8, 2, 5, 1, 77};  // the last one: a prefill-sized problem
+    const int np = 7;
+    std::vector<std::unique_ptr<DevBuf>> ws;
+    std::vector<xk::ExpertProblem> probs;
+    int rows = 0;
+    for (int i = 0; i < np; ++i) {
+      const auto w = random_weights(type, ne0, ne1, rng);
+      ws.push_back(std::make_unique<DevBuf>(w.size()));
+      ws.back()->put(w.data(), w.size());
+      probs.push_back({ws.back()->p, rows, counts[i]});
+      rows += counts[i];
+    }
+    const auto x = random_x(size_t(rows * ne0), rng);
+    DevBuf dx(x.size() * 4), dy(size_t(rows * ne1) * 4), dsep(size_t(rows * ne1) * 4);
+    dx.put(x.data(), x.size() * 4);
+    // One grouped_matvec launch over the decode-sized problems.
+    dy.poison();
+    REQUIRE(xk::grouped_matvec(type, ne0, ne1, probs.data(), np - 1, dx.as<float>(), dy.as<float>(), rows, st.s) == xk::kOk);
+    dsep.poison();
+    for (int i = 0; i < np - 1; ++i)
+      REQUIRE(xk::matvec(type, probs[size_t(i)].w, ne0, ne1, dx.as<float>() + probs[size_t(i)].row * ne0,
+                         probs[size_t(i)].n_tokens, dsep.as<float>() + probs[size_t(i)].row * ne1, st.s) == xk::kOk);
+    st.sync();
+    const size_t dec = size_t(probs[np - 1].row * ne1);
+    std::vector<float> a(size_t(rows * ne1)), b(a.size());
+    dy.get(a.data(), dec * 4);
+    dsep.get(b.data(), dec * 4);
+    CHECK(std::memcmp(a.data(), b.data(), dec * 4) == 0);
+    // grouped_matmul over all of them (the 77-token one through the GEMM path).
+    dy.poison();
+    REQUIRE(xk::grouped_matmul(ctx, type, ne0, ne1, probs.data(), np, dx.as<float>(), dy.as<float>(), rows, nullptr, st.s) == xk::kOk);
+    REQUIRE(xk::matmul(ctx, type, probs[np - 1].w, ne0, ne1, dx.as<float>() + probs[np - 1].row * ne0, 77,
+                       dsep.as<float>() + probs[np - 1].row * ne1, nullptr, st.s) == xk::kOk);
+    st.sync();
+    dy.get(a.data(), a.size() * 4);
+    dsep.get(b.data(), b.size() * 4);
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+    // And the grouped results are right, not only equal.
+    for (int i : {0, 2, 6}) {
+      std::vector<uint8_t> w(ws[size_t(i)]->n);
+      ws[size_t(i)]->get(w.data(), w.size());
+      const int nt = probs[size_t(i)].n_tokens;
+      const Ref ref = reference(type, w, ne0, ne1, x.data() + probs[size_t(i)].row * ne0, nt);
+      std::vector<float> g(a.begin() + probs[size_t(i)].row * ne1, a.begin() + (probs[size_t(i)].row + nt) * ne1);
+      CHECK(count_bad(g, ref, kTolFp32, xk::type_name(type)) == 0);
     }
   }
   xk::context_destroy(ctx);
