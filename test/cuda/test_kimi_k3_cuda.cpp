@@ -167,7 +167,7 @@ TEST_CASE("kimi-k3 on CUDA: greedy decode through the KDA/MLA state equals one b
       const double d_batch = max_abs_diff(gpu, batch_logits(args + " --device cuda", all, tmp / "batch.f32"));
       const double d_cpu = max_abs_diff(gpu, cpu);
       MESSAGE(model << " " << prompt << ": CUDA decode vs CUDA batch max|diff| " << d_batch << ", vs CPU decode "
-                    << d_cpu << ", greedy ids " << (gpu_ids == cpu_ids ? "equal" : "DIFFER"));
+                    << d_cpu << ", greedy ids " << std::string(gpu_ids == cpu_ids ? "equal" : "DIFFER"));
       CHECK(d_batch <= kTolDecode);
       CHECK(d_cpu <= kTolCpu);
     }
@@ -212,8 +212,8 @@ TEST_CASE("kimi-k3 on CUDA: the pack streamed through a small CUDA cache = resid
       CHECK(xpack::test::read_file(tmp / "s.f32") == xpack::test::read_file(tmp / "r.f32"));
       CHECK(xpack::test::read_file(tmp / "s.f32") == xpack::test::read_file(tmp / "p.f32"));
       const double d = max_abs_diff(streamed, cpu);
-      MESSAGE(model << " long" << (decoding ? " decoded" : " teacher-forced") << ", pack streamed on CUDA through "
-                    << small[i] << " MiB (" << s["counters"]["cache_evictions"] << " evictions): vs CPU max|diff| "
+      MESSAGE(model << " long" << std::string(decoding ? " decoded" : " teacher-forced") << ", pack streamed on CUDA through "
+                    << std::string(small[i]) << " MiB (" << s["counters"]["cache_evictions"] << " evictions): vs CPU max|diff| "
                     << d);
       CHECK(d <= kTolCpu);
     }
