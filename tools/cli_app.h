@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -328,6 +329,9 @@ class App {
             help)
         ->option_text(placeholder);
   }
+  // How a flag given without its value is reported, for a tool whose established
+  // wording scripts already match (default: "--flag needs a value").
+  void missing_value_message(std::function<std::string(const std::string& flag)> f) { missing_value_ = std::move(f); }
   // Keeps a test hook out of --help; it parses as before.
   static CLI::Option* hidden(CLI::Option* opt) { return opt->group(""); }
 
@@ -363,7 +367,7 @@ class App {
       std::string m = e.what();
       size_t colon = m.find(':');
       if (colon != std::string::npos && m.ends_with(" missing"))
-        return usage_error(m.substr(0, colon) + " needs a value");
+        return usage_error(missing_value_ ? missing_value_(m.substr(0, colon)) : m.substr(0, colon) + " needs a value");
       return usage_error(m);
     } catch (const CLI::ConversionError& e) {
       // CLI11 says "Could not convert: --json = maybe" (a value given to a switch).
@@ -424,6 +428,7 @@ class App {
 
   std::string tool_, usage_;
   std::string last_message_;
+  std::function<std::string(const std::string&)> missing_value_;
   CLI::App app_;
   std::vector<const CLI::Option*> size_options_;
 };

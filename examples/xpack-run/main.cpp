@@ -282,18 +282,10 @@ int run(const CliOptions& o) {
 }  // namespace xrun
 
 int main(int argc, char** argv) {
-  std::string error;
-  auto opts = xrun::parse_cli(argc, argv, &error);
-  if (!opts) {
-    std::fprintf(stderr, "xpack-run: %s\n\n%s", error.c_str(), xrun::usage_text());
-    return 2;
-  }
-  if (opts->help) {
-    std::fputs(xrun::usage_text(), stdout);
-    return 0;
-  }
+  xrun::CliOptions opts;
+  if (auto rc = xrun::parse_cli(argc, argv, &opts)) return *rc;
   try {
-    return xrun::run(*opts);
+    return xrun::run(opts);
   } catch (const xrun::ModelError& e) {
     std::fprintf(stderr, "xpack-run: %s\n", e.what());
     return 1;
