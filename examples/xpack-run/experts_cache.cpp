@@ -121,7 +121,9 @@ class CacheExperts final : public CacheExpertSource {
             {"budget_objects", slot_count_},
             {"object_bytes", object_bytes_},
             {"n_experts_used", top_k_},
-            {"deferred_experts", deferred_experts_}};
+            {"deferred_experts", deferred_experts_},
+            {"staging_page_bytes", c.staging_page_bytes},
+            {"staging_huge_fraction", c.staging_huge_fraction}};
   }
 
  private:

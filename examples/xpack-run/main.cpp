@@ -16,6 +16,7 @@
 #include "cli.h"
 #include "experts_factory.h"
 #include "model.h"
+#include "small_pages_warning.h"
 #include "cpu_backend.h"
 #include "device_backend.h"
 #include "sampling.h"
@@ -151,6 +152,16 @@ int run(const CliOptions& o) {
   }
   std::unique_ptr<Model> model = make_model(weights, backend, experts.get());
   if (cache_after_model) create_gpu_cache(*cache_after_model, o);
+  if (experts) {
+    // The cache's staging memory is measured once the cache exists (on CUDA, after the
+    // model): say now if its reads will be split (the library prints nothing).
+    const nlohmann::ordered_json c = experts->counters_json();
+    if (c.contains("staging_page_bytes")) {
+      const std::string w = xpack::tools::small_pages_warning(
+          c["staging_page_bytes"].get<uint64_t>(), c["staging_huge_fraction"].get<double>(), c["object_bytes"].get<uint64_t>());
+      if (!w.empty()) std::fprintf(stderr, "xpack-run: warning: %s\n", w.c_str());
+    }
+  }
   if (cuda) {
     std::fprintf(stderr, "xpack-run: %s\n", cuda_vram_plan(backend, experts ? experts->device_bytes() : 0).c_str());
   }
