@@ -86,6 +86,8 @@ std::optional<int> parse_fio_args(int argc, char** argv, FioOptions* out, std::s
                   "  uring-fixed   io_uring with registered buffers and registered files\n"
                   "  uring-sqpoll  uring-fixed plus a kernel submission-polling thread")
       ->option_text("MODE")
+      ->expected(1)  // one value per --mode: a stray word is not taken for a mode
+      ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   auto* pack_opt = app.text("--pack", "PACK", &o.pack,
                             "read the expert objects of an Expert Pack in a routing-like random\n"

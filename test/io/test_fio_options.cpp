@@ -165,6 +165,7 @@ TEST_CASE("bad input is refused with a message naming the flag") {
   refused({"--file", "f", "--frobnicate"}, "unknown option --frobnicate");
   refused({"--file", "f", "--ioengine=libaio"}, "unknown option --ioengine");
   refused({"--file", "f", "stray"}, "unexpected argument 'stray'");
+  refused({"--file", "f", "--mode", "uring", "stray"}, "unexpected argument 'stray'");
   refused({"--file", "f", "--json=maybe"}, "--json");
   refused({"--file", "f", "--rw", "randwrite"}, "--rw: 'randwrite' is not one of read, randread");
   refused({"--file", "f", "--direct", "2"}, "--direct: 2 is out of range (0..1)");
