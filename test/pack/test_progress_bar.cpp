@@ -1,4 +1,4 @@
-// xpack-build's progress bar (tools/xpack-build-progress) with an injected clock: the
+// The progress bar of xpack-build and xpack-inspect --verify (tools/progress_bar) with an injected clock: the
 // rate counts only the phase's own bytes, the ETA follows from it, and an unknown ETA
 // says so instead of 0:00.
 #include <doctest/doctest.h>
