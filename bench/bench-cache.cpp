@@ -38,6 +38,7 @@
 #include "common/checked_math.h"
 #include "io/read_engine.h"
 #include "cli_app.h"
+#include "small_pages_warning.h"
 
 using namespace xpack;
 
@@ -380,6 +381,11 @@ int run(const Args& a) {
     if (r == a.rounds) break;
     auto c = cache_pass(a, src, *dev, used, pacer);
     if (!c.ok()) return fail("cache", c.error());
+    if (caches.empty()) {
+      const std::string w = tools::small_pages_warning(c->counters.staging_page_bytes,
+                                                       c->counters.staging_huge_fraction, src.read_bytes);
+      if (!w.empty()) std::fprintf(stderr, "bench-cache: warning: %s\n", w.c_str());
+    }
     caches.push_back(std::move(*c));
   }
 
@@ -437,6 +443,8 @@ int run(const Args& a) {
   j["objects"] = used;
   j["per_request"] = a.per_request;
   j["staging_slots"] = a.staging;
+  j["staging_page_bytes"] = caches.front().counters.staging_page_bytes;
+  j["staging_huge_fraction"] = caches.front().counters.staging_huge_fraction;
   j["read_splits"] = a.splits;
   j["queue_depth"] = a.queue_depth;
   j["max_bytes_in_flight"] = uint64_t(a.staging) * stride;

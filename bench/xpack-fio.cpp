@@ -1,5 +1,6 @@
 // xpack-fio: SSD -> pinned memory read benchmark comparing the traditional
 // buffered path, the seed's O_DIRECT thread pool and libxpack's io_uring paths.
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli_app.h"
 #include "device/device.h"
 #include "fio_options.h"
 #include "fio_runners.h"
@@ -94,10 +96,12 @@ Result<Workload> file_workload(const FioOptions& o) {
   w.bs = o.bs;
   w.payload = o.bs;
   w.random = o.random;
-  w.nblocks = uint64_t(st.st_size) / o.bs;
+  // As fio's --size: an existing file is read within its first SIZE bytes.
+  const uint64_t extent = o.size_given ? std::min<uint64_t>(uint64_t(st.st_size), o.size) : uint64_t(st.st_size);
+  w.nblocks = extent / o.bs;
   if (w.nblocks == 0)
-    return err(XPACK_E_INVALID_ARG, "{} ({} bytes) is smaller than one block of {} bytes", o.file,
-               uint64_t(st.st_size), o.bs);
+    return err(XPACK_E_INVALID_ARG, "{} ({} bytes{}) is smaller than one block of {} bytes", o.file,
+               uint64_t(st.st_size), o.size_given ? fmt::format(", --size {}", o.size) : std::string(), o.bs);
   return w;
 }
 
@@ -130,26 +134,11 @@ Result<Workload> pack_workload(const FioOptions& o) {
   return w;
 }
 
-std::string size_text(uint64_t n) {
-  if (n % (1ull << 30) == 0) return std::to_string(n >> 30) + "G";
-  if (n % (1ull << 20) == 0) return std::to_string(n >> 20) + "M";
-  if (n % (1ull << 10) == 0) return std::to_string(n >> 10) + "K";
-  return std::to_string(n);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto parsed = parse_fio_args(argc, argv);
-  if (!parsed.ok()) {
-    std::fprintf(stderr, "xpack-fio: %s\n%s", parsed.error().message.c_str(), kFioUsage);
-    return 2;
-  }
-  FioOptions o = std::move(parsed).value();
-  if (o.help) {
-    std::fputs(kFioUsage, stdout);
-    return 0;
-  }
+  FioOptions o;
+  if (auto rc = parse_fio_args(argc, argv, &o)) return *rc;
 
   std::unique_ptr<device::Device> gpu;
   if (o.h2d) {
@@ -173,7 +162,7 @@ int main(int argc, char** argv) {
   RunLimits lim{o.runtime_s, o.ios};
 
   if (!o.json) {
-    std::printf("file %s  bs %s  qd %u  pattern %s%s%s  %s\n", w.path.c_str(), size_text(w.bs).c_str(),
+    std::printf("file %s  bs %s  qd %u  pattern %s%s%s  %s\n", w.path.c_str(), cli::size_text(w.bs).c_str(),
                 o.qd, o.pack.empty() ? (o.random ? "rand" : "seq") : "pack-routing",
                 o.h2d ? "  +h2d" : "", o.small_pages ? "  4K pages forced" : "",
                 o.ios ? fmt::format("{} ios", o.ios).c_str()

@@ -15,8 +15,10 @@
 #pragma once
 
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -137,6 +139,45 @@ inline bool parse_size(std::string_view s, uint64_t unit, uint64_t lo, uint64_t 
   }
   if (v < lo || v > hi) {
     *why = std::string(s) + " is out of range (" + range_text(lo, hi, true) + ")";
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+// A real number in [lo, hi] (or (lo, hi] with lo_open): decimal, optionally with a
+// fraction and an exponent ("0.25", "1e-3", "-2"); no nan, inf, hex, trailing junk or
+// leading '+'. For temperatures, probabilities, seconds.
+inline bool parse_real(std::string_view s, double lo, double hi, bool lo_open, double* out, std::string* why) {
+  auto lower = [](char c) { return static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c); };
+  auto bound = [](double v) {
+    std::ostringstream o;
+    o << v;
+    return o.str();
+  };
+  const std::string range = (lo_open ? "> " : ">= ") + bound(lo) + (hi < std::numeric_limits<double>::max() ? " and <= " + bound(hi) : std::string());
+  // from_chars takes "inf", "nan" and "0x1p3": refuse them before it sees them.
+  bool plain = !s.empty();
+  for (size_t i = 0; i < s.size() && plain; ++i) {
+    const char c = lower(s[i]);
+    plain = (c >= '0' && c <= '9') || c == '.' || c == 'e' || (c == '-' && (i == 0 || lower(s[i - 1]) == 'e')) ||
+            (c == '+' && i > 0 && lower(s[i - 1]) == 'e');
+  }
+  double v = 0;
+  if (plain) {
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v, std::chars_format::general);
+    plain = ec == std::errc() && p == s.data() + s.size();
+    if (ec == std::errc::result_out_of_range) {
+      *why = std::string(s) + " is out of range (" + range + ")";
+      return false;
+    }
+  }
+  if (!plain || !std::isfinite(v)) {
+    *why = "expected a number such as 0.5 or 2, got '" + std::string(s) + "'";
+    return false;
+  }
+  if (v < lo || (lo_open && v == lo) || v > hi) {
+    *why = std::string(s) + " is out of range (" + range + ")";
     return false;
   }
   *out = v;
@@ -270,6 +311,27 @@ class App {
     size_options_.push_back(opt);
     return opt->option_text(placeholder);
   }
+  // A real number (see parse_real), stored into a float or a double.
+  template <class T>
+  CLI::Option* real(const std::string& names, const std::string& placeholder, T* out, const std::string& help,
+                    double lo, double hi, bool lo_open = false) {
+    static_assert(std::is_floating_point_v<T>);
+    std::string flag = display_name(names);
+    return app_
+        .add_option_function<std::string>(
+            names,
+            [flag, out, lo, hi, lo_open](const std::string& v) {
+              double x = 0;
+              std::string why;
+              if (!parse_real(v, lo, hi, lo_open, &x, &why)) throw CLI::ValidationError(flag, why);
+              *out = static_cast<T>(x);
+            },
+            help)
+        ->option_text(placeholder);
+  }
+  // How a flag given without its value is reported, for a tool whose established
+  // wording scripts already match (default: "--flag needs a value").
+  void missing_value_message(std::function<std::string(const std::string& flag)> f) { missing_value_ = std::move(f); }
   // Keeps a test hook out of --help; it parses as before.
   static CLI::Option* hidden(CLI::Option* opt) { return opt->group(""); }
 
@@ -305,7 +367,7 @@ class App {
       std::string m = e.what();
       size_t colon = m.find(':');
       if (colon != std::string::npos && m.ends_with(" missing"))
-        return usage_error(m.substr(0, colon) + " needs a value");
+        return usage_error(missing_value_ ? missing_value_(m.substr(0, colon)) : m.substr(0, colon) + " needs a value");
       return usage_error(m);
     } catch (const CLI::ConversionError& e) {
       // CLI11 says "Could not convert: --json = maybe" (a value given to a switch).
@@ -322,10 +384,13 @@ class App {
   }
 
   // "<tool>: <msg>; run with --help" on stderr; returns 2 (the usage-error status).
-  int usage_error(std::string_view msg) const {
+  int usage_error(std::string_view msg) {
+    last_message_ = std::string(msg);
     std::fprintf(stderr, "%s: %.*s; run with --help\n", tool_.c_str(), static_cast<int>(msg.size()), msg.data());
     return kExitUsage;
   }
+  // The message of the last usage error (for tests of a tool's command line).
+  const std::string& last_message() const { return last_message_; }
   // "<tool>: <msg>" on stderr; returns 1 (the failure status).
   int failure(std::string_view msg) const {
     std::fprintf(stderr, "%s: %.*s\n", tool_.c_str(), static_cast<int>(msg.size()), msg.data());
@@ -362,6 +427,8 @@ class App {
   }
 
   std::string tool_, usage_;
+  std::string last_message_;
+  std::function<std::string(const std::string&)> missing_value_;
   CLI::App app_;
   std::vector<const CLI::Option*> size_options_;
 };

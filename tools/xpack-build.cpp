@@ -11,7 +11,7 @@
 #include "cli_app.h"
 #include "common/checked_math.h"
 #include "pack/builder.h"
-#include "xpack-build-progress.h"
+#include "progress_bar.h"
 
 int main(int argc, char** argv) {
   using xpack::cli::App;
@@ -34,7 +34,11 @@ int main(int argc, char** argv) {
            "allow --consume-source on a single-file model");
   app.size("--buffer-mib", "SIZE", &opts.buffer_bytes, "copy buffer size in MiB, 1M..1T (default 256)", 1ull << 20,
            1ull << 20, 1ull << 40);
-  app.flag("--json", &json, "print one JSON summary on stdout (no progress bar)");
+  bool progress = false;
+  app.flag("--json", &json, "print one JSON summary on stdout (no progress bar unless --progress)");
+  app.flag("--progress", &progress,
+           "draw the progress bar (bytes/s, ETA) on stderr even when it is not a\n"
+           "terminal, and with --json (default: only on a terminal, without --json)");
   // Test hooks (doc/pack-format.md), parsed like the rest but not in --help.
   App::hidden(app.count("--stop-after-objects", "N", &opts.stop_after_objects,
                         "behave like a crash after N objects", 0, UINT64_MAX));
@@ -48,7 +52,7 @@ int main(int argc, char** argv) {
     xpack::cli::parse_count(env, 0, UINT64_MAX, &opts.stop_after_objects, &why);
   }
 
-  ProgressBar bar(!json && isatty(STDERR_FILENO));
+  ProgressBar bar(progress || (!json && isatty(STDERR_FILENO)));
   opts.progress = [&](const xpack::pack::BuildProgress& p) { bar.update(p.phase, p.done, p.total); };
   auto r = xpack::pack::build_pack(opts);
   bar.finish();

@@ -12,6 +12,7 @@
 #include "gguf/ggml_type.h"
 #include "pack/describe.h"
 #include "pack/pack_reader.h"
+#include "progress_bar.h"
 
 namespace {
 
@@ -24,9 +25,9 @@ std::string role_name(const xpack::pack::PackReader& r, const xpack::pack::Fault
 
 int main(int argc, char** argv) {
   std::string path, trunk;
-  bool json = false, verify = false;
+  bool json = false, verify = false, progress = false;
   xpack::cli::App app(
-      "xpack-inspect", "xpack-inspect PACK [--json] [--verify] [--trunk GGUF]",
+      "xpack-inspect", "xpack-inspect PACK [--json] [--verify [--progress]] [--trunk GGUF]",
       "Prints the model architecture, layers, experts, roles (type, offset, bytes),\n"
       "object stride, payload vs padding bytes and the source identity of an Expert Pack.",
       "exit status: 0 all well, 1 damaged/unreadable pack, 2 usage error");
@@ -37,6 +38,9 @@ int main(int argc, char** argv) {
   app.flag("--verify", &verify,
            "check the xxh3-64 of every object and role, the zero padding, and\n"
            "every trunk tensor; names the first bad (layer, expert, role) or tensor");
+  app.flag("--progress", &progress,
+           "with --verify: draw progress (bytes/s, ETA) on stderr even when it is not\n"
+           "a terminal, and with --json (default: only on a terminal, without --json)");
   app.text("--trunk", "GGUF", &trunk,
            "the pack's trunk (or its source): its identity is checked (default:\n"
            "PREFIX.trunk.gguf beside PREFIX.xpack, when it exists)");
@@ -66,13 +70,19 @@ int main(int argc, char** argv) {
   xpack::Status vs;
   xpack::pack::Fault fault;
   if (verify) {
-    bool tty = !json && isatty(STDERR_FILENO);
-    auto cb = [](uint64_t done, uint64_t total, void*) {
-      std::fprintf(stderr, "\rverify %llu / %llu objects", static_cast<unsigned long long>(done),
-                   static_cast<unsigned long long>(total));
+    // On stderr: --json's stdout stays one JSON document.
+    ProgressBar bar(progress || (!json && isatty(STDERR_FILENO)));
+    struct Ctx {
+      ProgressBar* bar;
+      uint64_t stride;
+    } ctx{&bar, idx.object_stride};
+    auto cb = [](uint64_t done, uint64_t total, void* c) {
+      auto* x = static_cast<Ctx*>(c);
+      x->bar->update("verify", done * x->stride, total * x->stride);
     };
-    vs = r.validate(xpack::pack::ValidateLevel::kChecksums, &fault, tty ? +cb : nullptr, nullptr);
-    if (tty) std::fputc('\n', stderr);
+    bar.update("verify", 0, idx.n_objects() * idx.object_stride);  // the clock starts before the first read
+    vs = r.validate(xpack::pack::ValidateLevel::kChecksums, &fault, +cb, &ctx);
+    bar.finish();
   }
 
   if (json) {

@@ -1,5 +1,5 @@
-// Command line of xpack-run: what the user asked for, parsed and checked before
-// any model file is touched.
+// Command line of xpack-run (over tools/cli_app.h): what the user asked for, parsed
+// and checked before any model file is touched.
 #pragma once
 
 #include <cstdint>
@@ -31,15 +31,14 @@ struct CliOptions {
   std::string expert_reader = "cache";  // cache (libxpack expert cache) | direct
   bool verify_experts = true;    // checksum every expert object read from the pack
   bool allow_buffered_io = false;  // where O_DIRECT is refused, read through the page cache (warns)
-  bool help = false;
 };
 
-// Parses argv. On a usage error returns nullopt and fills *error.
-std::optional<CliOptions> parse_cli(int argc, char** argv, std::string* error);
+// Parses argv into *out. nullopt: run with *out. Otherwise the exit status to return at
+// once: 0 after --help or --version (printed on stdout), 2 after a usage error (one
+// line on stderr; its text also in *message when given).
+std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string* message = nullptr);
 
 // Comma-separated non-negative token ids ("1,2,3"); nullopt on any junk.
 std::optional<std::vector<int32_t>> parse_id_list(const std::string& s);
-
-const char* usage_text();
 
 }  // namespace xrun

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "tensor.h"
 
 namespace xrun {
@@ -68,8 +70,8 @@ class ExpertSource {
   // Called once after the run: reports what could only fail late (an
   // incomplete routing trace) by throwing ModelError.
   virtual void finish() {}
-  // Engine counters as a JSON object text (for --json / --stats), or "{}".
-  virtual std::string counters_json() const { return "{}"; }
+  // Engine counters as a JSON object (for --json / --stats); empty by default.
+  virtual nlohmann::ordered_json counters_json() const;
   // Device memory the source holds for experts (a CUDA cache's slots), for
   // the VRAM plan; 0 for host memory.
   virtual uint64_t device_bytes() const { return 0; }

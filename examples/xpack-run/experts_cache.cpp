@@ -15,6 +15,8 @@
 #include <algorithm>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "experts_factory.h"
 #include "pack_roles.h"
 #include "xpack/xpack.h"
@@ -96,19 +98,32 @@ class CacheExperts final : public CacheExpertSource {
 
   uint64_t device_bytes() const override { return on_device_ ? slot_bytes_ : 0; }
 
-  std::string counters_json() const override {
-    if (!cache_) return "{}";
+  nlohmann::ordered_json counters_json() const override {
+    if (!cache_) return nlohmann::ordered_json::object();
     xpack_cache_counters c{};
     c.size = sizeof(c);
     xpack_cache_get_counters(cache_, &c);
-    auto kv = [](const char* k, uint64_t v) { return std::string(",\"") + k + "\":" + std::to_string(v); };
-    return std::string("{\"source\":\"pack-cache\"") + kv("cache_hits", c.cache_hits) +
-           kv("cache_misses", c.cache_misses) + kv("cache_evictions", c.cache_evictions) +
-           kv("pack_reads", c.pack_reads) + kv("pack_read_bytes", c.pack_read_bytes) + kv("h2d_bytes", c.h2d_bytes) +
-           kv("fallback_count", c.fallback_count) + kv("io_errors", c.io_errors) + kv("acquires", c.acquires) +
-           kv("steps", c.steps) + kv("stall_ns", c.stall_ns) + kv("trace_write_errors", c.trace_write_errors) + kv("read_p50_ns", c.read_p50_ns) +
-           kv("read_p99_ns", c.read_p99_ns) + kv("budget_objects", slot_count_) + kv("object_bytes", object_bytes_) +
-           kv("n_experts_used", top_k_) + kv("deferred_experts", deferred_experts_) + "}";
+    return {{"source", "pack-cache"},
+            {"cache_hits", c.cache_hits},
+            {"cache_misses", c.cache_misses},
+            {"cache_evictions", c.cache_evictions},
+            {"pack_reads", c.pack_reads},
+            {"pack_read_bytes", c.pack_read_bytes},
+            {"h2d_bytes", c.h2d_bytes},
+            {"fallback_count", c.fallback_count},
+            {"io_errors", c.io_errors},
+            {"acquires", c.acquires},
+            {"steps", c.steps},
+            {"stall_ns", c.stall_ns},
+            {"trace_write_errors", c.trace_write_errors},
+            {"read_p50_ns", c.read_p50_ns},
+            {"read_p99_ns", c.read_p99_ns},
+            {"budget_objects", slot_count_},
+            {"object_bytes", object_bytes_},
+            {"n_experts_used", top_k_},
+            {"deferred_experts", deferred_experts_},
+            {"staging_page_bytes", c.staging_page_bytes},
+            {"staging_huge_fraction", c.staging_huge_fraction}};
   }
 
  private:

@@ -4,6 +4,8 @@
 #include <map>
 #include <stdexcept>
 
+#include <nlohmann/json.hpp>
+
 #include "experts_factory.h"
 
 namespace xrun {
@@ -69,9 +71,8 @@ class GgufExperts final : public ExpertSource {
     return req;
   }
 
-  std::string counters_json() const override {
-    return "{\"source\":\"gguf\",\"acquire_calls\":" + std::to_string(acquires_) +
-           ",\"experts_served\":" + std::to_string(served_) + "}";
+  nlohmann::ordered_json counters_json() const override {
+    return {{"source", "gguf"}, {"acquire_calls", acquires_}, {"experts_served", served_}};
   }
 
  private:

@@ -9,6 +9,8 @@
 #include <memory>
 #include <unordered_map>
 
+#include <nlohmann/json.hpp>
+
 #include "experts_factory.h"
 #include "pack_roles.h"
 #include "worker_pool.h"
@@ -149,15 +151,21 @@ class PackExperts final : public ExpertSource {
 
 
  public:
-  std::string counters_json() const override {
-    auto kv = [](const char* k, uint64_t v) { return std::string("\"") + k + "\":" + std::to_string(v); };
-    return "{\"source\":\"pack-direct\"," + kv("cache_hits", hits_) + "," + kv("cache_misses", misses_) + "," +
-           kv("cache_evictions", evictions_) + "," + kv("pack_read_bytes", read_bytes_) + "," +
-           kv("read_ns", read_ns_) + "," + kv("io_errors", read_errors_) + "," +
-           kv("acquire_calls", acquire_calls_) + "," + kv("budget_bytes", opts_.budget_bytes) + "," +
-           kv("budget_objects", budget_objects_) + "," + kv("object_bytes", object_bytes_) + "," +
-           kv("peak_resident_objects", peak_objects_) + "," + kv("n_layers", n_layers_) + "," +
-           kv("n_experts_used", top_k_) + "}";
+  nlohmann::ordered_json counters_json() const override {
+    return {{"source", "pack-direct"},
+            {"cache_hits", hits_},
+            {"cache_misses", misses_},
+            {"cache_evictions", evictions_},
+            {"pack_read_bytes", read_bytes_},
+            {"read_ns", read_ns_},
+            {"io_errors", read_errors_},
+            {"acquire_calls", acquire_calls_},
+            {"budget_bytes", opts_.budget_bytes},
+            {"budget_objects", budget_objects_},
+            {"object_bytes", object_bytes_},
+            {"peak_resident_objects", peak_objects_},
+            {"n_layers", n_layers_},
+            {"n_experts_used", top_k_}};
   }
 
  private:

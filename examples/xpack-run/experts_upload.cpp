@@ -5,6 +5,8 @@
 #include <map>
 #include <utility>
 
+#include <nlohmann/json.hpp>
+
 #include "experts_factory.h"
 
 namespace xrun {
@@ -51,7 +53,7 @@ class UploadedExperts final : public ExpertSource {
   }
 
   void finish() override { host_->finish(); }
-  std::string counters_json() const override { return host_->counters_json(); }
+  nlohmann::ordered_json counters_json() const override { return host_->counters_json(); }
   uint64_t device_bytes() const override { return bytes_; }
 
  private:

@@ -8,13 +8,15 @@
 #include <functional>
 #include <iostream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "cli.h"
 #include "experts_factory.h"
 #include "model.h"
+#include "small_pages_warning.h"
 #include "cpu_backend.h"
 #include "device_backend.h"
 #include "sampling.h"
@@ -25,31 +27,6 @@
 namespace xrun {
 namespace {
 
-// A JSON string body. Invalid UTF-8 becomes U+FFFD so every JSON parser
-// accepts the output; the exact bytes of the generated text go in "text_hex".
-std::string json_escape(const std::string& raw) {
-  const std::string s = to_valid_utf8(raw);
-  std::string out;
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out;
-}
-
 std::string hex_bytes(const std::string& s) {
   static const char* hex = "0123456789abcdef";
   std::string out;
@@ -59,12 +36,6 @@ std::string hex_bytes(const std::string& s) {
     out += hex[c & 15];
   }
   return out;
-}
-
-std::string json_ids(const std::vector<int32_t>& ids) {
-  std::string s = "[";
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
-  return s + "]";
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -181,6 +152,16 @@ int run(const CliOptions& o) {
   }
   std::unique_ptr<Model> model = make_model(weights, backend, experts.get());
   if (cache_after_model) create_gpu_cache(*cache_after_model, o);
+  if (experts) {
+    // The cache's staging memory is measured once the cache exists (on CUDA, after the
+    // model): say now if its reads will be split (the library prints nothing).
+    const nlohmann::ordered_json c = experts->counters_json();
+    if (c.contains("staging_page_bytes")) {
+      const std::string w = xpack::tools::small_pages_warning(
+          c["staging_page_bytes"].get<uint64_t>(), c["staging_huge_fraction"].get<double>(), c["object_bytes"].get<uint64_t>());
+      if (!w.empty()) std::fprintf(stderr, "xpack-run: warning: %s\n", w.c_str());
+    }
+  }
   if (cuda) {
     std::fprintf(stderr, "xpack-run: %s\n", cuda_vram_plan(backend, experts ? experts->device_bytes() : 0).c_str());
   }
@@ -250,25 +231,37 @@ int run(const CliOptions& o) {
   if (stream_text) std::fputs("\n", stdout);
   if (!codec && !o.json) {
     // No tokenizer: print the ids so the run is still useful.
-    std::printf("%s\n", json_ids(gen).c_str());
+    std::printf("%s\n", nlohmann::json(gen).dump().c_str());
   }
   std::fflush(stdout);
 
   const double prefill_tok_s = prefill_s > 0 ? double(prompt.size()) / prefill_s : 0.0;
   const double decode_tok_s = decode_s > 0 && n_decoded > 0 ? double(n_decoded) / decode_s : 0.0;
-  std::ostringstream js;
-  js.precision(6);
-  js << "{\"prompt_ids\":" << json_ids(prompt) << ",\"gen_ids\":" << json_ids(gen) << ",\"text\":\""
-     << json_escape(text) << "\",\"text_hex\":\"" << hex_bytes(text) << "\",\"prefill_tok_s\":" << prefill_tok_s
-     << ",\"decode_tok_s\":" << decode_tok_s
-     << ",\"load_s\":" << load_s << ",\"prefill_s\":" << prefill_s << ",\"decode_s\":" << decode_s
-     << ",\"threads\":" << (cpu_backend ? cpu_backend->threads() : 0) << ",\"backend\":\"" << backend.name() << "\",\"arch\":\""
-     << json_escape(weights.arch()) << "\",\"expert_source\":\"" << (o.pack_path.empty() ? "gguf" : "pack")
-     << "\",\"counters\":" << (experts ? experts->counters_json() : std::string("{}")) << "}";
-  if (o.json) std::printf("%s\n", js.str().c_str());
+  nlohmann::ordered_json j;
+  j["prompt_ids"] = prompt;
+  j["gen_ids"] = gen;
+  j["text"] = text;  // raw bytes: dump() below replaces ill-formed UTF-8 with U+FFFD
+  j["text_hex"] = hex_bytes(text);
+  j["prefill_tok_s"] = prefill_tok_s;
+  j["decode_tok_s"] = decode_tok_s;
+  j["load_s"] = load_s;
+  j["prefill_s"] = prefill_s;
+  j["decode_s"] = decode_s;
+  j["threads"] = cpu_backend ? cpu_backend->threads() : 0;
+  j["backend"] = backend.name();
+  j["arch"] = weights.arch();
+  j["expert_source"] = o.pack_path.empty() ? "gguf" : "pack";
+  j["counters"] = experts ? experts->counters_json() : nlohmann::ordered_json::object();
+  // Byte tokens make the generated text ill-formed UTF-8 (a character split across
+  // tokens, or a model emitting raw bytes). error_handler_t::replace writes each
+  // maximal ill-formed subsequence as U+FFFD (as Python's decode('utf-8',
+  // 'replace') does), so every JSON parser accepts the output; text_hex keeps the
+  // exact bytes. The default handler (strict) would throw instead.
+  const std::string js = j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  if (o.json) std::printf("%s\n", js.c_str());
   if (!o.stats_path.empty()) {
     std::ofstream sf(o.stats_path, std::ios::trunc);
-    sf << js.str() << "\n";
+    sf << js << "\n";
     if (!sf) throw ModelError("cannot write --stats file " + o.stats_path);
   }
   if (!o.json) {
@@ -282,18 +275,10 @@ int run(const CliOptions& o) {
 }  // namespace xrun
 
 int main(int argc, char** argv) {
-  std::string error;
-  auto opts = xrun::parse_cli(argc, argv, &error);
-  if (!opts) {
-    std::fprintf(stderr, "xpack-run: %s\n\n%s", error.c_str(), xrun::usage_text());
-    return 2;
-  }
-  if (opts->help) {
-    std::fputs(xrun::usage_text(), stdout);
-    return 0;
-  }
+  xrun::CliOptions opts;
+  if (auto rc = xrun::parse_cli(argc, argv, &opts)) return *rc;
   try {
-    return xrun::run(*opts);
+    return xrun::run(opts);
   } catch (const xrun::ModelError& e) {
     std::fprintf(stderr, "xpack-run: %s\n", e.what());
     return 1;

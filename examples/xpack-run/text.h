@@ -21,12 +21,6 @@ class TextCodec {
   virtual std::string piece(int32_t id) = 0;
 };
 
-// `bytes` with every ill-formed UTF-8 subsequence replaced by U+FFFD (one per
-// maximal subpart, as Unicode ch. 3 recommends); well-formed text is returned
-// unchanged. Generated text can end mid-character or be raw byte tokens, and
-// JSON consumers reject strings that are not UTF-8.
-std::string to_valid_utf8(std::string_view bytes);
-
 // Nullptr when the model has no tokenizer metadata.
 std::unique_ptr<TextCodec> make_text_codec(const Weights& w);
 

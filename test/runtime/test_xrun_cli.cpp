@@ -1,0 +1,181 @@
+// xpack-run's command line (examples/xpack-run/cli.cpp over tools/cli_app.h), and the
+// real-number parser it shares with the other tools (cli::parse_real).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "cli.h"
+#include "cli_app.h"
+
+namespace {
+
+struct Parsed {
+  std::optional<int> rc;
+  xrun::CliOptions o;
+  std::string message;
+};
+
+Parsed parse(std::vector<const char*> args) {
+  args.insert(args.begin(), "xpack-run");
+  Parsed p;
+  p.rc = xrun::parse_cli(static_cast<int>(args.size()), const_cast<char**>(args.data()), &p.o, &p.message);
+  return p;
+}
+
+void refused(std::vector<const char*> args, const std::string& want) {
+  Parsed p = parse(std::move(args));
+  CAPTURE(p.message);
+  REQUIRE(p.rc.has_value());
+  CHECK(*p.rc == 2);
+  CHECK(p.message.find(want) != std::string::npos);
+}
+
+std::optional<double> real(const char* s, double lo = -1e300, double hi = 1e300, bool lo_open = false) {
+  double v = 0;
+  std::string why;
+  if (!xpack::cli::parse_real(s, lo, hi, lo_open, &v, &why)) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("cli::parse_real: decimal numbers only, range-checked") {
+  CHECK(real("0") == 0.0);
+  CHECK(real("0.25") == 0.25);
+  CHECK(real(".5") == 0.5);
+  CHECK(real("2.") == 2.0);
+  CHECK(real("-2") == -2.0);
+  CHECK(real("1e-3") == 1e-3);
+  CHECK(real("1E+2") == 100.0);
+  CHECK(!real(""));
+  CHECK(!real("nan"));
+  CHECK(!real("NaN"));
+  CHECK(!real("inf"));
+  CHECK(!real("-inf"));
+  CHECK(!real("infinity"));
+  CHECK(!real("0x1p3"));
+  CHECK(!real("+1"));
+  CHECK(!real("1.5x"));
+  CHECK(!real("1,5"));
+  CHECK(!real(" 1"));
+  CHECK(!real("1e"));
+  CHECK(!real("e5"));
+  CHECK(!real("--1"));
+  CHECK(!real("1e999"));  // overflows a double
+  CHECK(real("1", 0, 1) == 1.0);
+  CHECK(!real("1.0001", 0, 1));
+  CHECK(!real("0", 0, 1, true));  // (0, 1]
+  CHECK(real("0", 0, 1, false) == 0.0);
+  double v = 7;
+  std::string why;
+  CHECK(!xpack::cli::parse_real("0", 0, 10, true, &v, &why));
+  CHECK(why == "0 is out of range (> 0 and <= 10)");
+  CHECK(v == 7);  // untouched on failure
+  CHECK(!xpack::cli::parse_real("nan", 0, 10, false, &v, &why));
+  CHECK(why == "expected a number such as 0.5 or 2, got 'nan'");
+}
+
+TEST_CASE("xpack-run: every flag, --key value and --key=value") {
+  auto p = parse({"-m", "t.gguf", "--pack", "m.xpack", "-p", "hello world", "-n", "7", "--temp", "0.8", "--seed=42",
+                  "--cache-mib", "0.25", "--device", "cuda", "-t", "3", "--logits-out", "l.f32", "--json", "--stats",
+                  "s.json", "--trace=t.csv", "--ignore-eos", "--expert-reader", "cache", "--no-verify-experts",
+                  "--allow-buffered-io"});
+  CAPTURE(p.message);
+  REQUIRE(!p.rc);
+  CHECK(p.o.model_path == "t.gguf");
+  CHECK(p.o.pack_path == "m.xpack");
+  CHECK(p.o.prompt_text == std::optional<std::string>("hello world"));
+  CHECK(!p.o.prompt_ids);
+  CHECK(p.o.n_predict == 7);
+  CHECK(p.o.temperature == 0.8f);
+  CHECK(p.o.seed == 42);
+  CHECK(p.o.cache_mib == 0.25);
+  CHECK(p.o.cache_reserve_mib == 1024);
+  CHECK(p.o.device == "cuda");
+  CHECK(p.o.threads == 3);
+  CHECK(p.o.logits_out == "l.f32");
+  CHECK(p.o.json);
+  CHECK(p.o.stats_path == "s.json");
+  CHECK(p.o.trace_path == "t.csv");
+  CHECK(p.o.ignore_eos);
+  CHECK(!p.o.verify_experts);
+  CHECK(p.o.allow_buffered_io);
+
+  p = parse({"--model=x.gguf", "--prompt-ids", "1, 2,3", "--n-predict=0", "--threads", "1", "--greedy",
+             "--verify-experts", "--expert-reader=direct"});
+  REQUIRE(!p.rc);
+  CHECK(p.o.prompt_ids == std::optional<std::vector<int32_t>>({1, 2, 3}));
+  CHECK(p.o.n_predict == 0);
+  CHECK(p.o.temperature == 0.0f);
+  CHECK(p.o.verify_experts);
+  CHECK(p.o.expert_reader == "direct");
+
+  p = parse({"-m", "x.gguf", "--prompt-ids", "5"});  // the defaults
+  REQUIRE(!p.rc);
+  CHECK(p.o.n_predict == 32);
+  CHECK(p.o.temperature == 0.0f);
+  CHECK(p.o.cache_mib == 0);  // the default: 2048 on the CPU, free VRAM on CUDA
+  CHECK(p.o.cache_reserve_mib == 1024);
+  CHECK(p.o.device == "cpu");
+  CHECK(p.o.threads == 0);
+  CHECK(p.o.verify_experts);
+  CHECK(p.o.expert_reader == "cache");
+  CHECK(!p.o.json);
+
+  p = parse({"-m", "x.gguf", "--prompt-ids", "5", "--cache-reserve-mib", "0"});
+  REQUIRE(!p.rc);
+  CHECK(p.o.cache_reserve_mib == 0);
+  p = parse({"-m", "x.gguf", "--prompt-ids", "5", "--cache-reserve-mib=512.5"});
+  REQUIRE(!p.rc);
+  CHECK(p.o.cache_reserve_mib == 512.5);
+
+  p = parse({"-m", "x.gguf", "--prompt-ids", "5", "--greedy", "--temp", "0"});  // agree
+  REQUIRE(!p.rc);
+  p = parse({"-m", "x.gguf", "-p", ""});  // an empty prompt is the runtime's to refuse
+  REQUIRE(!p.rc);
+  CHECK(p.o.prompt_text == std::optional<std::string>(""));
+}
+
+TEST_CASE("xpack-run: --help and --version exit 0") {
+  auto p = parse({"--help"});
+  REQUIRE(p.rc);
+  CHECK(*p.rc == 0);
+  p = parse({"--version"});
+  REQUIRE(p.rc);
+  CHECK(*p.rc == 0);
+}
+
+TEST_CASE("xpack-run: bad input is a usage error naming the flag") {
+  refused({"--prompt-ids", "1"}, "-m MODEL is required");
+  refused({"-m", "x"}, "a prompt is required");
+  refused({"-m", "x", "-p", "hi", "--prompt-ids", "1"}, "give either -p or --prompt-ids");
+  refused({"-m", "x", "--prompt-ids", "1,x"}, "--prompt-ids");
+  refused({"-m", "x", "--prompt-ids", "1,"}, "--prompt-ids");
+  refused({"-m", "x", "--prompt-ids", "-1"}, "--prompt-ids");
+  refused({"-m", "x", "--prompt-ids", "1", "-n", "1K"}, "a count takes no K/M/G/T suffix");
+  refused({"-m", "x", "--prompt-ids", "1", "-n", "16777217"}, "out of range");
+  refused({"-m", "x", "--prompt-ids", "1", "-t", "0"}, "--threads: 0 is out of range (1..1024)");
+  refused({"-m", "x", "--prompt-ids", "1", "--temp", "nan"}, "--temp: expected a number");
+  refused({"-m", "x", "--prompt-ids", "1", "--temp", "inf"}, "--temp: expected a number");
+  refused({"-m", "x", "--prompt-ids", "1", "--temp", "-0.5"}, "--temp: -0.5 is out of range (>= 0");
+  refused({"-m", "x", "--prompt-ids", "1", "--temp", "hot"}, "--temp");
+  refused({"-m", "x", "--prompt-ids", "1", "--cache-mib", "0"}, "--cache-mib: 0 is out of range (> 0");
+  refused({"-m", "x", "--prompt-ids", "1", "--cache-mib", "1e10"}, "--cache-mib");
+  refused({"-m", "x", "--prompt-ids", "1", "--cache-mib", "64M"}, "--cache-mib: expected a number");
+  refused({"-m", "x", "--prompt-ids", "1", "--seed", "-3"}, "--seed");
+  refused({"-m", "x", "--prompt-ids", "1", "--cache-reserve-mib", "-1"}, "--cache-reserve-mib");
+  refused({"-m", "x", "--prompt-ids", "1", "--cache-reserve-mib", "nan"}, "--cache-reserve-mib: expected a number");
+  refused({"-m", "x", "--prompt-ids", "1", "--device", "rocm"}, "--device: 'rocm' is not one of cpu, cuda");
+  refused({"-m", "x", "--prompt-ids", "1", "--expert-reader", "mmap"}, "--expert-reader");
+  refused({"-m", "x", "--prompt-ids", "1", "--bogus"}, "unknown option --bogus");
+  refused({"-m", "x", "--prompt-ids", "1", "stray"}, "unexpected argument 'stray'");
+  refused({"-m", "x", "--prompt-ids", "1", "--pack"}, "missing value for --pack");
+  refused({"-m", "x", "--prompt-ids", "1", "--trace"}, "missing value for --trace");
+  refused({"-m", "x", "--prompt-ids", "1", "--greedy", "--temp", "0.7"}, "--greedy conflicts with --temp 0.7");
+  refused({"-m", "x", "--prompt-ids", "1", "--verify-experts", "--no-verify-experts"}, "conflicts");
+  refused({"-m", "x", "--prompt-ids", "1", "--trace", ""}, "missing value for --trace");
+  refused({"-m", "x", "--prompt-ids", "1", "--trace", "t.csv"}, "--trace needs --pack");
+  refused({"-m", "x", "--pack", "p", "--prompt-ids", "1", "--trace", "t.csv", "--expert-reader", "direct"},
+          "--trace needs --expert-reader cache");
+}
