@@ -26,7 +26,14 @@ def skip_absent(kind: str, why: str) -> None:
     pytest.skip(why)
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a CUDA device and torch (meson test python_gpu)")
+
+
 def pytest_sessionfinish(session, exitstatus):
+    if exitstatus == 5:  # no test selected (the gpu marker on a build without any): nothing ran
+        session.exitstatus = 77
+        return
     if exitstatus == 0 and _skipped:
         session.exitstatus = 77
 

@@ -158,6 +158,7 @@ def test_threads_acquire_and_release_concurrently(mixtral_pack):
     assert errors == []
 
 
+@pytest.mark.gpu
 def test_cuda_slot_view_is_zero_copy_in_torch(mixtral_pack):
     try:
         import torch
