@@ -18,7 +18,7 @@ Model describe_deepseek4(const Options& o) {
   // Quantized files keep vectors, the router, the mHC mixers and the compressors'
   // positional biases in F32 and store every other matrix as Q8_0 (the trunk of the
   // published MXFP4 GGUF); an F32 file has F32 everywhere.
-  const uint32_t mat = o.f32 ? F32 : Q8_0, exps = o.f32 ? F32 : MXFP4;
+  const uint32_t mat = o.f32 ? F32 : o.trunk_type, exps = o.f32 ? F32 : MXFP4;
 
   add_common_kvs(m, o);
   auto akv = [&](const char* k, xpack::gguf::Value v) { m.kv(a + "." + k, std::move(v)); };

@@ -22,7 +22,7 @@ Model describe_kimi_k3(const Options& o) {
   const uint64_t d_inner = H * o.kda_head_dim;
   // Quantized: experts Q2_K (gate, up) and Q3_K (down) as the published Kimi-K3 GGUF,
   // every other matrix Q8_0, vectors and the router F32. F32 files: F32 everywhere.
-  const uint32_t mat = o.f32 ? F32 : Q8_0, gate_up = o.f32 ? F32 : Q2_K, down = o.f32 ? F32 : Q3_K;
+  const uint32_t mat = o.f32 ? F32 : o.trunk_type, gate_up = o.f32 ? F32 : Q2_K, down = o.f32 ? F32 : Q3_K;
 
   add_common_kvs(m, o);
   auto akv = [&](const char* k, xpack::gguf::Value v) { m.kv(a + "." + k, std::move(v)); };

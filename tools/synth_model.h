@@ -43,9 +43,11 @@ struct Options {
   // Output.
   bool fused = false;  // ffn_gate_up_exps instead of ffn_gate_exps + ffn_up_exps
   bool f32 = false;    // every float tensor F32, as a converter writes them before quantizing
+  uint32_t trunk_type = Q8_0;  // the non-expert matrices of a quantized file
   uint32_t shards = 0;
   uint64_t seed = 1;
   bool quiet = false, progress = false;
+  bool dry_run = false;  // lay the files out and report their sizes, write nothing
   std::string out;
 };
 

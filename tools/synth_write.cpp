@@ -259,6 +259,11 @@ Status write_model(const Model& m, const Options& o, std::vector<std::string>* w
   }
   std::vector<uint8_t> buf;  // one chunk, reused for every tensor of every shard
   for (Part& p : parts) {
+    if (o.dry_run) {
+      XPACK_TRY(p.writer.header_bytes());  // the same checks as a real run
+      *bytes += p.writer.total_size();
+      continue;
+    }
     XPACK_TRY(write_file(p.path, p.writer, p.tensors, o.seed, buf, progress));
     *bytes += p.writer.total_size();
     written->push_back(p.path);

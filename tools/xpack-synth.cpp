@@ -114,12 +114,16 @@ int main(int argc, char** argv) {
   auto* ratios = app.text("--compress-ratios", "LIST", &ratios_text,
                           "deepseek4: attention compression per layer, 0, 4 or 128\n"
                           "(comma-separated; repeated over the layers)");
+  std::string trunk_type = "Q8_0";
+  auto* trunk = app.choice("--trunk-type", "TYPE", &trunk_type, {"Q8_0", "MXFP4"},
+                           "type of the non-expert matrices of a quantized file\n(default Q8_0; preset kimi-k3: MXFP4)");
   app.flag("--f32", &o.f32, "write every float tensor as F32 (a converted, unquantized file)");
   app.flag("--fused-gate-up", &o.fused, "write blk.N.ffn_gate_up_exps.weight instead of separate gate/up");
   app.count("--shards", "S", &o.shards, "write a gguf-split set OUT-0000k-of-0000S.gguf (S >= 1)", 1, 99999);
   app.count("--seed", "X", &o.seed, "random seed (default 1); output is a pure function of the options", 0,
             UINT64_MAX);
   app.text("-o,--output", "PATH", &o.out, "output file (required)")->required();
+  app.flag("--dry-run", &o.dry_run, "check the options and print the size the files would have; write nothing");
   app.flag("--progress", &o.progress, "draw progress on stderr even when it is not a terminal");
   app.flag("-q,--quiet", &o.quiet, "print nothing on success");
   if (auto rc = app.parse(argc, argv)) return *rc;
@@ -163,6 +167,12 @@ int main(int argc, char** argv) {
     o.compress_ratios.push_back(r);
     o.swiglu_clamp.push_back(clamp_cycle[i % clamp_cycle.size()]);
   }
+  // The published Kimi-K3 shards ("MXP4", 1009.51 GB in the seed's report) match an
+  // MXFP4 trunk (1017.8 GB here) far better than a Q8_0 one (1047.6 GB); the
+  // DeepSeek-V4-Flash blob (155.10 GB) matches Q8_0 (155.18 GB; MXFP4: 151.3 GB).
+  if (preset == "kimi-k3" && !trunk->count()) trunk_type = "MXFP4";
+  o.trunk_type = trunk_type == "MXFP4" ? synth::MXFP4 : synth::Q8_0;
+  if (o.arch == Arch::Mixtral && trunk_type != "Q8_0") return app.usage_error("--trunk-type is deepseek4/kimi-k3 only");
   o.arch_name = o.arch == Arch::DeepSeek4 ? "deepseek4" : o.arch == Arch::KimiK3 ? "kimi-k3" : "llama";
   o.model_name = "xpack-synth-" + (from_preset ? preset : arch) + "-seed" + std::to_string(o.seed);
 
@@ -188,6 +198,7 @@ int main(int argc, char** argv) {
   if (!s.ok()) return app.failure(s.error().message);
   if (!o.quiet) {
     for (const auto& p : written) std::printf("wrote %s\n", p.c_str());
+    if (o.dry_run) std::printf("dry run: nothing written\n");
     std::printf("%s: %u layers (%u dense), %u experts, top-%u, %zu tensors, %" PRIu64 " bytes\n",
                 o.arch_name.c_str(), o.layers, o.dense, o.experts, o.top_k, m.tensors.size(), bytes);
   }

@@ -100,7 +100,7 @@ TEST_CASE("xpack-synth: --version, --help lists every flag, --key=value") {
   for (const char* flag : {"--arch", "--layers", "--experts", "--top-k", "--dense-layers", "--embd", "--ff",
                            "--latent", "--vocab", "--fused-gate-up", "--shards", "--seed", "-o, --output",
                            "-q, --quiet", "-h, --help", "--version", "exit status", "--preset", "--f32",
-                           "--heads", "--dense-ff", "--hash-layers", "--compress-ratios", "--progress",
+                           "--heads", "--dense-ff", "--hash-layers", "--compress-ratios", "--progress", "--dry-run", "--trunk-type",
                            "oracle-deepseek4", "oracle-kimi-k3", "deepseek-v4-flash", "Random weights"})
     CHECK_MESSAGE(out.find(flag) != std::string::npos, flag);
 
@@ -421,6 +421,8 @@ TEST_CASE("xpack-synth: presets, per-layer patterns and overrides") {
     CHECK(m->find_tensor("blk.2.attn_kv_a_mqa.weight") == nullptr);
     CHECK(m->find_tensor("blk.4.ffn_gate_exps.weight")->type == XPACK_TYPE_Q2_K);
     CHECK(m->find_tensor("blk.4.ffn_down_exps.weight")->type == XPACK_TYPE_Q3_K);
+    CHECK(m->find_tensor("blk.4.attn_gate.weight")->type == XPACK_TYPE_MXFP4);  // the preset's trunk
+    CHECK(m->find_tensor("blk.4.ffn_routed_norm.weight")->type == XPACK_TYPE_F32);
   }
   SUBCASE("--f32: every float tensor F32, no quantization_version") {
     run_synth("-q --preset oracle-kimi-k3 --f32 -o " + path);
@@ -430,4 +432,34 @@ TEST_CASE("xpack-synth: presets, per-layer patterns and overrides") {
     CHECK(m->meta().get_uint("general.file_type").value() == 0);
     for (const auto& t : m->tensors()) CHECK_MESSAGE(t.type == XPACK_TYPE_F32, t.name);
   }
+}
+
+// The full presets are too large to write in a test; --dry-run lays them out and
+// reports their size, which must be near the published files' (the seed's report:
+// the DeepSeek-V4-Flash Ollama MXFP4 blob 155.10 GB, the 38 Kimi-K3 shards 1009.51 GB).
+TEST_CASE("xpack-synth: --dry-run sizes of the full presets against the published files") {
+  test::TempDir dir;
+  auto path = (dir / "full.gguf").string();
+  struct Case {
+    const char* args;
+    double published;
+  };
+  for (const Case& c : {Case{"--preset deepseek-v4-flash", 155.10e9}, Case{"--preset kimi-k3", 1009.51e9}}) {
+    std::string out;
+    run_synth(std::string(c.args) + " --dry-run -o " + path, 0, &out);
+    INFO(out);
+    CHECK(out.find("dry run: nothing written") != std::string::npos);
+    auto at = out.find(" tensors, ");
+    REQUIRE(at != std::string::npos);
+    double bytes = std::stod(out.substr(at + 10));
+    CHECK(std::abs(bytes / c.published - 1.0) < 0.01);
+    CHECK(!std::filesystem::exists(path));
+  }
+  // Q8_0 everywhere makes Kimi-K3 4 % larger than published: the trunk type matters.
+  std::string out;
+  run_synth("--preset kimi-k3 --trunk-type Q8_0 --dry-run -o " + path, 0, &out);
+  auto at = out.find(" tensors, ");
+  REQUIRE(at != std::string::npos);
+  CHECK(std::stod(out.substr(at + 10)) / 1009.51e9 > 1.03);
+  run_synth("--arch mixtral --trunk-type MXFP4 --dry-run -o " + path, 2);
 }

@@ -28,6 +28,16 @@ CASES = {
     "oracle-deepseek4-f32": (["--preset", "oracle-deepseek4", "--f32"], 512),
     "oracle-kimi-k3": (["--preset", "oracle-kimi-k3"], 512),
     "oracle-kimi-k3-f32": (["--preset", "oracle-kimi-k3", "--f32"], 512),
+    # The real presets at 2 layers, narrowed where the full model would not fit CI's
+    # time: DeepSeek-V4-Flash keeps its whole attention (4096 embd, 64 heads x 512,
+    # LoRA ranks, indexer, mHC) with 8 experts 512 wide, one hash layer, then a CSA and
+    # an HCA layer; Kimi-K3 keeps 7168 embd, head dims 128, the 3584 latent and top-16,
+    # with 16 heads, 16 experts 1024 wide and a 3072-wide dense layer (one KDA dense
+    # layer, one MLA MoE layer). Both with a 1024-token vocabulary.
+    "deepseek-v4-flash-2": (["--preset", "deepseek-v4-flash", "--layers", "2", "--experts", "8", "--ff", "512",
+                             "--vocab", "1024", "--compress-ratios", "4,128", "--hash-layers", "1"], 1024),
+    "kimi-k3-2": (["--preset", "kimi-k3", "--layers", "2", "--heads", "16", "--dense-ff", "3072", "--ff", "1024",
+                   "--experts", "16", "--vocab", "1024"], 1024),
 }
 
 
