@@ -463,3 +463,28 @@ TEST_CASE("xpack-synth: --dry-run sizes of the full presets against the publishe
   CHECK(std::stod(out.substr(at + 10)) / 1009.51e9 > 1.03);
   run_synth("--arch mixtral --trunk-type MXFP4 --dry-run -o " + path, 2);
 }
+
+// Tensors are streamed through a 16 MiB buffer: one that spans several chunks is
+// valid all through, and the chunks continue one stream (not the same bytes again).
+TEST_CASE("xpack-synth: a tensor larger than the write buffer, and --progress") {
+  test::TempDir dir;
+  auto path = (dir / "big.gguf").string();
+  std::string out;
+  run_synth("--arch deepseek4 --layers 1 --experts 20 --embd 2048 --ff 1024 --hash-layers 0 --progress -q -o " + path, 0,
+            &out);
+  // --progress draws even into a pipe, and ends at 100 %; -q alone draws nothing.
+  CHECK(out.find("writing [") != std::string::npos);
+  CHECK(out.find("100.0%") != std::string::npos);
+  auto m = Model::open(path);
+  REQUIRE(m.ok());
+  const TensorInfo* t = m->find_tensor("blk.0.ffn_gate_exps.weight");
+  REQUIRE(t);
+  const uint64_t chunk = uint64_t{16} << 20;
+  REQUIRE(t->nbytes > chunk + (1 << 20));
+  auto p = m->tensor_data(*t);
+  REQUIRE(p.ok());
+  CHECK(check_quant_blocks(*t, *p) == t->nbytes / 17);
+  CHECK(std::memcmp(*p, *p + chunk, 1 << 20) != 0);
+  run_synth("--arch deepseek4 --layers 1 --experts 2 -q -o " + path, 0, &out);
+  CHECK(out.empty());
+}
