@@ -87,9 +87,10 @@ int main(int argc, char** argv) {
       "model: expert popularity is close to uniform.",
       "Presets: deepseek-v4-flash and kimi-k3 (the published models' dims; --layers N scales\n"
       "depth), oracle-deepseek4 and oracle-kimi-k3 (the dims and hyperparameters of\n"
-      "../shared/oracle's models). Flags given after a preset override its values.\n"
+      "../shared/oracle's models). Flags given with a preset override its values.\n"
       "Tensor types: deepseek4 experts MXFP4; kimi-k3 experts Q2_K gate/up and Q3_K down;\n"
-      "mixtral Q8_0. Other matrices Q8_0, vectors, routers and mixers F32 (--f32: all F32).\n\n"
+      "mixtral Q8_0. Other matrices Q8_0 (--trunk-type), vectors, routers and mixers F32\n"
+      "(--f32: all F32). doc/xpack-synth.md says which tensor has which type.\n\n"
       "exit status: 0 success, 1 failure, 2 usage error");
   app.choice("--arch", "ARCH", &arch, {"deepseek4", "kimi-k3", "mixtral"}, "deepseek4 | kimi-k3 | mixtral");
   app.choice("--preset", "NAME", &preset, {"deepseek-v4-flash", "kimi-k3", "oracle-deepseek4", "oracle-kimi-k3"},
