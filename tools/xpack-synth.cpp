@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
       "xpack-synth", "xpack-synth (--arch ARCH | --preset NAME) [options] -o OUT.gguf",
       "Writes a synthetic Mixture-of-Experts GGUF with random (valid) weights: every metadata key\n"
       "and tensor llama.cpp reads for the architecture. Random weights do not route like a trained\n"
-      "model: expert popularity is close to uniform.",
+      "model: numbers measured on them (cache hit rates, SSD bytes) must say so.",
       "Presets: deepseek-v4-flash and kimi-k3 (the published models' dims; --layers N scales\n"
       "depth), oracle-deepseek4 and oracle-kimi-k3 (the dims and hyperparameters of\n"
       "../shared/oracle's models). Flags given with a preset override its values.\n"
