@@ -99,7 +99,9 @@ TEST_CASE("xpack-synth: --version, --help lists every flag, --key=value") {
   run_synth("--help", 0, &out);
   for (const char* flag : {"--arch", "--layers", "--experts", "--top-k", "--dense-layers", "--embd", "--ff",
                            "--latent", "--vocab", "--fused-gate-up", "--shards", "--seed", "-o, --output",
-                           "-q, --quiet", "-h, --help", "--version", "exit status"})
+                           "-q, --quiet", "-h, --help", "--version", "exit status", "--preset", "--f32",
+                           "--heads", "--dense-ff", "--hash-layers", "--compress-ratios", "--progress", "--dry-run", "--trunk-type",
+                           "oracle-deepseek4", "oracle-kimi-k3", "deepseek-v4-flash", "Random weights"})
     CHECK_MESSAGE(out.find(flag) != std::string::npos, flag);
 
   // --key=value and --key value mean the same; so do -o PATH and --output=PATH.
@@ -134,6 +136,13 @@ TEST_CASE("xpack-synth: usage errors exit 2 with one line naming the flag") {
       {"--arch deepseek4", "--output is required"},
       {"-o " + o, "--arch is required"},
       {"--arch mixtral --top-k 9 --experts 8 -o " + o, "--top-k exceeds --experts"},
+      {"--arch deepseek4 --preset kimi-k3 -o " + o, "--arch and --preset exclude each other"},
+      {"--preset kimi-k2 -o " + o, "--preset: 'kimi-k2' is not one of"},
+      {"--preset oracle-deepseek4 --compress-ratios 4,5 -o " + o, "--compress-ratios: '4,5' is not a list of 0, 4"},
+      {"--preset oracle-deepseek4 --compress-ratios 4,,128 -o " + o, "--compress-ratios: '4,,128' is not a list"},
+      {"--arch kimi-k3 --hash-layers 1 -o " + o, "--hash-layers and --compress-ratios are deepseek4 only"},
+      {"--arch deepseek4 --dense-ff 512 -o " + o, "--dense-ff is kimi-k3 only"},
+      {"--preset oracle-deepseek4 --heads 3 -o " + o, "--heads must be a multiple of the output groups (2)"},
   };
   for (const auto& c : cases) {
     std::string out;
@@ -168,10 +177,10 @@ TEST_CASE("xpack-synth: models shaped like the seed models") {
     CHECK(f.get_uint(a + ".expert_count").value() == 6);
     CHECK(f.get_uint(a + ".expert_used_count").value() == 3);
     CHECK(f.get_uint(a + ".embedding_length").value() == 256);
-    if (a != "llama") {
-      CHECK(f.get_uint(a + ".leading_dense_block_count").value() == c.dense);
-      CHECK(f.get_uint(a + ".expert_feed_forward_length").value() == 512);
-    }
+    if (a == "kimi-k3") CHECK(f.get_uint(a + ".leading_dense_block_count").value() == c.dense);
+    // Every DeepSeek-V4 layer is MoE: the key is written only for a requested dense block.
+    if (a == "deepseek4") CHECK(f.find(a + ".leading_dense_block_count") == nullptr);
+    if (a != "llama") CHECK(f.get_uint(a + ".expert_feed_forward_length").value() == 512);
     CHECK(f.find("tokenizer.ggml.tokens")->array_size() == 512);
     for (uint32_t b = 0; b < 3; ++b) {
       std::string p = "blk." + std::to_string(b) + ".";
@@ -199,7 +208,8 @@ TEST_CASE("xpack-synth: models shaped like the seed models") {
       REQUIRE(router);
       CHECK(router->ne == std::array<uint64_t, 4>{256, 6, 1, 1});
       if (a != "llama") {
-        CHECK(m->find_tensor(p + "exp_probs_b.bias") != nullptr);
+        // deepseek4's hash layers (min(3, layers) by default) route by token id, without a bias.
+        CHECK((m->find_tensor(p + "exp_probs_b.bias") != nullptr) == (a == "kimi-k3" || b >= 3));
         CHECK(m->find_tensor(p + "ffn_gate_shexp.weight") != nullptr);
         CHECK(m->find_tensor(p + "ffn_down_shexp.weight") != nullptr);
       }
@@ -324,4 +334,157 @@ TEST_CASE("xpack-synth: --shards writes a gguf-split set equal to the single fil
     CHECK(test::same_value(*v, kv.value));
   }
   run_synth("-q --arch kimi-k3 --shards 1000 -o " + (dir / "too-many.gguf").string(), 1);
+}
+
+namespace {
+std::vector<int64_t> int_array(const File& f, const std::string& key) {
+  std::vector<int64_t> v;
+  const Value* a = f.find(key);
+  REQUIRE_MESSAGE(a, key);
+  for (uint64_t i = 0; i < a->array_size(); ++i) v.push_back(a->element(i).as_i64());
+  return v;
+}
+std::array<uint64_t, 4> ne_of(const Model& m, const std::string& name) {
+  const TensorInfo* t = m.find_tensor(name);
+  REQUIRE_MESSAGE(t, name);
+  return t->ne;
+}
+}  // namespace
+
+// The presets' per-layer patterns and the flags that override them (the oracle
+// presets' whole key and tensor sets are checked by synth_oracle.py with gguf-py).
+TEST_CASE("xpack-synth: presets, per-layer patterns and overrides") {
+  test::TempDir dir;
+  auto path = (dir / "p.gguf").string();
+  SUBCASE("oracle-deepseek4 repeats the oracle's ratios over more layers") {
+    run_synth("-q --preset oracle-deepseek4 --layers 6 -o " + path);
+    auto m = Model::open(path);
+    REQUIRE(m.ok());
+    CHECK(int_array(m->meta(), "deepseek4.attention.compress_ratios") == std::vector<int64_t>{0, 4, 128, 4, 0, 4});
+    CHECK(m->meta().find("deepseek4.swiglu_clamp_exp")->array_size() == 6);
+    CHECK(m->meta().get_uint("deepseek4.hash_layer_count").value() == 1);
+    CHECK(m->find_tensor("blk.0.ffn_gate_tid2eid.weight") != nullptr);
+    CHECK(m->find_tensor("blk.1.ffn_gate_tid2eid.weight") == nullptr);
+    CHECK(m->find_tensor("blk.4.attn_compressor_kv.weight") == nullptr);  // ratio 0: window only
+    CHECK(ne_of(*m, "blk.5.indexer_compressor_ape.weight") == std::array<uint64_t, 4>{128, 4, 1, 1});
+  }
+  SUBCASE("--compress-ratios and --hash-layers") {
+    run_synth("-q --preset oracle-deepseek4 --layers 2 --compress-ratios 128 --hash-layers 0 -o " + path);
+    auto m = Model::open(path);
+    REQUIRE(m.ok());
+    CHECK(int_array(m->meta(), "deepseek4.attention.compress_ratios") == std::vector<int64_t>{128, 128});
+    for (int b = 0; b < 2; ++b) {
+      std::string p = "blk." + std::to_string(b) + ".";
+      CHECK(m->find_tensor(p + "ffn_gate_tid2eid.weight") == nullptr);
+      CHECK(m->find_tensor(p + "exp_probs_b.bias") != nullptr);
+      CHECK(m->find_tensor(p + "indexer.proj.weight") == nullptr);  // HCA has no indexer
+      CHECK(ne_of(*m, p + "attn_compressor_ape.weight") == std::array<uint64_t, 4>{128, 128, 1, 1});
+    }
+  }
+  SUBCASE("deepseek-v4-flash: the real model's attention and routing, narrower") {
+    run_synth("-q --preset deepseek-v4-flash --layers 4 --embd 256 --heads 8 --experts 8 --ff 256 --vocab 512 -o " +
+              path);
+    auto m = Model::open(path);
+    REQUIRE(m.ok());
+    const File& f = m->meta();
+    CHECK(int_array(f, "deepseek4.attention.compress_ratios") == std::vector<int64_t>{0, 0, 4, 128});
+    CHECK(f.get_uint("deepseek4.hash_layer_count").value() == 3);
+    CHECK(f.get_uint("deepseek4.attention.key_length").value() == 512);
+    CHECK(f.get_uint("deepseek4.attention.sliding_window").value() == 128);
+    CHECK(f.get_uint("deepseek4.attention.indexer.top_k").value() == 512);
+    CHECK(f.get_uint("deepseek4.attention.output_lora_rank").value() == 1024);
+    CHECK(f.get_uint("deepseek4.expert_used_count").value() == 6);
+    CHECK(f.get_uint("deepseek4.context_length").value() == 1048576);
+    CHECK(ne_of(*m, "blk.2.indexer.attn_q_b.weight") == std::array<uint64_t, 4>{1024, 64 * 128, 1, 1});
+    CHECK(ne_of(*m, "blk.3.attn_compressor_ape.weight") == std::array<uint64_t, 4>{512, 128, 1, 1});
+    CHECK(m->find_tensor("blk.0.ffn_gate_exps.weight")->type == XPACK_TYPE_MXFP4);
+    CHECK(m->find_tensor("blk.0.attn_q_b.weight")->type == XPACK_TYPE_Q8_0);
+    CHECK(m->find_tensor("blk.0.hc_attn_fn.weight")->type == XPACK_TYPE_F32);
+  }
+  SUBCASE("kimi-k3: KDA with MLA every 4th layer and on the last") {
+    run_synth("-q --preset kimi-k3 --layers 5 --embd 512 --heads 4 --dense-ff 512 --experts 20 --latent 512 "
+              "--ff 512 --vocab 512 -o " + path);
+    auto m = Model::open(path);
+    REQUIRE(m.ok());
+    const File& f = m->meta();
+    CHECK(int_array(f, "kimi-k3.attention.head_count_kv") == std::vector<int64_t>{0, 0, 0, 1, 1});
+    CHECK(f.get_uint("kimi-k3.kda.head_dim").value() == 128);
+    CHECK(f.get_uint("kimi-k3.attention.key_length").value() == 512 + 64);
+    CHECK(f.get_uint("kimi-k3.attention.key_length_mla").value() == 128 + 64);
+    CHECK(f.get_uint("kimi-k3.attention.value_length_mla").value() == 128);
+    CHECK(f.get_uint("kimi-k3.attn_res.block_size").value() == 12);
+    CHECK(f.get_uint("kimi-k3.expert_used_count").value() == 16);
+    CHECK(f.get_uint("kimi-k3.expert_shared_count").value() == 2);
+    CHECK(f.get_uint("kimi-k3.leading_dense_block_count").value() == 1);
+    CHECK(ne_of(*m, "blk.3.attn_k_b.weight") == std::array<uint64_t, 4>{128, 512, 4, 1});
+    CHECK(ne_of(*m, "blk.2.ssm_conv1d_q.weight") == std::array<uint64_t, 4>{4, 1, 512, 1});
+    CHECK(m->find_tensor("blk.2.attn_kv_a_mqa.weight") == nullptr);
+    CHECK(m->find_tensor("blk.4.ffn_gate_exps.weight")->type == XPACK_TYPE_Q2_K);
+    CHECK(m->find_tensor("blk.4.ffn_down_exps.weight")->type == XPACK_TYPE_Q3_K);
+    CHECK(m->find_tensor("blk.4.attn_gate.weight")->type == XPACK_TYPE_MXFP4);  // the preset's trunk
+    CHECK(m->find_tensor("blk.4.ffn_routed_norm.weight")->type == XPACK_TYPE_F32);
+  }
+  SUBCASE("--f32: every float tensor F32, no quantization_version") {
+    run_synth("-q --preset oracle-kimi-k3 --f32 -o " + path);
+    auto m = Model::open(path);
+    REQUIRE(m.ok());
+    CHECK(m->meta().find("general.quantization_version") == nullptr);
+    CHECK(m->meta().get_uint("general.file_type").value() == 0);
+    for (const auto& t : m->tensors()) CHECK_MESSAGE(t.type == XPACK_TYPE_F32, t.name);
+  }
+}
+
+// The full presets are too large to write in a test; --dry-run lays them out and
+// reports their size, which must be near the published files' (the seed's report:
+// the DeepSeek-V4-Flash Ollama MXFP4 blob 155.10 GB, the 38 Kimi-K3 shards 1009.51 GB).
+TEST_CASE("xpack-synth: --dry-run sizes of the full presets against the published files") {
+  test::TempDir dir;
+  auto path = (dir / "full.gguf").string();
+  struct Case {
+    const char* args;
+    double published;
+  };
+  for (const Case& c : {Case{"--preset deepseek-v4-flash", 155.10e9}, Case{"--preset kimi-k3", 1009.51e9}}) {
+    std::string out;
+    run_synth(std::string(c.args) + " --dry-run -o " + path, 0, &out);
+    INFO(out);
+    CHECK(out.find("dry run: nothing written") != std::string::npos);
+    auto at = out.find(" tensors, ");
+    REQUIRE(at != std::string::npos);
+    double bytes = std::stod(out.substr(at + 10));
+    CHECK(std::abs(bytes / c.published - 1.0) < 0.01);
+    CHECK(!std::filesystem::exists(path));
+  }
+  // Q8_0 everywhere makes Kimi-K3 4 % larger than published: the trunk type matters.
+  std::string out;
+  run_synth("--preset kimi-k3 --trunk-type Q8_0 --dry-run -o " + path, 0, &out);
+  auto at = out.find(" tensors, ");
+  REQUIRE(at != std::string::npos);
+  CHECK(std::stod(out.substr(at + 10)) / 1009.51e9 > 1.03);
+  run_synth("--arch mixtral --trunk-type MXFP4 --dry-run -o " + path, 2);
+}
+
+// Tensors are streamed through a 16 MiB buffer: one that spans several chunks is
+// valid all through, and the chunks continue one stream (not the same bytes again).
+TEST_CASE("xpack-synth: a tensor larger than the write buffer, and --progress") {
+  test::TempDir dir;
+  auto path = (dir / "big.gguf").string();
+  std::string out;
+  run_synth("--arch deepseek4 --layers 1 --experts 20 --embd 2048 --ff 1024 --hash-layers 0 --progress -q -o " + path, 0,
+            &out);
+  // --progress draws even into a pipe, and ends at 100 %; -q alone draws nothing.
+  CHECK(out.find("writing [") != std::string::npos);
+  CHECK(out.find("100.0%") != std::string::npos);
+  auto m = Model::open(path);
+  REQUIRE(m.ok());
+  const TensorInfo* t = m->find_tensor("blk.0.ffn_gate_exps.weight");
+  REQUIRE(t);
+  const uint64_t chunk = uint64_t{16} << 20;
+  REQUIRE(t->nbytes > chunk + (1 << 20));
+  auto p = m->tensor_data(*t);
+  REQUIRE(p.ok());
+  CHECK(check_quant_blocks(*t, *p) == t->nbytes / 17);
+  CHECK(std::memcmp(*p, *p + chunk, 1 << 20) != 0);
+  run_synth("--arch deepseek4 --layers 1 --experts 2 -q -o " + path, 0, &out);
+  CHECK(out.empty());
 }
