@@ -164,6 +164,7 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
   if (n_prompts > 1) return fail("give one of -p, -f or --prompt-ids, not several");
   if (o.conversation && o.prompt_ids)
     return fail("-cnv renders text with the chat template: --prompt-ids cannot be used with it (-p sets the system message)");
+  if (o.conversation && !o.logits_out.empty()) return fail("--logits-out is not written in -cnv (one-shot runs only)");
   if (n_prompts == 0 && !o.conversation)
     return fail("a prompt is required: -p TEXT, -f FILE or --prompt-ids IDS");
   if (trace_opt->count() > 0 && o.trace_path.empty()) return fail("missing value for --trace");

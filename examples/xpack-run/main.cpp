@@ -9,12 +9,12 @@
 #include <iostream>
 #include <iterator>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "chat_cli.h"
 #include "cli.h"
 #include "experts_factory.h"
 #include "model.h"
@@ -24,6 +24,7 @@
 #include "sampling.h"
 #include "stop_strings.h"
 #include "text.h"
+#include "timings.h"
 #include "weights.h"
 #include "xpack/xpack.h"
 
@@ -86,24 +87,6 @@ int64_t context_size(const Weights& w, const CliOptions& o) {
   return o.ctx_size > 0 ? o.ctx_size : model_ctx;
 }
 
-// llama.cpp's timing lines, for people who compare the two by eye.
-std::string speed_lines(double load_s, double prefill_s, size_t n_prompt, double decode_s, size_t n_decoded) {
-  auto line = [](const char* what, double s, size_t n, const char* unit) {
-    char buf[256];
-    const double ms = s * 1e3;
-    if (n == 0) {
-      std::snprintf(buf, sizeof buf, "xpack-run: %13s time = %10.2f ms / %5zu %s\n", what, ms, n, unit);
-    } else {
-      std::snprintf(buf, sizeof buf, "xpack-run: %13s time = %10.2f ms / %5zu %s (%8.2f ms per token, %8.2f tokens per second)\n",
-                    what, ms, n, unit, ms / double(n), s > 0 ? double(n) / s : 0.0);
-    }
-    return std::string(buf);
-  };
-  char load[128];
-  std::snprintf(load, sizeof load, "xpack-run: %13s time = %10.2f ms\n", "load", load_s * 1e3);
-  return load + line("prompt eval", prefill_s, n_prompt, "tokens") + line("eval", decode_s, n_decoded, "runs");
-}
-
 // The GPU's expert cache, once the model is on the device. A cache that cannot
 // hold one MoE layer's top-k experts could not run a single token: refused at
 // start-up with the numbers, never discovered mid-generation.
@@ -131,7 +114,6 @@ void create_gpu_cache(CacheExpertSource& source, const CliOptions& o) {
 }
 
 int run(const CliOptions& o) {
-  if (o.conversation) throw ModelError("-cnv: the chat mode is not implemented yet");
   auto t_load = std::chrono::steady_clock::now();
   // The backend first: a missing GPU (or a build without CUDA) is reported
   // before any model file is read.
@@ -208,6 +190,15 @@ int run(const CliOptions& o) {
   const double load_s = seconds_since(t_load);
 
   std::unique_ptr<TextCodec> codec = make_text_codec(weights);
+  if (o.conversation) {
+    if (!codec) throw ModelError("-cnv needs a tokenizer, and this model has none");
+    const std::string system = !o.prompt_file.empty() ? read_prompt_file(o.prompt_file) : o.prompt_text.value_or("");
+    const int32_t eos_id = static_cast<int32_t>(weights.get_int("tokenizer.ggml.eos_token_id", -1));
+    const int rc = run_chat({*model, *codec, weights, o, system, context_size(weights, o), eos_id, load_s}, std::cin,
+                            stdout);
+    if (experts) experts->finish();
+    return rc;
+  }
   std::vector<int32_t> prompt;
   if (o.prompt_ids) {
     prompt = *o.prompt_ids;
@@ -216,6 +207,7 @@ int run(const CliOptions& o) {
     prompt = codec->encode(o.prompt_file.empty() ? *o.prompt_text : read_prompt_file(o.prompt_file));
   }
   if (prompt.empty()) throw ModelError("the prompt is empty");
+  if (!o.stop.empty() && !codec) throw ModelError("--stop matches text, and this model has no tokenizer");
   // Positions past the trained context are not what the model card describes (RoPE
   // and attention were never trained there): refuse them rather than run on quietly.
   const int64_t n_ctx = context_size(weights, o);
@@ -240,7 +232,7 @@ int run(const CliOptions& o) {
   logits_out.write(logits.data(), logits.size());
 
   SamplingParams sp = o.sampling;
-  sp.seed = o.seed ? *o.seed : std::random_device{}() * uint64_t{0x100000001} ^ std::random_device{}();
+  sp.seed = o.seed ? *o.seed : random_seed();
   if (!o.seed && sp.temperature > 0) std::fprintf(stderr, "xpack-run: seed %llu\n", static_cast<unsigned long long>(sp.seed));
   Sampler sampler(sp);
   for (int32_t t : prompt) sampler.accept(t);

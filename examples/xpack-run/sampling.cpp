@@ -48,6 +48,12 @@ std::string check_sampling_params(const SamplingParams& p) {
   return {};
 }
 
+uint64_t random_seed() {
+  std::random_device rd;
+  const uint64_t hi = rd(), lo = rd();
+  return ((hi << 32) ^ lo) & uint64_t{INT64_MAX};
+}
+
 int32_t argmax(const float* logits, int n) {
   int32_t best = 0;
   for (int i = 1; i < n; ++i) {

@@ -36,6 +36,10 @@ struct SamplingParams {
 // by its CLI flag name (the server maps it to its own field name).
 std::string check_sampling_params(const SamplingParams& p);
 
+// A fresh seed from std::random_device, within --seed's range (0 .. 2^63 - 1) so
+// a printed seed can be given back to reproduce a run.
+uint64_t random_seed();
+
 // Index of the largest logit; ties go to the lowest id (llama.cpp's greedy rule).
 int32_t argmax(const float* logits, int n);
 

@@ -282,3 +282,9 @@ TEST_CASE("stop strings: the text ends before the first stop string, across toke
   CHECK(xrun::check_stop_strings({"a", ""}).find("empty stop string") != std::string::npos);
   CHECK(xrun::check_stop_strings({"a", "bc"}).empty());
 }
+
+TEST_CASE("random_seed: within --seed's range, and not constant") {
+  const uint64_t a = xrun::random_seed(), b = xrun::random_seed(), c = xrun::random_seed();
+  for (uint64_t s : {a, b, c}) CHECK(s <= uint64_t{INT64_MAX});
+  CHECK(!(a == b && b == c));  // three equal 63-bit draws: the device is not random
+}

@@ -194,6 +194,7 @@ TEST_CASE("xpack-run: bad input is a usage error naming the flag") {
   refused({"-m", "x", "-p", "hi", "--prompt-ids", "1"}, "give one of -p, -f or --prompt-ids");
   refused({"-m", "x", "-p", "hi", "-f", "p.txt"}, "give one of -p, -f or --prompt-ids");
   refused({"-m", "x", "-cnv", "--prompt-ids", "1"}, "--prompt-ids cannot be used with it");
+  refused({"-m", "x", "-cnv", "--logits-out", "l.f32"}, "--logits-out is not written in -cnv");
   refused({"-m", "x", "--prompt-ids", "1", "--top-p", "-0.1"}, "--top-p");
   refused({"-m", "x", "--prompt-ids", "1", "--top-p", "1.5"}, "--top-p");
   refused({"-m", "x", "--prompt-ids", "1", "--top-k", "-1"}, "--top-k");
