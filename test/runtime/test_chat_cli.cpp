@@ -160,3 +160,53 @@ TEST_CASE("-c within the model's context; -f reads the prompt; the timing lines"
   CHECK(r.err.find("ms per token") != std::string::npos);
   CHECK(r.err.find("tokens per second)") != std::string::npos);
 }
+
+TEST_CASE("-cnv: the format comes from the GGUF's tokenizer.chat_template") {
+  NEED_STORIES();
+  XPACK_REQUIRE_PYTHON_GGUF();
+  xpack::test::TempDir tmp;
+  write_text(tmp / "turns.txt", "Hi\n");
+  struct Want {
+    std::string file, format, prompt;
+  };
+  // The texts test_chat_template checks against jinja2, for one user turn, thinking
+  // off, no BOS text (stories260K's tokenizer adds BOS itself).
+  const std::vector<Want> wants = {
+      {"deepseek-v4.jinja", "deepseek-v4", "<｜User｜>Hi<｜Assistant｜></think>"},
+      {"kimi-k3.jinja", "kimi-k3",
+       "<|open|>message role=\"user\"<|sep|>Hi<|close|>message<|sep|><|end_of_msg|>"
+       "<|open|>message role=\"assistant\"<|sep|><|open|>response<|sep|>"},
+      {"chatml.jinja", "chatml", "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"},
+  };
+  for (const Want& w : wants) {
+    CAPTURE(w.file);
+    const fs::path m = tmp / (w.format + ".gguf");
+    std::string out;
+    REQUIRE_MESSAGE(xpack::test::run_command("python3 -m gguf.scripts.gguf_new_metadata " + q(*model) + " " + q(m) +
+                                                 " --chat-template-file " +
+                                                 q(xpack::test::data_dir() / "chat_templates" / w.file),
+                                             &out) == 0,
+                    out);
+    RunResult r = run(xrun("-m " + q(m) + " -cnv -n 8 --json < " + q(tmp / "turns.txt")));
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    const json chat = json::parse(r.out);
+    CHECK(chat["chat_format"] == w.format);
+    CHECK(r.err.find("not a format xpack-run renders") == std::string::npos);
+    write_text(tmp / "p.txt", w.prompt);
+    const json one = run_json("-m " + q(m) + " -f " + q(tmp / "p.txt") + " -n 8 --json");
+    CHECK(one["prompt_ids"].size() == chat["turns"][0]["prompt_tokens"]);
+    CHECK(one["gen_ids"] == chat["turns"][0]["gen_ids"]);
+  }
+  // A template of a format not rendered natively (Kimi-K2's markers): the plain
+  // fallback, said on stderr.
+  const fs::path k2 = tmp / "k2.gguf";
+  std::string out;
+  REQUIRE(xpack::test::run_command("python3 -m gguf.scripts.gguf_new_metadata " + q(*model) + " " + q(k2) +
+                                       " --chat-template " + q("<|im_user|>user<|im_middle|>{{ m }}<|im_end|>"),
+                                   &out) == 0);
+  RunResult r = run(xrun("-m " + q(k2) + " -cnv -n 4 --json < " + q(tmp / "turns.txt")));
+  REQUIRE(r.rc == 0);
+  CHECK(json::parse(r.out)["chat_format"] == "plain");
+  CHECK(r.err.find("tokenizer.chat_template is not a format xpack-run renders") != std::string::npos);
+}
