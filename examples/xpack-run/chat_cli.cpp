@@ -102,6 +102,7 @@ int run_chat(const ChatRun& r, std::istream& in, std::FILE* out) {
     const size_t keep = reusable_prefix(evaluated, next);
     if (keep == 0 && !evaluated.empty()) {
       r.model.reset();
+      sampler.clear_history();
       ++n_resets;
     }
     evaluated.resize(keep);

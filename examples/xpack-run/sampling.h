@@ -70,6 +70,9 @@ class Sampler {
   int32_t sample(const float* logits, int n);
   // Records a token of the sequence (prompt tokens too) for the penalty window.
   void accept(int32_t token);
+  // Forgets the accepted tokens (a chat that re-evaluates its conversation
+  // accepts it again); the random stream continues.
+  void clear_history() { window_.clear(); }
   const SamplingParams& params() const { return p_; }
 
  private:

@@ -156,6 +156,8 @@ TEST_CASE("penalty window: the last N accepted tokens, prompt included; -1 = all
   all.accept(0);
   all.accept(1);
   CHECK(all.sample(l, 3) == 2);  // {1, 0, 1.5}
+  all.clear_history();
+  CHECK(all.sample(l, 3) == 0);  // no penalty left
   p.penalty_last_n = 0;
   xrun::Sampler off(p);
   off.accept(0);
