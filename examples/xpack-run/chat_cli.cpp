@@ -51,12 +51,14 @@ size_t reusable_prefix(const std::vector<int32_t>& evaluated, const std::vector<
 int run_chat(const ChatRun& r, std::istream& in, std::FILE* out) {
   const CliOptions& o = r.options;
   const std::string tmpl = r.weights.has("tokenizer.chat_template") ? r.weights.get_string("tokenizer.chat_template") : "";
-  const ChatFormat format = detect_chat_format(tmpl);
-  if (!tmpl.empty() && format == ChatFormat::kPlain)
+  const bool chosen = o.chat_format != "auto";
+  const ChatFormat format = chosen ? chat_format_from_name(o.chat_format).value_or(ChatFormat::kPlain)
+                                   : detect_chat_format(tmpl);
+  if (!chosen && !tmpl.empty() && format == ChatFormat::kPlain)
     std::fprintf(stderr, "xpack-run: -cnv: tokenizer.chat_template is not a format xpack-run renders "
                          "(deepseek-v4, kimi-k3, chatml); using the plain fallback\n");
   std::fprintf(stderr, "xpack-run: -cnv: chat format %s%s\n", chat_format_name(format),
-               tmpl.empty() ? " (the model has no tokenizer.chat_template)" : "");
+               chosen ? " (--chat-format)" : tmpl.empty() ? " (the model has no tokenizer.chat_template)" : "");
   ChatOptions copt;
   copt.thinking = false;  // replies are shown whole; a think channel would need parsing back
   copt.bos_token = bos_text(r.weights, r.codec);

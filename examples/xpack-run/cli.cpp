@@ -64,6 +64,9 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
   app.flag("--conversation", &o.conversation,
            "-cnv: chat on the terminal, one user turn per line of stdin,\n"
            "rendered with the model's chat template (doc/xpack-run.md)");
+  app.choice("--chat-format", "F", &o.chat_format, {"auto", "deepseek-v4", "kimi-k3", "chatml", "plain"},
+             "-cnv: auto (default: from the GGUF's tokenizer.chat_template),\n"
+             "deepseek-v4, kimi-k3, chatml or plain");
   SamplingParams& sp = o.sampling;
   app.flag("--greedy", &greedy, "temperature 0, ties to the lowest id (the default)");
   auto* temp_opt = app.real("--temp", "T", &sp.temperature, "sampling temperature (0 = greedy)", 0.0, 1e6);
@@ -164,6 +167,7 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
   if (n_prompts > 1) return fail("give one of -p, -f or --prompt-ids, not several");
   if (o.conversation && o.prompt_ids)
     return fail("-cnv renders text with the chat template: --prompt-ids cannot be used with it (-p sets the system message)");
+  if (o.chat_format != "auto" && !o.conversation) return fail("--chat-format applies to -cnv only");
   if (o.conversation && !o.logits_out.empty()) return fail("--logits-out is not written in -cnv (one-shot runs only)");
   if (n_prompts == 0 && !o.conversation)
     return fail("a prompt is required: -p TEXT, -f FILE or --prompt-ids IDS");

@@ -24,6 +24,7 @@ struct CliOptions {
   std::vector<std::string> stop; // --stop (repeatable): generation ends before the first one
   int64_t ctx_size = 0;          // -c: context in tokens; 0 = the model's
   bool conversation = false;     // -cnv: interactive chat on the terminal
+  std::string chat_format = "auto";  // -cnv: auto (from tokenizer.chat_template) or a format name
   // Expert cache budget in MiB (fractions allowed: 0.25); 0 = the default:
   // 2048 on the CPU, on CUDA the VRAM left free after the model minus the reserve.
   double cache_mib = 0;

@@ -209,4 +209,10 @@ TEST_CASE("-cnv: the format comes from the GGUF's tokenizer.chat_template") {
   REQUIRE(r.rc == 0);
   CHECK(json::parse(r.out)["chat_format"] == "plain");
   CHECK(r.err.find("tokenizer.chat_template is not a format xpack-run renders") != std::string::npos);
+  // --chat-format overrides what the template says.
+  r = run(xrun("-m " + q(k2) + " -cnv -n 4 --json --chat-format chatml < " + q(tmp / "turns.txt")));
+  REQUIRE(r.rc == 0);
+  CHECK(json::parse(r.out)["chat_format"] == "chatml");
+  CHECK(r.err.find("chat format chatml (--chat-format)") != std::string::npos);
+  CHECK(r.err.find("not a format xpack-run renders") == std::string::npos);
 }

@@ -170,8 +170,10 @@ TEST_CASE("xpack-run: sampling, stop strings, context, prompt file and chat flag
   REQUIRE(!p.rc);
   CHECK(p.o.conversation);
   CHECK(p.o.ctx_size == 512);
-  p = parse({"-m", "x.gguf", "--conversation", "-p", "You are terse."});
+  CHECK(p.o.chat_format == "auto");
+  p = parse({"-m", "x.gguf", "--conversation", "-p", "You are terse.", "--chat-format", "kimi-k3"});
   REQUIRE(!p.rc);
+  CHECK(p.o.chat_format == "kimi-k3");
   CHECK(p.o.conversation);
   CHECK(p.o.prompt_text == std::optional<std::string>("You are terse."));
   p = parse({"-m", "x.gguf", "--prompt-ids", "1", "--repeat-last-n", "0"});
@@ -195,6 +197,8 @@ TEST_CASE("xpack-run: bad input is a usage error naming the flag") {
   refused({"-m", "x", "-p", "hi", "-f", "p.txt"}, "give one of -p, -f or --prompt-ids");
   refused({"-m", "x", "-cnv", "--prompt-ids", "1"}, "--prompt-ids cannot be used with it");
   refused({"-m", "x", "-cnv", "--logits-out", "l.f32"}, "--logits-out is not written in -cnv");
+  refused({"-m", "x", "-p", "hi", "--chat-format", "chatml"}, "--chat-format applies to -cnv only");
+  refused({"-m", "x", "-cnv", "--chat-format", "jinja"}, "--chat-format: 'jinja' is not one of auto, deepseek-v4");
   refused({"-m", "x", "--prompt-ids", "1", "--top-p", "-0.1"}, "--top-p");
   refused({"-m", "x", "--prompt-ids", "1", "--top-p", "1.5"}, "--top-p");
   refused({"-m", "x", "--prompt-ids", "1", "--top-k", "-1"}, "--top-k");
