@@ -4,7 +4,7 @@
 set -eu
 pkgs="build-essential pkg-config meson ninja-build liburing-dev libxxhash-dev libssl-dev
       libnuma-dev libfmt-dev nlohmann-json3-dev libcli11-dev doctest-dev python3 python3-pip
-      python3-numpy python3-pytest fio"
+      python3-numpy python3-pytest python3-jinja2 fio"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "cli_app.h"
+#include "stop_strings.h"
 
 namespace xrun {
 
@@ -39,10 +40,13 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
   app.missing_value_message([](const std::string& flag) { return "missing value for " + flag; });
   std::string prompt;
   bool greedy = false, verify = false, no_verify = false;
+  uint64_t seed = 0;
   app.text("-m,--model", "PATH", &o.model_path, "trunk GGUF written by xpack-build, or a plain GGUF");
   app.text("--pack", "PATH", &o.pack_path, "Expert Pack (.xpack) holding the routed experts");
-  auto* prompt_opt =
-      app.text("-p,--prompt", "TEXT", &prompt, "prompt text, tokenized with the model's tokenizer (BOS as the model says)");
+  auto* prompt_opt = app.text("-p,--prompt", "TEXT", &prompt,
+                              "prompt text, tokenized with the model's tokenizer (BOS as the\n"
+                              "model says); with -cnv the system message");
+  app.text("-f,--file", "FILE", &o.prompt_file, "the prompt (-p's text) read from FILE");
   app.cli()
       .add_option_function<std::string>(
           "--prompt-ids",
@@ -55,9 +59,52 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
       ->option_text("IDS");
   app.count("-n,--n-predict", "N", &o.n_predict, "tokens to generate (default 32; 0 = only evaluate the prompt)", 0,
             1u << 24);
+  app.count("-c,--ctx-size", "N", &o.ctx_size, "context size in tokens (default: the model's; never above it)", 1,
+            INT64_MAX);
+  app.flag("--conversation", &o.conversation,
+           "-cnv: chat on the terminal, one user turn per line of stdin,\n"
+           "rendered with the model's chat template (doc/xpack-run.md)");
+  app.choice("--chat-format", "F", &o.chat_format, {"auto", "deepseek-v4", "kimi-k3", "chatml", "plain"},
+             "-cnv: auto (default: from the GGUF's tokenizer.chat_template),\n"
+             "deepseek-v4, kimi-k3, chatml or plain");
+  SamplingParams& sp = o.sampling;
   app.flag("--greedy", &greedy, "temperature 0, ties to the lowest id (the default)");
-  auto* temp_opt = app.real("--temp", "T", &o.temperature, "sampling temperature (0 = greedy)", 0.0, 1e6);
-  app.count("--seed", "S", &o.seed, "sampling seed (default 0)", 0, INT64_MAX);
+  auto* temp_opt = app.real("--temp", "T", &sp.temperature, "sampling temperature (0 = greedy)", 0.0, 1e6);
+  app.count("--top-k", "K", &sp.top_k, "keep the K most probable tokens (default 0 = off)", 0, INT32_MAX);
+  app.real("--top-p", "P", &sp.top_p, "keep the smallest set of tokens holding P of the mass (default 1 = off)", 0.0,
+           1.0);
+  app.real("--min-p", "P", &sp.min_p, "drop tokens below P x the most probable one's probability (default 0 = off)",
+           0.0, 1.0);
+  app.real("--repeat-penalty", "R", &sp.repeat_penalty,
+           "divide the recent tokens' positive logits by R, multiply\nthe negative ones (default 1 = off)", 0.0, 1e6,
+           true);
+  app.real("--presence-penalty", "V", &sp.presence_penalty,
+           "subtract V from each recent token's logit, once (default 0; -2..2)", -2.0, 2.0);
+  app.real("--frequency-penalty", "V", &sp.frequency_penalty,
+           "subtract V x its count from each recent token's logit (default 0; -2..2)", -2.0, 2.0);
+  app.cli()
+      .add_option_function<std::string>(
+          "--repeat-last-n",
+          [&sp](const std::string& v) {
+            if (v == "-1") {
+              sp.penalty_last_n = -1;
+              return;
+            }
+            uint64_t n = 0;
+            std::string why;
+            if (!xpack::cli::parse_count(v, 0, INT32_MAX, &n, &why)) throw CLI::ValidationError("--repeat-last-n", why);
+            sp.penalty_last_n = static_cast<int>(n);
+          },
+          "tokens (prompt included) the penalties look back over\n(default 64; 0 = off, -1 = the whole sequence)")
+      ->option_text("N");
+  auto* seed_opt = app.count("--seed", "S", &seed, "sampling seed (default: a random one, printed on stderr)", 0,
+                             INT64_MAX);
+  app.cli()
+      .add_option("--stop", o.stop,
+                  "stop string (repeatable): generation ends where the text\n"
+                  "first contains it; the stop string is not printed")
+      ->option_text("TEXT")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.real("--cache-mib", "M", &o.cache_mib,
            "expert cache budget in MiB (fractions allowed); default 2048 on\n"
            "the CPU, on CUDA all VRAM left free after the model minus\n"
@@ -99,15 +146,31 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
     return rc;
   };
   auto fail = [&](const std::string& why) { return done(app.usage_error(why)); };
-  if (auto rc = app.parse(argc, argv)) return done(rc);
+  // llama.cpp's spelling of the chat flag: CLI11 would read "-cnv" as "-c nv".
+  std::vector<char*> args(argv, argv + argc);
+  static char conversation_flag[] = "--conversation";
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (std::string(args[i]) == "--") break;
+    if (std::string(args[i]) == "-cnv") args[i] = conversation_flag;
+  }
+  if (auto rc = app.parse(static_cast<int>(args.size()), args.data())) return done(rc);
   if (prompt_opt->count() > 0) o.prompt_text = prompt;
-  if (greedy && temp_opt->count() > 0 && o.temperature != 0.0f)
+  if (seed_opt->count() > 0) o.seed = seed;
+  if (const std::string why = check_sampling_params(o.sampling); !why.empty()) return fail(why);
+  if (const std::string why = check_stop_strings(o.stop); !why.empty()) return fail(why);
+  if (greedy && temp_opt->count() > 0 && o.sampling.temperature != 0.0f)
     return fail("--greedy conflicts with --temp " + temp_opt->as<std::string>());
   if (verify && no_verify) return fail("--verify-experts conflicts with --no-verify-experts");
   o.verify_experts = !no_verify;
   if (o.model_path.empty()) return fail("-m MODEL is required");
-  if (o.prompt_text && o.prompt_ids) return fail("give either -p or --prompt-ids, not both");
-  if (!o.prompt_text && !o.prompt_ids) return fail("a prompt is required: -p TEXT or --prompt-ids IDS");
+  const int n_prompts = (o.prompt_text ? 1 : 0) + (o.prompt_ids ? 1 : 0) + (o.prompt_file.empty() ? 0 : 1);
+  if (n_prompts > 1) return fail("give one of -p, -f or --prompt-ids, not several");
+  if (o.conversation && o.prompt_ids)
+    return fail("-cnv renders text with the chat template: --prompt-ids cannot be used with it (-p sets the system message)");
+  if (o.chat_format != "auto" && !o.conversation) return fail("--chat-format applies to -cnv only");
+  if (o.conversation && !o.logits_out.empty()) return fail("--logits-out is not written in -cnv (one-shot runs only)");
+  if (n_prompts == 0 && !o.conversation)
+    return fail("a prompt is required: -p TEXT, -f FILE or --prompt-ids IDS");
   if (trace_opt->count() > 0 && o.trace_path.empty()) return fail("missing value for --trace");
   // Only libxpack's expert cache records routing; refusing here beats an empty trace.
   if (!o.trace_path.empty() && o.pack_path.empty())

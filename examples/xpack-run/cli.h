@@ -7,16 +7,24 @@
 #include <string>
 #include <vector>
 
+#include "sampling.h"
+
 namespace xrun {
 
 struct CliOptions {
   std::string model_path;        // -m: trunk GGUF (with --pack) or a plain GGUF / any shard
   std::string pack_path;         // --pack: Expert Pack; empty = experts from the GGUF itself
   std::optional<std::string> prompt_text;              // -p
+  std::string prompt_file;                             // -f: the prompt read from this file
   std::optional<std::vector<int32_t>> prompt_ids;      // --prompt-ids (used as-is, no BOS)
   int n_predict = 32;            // -n; 0 = only evaluate the prompt
-  float temperature = 0.0f;      // 0 = greedy (ties -> lowest id)
-  uint64_t seed = 0;
+  // temperature 0 = greedy (ties -> lowest id); seed is set from `seed` below.
+  SamplingParams sampling;
+  std::optional<uint64_t> seed;  // --seed; absent = a random seed, printed
+  std::vector<std::string> stop; // --stop (repeatable): generation ends before the first one
+  int64_t ctx_size = 0;          // -c: context in tokens; 0 = the model's
+  bool conversation = false;     // -cnv: interactive chat on the terminal
+  std::string chat_format = "auto";  // -cnv: auto (from tokenizer.chat_template) or a format name
   // Expert cache budget in MiB (fractions allowed: 0.25); 0 = the default:
   // 2048 on the CPU, on CUDA the VRAM left free after the model minus the reserve.
   double cache_mib = 0;

@@ -7,12 +7,14 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "chat_cli.h"
 #include "cli.h"
 #include "experts_factory.h"
 #include "model.h"
@@ -20,7 +22,9 @@
 #include "cpu_backend.h"
 #include "device_backend.h"
 #include "sampling.h"
+#include "stop_strings.h"
 #include "text.h"
+#include "timings.h"
 #include "weights.h"
 #include "xpack/xpack.h"
 
@@ -65,6 +69,23 @@ class LogitsWriter {
 };
 
 constexpr uint64_t kDefaultHostCacheMib = 2048;
+
+std::string read_prompt_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw ModelError("cannot read the prompt file " + path + " (-f)");
+  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (f.bad()) throw ModelError("reading the prompt file " + path + " failed (-f)");
+  return s;
+}
+
+// -c within the model's trained context (0 when the model does not say it).
+int64_t context_size(const Weights& w, const CliOptions& o) {
+  const int64_t model_ctx = w.get_int(w.arch_key("context_length"), 0);
+  if (o.ctx_size > 0 && model_ctx > 0 && o.ctx_size > model_ctx)
+    throw ModelError("-c " + std::to_string(o.ctx_size) + " is more than the model's context of " +
+                     std::to_string(model_ctx) + " (" + w.arch_key("context_length") + ")");
+  return o.ctx_size > 0 ? o.ctx_size : model_ctx;
+}
 
 // The GPU's expert cache, once the model is on the device. A cache that cannot
 // hold one MoE layer's top-k experts could not run a single token: refused at
@@ -169,20 +190,32 @@ int run(const CliOptions& o) {
   const double load_s = seconds_since(t_load);
 
   std::unique_ptr<TextCodec> codec = make_text_codec(weights);
+  if (o.conversation) {
+    if (!codec) throw ModelError("-cnv needs a tokenizer, and this model has none");
+    const std::string system = !o.prompt_file.empty() ? read_prompt_file(o.prompt_file) : o.prompt_text.value_or("");
+    const int32_t eos_id = static_cast<int32_t>(weights.get_int("tokenizer.ggml.eos_token_id", -1));
+    const int rc = run_chat({*model, *codec, weights, o, system, context_size(weights, o), eos_id, load_s}, std::cin,
+                            stdout);
+    if (experts) experts->finish();
+    return rc;
+  }
   std::vector<int32_t> prompt;
   if (o.prompt_ids) {
     prompt = *o.prompt_ids;
   } else {
-    if (!codec) throw ModelError("-p needs a tokenizer, and this build or model has none; use --prompt-ids");
-    prompt = codec->encode(*o.prompt_text);
+    if (!codec) throw ModelError("-p/-f need a tokenizer, and this build or model has none; use --prompt-ids");
+    prompt = codec->encode(o.prompt_file.empty() ? *o.prompt_text : read_prompt_file(o.prompt_file));
   }
   if (prompt.empty()) throw ModelError("the prompt is empty");
+  if (!o.stop.empty() && !codec) throw ModelError("--stop matches text, and this model has no tokenizer");
   // Positions past the trained context are not what the model card describes (RoPE
   // and attention were never trained there): refuse them rather than run on quietly.
-  const int64_t n_ctx = weights.get_int(weights.arch_key("context_length"), 0);
+  const int64_t n_ctx = context_size(weights, o);
   if (n_ctx > 0 && static_cast<int64_t>(prompt.size()) > n_ctx)
-    throw ModelError("the prompt has " + std::to_string(prompt.size()) + " tokens, more than the model's context of " +
-                     std::to_string(n_ctx) + " (" + weights.arch_key("context_length") + ")");
+    throw ModelError("the prompt has " + std::to_string(prompt.size()) + " tokens, more than " +
+                     (o.ctx_size > 0 ? "the context of " + std::to_string(n_ctx) + " (-c)"
+                                     : "the model's context of " + std::to_string(n_ctx) + " (" +
+                                           weights.arch_key("context_length") + ")"));
   int n_predict = o.n_predict;
   if (n_ctx > 0 && static_cast<int64_t>(prompt.size()) + n_predict > n_ctx) {
     n_predict = static_cast<int>(n_ctx - static_cast<int64_t>(prompt.size()));
@@ -198,7 +231,13 @@ int run(const CliOptions& o) {
   const double prefill_s = seconds_since(t_prefill);
   logits_out.write(logits.data(), logits.size());
 
-  Sampler sampler(o.temperature, o.seed);
+  SamplingParams sp = o.sampling;
+  sp.seed = o.seed ? *o.seed : random_seed();
+  if (!o.seed && sp.temperature > 0) std::fprintf(stderr, "xpack-run: seed %llu\n", static_cast<unsigned long long>(sp.seed));
+  Sampler sampler(sp);
+  for (int32_t t : prompt) sampler.accept(t);
+  StopScanner stops(o.stop);
+  std::string finish_reason = "length";
   std::vector<int32_t> gen;
   std::string text;
   const bool stream_text = !o.json && codec;
@@ -208,21 +247,34 @@ int run(const CliOptions& o) {
   for (int i = 0; i < n_predict; ++i) {
     int32_t tok = sampler.sample(row.data(), n_vocab);
     gen.push_back(tok);
+    sampler.accept(tok);
     if (codec) {
-      std::string piece = codec->piece(tok);
+      const std::string piece = stops.feed(codec->piece(tok));
       text += piece;
       if (stream_text) {
         std::fwrite(piece.data(), 1, piece.size(), stdout);
         std::fflush(stdout);
       }
+      if (stops.stopped()) {
+        finish_reason = "stop";
+        break;
+      }
     }
-    if (tok == eos && !o.ignore_eos) break;
+    if (tok == eos && !o.ignore_eos) {
+      finish_reason = "eos";
+      break;
+    }
     int pos = static_cast<int>(prompt.size() + gen.size()) - 1;
     model->eval(&tok, 1, pos, row.data());
     logits_out.write(row.data(), row.size());
     ++n_decoded;
   }
   const double decode_s = seconds_since(t_decode);
+  if (codec) {
+    const std::string tail = stops.flush();
+    text += tail;
+    if (stream_text) std::fwrite(tail.data(), 1, tail.size(), stdout);
+  }
   logits_out.close();
   if (experts) experts->finish();
   // The text ends its line and reaches the terminal/pipe before the speed
@@ -240,6 +292,9 @@ int run(const CliOptions& o) {
   nlohmann::ordered_json j;
   j["prompt_ids"] = prompt;
   j["gen_ids"] = gen;
+  j["finish_reason"] = finish_reason;
+  j["seed"] = sp.seed;
+  j["n_ctx"] = n_ctx;
   j["text"] = text;  // raw bytes: dump() below replaces ill-formed UTF-8 with U+FFFD
   j["text_hex"] = hex_bytes(text);
   j["prefill_tok_s"] = prefill_tok_s;
@@ -264,6 +319,8 @@ int run(const CliOptions& o) {
     sf << js << "\n";
     if (!sf) throw ModelError("cannot write --stats file " + o.stats_path);
   }
+  // llama.cpp's timing lines first: scripts read the one-line summary as the last line.
+  std::fputs(speed_lines(load_s, prefill_s, prompt.size(), decode_s, static_cast<size_t>(n_decoded)).c_str(), stderr);
   if (!o.json) {
     std::fprintf(stderr, "xpack-run: prompt %zu tokens %.1f tok/s, generated %zu tokens %.1f tok/s\n",
                  prompt.size(), prefill_tok_s, gen.size(), decode_tok_s);

@@ -1,9 +1,58 @@
 #include "sampling.h"
 
+#include <algorithm>
 #include <cmath>
-#include <vector>
+#include <cstdio>
+#include <stdexcept>
+#include <unordered_map>
 
 namespace xrun {
+
+namespace {
+
+std::string num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+bool by_p_then_id(const Candidate& a, const Candidate& b) {
+  return a.p > b.p || (a.p == b.p && a.id < b.id);
+}
+
+double mass(const std::vector<Candidate>& c) {
+  double s = 0;
+  for (const Candidate& x : c) s += x.p;
+  return s;
+}
+
+}  // namespace
+
+std::string check_sampling_params(const SamplingParams& p) {
+  if (!std::isfinite(p.temperature) || p.temperature < 0)
+    return "--temp must be a finite number >= 0, got " + num(p.temperature);
+  if (p.top_k < 0) return "--top-k must be >= 0 (0 = off), got " + std::to_string(p.top_k);
+  if (!std::isfinite(p.top_p) || p.top_p < 0 || p.top_p > 1)
+    return "--top-p must be in [0, 1] (1 = off), got " + num(p.top_p);
+  if (!std::isfinite(p.min_p) || p.min_p < 0 || p.min_p > 1)
+    return "--min-p must be in [0, 1] (0 = off), got " + num(p.min_p);
+  if (!std::isfinite(p.repeat_penalty) || p.repeat_penalty <= 0)
+    return "--repeat-penalty must be a finite number > 0 (1 = off), got " + num(p.repeat_penalty);
+  if (!std::isfinite(p.presence_penalty) || p.presence_penalty < -2 || p.presence_penalty > 2)
+    return "--presence-penalty must be in [-2, 2] (0 = off), got " + num(p.presence_penalty);
+  if (!std::isfinite(p.frequency_penalty) || p.frequency_penalty < -2 || p.frequency_penalty > 2)
+    return "--frequency-penalty must be in [-2, 2] (0 = off), got " + num(p.frequency_penalty);
+  if (p.penalty_last_n < -1)
+    return "--repeat-last-n must be >= -1 (-1 = the whole sequence, 0 = off), got " +
+           std::to_string(p.penalty_last_n);
+  return {};
+}
+
+uint64_t random_seed() {
+  std::random_device rd;
+  const uint64_t hi = rd(), lo = rd();
+  return ((hi << 32) ^ lo) & uint64_t{INT64_MAX};
+}
 
 int32_t argmax(const float* logits, int n) {
   int32_t best = 0;
@@ -13,22 +62,89 @@ int32_t argmax(const float* logits, int n) {
   return best;
 }
 
-int32_t Sampler::sample(const float* logits, int n) {
-  if (temperature_ <= 0.0f) return argmax(logits, n);
+std::vector<Candidate> softmax_candidates(const float* logits, int n, float temperature) {
   const float mx = logits[argmax(logits, n)];
-  std::vector<double> p(static_cast<size_t>(n));
-  double sum = 0.0;
+  std::vector<Candidate> c(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
-    p[i] = std::exp(static_cast<double>(logits[i] - mx) / temperature_);
-    sum += p[i];
+    // exp(-inf) = 0: a logit masked to -inf never survives a draw.
+    c[i] = {i, std::exp(static_cast<double>(logits[i] - mx) / temperature)};
   }
-  // Inverse-CDF draw from a uniform in [0, sum): deterministic for a given seed.
-  double u = std::uniform_real_distribution<double>(0.0, sum)(rng_);
-  for (int i = 0; i < n; ++i) {
-    if (u < p[i]) return i;
-    u -= p[i];
+  std::sort(c.begin(), c.end(), by_p_then_id);
+  return c;
+}
+
+void keep_top_k(std::vector<Candidate>& c, int k) {
+  if (k > 0 && static_cast<size_t>(k) < c.size()) c.resize(static_cast<size_t>(k));
+}
+
+void keep_top_p(std::vector<Candidate>& c, double p) {
+  if (p >= 1.0 || c.empty()) return;
+  const double target = p * mass(c);
+  double cum = 0;
+  size_t keep = 0;
+  while (keep < c.size()) {
+    cum += c[keep++].p;
+    if (cum >= target) break;
   }
-  return argmax(logits, n);
+  c.resize(std::max<size_t>(keep, 1));
+}
+
+void keep_min_p(std::vector<Candidate>& c, double min_p) {
+  if (min_p <= 0.0 || c.empty()) return;
+  const double floor = min_p * c.front().p;  // sorted: front is the most probable
+  size_t keep = 1;
+  while (keep < c.size() && c[keep].p >= floor) ++keep;
+  c.resize(keep);
+}
+
+void apply_penalties(float* logits, int n, const std::deque<int32_t>& window, const SamplingParams& p) {
+  std::unordered_map<int32_t, int> count;
+  for (int32_t t : window)
+    if (t >= 0 && t < n) ++count[t];
+  for (const auto& [tok, k] : count) {
+    float& l = logits[tok];
+    // Dividing a negative logit would raise it: multiply instead, so the penalty
+    // always lowers the token (the CTRL paper's rule, as llama.cpp applies it).
+    if (p.repeat_penalty != 1.0f) l = l > 0 ? l / p.repeat_penalty : l * p.repeat_penalty;
+    l -= static_cast<float>(k) * p.frequency_penalty + p.presence_penalty;
+  }
+}
+
+Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {
+  const std::string why = check_sampling_params(p);
+  if (!why.empty()) throw std::invalid_argument(why);
+}
+
+bool Sampler::penalties_on() const {
+  return p_.penalty_last_n != 0 &&
+         (p_.repeat_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f);
+}
+
+void Sampler::accept(int32_t token) {
+  if (!penalties_on()) return;
+  window_.push_back(token);
+  if (p_.penalty_last_n > 0 && window_.size() > static_cast<size_t>(p_.penalty_last_n)) window_.pop_front();
+}
+
+int32_t Sampler::sample(const float* logits, int n) {
+  if (penalties_on()) {
+    scratch_.assign(logits, logits + n);
+    apply_penalties(scratch_.data(), n, window_, p_);
+    logits = scratch_.data();
+  }
+  // Greedy reads the row itself: no softmax, no rounding, llama.cpp's ids.
+  if (p_.temperature <= 0.0f) return argmax(logits, n);
+  std::vector<Candidate> c = softmax_candidates(logits, n, p_.temperature);
+  keep_top_k(c, p_.top_k);
+  keep_top_p(c, p_.top_p);
+  keep_min_p(c, p_.min_p);
+  // Inverse-CDF draw from a uniform in [0, mass): deterministic for a given seed.
+  double u = std::uniform_real_distribution<double>(0.0, mass(c))(rng_);
+  for (const Candidate& x : c) {
+    if (u < x.p) return x.id;
+    u -= x.p;
+  }
+  return c.back().id;  // u landed on the rounding slack past the last candidate
 }
 
 }  // namespace xrun

@@ -88,8 +88,8 @@ TEST_CASE("xpack-run: every flag, --key value and --key=value") {
   CHECK(p.o.prompt_text == std::optional<std::string>("hello world"));
   CHECK(!p.o.prompt_ids);
   CHECK(p.o.n_predict == 7);
-  CHECK(p.o.temperature == 0.8f);
-  CHECK(p.o.seed == 42);
+  CHECK(p.o.sampling.temperature == 0.8f);
+  CHECK(p.o.seed == std::optional<uint64_t>(42));
   CHECK(p.o.cache_mib == 0.25);
   CHECK(p.o.cache_reserve_mib == 1024);
   CHECK(p.o.device == "cuda");
@@ -107,14 +107,23 @@ TEST_CASE("xpack-run: every flag, --key value and --key=value") {
   REQUIRE(!p.rc);
   CHECK(p.o.prompt_ids == std::optional<std::vector<int32_t>>({1, 2, 3}));
   CHECK(p.o.n_predict == 0);
-  CHECK(p.o.temperature == 0.0f);
+  CHECK(p.o.sampling.temperature == 0.0f);
   CHECK(p.o.verify_experts);
   CHECK(p.o.expert_reader == "direct");
 
   p = parse({"-m", "x.gguf", "--prompt-ids", "5"});  // the defaults
   REQUIRE(!p.rc);
   CHECK(p.o.n_predict == 32);
-  CHECK(p.o.temperature == 0.0f);
+  CHECK(p.o.sampling.temperature == 0.0f);
+  CHECK(p.o.sampling.top_k == 0);
+  CHECK(p.o.sampling.top_p == 1.0f);
+  CHECK(p.o.sampling.min_p == 0.0f);
+  CHECK(p.o.sampling.repeat_penalty == 1.0f);
+  CHECK(p.o.sampling.penalty_last_n == 64);
+  CHECK(!p.o.seed);  // a random seed, chosen and printed by the run
+  CHECK(p.o.stop.empty());
+  CHECK(p.o.ctx_size == 0);
+  CHECK(!p.o.conversation);
   CHECK(p.o.cache_mib == 0);  // the default: 2048 on the CPU, free VRAM on CUDA
   CHECK(p.o.cache_reserve_mib == 1024);
   CHECK(p.o.device == "cpu");
@@ -137,6 +146,41 @@ TEST_CASE("xpack-run: every flag, --key value and --key=value") {
   CHECK(p.o.prompt_text == std::optional<std::string>(""));
 }
 
+TEST_CASE("xpack-run: sampling, stop strings, context, prompt file and chat flags") {
+  auto p = parse({"-m", "x.gguf", "-f", "prompt.txt", "--temp", "0.7", "--top-k", "40", "--top-p", "0.95", "--min-p",
+                  "0.05", "--repeat-penalty", "1.1", "--presence-penalty", "-0.5", "--frequency-penalty=0.25",
+                  "--repeat-last-n", "-1", "--stop", "END", "--stop", "\n\n", "-c", "2048", "--seed", "0"});
+  CAPTURE(p.message);
+  REQUIRE(!p.rc);
+  CHECK(p.o.prompt_file == "prompt.txt");
+  CHECK(!p.o.prompt_text);
+  CHECK(p.o.sampling.temperature == 0.7f);
+  CHECK(p.o.sampling.top_k == 40);
+  CHECK(p.o.sampling.top_p == 0.95f);
+  CHECK(p.o.sampling.min_p == 0.05f);
+  CHECK(p.o.sampling.repeat_penalty == 1.1f);
+  CHECK(p.o.sampling.presence_penalty == -0.5f);
+  CHECK(p.o.sampling.frequency_penalty == 0.25f);
+  CHECK(p.o.sampling.penalty_last_n == -1);
+  CHECK(p.o.stop == std::vector<std::string>{"END", "\n\n"});
+  CHECK(p.o.ctx_size == 2048);
+  CHECK(p.o.seed == std::optional<uint64_t>(0));  // an explicit 0 is a seed, not "random"
+  p = parse({"-m", "x.gguf", "-cnv", "-c", "512"});  // llama.cpp's spelling; no prompt needed
+  CAPTURE(p.message);
+  REQUIRE(!p.rc);
+  CHECK(p.o.conversation);
+  CHECK(p.o.ctx_size == 512);
+  CHECK(p.o.chat_format == "auto");
+  p = parse({"-m", "x.gguf", "--conversation", "-p", "You are terse.", "--chat-format", "kimi-k3"});
+  REQUIRE(!p.rc);
+  CHECK(p.o.chat_format == "kimi-k3");
+  CHECK(p.o.conversation);
+  CHECK(p.o.prompt_text == std::optional<std::string>("You are terse."));
+  p = parse({"-m", "x.gguf", "--prompt-ids", "1", "--repeat-last-n", "0"});
+  REQUIRE(!p.rc);
+  CHECK(p.o.sampling.penalty_last_n == 0);
+}
+
 TEST_CASE("xpack-run: --help and --version exit 0") {
   auto p = parse({"--help"});
   REQUIRE(p.rc);
@@ -149,7 +193,23 @@ TEST_CASE("xpack-run: --help and --version exit 0") {
 TEST_CASE("xpack-run: bad input is a usage error naming the flag") {
   refused({"--prompt-ids", "1"}, "-m MODEL is required");
   refused({"-m", "x"}, "a prompt is required");
-  refused({"-m", "x", "-p", "hi", "--prompt-ids", "1"}, "give either -p or --prompt-ids");
+  refused({"-m", "x", "-p", "hi", "--prompt-ids", "1"}, "give one of -p, -f or --prompt-ids");
+  refused({"-m", "x", "-p", "hi", "-f", "p.txt"}, "give one of -p, -f or --prompt-ids");
+  refused({"-m", "x", "-cnv", "--prompt-ids", "1"}, "--prompt-ids cannot be used with it");
+  refused({"-m", "x", "-cnv", "--logits-out", "l.f32"}, "--logits-out is not written in -cnv");
+  refused({"-m", "x", "-p", "hi", "--chat-format", "chatml"}, "--chat-format applies to -cnv only");
+  refused({"-m", "x", "-cnv", "--chat-format", "jinja"}, "--chat-format: 'jinja' is not one of auto, deepseek-v4");
+  refused({"-m", "x", "--prompt-ids", "1", "--top-p", "-0.1"}, "--top-p");
+  refused({"-m", "x", "--prompt-ids", "1", "--top-p", "1.5"}, "--top-p");
+  refused({"-m", "x", "--prompt-ids", "1", "--top-k", "-1"}, "--top-k");
+  refused({"-m", "x", "--prompt-ids", "1", "--min-p", "2"}, "--min-p");
+  refused({"-m", "x", "--prompt-ids", "1", "--repeat-penalty", "0"}, "--repeat-penalty");
+  refused({"-m", "x", "--prompt-ids", "1", "--presence-penalty", "2.5"}, "--presence-penalty");
+  refused({"-m", "x", "--prompt-ids", "1", "--frequency-penalty", "-3"}, "--frequency-penalty");
+  refused({"-m", "x", "--prompt-ids", "1", "--repeat-last-n", "-2"}, "--repeat-last-n");
+  refused({"-m", "x", "--prompt-ids", "1", "--stop", ""}, "empty stop string");
+  refused({"-m", "x", "--prompt-ids", "1", "-c", "0"}, "--ctx-size");
+  refused({"-m", "x", "--prompt-ids", "1", "-c", "4K"}, "--ctx-size");
   refused({"-m", "x", "--prompt-ids", "1,x"}, "--prompt-ids");
   refused({"-m", "x", "--prompt-ids", "1,"}, "--prompt-ids");
   refused({"-m", "x", "--prompt-ids", "-1"}, "--prompt-ids");
