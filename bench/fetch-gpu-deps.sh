@@ -5,7 +5,8 @@
 #   - liburing, xxHash, nlohmann-json, CLI11 .debs (installed there by .deps/install-debs.sh);
 #   - a static fio 3.33 built from Debian's source package (.deps/bin/fio), the baseline
 #     of bench/compare-fio.sh (Debian's fio binary needs ~60 shared libraries);
-#   - Python wheels of gguf and its pure dependencies for the test suite's cross-checks.
+#   - Python wheels of gguf and its pure dependencies for the test suite's cross-checks, and
+#     pytest with its own (the python suite; the GPU machine has torch, not pytest).
 # On the GPU machine: sh .deps/install-debs.sh && PATH=$PWD/.deps/bin:$PATH \
 #   python3 -m pip install --no-index --no-deps .deps/wheels/*.whl; bench/gpu-check.sh
 # apt-get source needs deb-src entries in /etc/apt/sources.list.d.
@@ -13,7 +14,8 @@ set -eu
 ../shared/device/fetch-debs.sh
 (cd .deps && apt-get download nlohmann-json3-dev libcli11-dev)
 mkdir -p .deps/wheels .deps/bin
-pip download gguf pyyaml tqdm requests urllib3 idna certifi charset-normalizer --no-deps \
+pip download gguf pyyaml tqdm requests urllib3 idna certifi charset-normalizer \
+  pytest pluggy iniconfig packaging pygments --no-deps \
   --python-version 3.12 --only-binary=:all: --platform manylinux2014_x86_64 \
   --platform manylinux_2_17_x86_64 -d .deps/wheels
 if [ ! -x .deps/bin/fio ]; then
