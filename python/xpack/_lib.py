@@ -156,3 +156,39 @@ class Owned:
         if self.ptr:
             self._destroy(self.ptr)
             self.ptr = None
+
+
+class Handle:
+    """The lifetime every Python object over a C handle shares.
+
+    close() ends this object's use (idempotent; later calls raise ClosedError);
+    the C handle itself lives in an Owned, freed once nothing needs it.
+    Subclasses set ``_kind`` (for messages), ``_h`` and ``_owned``.
+    """
+
+    _kind = "handle"
+    _h = ctypes.c_void_p()
+    _owned: "Optional[Owned]" = None
+
+    def close(self) -> None:
+        self._h = ctypes.c_void_p()
+        self._owned = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        return not self._h
+
+    def _handle(self) -> ctypes.c_void_p:
+        if not self._h:
+            raise ClosedError(f"the {self._kind} is closed")
+        return self._h
+
+    def _owner(self) -> Owned:
+        self._handle()
+        return self._owned

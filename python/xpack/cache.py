@@ -57,7 +57,7 @@ class CacheInfoView:
     policy: str
 
 
-class Cache:
+class Cache(_lib.Handle):
     """An expert cache over ``pack``.
 
     ``budget_bytes``: device memory for slots (0: all free memory minus
@@ -68,6 +68,8 @@ class Cache:
     Status.NO_DIRECT_IO); ``stats_path``/``trace_path`` as in the C options.
     Thread-safe like the C cache: several threads may acquire and release.
     """
+
+    _kind = "cache"
 
     def __init__(self, pack: Pack, budget_bytes: int = 0, *, reserve_bytes: int = 0, device: str = "host",
                  policy: str = "hybrid", cuda_device: int = 0, verify: bool = True, direct_io: bool = True,
@@ -105,28 +107,6 @@ class Cache:
         self._check(lib.xpack_cache_get_info(h, ctypes.byref(ci)), "xpack_cache_get_info")
         self._info = CacheInfoView(ci.slot_count, ci.n_layers, ci.n_experts, ci.slot_stride, ci.object_bytes,
                                    ci.device_backend.decode(), ci.policy.decode())
-
-    # -- lifetime ---------------------------------------------------------
-    def close(self) -> None:
-        """Ends this object's use of the cache (idempotent). Requests still held
-        and slot views still alive keep the C cache until they are gone."""
-        self._h = _P()
-        self._owned = None
-
-    def __enter__(self) -> "Cache":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    @property
-    def closed(self) -> bool:
-        return not self._h
-
-    def _handle(self) -> ctypes.c_void_p:
-        if not self._h:
-            raise ClosedError("the cache is closed")
-        return self._h
 
     def _check(self, rc: int, call: str, h: Optional[ctypes.c_void_p] = None) -> int:
         if rc < 0:

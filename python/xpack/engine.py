@@ -13,7 +13,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 import numpy as np
 
 from . import _lib
-from ._lib import ClosedError, XpackError, lib
+from ._lib import XpackError, lib
 from ._structs import EngineCounters, EngineOptions, ReadCompletion, ReadRequest, sized
 from .pack import Pack
 
@@ -45,7 +45,7 @@ class Completion:
         return self.status == 0
 
 
-class Engine:
+class Engine(_lib.Handle):
     """Reads objects of ``pack`` into ``slots`` staging buffers (one object each).
 
     ``submit([(layer, expert, slot), ...])`` queues reads (all or nothing);
@@ -53,6 +53,8 @@ class Engine:
     ``slot_view(slot)`` is a finished slot's bytes in place (valid until the slot
     is submitted again).
     """
+
+    _kind = "engine"
 
     def __init__(self, pack: Pack, slots: int = 8, *, queue_depth: int = 0, read_splits: int = 0,
                  direct_io: bool = True, sqpoll: bool = False):
@@ -73,26 +75,6 @@ class Engine:
         self._owned = _lib.Owned(h, lib.xpack_engine_destroy, pack._owner())
         self._h = h
         self.slots = slots
-
-    def close(self) -> None:
-        """Ends this object's use of the engine (idempotent); slot views keep it alive."""
-        self._h = _P()
-        self._owned = None
-
-    def __enter__(self) -> "Engine":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    @property
-    def closed(self) -> bool:
-        return not self._h
-
-    def _handle(self) -> ctypes.c_void_p:
-        if not self._h:
-            raise ClosedError("the engine is closed")
-        return self._h
 
     def _message(self) -> str:
         return lib.xpack_engine_errmsg(self._h).decode("utf-8", "replace")

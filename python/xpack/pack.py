@@ -6,12 +6,12 @@ import ctypes
 import operator
 import os
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 
 from . import _lib
-from ._lib import ClosedError, ChecksumError, XpackError, check, lib
+from ._lib import ChecksumError, XpackError, check, lib
 from ._structs import VALIDATE_CHECKSUMS, VALIDATE_STRUCTURE, PackFault, PackInfo, PackOptions, RoleInfo, Status, sized
 
 _P = ctypes.c_void_p
@@ -66,7 +66,7 @@ class PackInfoView:
     layer_blocks: Tuple[int, ...]  # GGUF block index of each MoE layer
 
 
-class Pack:
+class Pack(_lib.Handle):
     """An open Expert Pack (``xpack_pack``).
 
     ``Pack(path, trunk=None)`` opens and checks the pack (magic, version,
@@ -77,6 +77,8 @@ class Pack:
     Layers are the pack's MoE layer rows (0 .. n_layers-1); ``block_of`` and
     ``layer_of`` convert to and from GGUF block indices.
     """
+
+    _kind = "pack"
 
     def __init__(self, path: "os.PathLike[str] | str", trunk: "Optional[os.PathLike[str] | str]" = None):
         self._owned = None
@@ -90,32 +92,6 @@ class Pack:
         self._owned = _lib.Owned(h, lib.xpack_pack_close)
         self._h = h
         self._info = self._read_info()
-
-    # -- lifetime ---------------------------------------------------------
-    def close(self) -> None:
-        """Closes the pack (idempotent): later calls raise ClosedError. A cache made
-        from it keeps the C handle open until the cache is gone."""
-        self._h = _P()
-        self._owned = None
-
-    def __enter__(self) -> "Pack":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    @property
-    def closed(self) -> bool:
-        return not self._h
-
-    def _handle(self) -> ctypes.c_void_p:
-        if not self._h:
-            raise ClosedError("the pack is closed")
-        return self._h
-
-    def _owner(self) -> "_lib.Owned":
-        self._handle()
-        return self._owned
 
     def _check(self, rc: int, call: str, kind=XpackError) -> int:
         if rc < 0:

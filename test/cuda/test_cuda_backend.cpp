@@ -17,21 +17,13 @@
 
 #include "cpu_backend.h"
 #include "cuda_backend.h"
+#include "gpu_available.h"
 #include "skip.h"
 #include "xpack/xpack.h"
 
 using namespace xrun;
 
 namespace {
-
-bool have_gpu() {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e == cudaSuccess && n > 0) return true;
-  xpack::test::skip(xpack::test::Absent::kCapability,
-                    std::string("no CUDA device: ") + (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices"));
-  return false;
-}
 
 std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);
@@ -104,7 +96,7 @@ std::vector<uint8_t> q8_0_rows(int64_t ne0, int64_t rows, uint32_t seed) {
 }  // namespace
 
 TEST_CASE("cuda backend: norms, elementwise ops and activations equal the CPU backend's") {
-  if (!have_gpu()) return;
+  if (!xpack::test::gpu::available()) return;
   Backends be;
   const int64_t w = 96, n = 5;
   const std::vector<float> xv = random_floats(size_t(w * n), 1, 3.0f), yv = random_floats(size_t(w * n), 2, 3.0f);
@@ -159,7 +151,7 @@ TEST_CASE("cuda backend: norms, elementwise ops and activations equal the CPU ba
 }
 
 TEST_CASE("cuda backend: top_k (ties to the lower index), take, get_rows, set_rows, copy") {
-  if (!have_gpu()) return;
+  if (!xpack::test::gpu::available()) return;
   Backends be;
   const int64_t w = 64, n = 4, k = 6;
   std::vector<float> sv = random_floats(size_t(w * n), 6);
@@ -208,7 +200,7 @@ TEST_CASE("cuda backend: top_k (ties to the lower index), take, get_rows, set_ro
 }
 
 TEST_CASE("cuda backend: RoPE (normal, tail, YaRN, inverse, position step) and grouped-query causal attention") {
-  if (!have_gpu()) return;
+  if (!xpack::test::gpu::available()) return;
   Backends be;
   const int64_t head = 32, n_head = 4, n = 6;
   RopeSpec plain;
@@ -245,7 +237,7 @@ TEST_CASE("cuda backend: RoPE (normal, tail, YaRN, inverse, position step) and g
 }
 
 TEST_CASE("cuda backend: matmul and grouped_matmul (each expert's rows = its matmul alone, bit for bit); scatter and sum") {
-  if (!have_gpu()) return;
+  if (!xpack::test::gpu::available()) return;
   Backends be;
   const int64_t ne0 = 256, ne1 = 48;
   std::vector<Both> ws;

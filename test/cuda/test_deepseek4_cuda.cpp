@@ -16,11 +16,19 @@
 #include <nlohmann/json.hpp>
 
 #include "fixtures.h"
+#include "gpu_harness.h"
 #include "runtime_harness.h"
 #include "skip.h"
 
 using namespace xrun_test;
 using nlohmann::json;
+
+using xpack::test::gpu::max_abs_diff;
+using xpack::test::gpu::OracleRun;
+using xpack::test::gpu::load_run;
+using xpack::test::gpu::run_logits;
+using xpack::test::gpu::batch_logits;
+using xpack::test::gpu::decode;
 
 namespace {
 
@@ -28,70 +36,10 @@ constexpr size_t kVocab = 512;       // the oracle and variant models' vocabular
 constexpr double kTolCpu = 1e-3;     // CUDA vs CPU logits, per value
 constexpr double kTolDecode = 1e-4;  // decode vs batch on CUDA (as the CPU test asks of the CPU)
 
-bool have_gpu() {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e == cudaSuccess && n > 0) return true;
-  xpack::test::skip(xpack::test::Absent::kCapability,
-                    std::string("no CUDA device: ") + (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices"));
-  return false;
-}
-
 std::optional<fs::path> oracle_dir() {
   auto o = oracle_dir_with("deepseek4-f32.gguf");
   if (!o) xpack::test::skip(xpack::test::Absent::kFixture, "../shared/oracle (deepseek4 models) not found");
   return o;
-}
-
-struct OracleRun {
-  std::vector<int32_t> prompt, gen;
-  std::vector<int32_t> all() const {
-    std::vector<int32_t> v = prompt;
-    v.insert(v.end(), gen.begin(), gen.end());
-    return v;
-  }
-};
-
-OracleRun load_run(const fs::path& oracle, const std::string& ref) {
-  const json meta = read_json(oracle / "logits" / (ref + ".json"));
-  return {meta["prompt_ids"].get<std::vector<int32_t>>(), meta["gen_ids"].get<std::vector<int32_t>>()};
-}
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double m = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    REQUIRE(std::isfinite(a[i]));
-    m = std::max(m, std::fabs(double(a[i]) - double(b[i])));
-  }
-  return m;
-}
-
-// Runs xpack-run with --json and --logits-out; returns the JSON, the logits in *logits.
-json run_logits(const std::string& args, const fs::path& out, std::vector<float>* logits) {
-  RunResult r = run(q(xpack_run_exe()) + " " + args + " --json --logits-out " + q(out));
-  INFO(args << "\n" << r.err);
-  REQUIRE(r.rc == 0);
-  *logits = read_f32(out);
-  return json::parse(r.out);
-}
-
-// Teacher-forced: every id as one batch, no generation.
-std::vector<float> batch_logits(const std::string& model_args, const std::vector<int32_t>& ids, const fs::path& out) {
-  std::vector<float> v;
-  run_logits(model_args + " --prompt-ids " + join_ids(ids) + " -n 0", out, &v);
-  REQUIRE(v.size() == ids.size() * kVocab);
-  return v;
-}
-
-// Greedy decode of n_gen tokens after the prompt, one token per eval.
-std::vector<int32_t> decode(const std::string& model_args, const std::vector<int32_t>& prompt, size_t n_gen,
-                            const fs::path& out, std::vector<float>* logits) {
-  json j = run_logits(model_args + " --prompt-ids " + join_ids(prompt) + " -n " + std::to_string(n_gen) +
-                          " --ignore-eos",
-                      out, logits);
-  REQUIRE(logits->size() == (prompt.size() + n_gen) * kVocab);
-  return j["gen_ids"].get<std::vector<int32_t>>();
 }
 
 const char* kModels[] = {"deepseek4-f32.gguf", "deepseek4-mxfp4.gguf"};
@@ -100,7 +48,7 @@ const char* kRefs[] = {"deepseek4-f32", "deepseek4-mxfp4-deq"};
 }  // namespace
 
 TEST_CASE("deepseek4 on CUDA: teacher-forced logits within 1e-3 of the CPU (F32 and MXFP4, both prompts)") {
-  if (!have_gpu()) return;
+  if (!xpack::test::gpu::available()) return;
   auto oracle = oracle_dir();
   if (!oracle) return;
   xpack::test::TempDir tmp;
@@ -111,8 +59,8 @@ TEST_CASE("deepseek4 on CUDA: teacher-forced logits within 1e-3 of the CPU (F32 
       CAPTURE(prompt);
       const std::vector<int32_t> ids = load_run(*oracle, std::string(kRefs[m]) + "." + prompt).all();
       const std::string args = "-m " + q(*oracle / "models" / model);
-      const auto gpu = batch_logits(args + " --device cuda", ids, tmp / "cuda.f32");
-      const auto cpu = batch_logits(args + " --device cpu", ids, tmp / "cpu.f32");
+      const auto gpu = batch_logits(args + " --device cuda", ids, tmp / "cuda.f32", kVocab);
+      const auto cpu = batch_logits(args + " --device cpu", ids, tmp / "cpu.f32", kVocab);
       const double d = max_abs_diff(gpu, cpu);
       MESSAGE(model << " " << prompt << " (" << ids.size() << " rows, one batch): CUDA vs CPU max|diff| " << d);
       CHECK(d <= kTolCpu);
@@ -121,7 +69,7 @@ TEST_CASE("deepseek4 on CUDA: teacher-forced logits within 1e-3 of the CPU (F32 
 }
 
 TEST_CASE("deepseek4 on CUDA: greedy decode through the compressed-KV state equals one batch and the CPU's ids") {
-  if (!have_gpu()) return;
+  if (!xpack::test::gpu::available()) return;
   auto oracle = oracle_dir();
   if (!oracle) return;
   xpack::test::TempDir tmp;
@@ -133,12 +81,12 @@ TEST_CASE("deepseek4 on CUDA: greedy decode through the compressed-KV state equa
       const OracleRun o = load_run(*oracle, std::string(kRefs[m]) + "." + prompt);
       const std::string args = "-m " + q(*oracle / "models" / model);
       std::vector<float> gpu, cpu;
-      const auto gpu_ids = decode(args + " --device cuda", o.prompt, o.gen.size(), tmp / "cuda.f32", &gpu);
-      const auto cpu_ids = decode(args + " --device cpu", o.prompt, o.gen.size(), tmp / "cpu.f32", &cpu);
+      const auto gpu_ids = decode(args + " --device cuda", o.prompt, o.gen.size(), tmp / "cuda.f32", &gpu, kVocab);
+      const auto cpu_ids = decode(args + " --device cpu", o.prompt, o.gen.size(), tmp / "cpu.f32", &cpu, kVocab);
       CHECK(gpu_ids == cpu_ids);
       std::vector<int32_t> all = o.prompt;
       all.insert(all.end(), gpu_ids.begin(), gpu_ids.end());
-      const double d_batch = max_abs_diff(gpu, batch_logits(args + " --device cuda", all, tmp / "batch.f32"));
+      const double d_batch = max_abs_diff(gpu, batch_logits(args + " --device cuda", all, tmp / "batch.f32", kVocab));
       const double d_cpu = max_abs_diff(gpu, cpu);
       MESSAGE(model << " " << prompt << ": CUDA decode vs CUDA batch max|diff| " << d_batch << ", vs CPU decode "
                     << d_cpu << ", greedy ids " << std::string(gpu_ids == cpu_ids ? "equal" : "DIFFER"));
@@ -151,12 +99,12 @@ TEST_CASE("deepseek4 on CUDA: greedy decode through the compressed-KV state equa
   // 127 and 255 are completed in decode.
   const std::string args = "-m " + q(*oracle / "models" / "deepseek4-f32.gguf");
   std::vector<float> gpu, cpu;
-  const auto gpu_ids = decode(args + " --device cuda", {1}, 300, tmp / "cuda.f32", &gpu);
-  const auto cpu_ids = decode(args + " --device cpu", {1}, 300, tmp / "cpu.f32", &cpu);
+  const auto gpu_ids = decode(args + " --device cuda", {1}, 300, tmp / "cuda.f32", &gpu, kVocab);
+  const auto cpu_ids = decode(args + " --device cpu", {1}, 300, tmp / "cpu.f32", &cpu, kVocab);
   CHECK(gpu_ids == cpu_ids);
   std::vector<int32_t> all = {1};
   all.insert(all.end(), gpu_ids.begin(), gpu_ids.end());
-  const double d_batch = max_abs_diff(gpu, batch_logits(args + " --device cuda", all, tmp / "batch.f32"));
+  const double d_batch = max_abs_diff(gpu, batch_logits(args + " --device cuda", all, tmp / "batch.f32", kVocab));
   const double d_cpu = max_abs_diff(gpu, cpu);
   MESSAGE("300 steps from position 0: CUDA decode vs CUDA batch max|diff| " << d_batch << ", vs CPU " << d_cpu
                                                                            << ", greedy ids "
@@ -166,7 +114,7 @@ TEST_CASE("deepseek4 on CUDA: greedy decode through the compressed-KV state equa
 }
 
 TEST_CASE("deepseek4 on CUDA: the pack streamed through a CUDA cache = resident = plain GGUF, bit for bit") {
-  if (!have_gpu()) return;
+  if (!xpack::test::gpu::available()) return;
   auto oracle = oracle_dir();
   if (!oracle) return;
   xpack::test::TempDir tmp;
@@ -201,7 +149,7 @@ TEST_CASE("deepseek4 on CUDA: the pack streamed through a CUDA cache = resident 
 }
 
 TEST_CASE("deepseek4 on CUDA: other shapes and layer patterns agree with the CPU") {
-  if (!have_gpu()) return;
+  if (!xpack::test::gpu::available()) return;
   auto vocab = stories260k();
   if (!vocab) {
     xpack::test::skip(xpack::test::Absent::kFixture, "stories260K.gguf (tokenizer for the variant models) not found");
@@ -240,13 +188,13 @@ TEST_CASE("deepseek4 on CUDA: other shapes and layer patterns agree with the CPU
     REQUIRE(g.rc == 0);
     const std::string args = "-m " + q(model);
     std::vector<float> gpu, cpu;
-    const auto gpu_ids = decode(args + " --device cuda", {1}, 159, tmp / "cuda.f32", &gpu);
-    const auto cpu_ids = decode(args + " --device cpu", {1}, 159, tmp / "cpu.f32", &cpu);
+    const auto gpu_ids = decode(args + " --device cuda", {1}, 159, tmp / "cuda.f32", &gpu, kVocab);
+    const auto cpu_ids = decode(args + " --device cpu", {1}, 159, tmp / "cpu.f32", &cpu, kVocab);
     CHECK(gpu_ids == cpu_ids);
     std::vector<int32_t> all = {1};
     all.insert(all.end(), gpu_ids.begin(), gpu_ids.end());
-    const auto gpu_batch = batch_logits(args + " --device cuda", all, tmp / "batch.f32");
-    const auto cpu_batch = batch_logits(args + " --device cpu", all, tmp / "cpu_batch.f32");
+    const auto gpu_batch = batch_logits(args + " --device cuda", all, tmp / "batch.f32", kVocab);
+    const auto cpu_batch = batch_logits(args + " --device cpu", all, tmp / "cpu_batch.f32", kVocab);
     const double d_decode = max_abs_diff(gpu, gpu_batch), d_cpu = max_abs_diff(gpu_batch, cpu_batch);
     MESSAGE(what << ": CUDA decode vs CUDA batch " << d_decode << ", CUDA batch vs CPU batch " << d_cpu
                  << ", CUDA decode vs CPU decode " << max_abs_diff(gpu, cpu));
@@ -256,7 +204,7 @@ TEST_CASE("deepseek4 on CUDA: other shapes and layer patterns agree with the CPU
 }
 
 TEST_CASE("deepseek4 on CUDA: more than 8 hyper-connection copies are refused, naming the limit") {
-  if (!have_gpu()) return;
+  if (!xpack::test::gpu::available()) return;
   auto vocab = stories260k();
   if (!vocab) {
     xpack::test::skip(xpack::test::Absent::kFixture, "stories260K.gguf (tokenizer for the variant models) not found");

@@ -18,6 +18,7 @@
 
 #include "cpu_backend.h"
 #include "cuda_backend.h"
+#include "gpu_available.h"
 #include "models/deepseek4/ds4_ops.h"
 #include "skip.h"
 #include "xpack/xpack.h"
@@ -28,15 +29,6 @@ using namespace xrun::ds4;
 namespace {
 
 constexpr uint32_t kF32 = XPACK_TYPE_F32, kI32 = XPACK_TYPE_I32;
-
-bool have_gpu() {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e == cudaSuccess && n > 0) return true;
-  xpack::test::skip(xpack::test::Absent::kCapability,
-                    std::string("no CUDA device: ") + (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices"));
-  return false;
-}
 
 std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);
@@ -87,7 +79,7 @@ struct Pair {
 }  // namespace
 
 TEST_CASE("ds4 ops on CUDA: hyper-connections (hc 1..8, 1 and 20 Sinkhorn passes) agree with the CPU") {
-  if (!have_gpu()) return;
+  if (!xpack::test::gpu::available()) return;
   Pair p;
   const int64_t n = 5, d = 67;  // an odd width: no vector alignment to lean on
   for (int64_t hc : {1, 3, 4, 8}) {
@@ -147,7 +139,7 @@ TEST_CASE("ds4 ops on CUDA: hyper-connections (hc 1..8, 1 and 20 Sinkhorn passes
 }
 
 TEST_CASE("ds4 ops on CUDA: compress_pool (4:1 overlapping, 128:1, windows starting mid-sequence)") {
-  if (!have_gpu()) return;
+  if (!xpack::test::gpu::available()) return;
   Pair p;
   struct Case {
     int64_t ratio, width, rows_first, first_block, n_out;
@@ -182,7 +174,7 @@ TEST_CASE("ds4 ops on CUDA: compress_pool (4:1 overlapping, 128:1, windows start
 }
 
 TEST_CASE("ds4 ops on CUDA: indexer_select is the CPU's choice, ties included, over thousands of blocks") {
-  if (!have_gpu()) return;
+  if (!xpack::test::gpu::available()) return;
   Pair p;
   const int64_t n_head = 6, id = 32, ratio = 4, top_k = 64, n_blocks = 3000, n = 4;
   std::vector<float> keys = random_floats(size_t(n_blocks * id), 9);
@@ -221,7 +213,7 @@ TEST_CASE("ds4 ops on CUDA: indexer_select is the CPU's choice, ties included, o
 }
 
 TEST_CASE("ds4 ops on CUDA: attention with sinks over window, all blocks, chosen blocks and the scratch path") {
-  if (!have_gpu()) return;
+  if (!xpack::test::gpu::available()) return;
   Pair p;
   const int64_t nh = 4, hd = 40, window = 6, ratio = 4, n = 5;
   const int64_t pos0 = 20000 * ratio;  // 20000 visible blocks: 80 KB of scores, more than shared memory holds

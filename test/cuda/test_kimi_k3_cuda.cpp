@@ -21,11 +21,19 @@
 #include <nlohmann/json.hpp>
 
 #include "fixtures.h"
+#include "gpu_harness.h"
 #include "runtime_harness.h"
 #include "skip.h"
 
 using namespace xrun_test;
 using nlohmann::json;
+
+using xpack::test::gpu::max_abs_diff;
+using xpack::test::gpu::OracleRun;
+using xpack::test::gpu::load_run;
+using xpack::test::gpu::run_logits;
+using xpack::test::gpu::batch_logits;
+using xpack::test::gpu::decode;
 
 namespace {
 
@@ -35,15 +43,6 @@ constexpr double kTolDecode = 1e-4;  // decode vs batch on CUDA (as test_kimi_k3
 
 constexpr const char* kF32 = "kimi-k3-f32.gguf";
 constexpr const char* kShards = "kimi-k3-q2k-q3k-00001-of-00003.gguf";
-
-bool have_gpu() {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e == cudaSuccess && n > 0) return true;
-  xpack::test::skip(xpack::test::Absent::kCapability,
-                    std::string("no CUDA device: ") + (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices"));
-  return false;
-}
 
 // The folder holding models/ and logits/.
 std::optional<fs::path> fixture_dir() {
@@ -63,57 +62,6 @@ std::optional<fs::path> fixture_dir() {
   return o;
 }
 
-struct OracleRun {
-  std::vector<int32_t> prompt, gen;
-  std::vector<int32_t> all() const {
-    std::vector<int32_t> v = prompt;
-    v.insert(v.end(), gen.begin(), gen.end());
-    return v;
-  }
-};
-
-OracleRun load_run(const fs::path& dir, const std::string& ref) {
-  const json meta = read_json(dir / "logits" / (ref + ".json"));
-  return {meta["prompt_ids"].get<std::vector<int32_t>>(), meta["gen_ids"].get<std::vector<int32_t>>()};
-}
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double m = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    REQUIRE(std::isfinite(a[i]));
-    m = std::max(m, std::fabs(double(a[i]) - double(b[i])));
-  }
-  return m;
-}
-
-// Runs xpack-run with --json and --logits-out; returns the JSON, the logits in *logits.
-json run_logits(const std::string& args, const fs::path& out, std::vector<float>* logits) {
-  RunResult r = run(q(xpack_run_exe()) + " " + args + " --json --logits-out " + q(out));
-  INFO(args << "\n" << r.err);
-  REQUIRE(r.rc == 0);
-  *logits = read_f32(out);
-  return json::parse(r.out);
-}
-
-// Teacher-forced: every id as one batch, no generation.
-std::vector<float> batch_logits(const std::string& model_args, const std::vector<int32_t>& ids, const fs::path& out) {
-  std::vector<float> v;
-  run_logits(model_args + " --prompt-ids " + join_ids(ids) + " -n 0", out, &v);
-  REQUIRE(v.size() == ids.size() * kVocab);
-  return v;
-}
-
-// Greedy decode of n_gen tokens after the prompt, one token per eval.
-std::vector<int32_t> decode(const std::string& model_args, const std::vector<int32_t>& prompt, size_t n_gen,
-                            const fs::path& out, std::vector<float>* logits) {
-  json j = run_logits(model_args + " --prompt-ids " + join_ids(prompt) + " -n " + std::to_string(n_gen) +
-                          " --ignore-eos",
-                      out, logits);
-  REQUIRE(logits->size() == (prompt.size() + n_gen) * kVocab);
-  return j["gen_ids"].get<std::vector<int32_t>>();
-}
-
 struct Model {
   const char* file;
   const char* ref;  // the oracle run whose ids are fed
@@ -123,7 +71,7 @@ const Model kModels[] = {{kF32, "kimi-k3-f32"}, {kShards, "kimi-k3-q2k-q3k-deq"}
 }  // namespace
 
 TEST_CASE("kimi-k3 on CUDA: teacher-forced logits within 1e-3 of the CPU (F32, Q2_K/Q3_K shards, both prompts)") {
-  if (!have_gpu()) return;
+  if (!xpack::test::gpu::available()) return;
   auto dir = fixture_dir();
   if (!dir) return;
   xpack::test::TempDir tmp;
@@ -134,8 +82,8 @@ TEST_CASE("kimi-k3 on CUDA: teacher-forced logits within 1e-3 of the CPU (F32, Q
       CAPTURE(prompt);
       const std::vector<int32_t> ids = load_run(*dir, std::string(m.ref) + "." + prompt).all();
       const std::string args = "-m " + q(*dir / "models" / model);
-      const auto gpu = batch_logits(args + " --device cuda", ids, tmp / "cuda.f32");
-      const auto cpu = batch_logits(args + " --device cpu", ids, tmp / "cpu.f32");
+      const auto gpu = batch_logits(args + " --device cuda", ids, tmp / "cuda.f32", kVocab);
+      const auto cpu = batch_logits(args + " --device cpu", ids, tmp / "cpu.f32", kVocab);
       const double d = max_abs_diff(gpu, cpu);
       MESSAGE(model << " " << prompt << " (" << ids.size() << " rows, one batch): CUDA vs CPU max|diff| " << d);
       CHECK(d <= kTolCpu);
@@ -144,7 +92,7 @@ TEST_CASE("kimi-k3 on CUDA: teacher-forced logits within 1e-3 of the CPU (F32, Q
 }
 
 TEST_CASE("kimi-k3 on CUDA: greedy decode through the KDA/MLA state equals one batch and the CPU's ids") {
-  if (!have_gpu()) return;
+  if (!xpack::test::gpu::available()) return;
   auto dir = fixture_dir();
   if (!dir) return;
   xpack::test::TempDir tmp;
@@ -156,15 +104,15 @@ TEST_CASE("kimi-k3 on CUDA: greedy decode through the KDA/MLA state equals one b
       const OracleRun o = load_run(*dir, std::string(m.ref) + "." + prompt);
       const std::string args = "-m " + q(*dir / "models" / model);
       std::vector<float> gpu, cpu;
-      const auto gpu_ids = decode(args + " --device cuda", o.prompt, o.gen.size(), tmp / "cuda.f32", &gpu);
-      const auto cpu_ids = decode(args + " --device cpu", o.prompt, o.gen.size(), tmp / "cpu.f32", &cpu);
+      const auto gpu_ids = decode(args + " --device cuda", o.prompt, o.gen.size(), tmp / "cuda.f32", &gpu, kVocab);
+      const auto cpu_ids = decode(args + " --device cpu", o.prompt, o.gen.size(), tmp / "cpu.f32", &cpu, kVocab);
       CHECK(gpu_ids == cpu_ids);
       // llama.cpp's own greedy ids (the F32 model's run is the greedy one; the
       // dequantized reference's ids were chosen by another model)
       if (std::string(m.file) == kF32) CHECK(gpu_ids == o.gen);
       std::vector<int32_t> all = o.prompt;
       all.insert(all.end(), gpu_ids.begin(), gpu_ids.end());
-      const double d_batch = max_abs_diff(gpu, batch_logits(args + " --device cuda", all, tmp / "batch.f32"));
+      const double d_batch = max_abs_diff(gpu, batch_logits(args + " --device cuda", all, tmp / "batch.f32", kVocab));
       const double d_cpu = max_abs_diff(gpu, cpu);
       MESSAGE(model << " " << prompt << ": CUDA decode vs CUDA batch max|diff| " << d_batch << ", vs CPU decode "
                     << d_cpu << ", greedy ids " << std::string(gpu_ids == cpu_ids ? "equal" : "DIFFER"));
@@ -175,7 +123,7 @@ TEST_CASE("kimi-k3 on CUDA: greedy decode through the KDA/MLA state equals one b
 }
 
 TEST_CASE("kimi-k3 on CUDA: the pack streamed through a small CUDA cache = resident = plain GGUF, bit for bit") {
-  if (!have_gpu()) return;
+  if (!xpack::test::gpu::available()) return;
   auto dir = fixture_dir();
   if (!dir) return;
   xpack::test::TempDir tmp;
@@ -224,7 +172,7 @@ TEST_CASE("kimi-k3 on CUDA: the pack streamed through a small CUDA cache = resid
 // Registered as its own Meson test (cuda_kimi_k3_variants): it needs the gguf
 // Python package and numpy, which a GPU machine may lack.
 TEST_CASE("kimi-k3 on CUDA variants: other hyperparameters agree with the CPU and decode like the batch") {
-  if (!have_gpu()) return;
+  if (!xpack::test::gpu::available()) return;
   auto dir = fixture_dir();
   if (!dir) return;
   XPACK_REQUIRE_PYTHON_GGUF();
@@ -245,13 +193,13 @@ TEST_CASE("kimi-k3 on CUDA variants: other hyperparameters agree with the CPU an
     REQUIRE_MESSAGE(m.rc == 0, "kimi_k3_mutate.py failed (needs python3 with numpy and gguf)");
     const std::string args = "-m " + q(model);
     std::vector<float> gpu, cpu;
-    const auto gpu_ids = decode(args + " --device cuda", prompt, n_gen, tmp / "cuda.f32", &gpu);
-    const auto cpu_ids = decode(args + " --device cpu", prompt, n_gen, tmp / "cpu.f32", &cpu);
+    const auto gpu_ids = decode(args + " --device cuda", prompt, n_gen, tmp / "cuda.f32", &gpu, kVocab);
+    const auto cpu_ids = decode(args + " --device cpu", prompt, n_gen, tmp / "cpu.f32", &cpu, kVocab);
     CHECK(gpu_ids == cpu_ids);
     std::vector<int32_t> all = prompt;
     all.insert(all.end(), gpu_ids.begin(), gpu_ids.end());
-    const auto gpu_batch = batch_logits(args + " --device cuda", all, tmp / "batch.f32");
-    const auto cpu_batch = batch_logits(args + " --device cpu", all, tmp / "cpu_batch.f32");
+    const auto gpu_batch = batch_logits(args + " --device cuda", all, tmp / "batch.f32", kVocab);
+    const auto cpu_batch = batch_logits(args + " --device cpu", all, tmp / "cpu_batch.f32", kVocab);
     const double d_decode = max_abs_diff(gpu, gpu_batch), d_cpu = max_abs_diff(gpu_batch, cpu_batch);
     MESSAGE(what << ": CUDA decode vs CUDA batch " << d_decode << ", CUDA batch vs CPU batch " << d_cpu);
     CHECK(d_decode <= kTolDecode);

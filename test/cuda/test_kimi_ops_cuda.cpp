@@ -19,6 +19,7 @@
 
 #include "cpu_backend.h"
 #include "cuda_backend.h"
+#include "gpu_available.h"
 #include "kimi_kernels.h"
 #include "models/kimi_k3/kimi_ops.h"
 #include "models/kimi_k3/kimi_ops_cpu.h"
@@ -29,15 +30,6 @@ using namespace xrun;
 using xrun::kimi_k3::KimiOps;
 
 namespace {
-
-bool have_gpu() {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e == cudaSuccess && n > 0) return true;
-  xpack::test::skip(xpack::test::Absent::kCapability,
-                    std::string("no CUDA device: ") + (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices"));
-  return false;
-}
 
 std::vector<float> random_floats(size_t n, uint32_t seed, float lo, float hi) {
   std::mt19937 rng(seed);
@@ -93,7 +85,7 @@ constexpr double kTol = 1e-5;
 }  // namespace
 
 TEST_CASE("kimi ops on CUDA: make_kimi_ops gives the CUDA backend its kernels") {
-  if (!have_gpu()) return;
+  if (!xpack::test::gpu::available()) return;
   Fixture f;
   REQUIRE(f.gpu_ops != nullptr);
   CHECK(dynamic_cast<kimi_k3::CpuKimiOps*>(f.cpu_ops.get()) != nullptr);
@@ -101,7 +93,7 @@ TEST_CASE("kimi ops on CUDA: make_kimi_ops gives the CUDA backend its kernels") 
 }
 
 TEST_CASE("kimi ops on CUDA: situ, with and without the linear transform, equals the CPU") {
-  if (!have_gpu()) return;
+  if (!xpack::test::gpu::available()) return;
   Fixture f;
   const int64_t w = 300, n = 5;
   const auto gv = random_floats(size_t(w * n), 1, 12.0f), uv = random_floats(size_t(w * n), 2, 40.0f);
@@ -119,7 +111,7 @@ TEST_CASE("kimi ops on CUDA: situ, with and without the linear transform, equals
 }
 
 TEST_CASE("kimi ops on CUDA: res_mix over 0, 1, 3 and 9 checkpoints equals the CPU") {
-  if (!have_gpu()) return;
+  if (!xpack::test::gpu::available()) return;
   Fixture f;
   const int64_t E = 320, n = 4;
   const Both cur = f.up(random_floats(size_t(E * n), 10, 3.0f), E);
@@ -150,7 +142,7 @@ TEST_CASE("kimi ops on CUDA: res_mix over 0, 1, 3 and 9 checkpoints equals the C
 }
 
 TEST_CASE("kimi ops on CUDA: the short convolution continues its state across calls, as on the CPU") {
-  if (!have_gpu()) return;
+  if (!xpack::test::gpu::available()) return;
   Fixture f;
   const int64_t D = 130;
   for (int64_t d_conv : {4, 1, 2, xpack::rt::kimi::kMaxConv}) {
@@ -181,7 +173,7 @@ TEST_CASE("kimi ops on CUDA: the short convolution continues its state across ca
 }
 
 TEST_CASE("kimi ops on CUDA: the KDA gate (lower-bound sigmoid and softplus) equals the CPU") {
-  if (!have_gpu()) return;
+  if (!xpack::test::gpu::available()) return;
   Fixture f;
   const int64_t hd = 32, H = 4, D = hd * H, n = 3;
   // up to +-30: the softplus form switches to the identity above 20
@@ -200,7 +192,7 @@ TEST_CASE("kimi ops on CUDA: the KDA gate (lower-bound sigmoid and softplus) equ
 }
 
 TEST_CASE("kimi ops on CUDA: the delta rule's outputs and state equal the CPU's, call after call") {
-  if (!have_gpu()) return;
+  if (!xpack::test::gpu::available()) return;
   Fixture f;
   // 32: the oracle models; 128: Kimi-K3's (a 64 KiB state per head in shared memory); 48: not a warp multiple
   for (int64_t hd : {32, 128, 48}) {
@@ -242,7 +234,7 @@ TEST_CASE("kimi ops on CUDA: the delta rule's outputs and state equal the CPU's,
 }
 
 TEST_CASE("kimi ops on CUDA: absorbed MLA attention equals the CPU (offsets, many keys, no rope part)") {
-  if (!have_gpu()) return;
+  if (!xpack::test::gpu::available()) return;
   Fixture f;
   struct Shape {
     int64_t H, nope, rope, kv, hv, pos0, n;

@@ -15,27 +15,20 @@
 #include <nlohmann/json.hpp>
 
 #include "fixtures.h"
+#include "gpu_harness.h"
 #include "runtime_harness.h"
 #include "skip.h"
 
 using namespace xrun_test;
 using nlohmann::json;
 
+using xpack::test::gpu::max_abs_diff;
+
 namespace {
 
 constexpr double kTol = 1e-3;  // CUDA vs CPU logits, per value
 
 std::string xrun(const std::string& args) { return q(xpack_run_exe()) + " " + args; }
-
-// True with a usable CUDA device; otherwise records the skip and why.
-bool have_gpu() {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e == cudaSuccess && n > 0) return true;
-  xpack::test::skip(xpack::test::Absent::kCapability,
-                    std::string("no CUDA device: ") + (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices"));
-  return false;
-}
 
 std::vector<int32_t> golden_ids() {
   std::ifstream f(xpack::test::data_dir() / "stories260K.once.json");
@@ -51,20 +44,10 @@ json run_json(const std::string& args, std::string* err = nullptr) {
   return json::parse(r.out);
 }
 
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double m = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    REQUIRE(std::isfinite(a[i]));
-    m = std::max(m, std::fabs(double(a[i]) - double(b[i])));
-  }
-  return m;
-}
-
 }  // namespace
 
 TEST_CASE("stories260K on CUDA: llama.cpp's 60 greedy ids, logits within 1e-3 of the CPU") {
-  if (!have_gpu()) return;
+  if (!xpack::test::gpu::available()) return;
   auto model = stories260k();
   if (!model) {
     xpack::test::skip(xpack::test::Absent::kFixture, "stories260K.gguf not found");
@@ -122,7 +105,7 @@ bool build_moe_fixture(const std::filesystem::path& dir) {
 }
 
 TEST_CASE("MoE fixture on CUDA: streamed through 4 device slots = resident = plain GGUF, the dense model's ids") {
-  if (!have_gpu()) return;
+  if (!xpack::test::gpu::available()) return;
   xpack::test::TempDir tmp;
   if (!build_moe_fixture(tmp.path())) return;
   const std::string trunk = q(tmp / "moe.trunk.gguf"), pack = q(tmp / "moe.xpack");
@@ -166,7 +149,7 @@ TEST_CASE("MoE fixture on CUDA: streamed through 4 device slots = resident = pla
 }
 
 TEST_CASE("MoE fixture on CUDA: the default cache takes the free VRAM, capped at the pack; too little is refused") {
-  if (!have_gpu()) return;
+  if (!xpack::test::gpu::available()) return;
   xpack::test::TempDir tmp;
   if (!build_moe_fixture(tmp.path())) return;
   const std::string base = "-m " + q(tmp / "moe.trunk.gguf") + " --pack " + q(tmp / "moe.xpack") +
