@@ -1,5 +1,7 @@
 #include "fixtures.h"
 
+#include "skip.h"
+
 #include <array>
 #include <chrono>
 #include <fcntl.h>
@@ -51,6 +53,13 @@ static fs::path env_path(const char* name, const char* fallback) {
 
 fs::path data_dir() { return env_path("XPACK_TEST_DATA", "test/data"); }
 fs::path build_dir() { return env_path("XPACK_BUILD_ROOT", "build"); }
+
+std::optional<fs::path> fixture_file(const fs::path& dir, const std::string& rel) {
+  const fs::path p = dir / rel;
+  if (fs::exists(p)) return p;
+  skip(Absent::kFixture, p.string() + " is absent");
+  return std::nullopt;
+}
 
 std::optional<fs::path> shared_dir() {
   fs::path p = env_path("XPACK_SHARED", "../shared");

@@ -34,6 +34,10 @@ std::filesystem::path build_dir();
 // ../shared next to the checkout, if present. Tests that need it must report
 // themselves as skipped (doctest MESSAGE + return) when this is empty.
 std::optional<std::filesystem::path> shared_dir();
+// dir / rel when that file exists; otherwise records a skip (Absent::kFixture)
+// naming it and returns nothing: a fixture folder that lacks one file (a partial
+// copy of ../shared) skips the cases that need the file instead of failing them.
+std::optional<std::filesystem::path> fixture_file(const std::filesystem::path& dir, const std::string& rel);
 
 // Runs a shell command, returns its exit status and captures stdout+stderr.
 int run_command(const std::string& cmd, std::string* output = nullptr);

@@ -275,6 +275,9 @@ TEST_CASE("tokenizer: oracle prompts tokenize to llama-tokenize's ids") {
   const auto tok = load_tokenizer(p);
   for (const char* name : {"short", "long"}) {
     const fs::path dir = *sd / "oracle" / "prompts";
+    if (!xpack::test::fixture_file(dir, std::string(name) + ".txt") ||
+        !xpack::test::fixture_file(dir, std::string(name) + ".ids"))
+      continue;
     const std::string text = slurp(dir / (std::string(name) + ".txt"));
     const auto want = parse_json_ids(slurp(dir / (std::string(name) + ".ids")));
     REQUIRE(want.size() > 10);
