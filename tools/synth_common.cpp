@@ -49,6 +49,23 @@ void sort_as_quantized(Model& m) {
 }
 
 // Mixtral-style llama MoE: the plain deepseek2-family tensor names, no shared expert.
+void add_routed_experts(Model& m, uint32_t layer, bool fused, uint32_t gate_up_type, uint32_t down_type, uint64_t in,
+                        uint64_t ff, uint64_t n) {
+  if (fused) {
+    m.add(blk(layer, "ffn_gate_up_exps.weight"), gate_up_type, {in, 2 * ff, n});
+  } else {
+    m.add(blk(layer, "ffn_gate_exps.weight"), gate_up_type, {in, ff, n});
+  }
+  m.add(blk(layer, "ffn_down_exps.weight"), down_type, {ff, in, n});
+  if (!fused) m.add(blk(layer, "ffn_up_exps.weight"), gate_up_type, {in, ff, n});
+}
+
+void add_shared_experts(Model& m, uint32_t layer, uint32_t type, uint64_t embd, uint64_t ff) {
+  m.add(blk(layer, "ffn_gate_shexp.weight"), type, {embd, ff});
+  m.add(blk(layer, "ffn_down_shexp.weight"), type, {ff, embd});
+  m.add(blk(layer, "ffn_up_shexp.weight"), type, {embd, ff});
+}
+
 Model describe_mixtral(const Options& o) {
   Model m;
   const std::string& a = o.arch_name;

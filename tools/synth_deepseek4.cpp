@@ -119,16 +119,8 @@ Model describe_deepseek4(const Options& o) {
     else
       m.add(b("exp_probs_b.bias"), F32, {X});
     m.add(b("ffn_norm.weight"), F32, {E});
-    if (o.fused) {
-      m.add(b("ffn_gate_up_exps.weight"), exps, {E, 2 * F, X});
-    } else {
-      m.add(b("ffn_gate_exps.weight"), exps, {E, F, X});
-    }
-    m.add(b("ffn_down_exps.weight"), exps, {F, E, X});
-    if (!o.fused) m.add(b("ffn_up_exps.weight"), exps, {E, F, X});
-    m.add(b("ffn_gate_shexp.weight"), mat, {E, F * o.shared});
-    m.add(b("ffn_down_shexp.weight"), mat, {F * o.shared, E});
-    m.add(b("ffn_up_shexp.weight"), mat, {E, F * o.shared});
+    add_routed_experts(m, i, o.fused, exps, exps, E, F, X);
+    add_shared_experts(m, i, mat, E, F * o.shared);
   }
   if (!o.f32) sort_as_quantized(m);
   return m;

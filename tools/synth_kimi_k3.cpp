@@ -111,19 +111,11 @@ Model describe_kimi_k3(const Options& o) {
     }
     m.add(b("ffn_gate_inp.weight"), F32, {E, X});
     m.add(b("exp_probs_b.bias"), F32, {X});
-    if (o.fused) {
-      m.add(b("ffn_gate_up_exps.weight"), gate_up, {L, 2 * F, X});
-    } else {
-      m.add(b("ffn_gate_exps.weight"), gate_up, {L, F, X});
-    }
-    m.add(b("ffn_down_exps.weight"), down, {F, L, X});
-    if (!o.fused) m.add(b("ffn_up_exps.weight"), gate_up, {L, F, X});
+    add_routed_experts(m, i, o.fused, gate_up, down, L, F, X);  // in the latent width
     m.add(b("ffn_routed_down.weight"), mat, {E, L});
     m.add(b("ffn_routed_up.weight"), mat, {L, E});
     m.add(b("ffn_routed_norm.weight"), F32, {L});
-    m.add(b("ffn_gate_shexp.weight"), mat, {E, F * o.shared});
-    m.add(b("ffn_down_shexp.weight"), mat, {F * o.shared, E});
-    m.add(b("ffn_up_shexp.weight"), mat, {E, F * o.shared});
+    add_shared_experts(m, i, mat, E, F * o.shared);
   }
   if (!o.f32) sort_as_quantized(m);
   return m;

@@ -79,6 +79,14 @@ void add_file_type(Model& m, const Options& o, uint32_t quant_file_type);
 // the converter's order. Shards hold contiguous runs of that order.
 void sort_as_quantized(Model& m);
 
+// A MoE block's routed experts in the converter's order: gate (or the fused
+// gate_up), down, then up; each of the n experts reads `in` values through an
+// `ff`-wide hidden layer.
+void add_routed_experts(Model& m, uint32_t layer, bool fused, uint32_t gate_up_type, uint32_t down_type, uint64_t in,
+                        uint64_t ff, uint64_t n);
+// Its shared experts as one `ff`-wide FFN (gate, down, up) over `embd`.
+void add_shared_experts(Model& m, uint32_t layer, uint32_t type, uint64_t embd, uint64_t ff);
+
 Model describe_deepseek4(const Options& o);
 Model describe_kimi_k3(const Options& o);
 Model describe_mixtral(const Options& o);
