@@ -5,32 +5,22 @@
 #include <vector>
 
 #include "cli_app.h"
+#include "cli_parse.h"
 #include "fio_options.h"
 
 using namespace xpack::bench;
 
 namespace {
 
-struct Parsed {
-  std::optional<int> rc;  // nullopt: options to run with
-  FioOptions o;
-  std::string message;
-};
+using Parsed = xpack::test::Parsed<FioOptions>;
 
 Parsed parse(std::vector<const char*> args) {
-  args.insert(args.begin(), "xpack-fio");
-  Parsed p;
-  p.rc = parse_fio_args(static_cast<int>(args.size()), const_cast<char**>(args.data()), &p.o, &p.message);
-  return p;
+  return xpack::test::parse_argv<FioOptions>("xpack-fio", parse_fio_args, std::move(args));
 }
 
 // A usage error (exit 2) whose one-line message contains `want`.
 void refused(std::vector<const char*> args, const std::string& want) {
-  Parsed p = parse(std::move(args));
-  CAPTURE(p.message);
-  REQUIRE(p.rc.has_value());
-  CHECK(*p.rc == 2);
-  CHECK(p.message.find(want) != std::string::npos);
+  xpack::test::check_refused(parse(std::move(args)), want);
 }
 
 // The two command lines give the same options.

@@ -7,28 +7,18 @@
 
 #include "cli.h"
 #include "cli_app.h"
+#include "cli_parse.h"
 
 namespace {
 
-struct Parsed {
-  std::optional<int> rc;
-  xrun::CliOptions o;
-  std::string message;
-};
+using Parsed = xpack::test::Parsed<xrun::CliOptions>;
 
 Parsed parse(std::vector<const char*> args) {
-  args.insert(args.begin(), "xpack-run");
-  Parsed p;
-  p.rc = xrun::parse_cli(static_cast<int>(args.size()), const_cast<char**>(args.data()), &p.o, &p.message);
-  return p;
+  return xpack::test::parse_argv<xrun::CliOptions>("xpack-run", xrun::parse_cli, std::move(args));
 }
 
 void refused(std::vector<const char*> args, const std::string& want) {
-  Parsed p = parse(std::move(args));
-  CAPTURE(p.message);
-  REQUIRE(p.rc.has_value());
-  CHECK(*p.rc == 2);
-  CHECK(p.message.find(want) != std::string::npos);
+  xpack::test::check_refused(parse(std::move(args)), want);
 }
 
 std::optional<double> real(const char* s, double lo = -1e300, double hi = 1e300, bool lo_open = false) {
