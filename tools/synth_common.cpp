@@ -1,5 +1,6 @@
 // Metadata every synthetic model carries, and the quantizer's tensor order.
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 
 #include "gguf/gguf_writer.h"
@@ -19,10 +20,22 @@ void add_common_kvs(Model& m, const Options& o) {
   std::vector<float> scores;
   std::vector<int32_t> token_type;
   tokens.reserve(o.vocab);
+  // With room for them, ids 3..258 are SentencePiece's byte tokens <0x00>..<0xFF>, so any
+  // text (a benchmark's prompts) tokenizes by byte fallback into varied ids, in xpack-run and
+  // llama.cpp alike, instead of a run of <unk>.
+  const bool bytes = o.vocab >= 3 + 256;
+  char hex[8];
   for (uint32_t i = 0; i < o.vocab; ++i) {
-    tokens.push_back(i < 3 ? (i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>") : "tok" + std::to_string(i));
+    if (i < 3) {
+      tokens.push_back(i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
+    } else if (bytes && i < 3 + 256) {
+      std::snprintf(hex, sizeof hex, "<0x%02X>", i - 3);
+      tokens.push_back(hex);
+    } else {
+      tokens.push_back("tok" + std::to_string(i));
+    }
     scores.push_back(-static_cast<float>(i));
-    token_type.push_back(i < 3 ? 3 : 1);
+    token_type.push_back(i < 3 ? 3 : bytes && i < 3 + 256 ? 6 : 1);  // control, byte, normal
   }
   m.kv("tokenizer.ggml.model", val::str("llama"));
   m.kv("tokenizer.ggml.tokens", val::str_array(tokens));

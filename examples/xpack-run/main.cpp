@@ -229,6 +229,8 @@ int run(const CliOptions& o) {
   auto t_prefill = std::chrono::steady_clock::now();
   model->eval(prompt.data(), static_cast<int>(prompt.size()), 0, logits.data());
   const double prefill_s = seconds_since(t_prefill);
+  // Decode's own reads and waits are the totals minus these (bench/e2e.sh).
+  const nlohmann::ordered_json counters_prefill = experts ? experts->counters_json() : nlohmann::ordered_json::object();
   logits_out.write(logits.data(), logits.size());
 
   SamplingParams sp = o.sampling;
@@ -307,6 +309,7 @@ int run(const CliOptions& o) {
   j["arch"] = weights.arch();
   j["expert_source"] = o.pack_path.empty() ? "gguf" : "pack";
   j["counters"] = experts ? experts->counters_json() : nlohmann::ordered_json::object();
+  j["counters_prefill"] = counters_prefill;
   // Byte tokens make the generated text ill-formed UTF-8 (a character split across
   // tokens, or a model emitting raw bytes). error_handler_t::replace writes each
   // maximal ill-formed subsequence as U+FFFD (as Python's decode('utf-8',

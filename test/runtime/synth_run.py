@@ -6,7 +6,8 @@ For each case, writes the model with xpack-synth, runs a short greedy generation
 from the trunk and the pack with a small expert cache, and requires: exit 0, a
 logits file of (prompt + generated) rows of n_vocab, every value finite, rows that
 differ (a model whose output ignores its input would pass "finite"), and the pack
-run's logits and ids bit-identical to the plain run's.
+run's logits and ids bit-identical to the plain run's; and a text prompt tokenized
+into BOS and byte tokens (the synthetic vocabulary's byte fallback).
 
 usage: synth_run.py XPACK_SYNTH XPACK_BUILD XPACK_RUN WORKDIR CASE...
 CASE names one of CASES below. Exit 0 pass, 1 fail.
@@ -87,6 +88,14 @@ def check_case(name, synth, build, xrun, work):
         problems.append("the first two rows of logits are identical")
     if results["pack"] != results["gguf"]:
         problems.append(f"pack run differs from the plain run (ids {results['pack'][0]} vs {ids})")
+    # Text tokenizes by byte fallback into ids 3..258 (byte b = id 3 + b), after BOS and
+    # SentencePiece's spaces as U+2581 (a leading one added).
+    text = "Hi, MoE!"
+    out = json.loads(run([xrun, "-m", model, "-p", text, "-n", "1", "--json"]))
+    pids = out["prompt_ids"]
+    want = [1] + [3 + b for b in ("\u2581" + text.replace(" ", "\u2581")).encode()]
+    if pids != want:
+        problems.append(f"text {text!r} tokenized to {pids}, not {want} (BOS + its bytes)")
     shutil.rmtree(d, ignore_errors=True)
     return problems
 

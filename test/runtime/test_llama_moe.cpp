@@ -98,6 +98,12 @@ TEST_CASE("MoE fixture: pack streamed / resident / plain GGUF all give the dense
   CHECK(sc["pack_read_bytes"].get<uint64_t>() == sc["cache_misses"].get<uint64_t>() * sc["object_bytes"].get<uint64_t>());
   CHECK(sc["budget_objects"].get<uint64_t>() == 4);
   CHECK(direct["counters"]["cache_misses"].get<uint64_t>() > 20 * 10);
+  // Prefill (2 tokens, 5 layers) misses each layer's 4 objects once at most; decode's are the rest.
+  const json& sp = streamed["counters_prefill"];
+  CHECK(sp["cache_misses"].get<uint64_t>() > 0);
+  CHECK(sp["cache_misses"].get<uint64_t>() <= 20);
+  CHECK(sp["pack_read_bytes"].get<uint64_t>() < sc["pack_read_bytes"].get<uint64_t>());
+  CHECK(plain["counters_prefill"].contains("acquire_calls"));
 }
 
 TEST_CASE("MoE fixture: a pack where O_DIRECT is refused fails closed unless --allow-buffered-io") {

@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# The end-to-end benchmark (GPU machine): a real-shaped synthetic model (random weights)
+# decoded by xpack-run and by llama.cpp side by side in one run, with host RAM capped by a
+# cgroup and the expert cache sized at the seed's ratios (doc/benchmarks.md, "End to end").
+#
+# usage: bench/e2e.sh [--arch deepseek4|kimi-k3] [--layers N] [--dir DIR] [--out DIR]
+#                     [--prompts N] [--tokens N] [--configs a,b,bp,c,d] [--config-budget S]
+#                     [--llama-tarball PATH] [--ram-ratio R] [--cache-ratio R] [--vram-ratio R]
+#                     [--synth-args "ARGS"] [--device cuda|cpu] [--build DIR]
+#   --synth-args: more xpack-synth flags (e.g. "--experts 8 --ff 512" for a smoke test);
+#   --device cpu: xpack-run on the CPU (a smoke test of this script off the GPU machine)
+#
+# Configurations (the benchmark issue's letters):
+#   a   xpack-run --device cuda, experts streamed from the pack through a cache of
+#       cache-ratio x pack bytes
+#   b   llama.cpp, everything but the experts on the GPU, the experts on the CPU through
+#       mmap (--n-cpu-moe = every layer)
+#   bp  llama.cpp, as many whole layers on the GPU (-ngl N) as fit in vram-ratio x model
+#       bytes, the rest on the CPU through mmap (what Ollama did in the seed's baseline)
+#   c   llama.cpp, everything in VRAM (-ngl 99): the compute ceiling
+#   d   xpack-run --device cuda with every expert resident (the plain GGUF, experts
+#       uploaded at load): our ceiling
+# Every configuration runs in a memory cgroup of ram-ratio x model bytes, each prompt a
+# fresh process (so our cache starts cold per prompt, llama.cpp's page cache does not), one
+# at a time, greedy, --ignore-eos. A configuration that passes --config-budget seconds stops
+# before its next prompt and says how many it ran. Phases whose results exist in --dir
+# (built llama.cpp, the model, its pack) are not redone, so a second call on a warm machine
+# continues. The summary (bench/e2e_report.py) is printed last and written to
+# OUT/summary.json; OUT/runs.jsonl has one line per run, OUT/logs/ every run's output.
+set -uo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+arch=deepseek4 layers="" dir=/root/e2e out="${OUT:-$root/build-gpu}/e2e"
+prompts=10 tokens=200 configs="a,b,bp,c,d" budget=600
+tarball="$(ls "$root"/.deps/llama.cpp-*.tar.gz 2>/dev/null | head -1)"
+# The seed's consumer PC: 32 GB of RAM and a 32 GB GPU for a 155 GB model, a 21 GiB expert
+# cache for a 147 GB pack (DeepSeek-V4-Flash); Kimi-K3: 5 GiB for 986 GB.
+ram_ratio=$(python3 -c 'print(32/155)') vram_ratio=$(python3 -c 'print(32/155)') cache_ratio=""
+build="$root/build-gpu" synth_args="" device=cuda
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --arch) arch="$2"; shift 2 ;;
+    --layers) layers="$2"; shift 2 ;;
+    --dir) dir="$2"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    --prompts) prompts="$2"; shift 2 ;;
+    --tokens) tokens="$2"; shift 2 ;;
+    --configs) configs="$2"; shift 2 ;;
+    --config-budget) budget="$2"; shift 2 ;;
+    --llama-tarball) tarball="$2"; shift 2 ;;
+    --ram-ratio) ram_ratio="$2"; shift 2 ;;
+    --vram-ratio) vram_ratio="$2"; shift 2 ;;
+    --cache-ratio) cache_ratio="$2"; shift 2 ;;
+    --build) build="$2"; shift 2 ;;
+    --synth-args) synth_args="$2"; shift 2 ;;
+    --device) device="$2"; shift 2 ;;
+    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "e2e: unknown argument $1 (--help)" >&2; exit 2 ;;
+  esac
+done
+case "$arch" in
+  deepseek4) preset=deepseek-v4-flash; layers="${layers:-6}"; cache_ratio="${cache_ratio:-$(python3 -c 'print(21*2**30/147e9)')}" ;;
+  kimi-k3) preset=kimi-k3; layers="${layers:-3}"; cache_ratio="${cache_ratio:-$(python3 -c 'print(5*2**30/986e9)')}" ;;
+  *) echo "e2e: --arch is deepseek4 or kimi-k3" >&2; exit 2 ;;
+esac
+mkdir -p "$out/logs" "$dir"
+t0=$(date +%s)
+say() { echo "e2e [$(( $(date +%s) - t0 )) s]: $*"; }
+
+# --- build: ours (meson, CUDA) and llama.cpp (in the background, ~5 min on 16 cores)
+llama="$dir/llama.cpp"
+build_llama() {
+  [ -x "$llama/b/bin/llama-completion" ] && return 0
+  [ -n "$tarball" ] || { echo "no llama.cpp tarball (--llama-tarball)"; return 1; }
+  tar xzf "$tarball" -C "$dir" &&
+  cmake -S "$llama" -B "$llama/b" -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON \
+    -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+    -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_SERVER=OFF > "$out/logs/llama-cmake.log" 2>&1 &&
+  cmake --build "$llama/b" -j12 --target llama-completion llama-bench > "$out/logs/llama-build.log" 2>&1
+}
+if [[ ",$configs," =~ ,(b|bp|c), ]]; then
+  build_llama > "$out/logs/llama-build-status.log" 2>&1 &
+  llama_pid=$!
+fi
+if [ ! -x "$build/examples/xpack-run" ]; then
+  { [ -f "$build/build.ninja" ] || meson setup "$build" -Dcuda=enabled; } > "$out/logs/meson.log" 2>&1
+fi
+ninja -C "$build" -j6 examples/xpack-run tools/xpack-synth tools/xpack-build >> "$out/logs/meson.log" 2>&1 ||
+  { tail -30 "$out/logs/meson.log"; exit 1; }
+say "built xpack-run"
+
+# --- the model and its pack
+tag="$arch-$layers"
+[ -n "$synth_args" ] && tag="$tag-$(echo "$synth_args" | md5sum | cut -c1-8)"
+model="$dir/$tag.gguf" base="$dir/$tag"
+if [ ! -f "$model.done" ]; then
+  rm -f "$model" "$base.xpack" "$base.xpack.json" "$base.trunk.gguf"
+  # shellcheck disable=SC2086
+  "$build/tools/xpack-synth" -q --preset "$preset" --layers "$layers" $synth_args -o "$model" > "$out/logs/synth.log" 2>&1 ||
+    { tail -5 "$out/logs/synth.log"; exit 1; }
+  touch "$model.done"
+fi
+say "model $(du -h "$model" | cut -f1)"
+if [ ! -f "$base.xpack.done" ]; then
+  "$build/tools/xpack-build" "$model" -o "$base" > "$out/logs/pack.log" 2>&1 || { tail -5 "$out/logs/pack.log"; exit 1; }
+  touch "$base.xpack.done"
+fi
+say "pack $(du -h "$base.xpack" | cut -f1), trunk $(du -h "$base.trunk.gguf" | cut -f1)"
+model_bytes=$(stat -c %s "$model")
+pack_bytes=$(stat -c %s "$base.xpack")
+stride=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['object_stride'])" "$base.xpack.json")
+
+# --- the disk, measured by fio on the pack in this run (the cache's own read shape:
+# whole objects, 8 in flight, O_DIRECT)
+fio="$(command -v fio || echo "$root/.deps/bin/fio")"
+"$fio" --name=e2e --filename="$base.xpack" --readonly --direct=1 --rw=randread --bs="$stride" --iodepth=8 \
+  --ioengine=io_uring --runtime=10 --time_based --output-format=json > "$out/fio.json" 2> "$out/logs/fio.err" ||
+  say "fio failed: $(tail -2 "$out/logs/fio.err")"
+say "fio: $(python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print('%.2f GB/s' % (j['jobs'][0]['read']['bw_bytes']/1e9))" "$out/fio.json" 2>/dev/null)"
+
+if [ -n "${llama_pid:-}" ]; then
+  # Nothing is measured while it builds (it would take the CPU from the runs).
+  wait "$llama_pid"; say "llama.cpp build: $( [ -x "$llama/b/bin/llama-completion" ] && echo ok || { echo FAILED; tail -3 "$out/logs/llama-build-status.log"; } )"
+fi
+
+# --- the RAM cap: this shell and everything it starts from here on
+cap=$(python3 -c "print(int($ram_ratio * $model_bytes))")
+cg=/sys/fs/cgroup/xpack-e2e
+capped=no
+if mkdir -p "$cg" 2>/dev/null && echo "$cap" > "$cg/memory.max" 2>/dev/null && echo $$ > "$cg/cgroup.procs" 2>/dev/null; then
+  echo 0 > "$cg/memory.swap.max" 2>/dev/null
+  capped=yes
+fi
+say "RAM cap $(( cap >> 20 )) MiB: $capped"
+evict() { sync; python3 -c "
+import os, sys
+for p in sys.argv[1:]:
+    fd = os.open(p, os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)" "$@"; }
+
+cache_mib=$(python3 -c "print(round($cache_ratio * $pack_bytes / 2**20, 1))")
+layer_bytes=$(python3 -c "print(($pack_bytes) / $layers)")
+ngl_bp=$(python3 -c "print(int($vram_ratio * $model_bytes // $layer_bytes))")
+python3 - "$out/meta.json" <<EOF
+import json, sys, os
+json.dump({"arch": "$arch", "preset": "$preset", "layers": $layers, "model_bytes": $model_bytes,
+           "pack_bytes": $pack_bytes, "object_stride": $stride, "ram_cap_bytes": $cap, "ram_capped": "$capped" == "yes",
+           "ram_ratio": $ram_ratio, "cache_ratio": $cache_ratio, "cache_mib": $cache_mib,
+           "vram_ratio": $vram_ratio, "ngl_bp": $ngl_bp, "prompts": $prompts, "tokens": $tokens,
+           "configs": "$configs", "device": "$device", "synth_args": "$synth_args", "config_budget_s": $budget, "gpu": os.popen("nvidia-smi --query-gpu=name --format=csv,noheader").read().strip(),
+           "git": os.popen("git -C $root rev-parse --short HEAD 2>/dev/null").read().strip()}, open(sys.argv[1], "w"), indent=1)
+EOF
+
+mapfile -t texts < <(grep -v '^#' "$root/bench/e2e-prompts.txt" | grep -v '^$')
+: > "$out/runs.jsonl"
+run_config() {
+  local cfg="$1" start i n_done=0
+  evict "$model" "$base.trunk.gguf"
+  start=$(date +%s)
+  for (( i = 0; i < prompts && i < ${#texts[@]}; i++ )); do
+    if [ $(( $(date +%s) - start )) -ge "$budget" ]; then say "$cfg: budget of $budget s spent after $n_done prompts"; break; fi
+    local log="$out/logs/$cfg-$i.log" cmd
+    local common_llama=(-c 1024 -fit off -t 16 --temp 0 --ignore-eos -n "$tokens" -no-cnv --no-display-prompt -p "${texts[$i]}")
+    local common_ours=(-c 1024 --greedy --ignore-eos -n "$tokens" --json -p "${texts[$i]}")
+    case "$cfg" in
+      a) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$cache_mib" "${common_ours[@]}") ;;
+      d) cmd=("$build/examples/xpack-run" -m "$model" --device "$device" "${common_ours[@]}") ;;
+      b) cmd=("$llama/b/bin/llama-completion" -m "$model" -ngl 99 -ncmoe "$layers" "${common_llama[@]}") ;;
+      bp) cmd=("$llama/b/bin/llama-completion" -m "$model" -ngl "$ngl_bp" "${common_llama[@]}") ;;
+      c) cmd=("$llama/b/bin/llama-completion" -m "$model" -ngl 99 "${common_llama[@]}") ;;
+      *) say "unknown configuration $cfg"; return ;;
+    esac
+    local t1 rc; t1=$(date +%s.%N)
+    timeout $(( budget + 60 )) "${cmd[@]}" > "$log.out" 2> "$log" < /dev/null; rc=$?
+    python3 "$root/bench/e2e_report.py" --parse "$cfg" "$i" "$rc" "$log.out" "$log" "$t1" >> "$out/runs.jsonl"
+    n_done=$(( n_done + 1 ))
+  done
+  say "$cfg: $n_done prompts in $(( $(date +%s) - start )) s"
+}
+for cfg in ${configs//,/ }; do
+  if [[ "$cfg" =~ ^(b|bp|c)$ ]] && [ ! -x "$llama/b/bin/llama-completion" ]; then say "$cfg: skipped, llama.cpp not built"; continue; fi
+  run_config "$cfg"
+done
+python3 "$root/bench/e2e_report.py" --summary "$out/meta.json" "$out/fio.json" "$out/runs.jsonl" > "$out/summary.json"
+python3 "$root/bench/e2e_report.py" --table "$out/summary.json"
