@@ -106,7 +106,7 @@ if [ ! -f "$base.xpack.done" ]; then
   "$build/tools/xpack-build" "$model" -o "$base" > "$out/logs/pack.log" 2>&1 || { tail -5 "$out/logs/pack.log"; exit 1; }
   touch "$base.xpack.done"
 fi
-say "pack $(du -h "$base.xpack" | cut -f1), trunk $(du -h "$base.trunk.gguf" | cut -f1)"
+say "pack $(du -h "$base.xpack" | cut -f1), trunk $(du -h "$base.trunk.gguf" | cut -f1), disk free $(df -h --output=avail "$dir" | tail -1)"
 model_bytes=$(stat -c %s "$model")
 pack_bytes=$(stat -c %s "$base.xpack")
 stride=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['object_stride'])" "$base.xpack.json")
