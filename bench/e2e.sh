@@ -6,7 +6,9 @@
 # usage: bench/e2e.sh [--arch deepseek4|kimi-k3] [--layers N] [--dir DIR] [--out DIR]
 #                     [--prompts N] [--tokens N] [--configs a,b,bp,c,d] [--config-budget S]
 #                     [--llama-tarball PATH] [--ram-ratio R] [--cache-ratio R] [--vram-ratio R]
-#                     [--synth-args "ARGS"] [--device cuda|cpu] [--build DIR]
+#                     [--synth-args "ARGS"] [--device cuda|cpu] [--build DIR] [--deadline S]
+#   --deadline: no run starts, and none lasts, past S seconds after the script started
+#   (0: none), so the summary is still printed within a command's time limit;
 #   --synth-args: more xpack-synth flags (e.g. "--experts 8 --ff 512" for a smoke test);
 #   --device cpu: xpack-run on the CPU (a smoke test of this script off the GPU machine)
 #
@@ -18,8 +20,9 @@
 #   bp  llama.cpp, as many whole layers on the GPU (-ngl N) as fit in vram-ratio x model
 #       bytes, the rest on the CPU through mmap (what Ollama did in the seed's baseline)
 #   c   llama.cpp, everything in VRAM (-ngl 99): the compute ceiling
-#   d   xpack-run --device cuda with every expert resident (the plain GGUF, experts
-#       uploaded at load): our ceiling
+#   d   xpack-run --device cuda with every expert resident (the pack, a cache of its
+#       size, --preload-experts: the same slots and kernels as (a), no read in a token):
+#       our ceiling
 # Every configuration runs in a memory cgroup of ram-ratio x model bytes, each prompt a
 # fresh process (so our cache starts cold per prompt, llama.cpp's page cache does not), one
 # at a time, greedy, --ignore-eos. A configuration that passes --config-budget seconds stops
@@ -32,7 +35,7 @@ set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 arch=deepseek4 layers="" dir=/root/e2e out="${OUT:-$root/build-gpu}/e2e"
-prompts=10 tokens=200 configs="a,b,bp,c,d" budget=600
+prompts=10 tokens=200 configs="a,b,bp,c,d" budget=600 deadline=0
 tarball="$(ls "$root"/.deps/llama.cpp-*.tar.gz 2>/dev/null | head -1)"
 # The seed's consumer PC: 32 GB of RAM and a 32 GB GPU for a 155 GB model, a 21 GiB expert
 # cache for a 147 GB pack (DeepSeek-V4-Flash); Kimi-K3: 5 GiB for 986 GB.
@@ -48,6 +51,7 @@ while [ $# -gt 0 ]; do
     --tokens) tokens="$2"; shift 2 ;;
     --configs) configs="$2"; shift 2 ;;
     --config-budget) budget="$2"; shift 2 ;;
+    --deadline) deadline="$2"; shift 2 ;;
     --llama-tarball) tarball="$2"; shift 2 ;;
     --ram-ratio) ram_ratio="$2"; shift 2 ;;
     --vram-ratio) vram_ratio="$2"; shift 2 ;;
@@ -111,13 +115,17 @@ model_bytes=$(stat -c %s "$model")
 pack_bytes=$(stat -c %s "$base.xpack")
 stride=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['object_stride'])" "$base.xpack.json")
 
-# --- the disk, measured by fio on the pack in this run (the cache's own read shape:
-# whole objects, 8 in flight, O_DIRECT)
+# --- the disk, measured by fio on the pack in this run, O_DIRECT random reads in two
+# shapes: the cache's own (whole objects, 8 in flight) and 1 MiB x 32 in flight; the
+# disk's bandwidth is the better of the two.
 fio="$(command -v fio || echo "$root/.deps/bin/fio")"
-"$fio" --name=e2e --filename="$base.xpack" --readonly --direct=1 --rw=randread --bs="$stride" --iodepth=8 \
-  --ioengine=io_uring --runtime=10 --time_based --output-format=json > "$out/fio.json" 2> "$out/logs/fio.err" ||
-  say "fio failed: $(tail -2 "$out/logs/fio.err")"
-say "fio: $(python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print('%.2f GB/s' % (j['jobs'][0]['read']['bw_bytes']/1e9))" "$out/fio.json" 2>/dev/null)"
+for shape in "obj $stride 8" "1m 1M 32"; do
+  set -- $shape
+  "$fio" --name=e2e --filename="$base.xpack" --readonly --direct=1 --rw=randread --bs="$2" --iodepth="$3" \
+    --ioengine=io_uring --runtime=10 --time_based --output-format=json > "$out/fio-$1.json" 2> "$out/logs/fio-$1.err" ||
+    say "fio failed: $(tail -2 "$out/logs/fio-$1.err")"
+  say "fio $2 x $3: $(python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print('%.2f GB/s' % (j['jobs'][0]['read']['bw_bytes']/1e9))" "$out/fio-$1.json" 2>/dev/null)"
+done
 
 if [ -n "${llama_pid:-}" ]; then
   # Nothing is measured while it builds (it would take the CPU from the runs).
@@ -139,6 +147,7 @@ for p in sys.argv[1:]:
     fd = os.open(p, os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)" "$@"; }
 
 cache_mib=$(python3 -c "print(round($cache_ratio * $pack_bytes / 2**20, 1))")
+all_mib=$(python3 -c "print(round($pack_bytes / 2**20 + 64, 1))")
 layer_bytes=$(python3 -c "print(($pack_bytes) / $layers)")
 ngl_bp=$(python3 -c "print(int($vram_ratio * $model_bytes // $layer_bytes))")
 python3 - "$out/meta.json" <<EOF
@@ -164,14 +173,19 @@ run_config() {
     local common_ours=(-c 1024 --greedy --ignore-eos -n "$tokens" --json -p "${texts[$i]}")
     case "$cfg" in
       a) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$cache_mib" "${common_ours[@]}") ;;
-      d) cmd=("$build/examples/xpack-run" -m "$model" --device "$device" "${common_ours[@]}") ;;
+      d) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$all_mib" --preload-experts "${common_ours[@]}") ;;
       b) cmd=("$llama/b/bin/llama-completion" -m "$model" -ngl 99 -ncmoe "$layers" "${common_llama[@]}") ;;
       bp) cmd=("$llama/b/bin/llama-completion" -m "$model" -ngl "$ngl_bp" "${common_llama[@]}") ;;
       c) cmd=("$llama/b/bin/llama-completion" -m "$model" -ngl 99 "${common_llama[@]}") ;;
       *) say "unknown configuration $cfg"; return ;;
     esac
-    local t1 rc; t1=$(date +%s.%N)
-    timeout $(( budget + 60 )) "${cmd[@]}" > "$log.out" 2> "$log" < /dev/null; rc=$?
+    local t1 rc limit=$(( budget + 60 )); t1=$(date +%s.%N)
+    if [ "$deadline" -gt 0 ]; then
+      local left=$(( deadline - ($(date +%s) - t0) ))
+      if [ "$left" -lt 20 ]; then say "$cfg: --deadline reached after $n_done prompts"; break; fi
+      [ "$left" -lt "$limit" ] && limit=$left
+    fi
+    timeout "$limit" "${cmd[@]}" > "$log.out" 2> "$log" < /dev/null; rc=$?
     python3 "$root/bench/e2e_report.py" --parse "$cfg" "$i" "$rc" "$log.out" "$log" "$t1" >> "$out/runs.jsonl"
     n_done=$(( n_done + 1 ))
   done
@@ -181,5 +195,6 @@ for cfg in ${configs//,/ }; do
   if [[ "$cfg" =~ ^(b|bp|c)$ ]] && [ ! -x "$llama/b/bin/llama-completion" ]; then say "$cfg: skipped, llama.cpp not built"; continue; fi
   run_config "$cfg"
 done
-python3 "$root/bench/e2e_report.py" --summary "$out/meta.json" "$out/fio.json" "$out/runs.jsonl" > "$out/summary.json"
+python3 "$root/bench/e2e_report.py" --summary "$out/meta.json" "$out/runs.jsonl" "$out"/fio-*.json > "$out/summary.json"
+tar czf "$out/logs.tar.gz" -C "$out" logs runs.jsonl && rm -rf "$out/logs"
 python3 "$root/bench/e2e_report.py" --table "$out/summary.json"

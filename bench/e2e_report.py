@@ -3,7 +3,7 @@
 table and the plot.
 
   e2e_report.py --parse CONFIG PROMPT RC STDOUT STDERR T_START   one JSON line for runs.jsonl
-  e2e_report.py --summary META FIO RUNS                          summary JSON on stdout
+  e2e_report.py --summary META RUNS FIO...                       summary JSON on stdout
   e2e_report.py --table SUMMARY                                  the table (Markdown) and goals
   e2e_report.py --plot SUMMARY PNG                               tok/s per configuration and
                                                                  (a)'s decode step split
@@ -64,12 +64,20 @@ def parse_run(cfg, prompt, rc, out_path, err_path, t_start):
     return run
 
 
-def summarize(meta_path, fio_path, runs_path):
+def summarize(meta_path, runs_path, *fio_paths):
     meta = json.load(open(meta_path))
-    try:
-        fio_bw = json.load(open(fio_path))["jobs"][0]["read"]["bw_bytes"]
-    except (OSError, ValueError, KeyError, IndexError):
-        fio_bw = None
+    fio = {}
+    for p in fio_paths:
+        try:
+            j = json.load(open(p))
+            o = j["global options"] if "global options" in j else {}
+            job = j["jobs"][0]
+            fio[p.rsplit("/", 1)[-1]] = {"bs": job["job options"].get("bs", o.get("bs")),
+                                         "iodepth": job["job options"].get("iodepth", o.get("iodepth")),
+                                         "read_bytes_per_s": job["read"]["bw_bytes"]}
+        except (OSError, ValueError, KeyError, IndexError):
+            pass
+    fio_bw = max((f["read_bytes_per_s"] for f in fio.values()), default=None)
     runs = [json.loads(l) for l in open(runs_path) if l.strip()]
     configs = {}
     for cfg in [c for c in meta["configs"].split(",") if c]:
@@ -100,7 +108,7 @@ def summarize(meta_path, fio_path, runs_path):
                     s["ssd_busy_fraction"] = dc.get("pack_read_bytes", 0) / fio_bw / decode_s if decode_s else None
                 s["decode_counters"] = dc
         configs[cfg] = s
-    summary = {"meta": meta, "fio_read_bytes_per_s": fio_bw, "configs": configs,
+    summary = {"meta": meta, "fio_read_bytes_per_s": fio_bw, "fio": fio, "configs": configs,
                "note": "random weights (xpack-synth): routing is not a trained model's; see doc/benchmarks.md"}
     a, d = configs.get("a", {}), configs.get("d", {})
     if a.get("step_ms") and fio_bw and a.get("ssd_bytes_per_token") is not None:
@@ -112,7 +120,7 @@ def summarize(meta_path, fio_path, runs_path):
                                  "goal": "<= 1.15"}
         # The wait on misses (stall_ns) holds the read and its H2D copy; split it by their
         # median times per object (an estimate: the cache times each read and copy).
-        stall_ms = 1e3 * a["stall_fraction"] * a["step_ms"] if a.get("stall_fraction") is not None else None
+        stall_ms = a["stall_fraction"] * a["step_ms"] if a.get("stall_fraction") is not None else None
         tot = ok_runs_counter(runs, "a")
         if stall_ms is not None and tot:
             rp, hp = tot.get("read_p50_ns", 0), tot.get("h2d_p50_ns", 0)
@@ -146,7 +154,8 @@ def table(summary):
           f"{m['cache_mib']:.0f} MiB, (b') -ngl {m['ngl_bp']}, {m['prompts']} prompts x {m['tokens']} tokens, "
           f"{m['gpu']}, git {m['git']}")
     bw = summary.get("fio_read_bytes_per_s")
-    print(f"disk (fio randread, object-sized reads, 8 in flight, O_DIRECT): {fmt(bw and bw / 1e9)} GB/s")
+    shapes = ", ".join(f"{f['bs']} x {f['iodepth']}: {f['read_bytes_per_s'] / 1e9:.2f}" for f in summary.get("fio", {}).values())
+    print(f"disk (fio randread on the pack, O_DIRECT, GB/s): {shapes}; used: {fmt(bw and bw / 1e9)} GB/s")
     print()
     print("| configuration | prompts ok | prefill tok/s | decode tok/s | step ms | decode hit rate | SSD MB/token | SSD busy | stalled |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -208,8 +217,8 @@ def plot(summary, png):
 def main(argv):
     if len(argv) >= 7 and argv[0] == "--parse":
         print(json.dumps(parse_run(*argv[1:7])))
-    elif len(argv) == 4 and argv[0] == "--summary":
-        print(json.dumps(summarize(*argv[1:4]), indent=1))
+    elif len(argv) >= 3 and argv[0] == "--summary":
+        print(json.dumps(summarize(*argv[1:]), indent=1))
     elif len(argv) == 2 and argv[0] == "--table":
         table(json.load(open(argv[1])))
     elif len(argv) == 3 and argv[0] == "--plot":

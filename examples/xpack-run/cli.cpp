@@ -127,6 +127,9 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
                              "per expert id in each cache request) for xpack-sim --trace.\n"
                              "Needs --pack and the cache reader");
   app.flag("--ignore-eos", &o.ignore_eos, "keep generating after the end-of-sequence token");
+  app.flag("--preload-experts", &o.preload_experts,
+           "load every routed expert at start-up (part of the load time), so no\n"
+           "token waits for one; the cache must hold them all (--cache-mib)");
   app.choice("--expert-reader", "R", &o.expert_reader, {"cache", "direct"},
              "cache: libxpack's expert cache (default); direct: plain reads\n"
              "into xpack-run's own LRU buffers (also used when the cache\n"

@@ -36,6 +36,7 @@ struct CliOptions {
   std::string stats_path;
   std::string trace_path;        // --trace: routing trace CSV written by the expert cache
   bool ignore_eos = false;
+  bool preload_experts = false;  // load every routed expert before the prompt (all-resident runs)
   std::string expert_reader = "cache";  // cache (libxpack expert cache) | direct
   bool verify_experts = true;    // checksum every expert object read from the pack
   bool allow_buffered_io = false;  // where O_DIRECT is refused, read through the page cache (warns)

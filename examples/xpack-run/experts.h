@@ -53,6 +53,13 @@ class ExpertRequest {
   virtual void release(int i) = 0;
 };
 
+class ExpertSource;
+// Loads every routed expert of GGUF blocks [0, n_blocks) once, a layer at a time, and
+// returns how many: runs with every expert resident (bench/e2e.sh's (d)) then compute
+// from the same memory as streamed runs, with no read left inside a token. Throws
+// ModelError when the source could not keep them all (it evicted some).
+int64_t preload_experts(ExpertSource& source, int n_blocks);
+
 class ExpertSource {
  public:
   virtual ~ExpertSource() = default;

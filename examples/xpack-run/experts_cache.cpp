@@ -118,6 +118,8 @@ class CacheExperts final : public CacheExpertSource {
             {"trace_write_errors", c.trace_write_errors},
             {"read_p50_ns", c.read_p50_ns},
             {"read_p99_ns", c.read_p99_ns},
+            {"h2d_p50_ns", c.h2d_p50_ns},
+            {"h2d_p99_ns", c.h2d_p99_ns},
             {"budget_objects", slot_count_},
             {"object_bytes", object_bytes_},
             {"n_experts_used", top_k_},

@@ -183,6 +183,10 @@ int run(const CliOptions& o) {
       if (!w.empty()) std::fprintf(stderr, "xpack-run: warning: %s\n", w.c_str());
     }
   }
+  if (o.preload_experts && experts) {
+    const int64_t n = preload_experts(*experts, static_cast<int>(weights.get_int(weights.arch_key("block_count"))));
+    std::fprintf(stderr, "xpack-run: %lld experts preloaded\n", static_cast<long long>(n));
+  }
   if (cuda) {
     std::fprintf(stderr, "xpack-run: %s\n", cuda_vram_plan(backend, experts ? experts->device_bytes() : 0).c_str());
   }

@@ -104,6 +104,19 @@ TEST_CASE("MoE fixture: pack streamed / resident / plain GGUF all give the dense
   CHECK(sp["cache_misses"].get<uint64_t>() <= 20);
   CHECK(sp["pack_read_bytes"].get<uint64_t>() < sc["pack_read_bytes"].get<uint64_t>());
   CHECK(plain["counters_prefill"].contains("acquire_calls"));
+
+  // --preload-experts: all 20 objects read at start-up, none while a token runs, same output.
+  json preloaded = run_json("-m " + trunk + " --pack " + pack + " --prompt-ids 1,403 -n 60 --cache-mib 64 " +
+                            "--preload-experts --logits-out " + q(tmp / "preloaded.f32"));
+  CHECK(preloaded["gen_ids"].get<std::vector<int32_t>>() == want);
+  CHECK(xpack::test::read_file(tmp / "preloaded.f32") == s);
+  CHECK(preloaded["counters_prefill"]["cache_misses"].get<uint64_t>() == 20);
+  CHECK(preloaded["counters"]["cache_misses"].get<uint64_t>() == 20);
+  CHECK(preloaded["counters"]["cache_evictions"].get<uint64_t>() == 0);
+  // A cache that cannot hold them all is an error that says what to do, not a quiet stream.
+  RunResult small = run(xrun("-m " + trunk + " --pack " + pack + " --prompt-ids 1,403 -n 2 --cache-mib 0.2 --preload-experts"));
+  CHECK(small.rc == 1);
+  CHECK(small.err.find("--preload-experts: the expert cache cannot hold all 20 experts") != std::string::npos);
 }
 
 TEST_CASE("MoE fixture: a pack where O_DIRECT is refused fails closed unless --allow-buffered-io") {
