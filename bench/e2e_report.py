@@ -42,8 +42,9 @@ def parse_run(cfg, prompt, rc, out_path, err_path, t_start):
             return run
         run.update(n_prompt=len(j["prompt_ids"]), n_gen=len(j["gen_ids"]), load_s=j["load_s"],
                    prefill_s=j["prefill_s"], decode_s=j["decode_s"])
-        # Decode steps: every generated token but the last is fed back through the model.
-        run["n_decode"] = max(len(j["gen_ids"]) - 1, 0) if j["finish_reason"] == "length" else len(j["gen_ids"])
+        # Decode steps (what decode_s times): xpack-run feeds every generated token back,
+        # but one that ends the run (a stop string, EOS).
+        run["n_decode"] = len(j["gen_ids"]) if j["finish_reason"] == "length" else max(len(j["gen_ids"]) - 1, 0)
         total, pre = j.get("counters", {}), j.get("counters_prefill", {})
         run["counters"] = total
         run["decode_counters"] = {k: total[k] - pre[k] for k in CUMULATIVE if k in total and k in pre}
@@ -210,7 +211,10 @@ def plot(summary, png):
         ax2.set_xticks([0, 1], ["(a)", "(d)"])
         ax2.set_ylabel("decode step, ms")
         ax2.legend(fontsize=7)
-    fig.tight_layout()
+    notes = [s["name"] for s in summary["configs"].values() if "[" in s["name"]]
+    if notes:
+        fig.text(0.01, 0.01, "; ".join(notes), fontsize=7)
+    fig.tight_layout(rect=(0, 0.04 if notes else 0, 1, 1))
     fig.savefig(png, dpi=110)
 
 
