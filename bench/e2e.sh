@@ -146,7 +146,11 @@ import os, sys
 for p in sys.argv[1:]:
     fd = os.open(p, os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)" "$@"; }
 
-cache_mib=$(python3 -c "print(round($cache_ratio * $pack_bytes / 2**20, 1))")
+# The seed's ratio, but never below one token's top-k objects (the least a cache can serve:
+# Kimi-K3's 5 GiB/986 GB of a few-layer pack holds fewer than its 16).
+top_k=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['n_experts_used'])" "$base.xpack.json")
+cache_mib=$(python3 -c "print(round(max($cache_ratio * $pack_bytes, $top_k * $stride) / 2**20 + 0.05, 1))")
+cache_floor=$(python3 -c "print($top_k * $stride > $cache_ratio * $pack_bytes)")
 all_mib=$(python3 -c "print(round($pack_bytes / 2**20 + 64, 1))")
 layer_bytes=$(python3 -c "print(($pack_bytes) / $layers)")
 ngl_bp=$(python3 -c "print(int($vram_ratio * $model_bytes // $layer_bytes))")
@@ -154,7 +158,7 @@ python3 - "$out/meta.json" <<EOF
 import json, sys, os
 json.dump({"arch": "$arch", "preset": "$preset", "layers": $layers, "model_bytes": $model_bytes,
            "pack_bytes": $pack_bytes, "object_stride": $stride, "ram_cap_bytes": $cap, "ram_capped": "$capped" == "yes",
-           "ram_ratio": $ram_ratio, "cache_ratio": $cache_ratio, "cache_mib": $cache_mib,
+           "ram_ratio": $ram_ratio, "cache_ratio": $cache_ratio, "cache_mib": $cache_mib, "cache_at_top_k_floor": $cache_floor,
            "vram_ratio": $vram_ratio, "ngl_bp": $ngl_bp, "prompts": $prompts, "tokens": $tokens,
            "configs": "$configs", "device": "$device", "synth_args": "$synth_args", "config_budget_s": $budget, "gpu": os.popen("nvidia-smi --query-gpu=name --format=csv,noheader").read().strip(),
            "git": os.popen("git -C $root rev-parse --short HEAD 2>/dev/null").read().strip()}, open(sys.argv[1], "w"), indent=1)

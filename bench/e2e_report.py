@@ -152,7 +152,7 @@ def table(summary):
     print(f"e2e: {m['arch']} ({m['preset']} preset, {m['layers']} layers, random weights), model "
           f"{m['model_bytes'] / 1e9:.2f} GB, pack {m['pack_bytes'] / 1e9:.2f} GB, RAM cap "
           f"{m['ram_cap_bytes'] / 2**30:.2f} GiB ({'applied' if m['ram_capped'] else 'NOT applied'}), cache "
-          f"{m['cache_mib']:.0f} MiB, (b') -ngl {m['ngl_bp']}, {m['prompts']} prompts x {m['tokens']} tokens, "
+          f"{m['cache_mib']:.0f} MiB{' (raised to top-k objects)' if m.get('cache_at_top_k_floor') else ''}, (b') -ngl {m['ngl_bp']}, {m['prompts']} prompts x {m['tokens']} tokens, "
           f"{m['gpu']}, git {m['git']}")
     bw = summary.get("fio_read_bytes_per_s")
     shapes = ", ".join(f"{f['bs']} x {f['iodepth']}: {f['read_bytes_per_s'] / 1e9:.2f}" for f in summary.get("fio", {}).values())
