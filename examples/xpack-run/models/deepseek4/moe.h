@@ -11,6 +11,9 @@
 //    expert uses swiglu_clamp_shexp.
 // Every selected expert is computed, through the shared dispatcher
 // (routed_experts.h): one acquire per layer, one matmul batch per expert.
+// A hash layer's experts are known from the token ids alone, so the model
+// hands them to the expert source as a prefetch when a step begins
+// (prefetch_hash_experts), before any layer runs.
 #pragma once
 
 #include <cstdint>
