@@ -139,6 +139,10 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
   app.flag("--no-verify-experts", &no_verify,
            "do not check the xxh3 of each expert object read from the\n"
            "pack (checked by default, off the compute path; doc/cache.md)");
+  app.flag("--no-hash-prefetch", &o.no_hash_prefetch,
+           "deepseek4 through the expert cache: do not start the hash-routed\n"
+           "layers' expert reads when the token is known, only when the\n"
+           "layer asks (for measuring; the output is the same)");
   app.flag("--allow-buffered-io", &o.allow_buffered_io,
            "where the pack's filesystem refuses O_DIRECT (tmpfs, ramfs),\n"
            "read experts through the page cache instead of failing\n"

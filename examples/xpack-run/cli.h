@@ -40,6 +40,7 @@ struct CliOptions {
   std::string expert_reader = "cache";  // cache (libxpack expert cache) | direct
   bool verify_experts = true;    // checksum every expert object read from the pack
   bool allow_buffered_io = false;  // where O_DIRECT is refused, read through the page cache (warns)
+  bool no_hash_prefetch = false;   // deepseek4: the cache ignores the hash layers' exact prefetch (for measuring)
 };
 
 // Parses argv into *out. nullopt: run with *out. Otherwise the exit status to return at

@@ -1,12 +1,12 @@
 #include "experts.h"
 
-#include "weights.h"
-
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "weights.h"
 
 namespace xrun {
 
@@ -31,6 +31,15 @@ int64_t preload_experts(ExpertSource& source, int n_blocks) {
                      std::to_string(c["cache_evictions"].get<uint64_t>()) + " evicted); give --cache-mib the pack's size");
   }
   return n;
+}
+
+void ExpertSource::prefetch(int layer, const int32_t* experts, int n) {
+  if (!has_layer(layer)) throw ModelError("prefetch: no routed experts in layer " + std::to_string(layer));
+  for (int i = 0; i < n; ++i) {
+    if (experts[i] < 0 || experts[i] >= n_experts()) {
+      throw ModelError("prefetch: expert id " + std::to_string(experts[i]) + " out of range");
+    }
+  }
 }
 
 const Tensor* ExpertWeights::role(const char* name) const {

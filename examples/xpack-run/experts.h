@@ -74,6 +74,14 @@ class ExpertSource {
   // before it gets one beyond that room. `compute_stream`: Backend::stream().
   virtual std::unique_ptr<ExpertRequest> acquire(int layer, const int32_t* experts, int n,
                                                  void* compute_stream) = 0;
+  // An exact hint, never a guess: `layer` will acquire these `n` distinct
+  // experts (ids as acquire() takes them) later in this step, e.g. the
+  // hash-routed layers' experts, known from the token ids alone. A source that
+  // reads asynchronously starts their loads now, so they overlap the compute
+  // before that layer; what acquire() delivers is unchanged either way. An id
+  // or layer out of range throws ModelError. The default only checks them:
+  // nothing to start where experts are in memory or read on acquire.
+  virtual void prefetch(int layer, const int32_t* experts, int n);
   // Called once after the run: reports what could only fail late (an
   // incomplete routing trace) by throwing ModelError.
   virtual void finish() {}

@@ -83,6 +83,20 @@ class CacheExperts final : public CacheExpertSource {
     return req;
   }
 
+  void prefetch(int layer, const int32_t* experts, int n) override {
+    if (!cache_) throw ModelError("expert cache: prefetch before create_cache");
+    ExpertSource::prefetch(layer, experts, n);
+    if (!opts_.prefetch || n <= 0) return;
+    uint32_t lslot = 0;
+    xpack_pack_layer_slot(pack_, static_cast<uint32_t>(layer), &lslot);
+    const std::vector<uint32_t> ids(experts, experts + n);
+    // The cache starts only the loads it has room for (free slots, or entries
+    // its policy values no more) and counts them in prefetch_issued; the rest
+    // are read by the acquire as usual.
+    const int rc = xpack_cache_prefetch(cache_, lslot, ids.data(), ids.size());
+    if (rc < 0) check(rc, layer);
+  }
+
   void finish() override {
     if (!cache_) return;
     int rc = xpack_cache_write_stats(cache_);
@@ -115,6 +129,9 @@ class CacheExperts final : public CacheExpertSource {
             {"acquires", c.acquires},
             {"steps", c.steps},
             {"stall_ns", c.stall_ns},
+            {"prefetch_issued", c.prefetch_issued},
+            {"prefetch_used", c.prefetch_used},
+            {"prefetch_wasted", c.prefetch_wasted},
             {"trace_write_errors", c.trace_write_errors},
             {"read_p50_ns", c.read_p50_ns},
             {"read_p99_ns", c.read_p99_ns},

@@ -21,6 +21,7 @@ struct PackSourceOptions {
   std::string trace_path;      // routing trace CSV written by the cache ("" = none)
   int threads = 0;             // parallel reads of the direct reader (0 = all cores)
   bool cuda = false;           // cache slots in VRAM (XPACK_DEVICE_CUDA), for the CUDA backend
+  bool prefetch = true;        // the cache starts reads on ExpertSource::prefetch hints (else ignores them)
 };
 
 // Experts served from an Expert Pack through libxpack's C API, kept in a

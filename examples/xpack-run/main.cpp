@@ -145,6 +145,7 @@ int run(const CliOptions& o) {
     po.trace_path = o.trace_path;
     po.threads = o.threads;
     po.cuda = cuda;
+    po.prefetch = !o.no_hash_prefetch;
     const int n_expected = static_cast<int>(weights.get_int(weights.arch_key("expert_count"), 0));
     std::string why_not;
     if (o.expert_reader == "cache" && cuda) {

@@ -229,3 +229,13 @@ TEST_CASE("xpack-run: bad input is a usage error naming the flag") {
   refused({"-m", "x", "--pack", "p", "--prompt-ids", "1", "--trace", "t.csv", "--expert-reader", "direct"},
           "--trace needs --expert-reader cache");
 }
+
+TEST_CASE("xpack-run: --no-hash-prefetch") {
+  auto p = parse({"-m", "x", "--prompt-ids", "1"});
+  REQUIRE(!p.rc);
+  CHECK(!p.o.no_hash_prefetch);  // prefetching is the default
+  p = parse({"-m", "x", "--prompt-ids", "1", "--no-hash-prefetch"});
+  REQUIRE(!p.rc);
+  CHECK(p.o.no_hash_prefetch);
+  refused({"-m", "x", "--prompt-ids", "1", "--no-hash-prefetch=maybe"}, "--no-hash-prefetch: 'maybe' is not a valid value");
+}

@@ -71,6 +71,9 @@ class Deepseek4 final : public Model {
   void eval(const int32_t* tokens, int n, int pos0, float* logits) override {
     if (n <= 0) return;
     check_eval("deepseek4", tokens, n, pos0, n_past_, hp_.n_vocab);
+    // The hash-routed layers' experts follow from the token ids alone: their
+    // reads start now, behind the embedding and the attention before them.
+    for (auto& b : blocks_) b->moe.prefetch_hash_experts(tokens, n);
     const int64_t d = hp_.n_embd, hc = hp_.hc_mult, width = hc * d;
     const Tensor ids = be_.upload(XPACK_TYPE_I32, tokens, 1, n);
 

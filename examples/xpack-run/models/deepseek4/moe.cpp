@@ -1,6 +1,8 @@
 // Routed + shared experts (see moe.h).
 #include "moe.h"
 
+#include <vector>
+
 #include "xpack/xpack.h"
 
 namespace xrun::ds4 {
@@ -29,6 +31,7 @@ MoeBlock::MoeBlock(const Weights& w, const Hparams& hp, Backend& be, int64_t lay
     if (t.type != XPACK_TYPE_I32) throw ModelError("tensor " + t.name + " must be I32 (expert ids)");
     check_tid2eid(t, hp.n_expert);
     tid2eid_ = be.weight(t);
+    tid2eid_host_ = static_cast<const int32_t*>(t.data);
     hash_routed_ = true;
   } else {
     probs_bias_ = float_weight(be, w.get(blk(layer, "exp_probs_b.bias"), {hp.n_expert}));
@@ -74,6 +77,20 @@ Routing MoeBlock::route(const Tensor& x, const Tensor& tokens) const {
     be_.scale(r.weights, hp_.expert_weights_scale, r.weights);
   }
   return r;
+}
+
+void MoeBlock::prefetch_hash_experts(const int32_t* tokens, int n) const {
+  if (!hash_routed_ || n <= 0) return;
+  const int64_t k = hp_.n_expert_used;
+  std::vector<char> wanted(static_cast<size_t>(hp_.n_expert), 0);
+  for (int t = 0; t < n; ++t)
+    for (int64_t j = 0; j < k; ++j) wanted[static_cast<size_t>(tid2eid_host_[tokens[t] * k + j])] = 1;
+  // Ascending, as run_routed_experts requests them: where the cache has room
+  // for only some, those are the ones the layer reads first.
+  std::vector<int32_t> experts;
+  for (int64_t e = 0; e < hp_.n_expert; ++e)
+    if (wanted[static_cast<size_t>(e)]) experts.push_back(static_cast<int32_t>(e));
+  experts_->prefetch(static_cast<int>(layer_), experts.data(), static_cast<int>(experts.size()));
 }
 
 void MoeBlock::forward(const Tensor& x, const Tensor& tokens, const Tensor& out) {

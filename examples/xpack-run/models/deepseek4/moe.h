@@ -11,6 +11,9 @@
 //    expert uses swiglu_clamp_shexp.
 // Every selected expert is computed, through the shared dispatcher
 // (routed_experts.h): one acquire per layer, one matmul batch per expert.
+// A hash layer's experts are known from the token ids alone, so the model
+// hands them to the expert source as a prefetch when a step begins
+// (prefetch_hash_experts), before any layer runs.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +34,12 @@ class MoeBlock {
   // of the rows (hash routing); writes out [n][n_embd].
   void forward(const Tensor& x, const Tensor& tokens, const Tensor& out);
 
+  // Hash-routed layers only (a no-op in the others): hands the experts the
+  // table gives these host token ids to the expert source as a prefetch, so
+  // their reads start before the layer runs. Exact: forward() will request
+  // precisely these experts. `tokens` are in the vocabulary (checked by eval).
+  void prefetch_hash_experts(const int32_t* tokens, int n) const;
+
  private:
   Routing route(const Tensor& x, const Tensor& tokens) const;
 
@@ -41,6 +50,7 @@ class MoeBlock {
   Tensor gate_inp_;
   Tensor probs_bias_;  // exp_probs_b (learned-router layers)
   Tensor tid2eid_;     // token -> expert ids (hash layers); empty otherwise
+  const int32_t* tid2eid_host_ = nullptr;  // the same table in host memory (the model file's mapping)
   bool hash_routed_ = false;
   GatedMatrices shared_;
   GateActivation swiglu_exp_, swiglu_shexp_;
