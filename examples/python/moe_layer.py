@@ -60,7 +60,10 @@ def mxfp4_to_float(raw: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     table = torch.tensor(_MXFP4_VALUES, dtype=torch.float32, device=raw.device)
     codes = blocks[:, 1:].to(torch.int64)
     values = torch.cat([table[codes & 0xF], table[codes >> 4]], dim=1)  # split halves: j, then j + 16
-    scale = torch.ldexp(torch.ones(n_blocks, 1, device=raw.device), blocks[:, :1].to(torch.int32) - 128)
+    # 2^(e - 128) built from its float32 bits, exact on every device (a pow() need not
+    # be): (e - 1) << 23 for e >= 2, the subnormals 2^-127 and 2^-128 below.
+    e = blocks[:, :1].to(torch.int32)
+    scale = torch.where(e >= 2, (e - 1) << 23, 0x00200000 << e).view(torch.float32)
     return (values * scale).reshape(rows, cols)
 
 
