@@ -46,6 +46,9 @@ struct Options {
   uint32_t trunk_type = Q8_0;  // the non-expert matrices of a quantized file
   uint32_t shards = 0;
   uint64_t seed = 1;
+  // --router-skew A: Zipf exponent of each layer's expert popularity (synth_skew.h);
+  // used only when the flag is given (without it the bias and hash tables are random).
+  double router_skew = 0.0;
   bool quiet = false, progress = false;
   bool dry_run = false;  // lay the files out and report their sizes, write nothing
   std::string out;
@@ -56,6 +59,9 @@ struct TensorSpec {
   uint32_t type;
   std::vector<uint64_t> ne;
   uint32_t int_bound = 0;  // I32 tensors: each row holds distinct values in [0, int_bound)
+  // The tensor's whole contents, for the few small tensors --router-skew sets
+  // (synth_skew.h); empty means random data from the tensor's stream.
+  std::vector<uint8_t> bytes;
 };
 
 struct Model {
@@ -63,7 +69,7 @@ struct Model {
   std::vector<TensorSpec> tensors;
   void kv(std::string key, xpack::gguf::Value v) { kvs.push_back({std::move(key), std::move(v)}); }
   void add(std::string name, uint32_t type, std::vector<uint64_t> ne, uint32_t bound = 0) {
-    tensors.push_back(TensorSpec{std::move(name), type, std::move(ne), bound});
+    tensors.push_back(TensorSpec{std::move(name), type, std::move(ne), bound, {}});
   }
 };
 
@@ -90,6 +96,9 @@ void add_shared_experts(Model& m, uint32_t layer, uint32_t type, uint64_t embd, 
 Model describe_deepseek4(const Options& o);
 Model describe_kimi_k3(const Options& o);
 Model describe_mixtral(const Options& o);
+
+// splitmix64 step: the generator behind every random byte of a synthetic model.
+uint64_t splitmix64(uint64_t& s);
 
 // Writes the model (one file, or a gguf-split set when o.shards > 0), streaming each
 // tensor through one bounded buffer (kChunkBytes), so memory does not grow with the

@@ -20,14 +20,14 @@ namespace synth {
 using xpack::Status;
 namespace val = xpack::gguf::val;
 
-namespace {
-
 uint64_t splitmix64(uint64_t& s) {
   uint64_t z = (s += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
+
+namespace {
 
 // Each tensor's stream depends only on the seed and its name, so a split set and
 // a single file written with the same options hold identical tensor bytes.
@@ -85,6 +85,7 @@ class TensorStream {
   size_t unit() const { return unit_; }
 
   Status next(uint8_t* dst, size_t n) {
+    if (!t_.bytes.empty()) return next_bytes(dst, n);
     switch (t_.type) {
       case F32:
         for (size_t i = 0; i + 4 <= n; i += 4) {
@@ -116,6 +117,15 @@ class TensorStream {
   }
 
  private:
+  // Set contents, continued from where the last call stopped.
+  Status next_bytes(uint8_t* dst, size_t n) {
+    if (pos_ + n > t_.bytes.size())
+      return xpack::err(XPACK_E_INVALID_ARG, "{}: {} bytes set for a larger tensor", t_.name, t_.bytes.size());
+    std::memcpy(dst, t_.bytes.data() + pos_, n);
+    pos_ += n;
+    return {};
+  }
+
   // Hash-routing rows: ne0 distinct expert ids per token, as a trained table has.
   Status next_ids(uint8_t* dst, size_t n) {
     const uint64_t k = t_.ne[0], bound = t_.int_bound ? t_.int_bound : 1;
@@ -136,6 +146,7 @@ class TensorStream {
   const TensorSpec& t_;
   uint64_t s_;
   size_t unit_ = 0;
+  size_t pos_ = 0;  // bytes of t_.bytes written so far
   bool norm_ = false;
 };
 
@@ -176,6 +187,9 @@ Status write_body(int fd, const std::string& tmp, const xpack::gguf::Writer& w,
   for (size_t i = 0; i < tensors.size(); ++i) {
     const uint64_t at = w.data_offset() + w.tensor_offset(i), nbytes = w.tensor_nbytes(i);
     XPACK_TRY(write_zeros(fd, at - pos, tmp));
+    if (!tensors[i]->bytes.empty() && tensors[i]->bytes.size() != nbytes)
+      return xpack::err(XPACK_E_INVALID_ARG, "tensor {}: {} bytes set, {} needed", tensors[i]->name,
+                        tensors[i]->bytes.size(), nbytes);
     TensorStream stream(*tensors[i], seed);
     if (stream.unit() == 0 || stream.unit() > kChunkBytes)
       return xpack::err(XPACK_E_UNSUPPORTED, "tensor {}: no generator for type {}", tensors[i]->name,

@@ -11,6 +11,7 @@
 
 #include "cli_app.h"
 #include "synth_model.h"
+#include "synth_skew.h"
 
 namespace {
 
@@ -119,6 +120,11 @@ int main(int argc, char** argv) {
   auto* trunk = app.choice("--trunk-type", "TYPE", &trunk_type, {"Q8_0", "MXFP4"},
                            "type of the non-expert matrices of a quantized file\n(default Q8_0; preset kimi-k3: MXFP4)");
   app.flag("--f32", &o.f32, "write every float tensor as F32 (a converted, unquantized file)");
+  auto* skew = app.real("--router-skew", "A", &o.router_skew,
+                        "deepseek4/kimi-k3: bias the router so each layer's expert popularity\n"
+                        "follows a Zipf law of exponent A (0..4, and below what top-k allows;\n"
+                        "doc/xpack-synth.md)",
+                        0.0, 4.0);
   app.flag("--fused-gate-up", &o.fused, "write blk.N.ffn_gate_up_exps.weight instead of separate gate/up");
   app.count("--shards", "S", &o.shards, "write a gguf-split set OUT-0000k-of-0000S.gguf (S >= 1)", 1, 99999);
   app.count("--seed", "X", &o.seed, "random seed (default 1); output is a pure function of the options", 0,
@@ -190,9 +196,19 @@ int main(int argc, char** argv) {
   if (o.arch == Arch::DeepSeek4 && o.n_head % o.o_groups)
     return app.usage_error("--heads must be a multiple of the output groups (" + std::to_string(o.o_groups) + ")");
 
+  if (skew->count() && o.arch == Arch::Mixtral)
+    return app.usage_error("--router-skew is deepseek4/kimi-k3 only (mixtral has no router bias)");
+
   synth::Model m = o.arch == Arch::DeepSeek4 ? synth::describe_deepseek4(o)
                    : o.arch == Arch::KimiK3  ? synth::describe_kimi_k3(o)
                                              : synth::describe_mixtral(o);
+  double beta = 0.0;
+  if (skew->count()) {
+    auto b = synth::apply_router_skew(m, o);
+    if (!b.ok() && b.error().code == XPACK_E_INVALID_ARG) return app.usage_error(b.error().message);
+    if (!b.ok()) return app.failure(b.error().message);
+    beta = *b;
+  }
   std::vector<std::string> written;
   uint64_t bytes = 0;
   xpack::Status s = synth::write_model(m, o, &written, &bytes);
@@ -202,6 +218,7 @@ int main(int argc, char** argv) {
     if (o.dry_run) std::printf("dry run: nothing written\n");
     std::printf("%s: %u layers (%u dense), %u experts, top-%u, %zu tensors, %" PRIu64 " bytes\n",
                 o.arch_name.c_str(), o.layers, o.dense, o.experts, o.top_k, m.tensors.size(), bytes);
+    if (skew->count()) std::printf("router skew: Zipf exponent %g, exp_probs_b = %.6g x ln w\n", o.router_skew, beta);
   }
   return 0;
 }

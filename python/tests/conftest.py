@@ -28,6 +28,7 @@ def skip_absent(kind: str, why: str) -> None:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA device and torch (meson test python_gpu)")
+    config.addinivalue_line("markers", "torch: needs torch, on the CPU (meson test python_torch)")
 
 
 def pytest_sessionfinish(session, exitstatus):
