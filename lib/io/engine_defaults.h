@@ -1,7 +1,7 @@
 // The I/O knobs' defaults and the read-splits limit, one home each. The engine's
-// config, the cache's options, the C API's option structs (and the values that
-X
-// all take them from here.
+// config, the cache's options and the C API's option structs take them from here;
+// the values that include/xpack/xpack.h's comments state are checked against them
+// (test/cache/test_cache_limits.cpp).
 #pragma once
 #include <cstdint>
 
