@@ -83,8 +83,8 @@ Result<Acquired> ExpertCache::acquire(uint32_t layer, const uint32_t* experts, s
           continue;
         }
         for (const TicketKey& p : t.keys) unpin(p.key);
-        // Loads already started for this request go on (their entries become
-        // ordinary unprotected ones), so they are counted as what they were.
+        // Loads already started for this request go on (their keys stay resident,
+        // unprotected), so they are counted as what they were.
         count_takes(layer, counts);
         // The pins just dropped may be what a deferred request waits for.
         bool waiting = !deferred_tickets_.empty();
