@@ -363,12 +363,15 @@ enum xpack_verify_mode {
   XPACK_VERIFY_OFF = -1
 };
 
-/* A zero-filled struct (with size set) means the defaults; so does NULL. */
+/* A zero-filled struct (with size set) means the defaults; so does NULL. The
+ * defaults and limits stated here (staging buffers 8, queue depth 64, read
+ * splits 1 of at most 256) have one home, lib/io/engine_defaults.h; a test
+ * (cache_limits) checks these comments against it. */
 typedef struct xpack_engine_options {
   size_t size;           /* sizeof(xpack_engine_options) */
-  uint32_t slots;        /* staging slots, each one object (0 = default 8) */
-  uint32_t queue_depth;  /* reads in flight at most, the ring size (0 = default 64) */
-  uint32_t read_splits;  /* aligned ranges per object read (0 = default 1) */
+  uint32_t slots;        /* staging slots (buffers), each one object (0 = default 8) */
+  uint32_t queue_depth;  /* reads in flight at most, the ring size (1..4096, 0 = default 64) */
+  uint32_t read_splits;  /* aligned ranges per object read (1..256, 0 = default 1) */
   int32_t sqpoll;        /* 1: kernel submission-polling thread (default 0) */
   int32_t direct_io;     /* enum xpack_io_mode (default XPACK_IO_DIRECT) */
   int32_t numa_node;     /* NUMA node for the staging memory, used when numa_bind = 1 */
@@ -494,7 +497,9 @@ enum xpack_device_kind {
   XPACK_DEVICE_HOST = 2  /* plain memory, copies on a worker thread (tests, CI) */
 };
 
-/* A zero-filled struct (with size set) means the defaults; so does NULL. */
+/* A zero-filled struct (with size set) means the defaults; so does NULL. The
+ * I/O defaults and limits are xpack_engine_options' (one home:
+ * lib/io/engine_defaults.h). */
 typedef struct xpack_cache_options {
   size_t size;             /* sizeof(xpack_cache_options) */
   uint64_t budget_bytes;   /* device bytes for slots; 0 = all free memory - reserve */
@@ -502,9 +507,9 @@ typedef struct xpack_cache_options {
   int32_t policy;          /* enum xpack_cache_policy (default HYBRID) */
   int32_t device;          /* enum xpack_device_kind (default AUTO) */
   int32_t cuda_device;     /* CUDA ordinal (default 0) */
-  uint32_t staging_slots;  /* pinned staging buffers, one object each (0 = 8) */
-  uint32_t read_splits;    /* aligned ranges per object read (0 = 1) */
-  uint32_t queue_depth;    /* io_uring reads in flight at most (0 = 64) */
+  uint32_t staging_slots;  /* pinned staging buffers, one object each (1..4096, 0 = default 8) */
+  uint32_t read_splits;    /* aligned ranges per object read (1..256, 0 = default 1) */
+  uint32_t queue_depth;    /* io_uring reads in flight at most (1..4096, 0 = default 64) */
   int32_t direct_io;       /* enum xpack_io_mode (default XPACK_IO_DIRECT) */
   int32_t verify;          /* enum xpack_verify_mode (default XPACK_VERIFY_ON) */
   const char *stats_path;  /* JSON stats written atomically; NULL = none */

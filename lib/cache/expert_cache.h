@@ -2,7 +2,7 @@
 // expert object, filled from the pack by the I/O engine.
 //
 // acquire() returns at once: hits are ready immediately; misses get a slot (an
-// empty one first, else the policy's victim among unprotected entries) and are
+// empty one first, else the policy's victim among unprotected resident keys) and are
 // handed to the I/O thread in one batch. The I/O thread owns the read engine (it
 // is single-issuer); as each object lands in staging it enqueues the H2D copy into
 // the slot and records the slot's ready event, so the caller can compute with the
@@ -12,7 +12,7 @@
 // only once the copy is enqueued AND the hash matched. A staging buffer is reused
 // only after its copy's event completed and its hash (if any) finished. A slot
 // whose read or verification failed is never published: waiters get the error,
-// and the entry is dropped on release.
+// and its key is dropped on release.
 //
 // Experts of an acquire stay protected (never evicted) until release(), or one by
 // one through release_expert(). With `defer`, an acquire may name more distinct
@@ -21,12 +21,23 @@
 // released; the caller waits for them like any miss and reads their handle with
 // entry(). That streams a prefill wider than the cache without copying anything
 // out of the slots: wait(i), compute, release_expert(i), next. Prefetch
-// loads into free slots or over entries the policy ranks no higher than the hint.
+// loads into free slots or over resident keys the policy ranks no higher than the hint.
 // A prefetch still waiting for a staging buffer is only a guess: it protects
 // nothing (a demand miss may take its slot, cancelling it), it is promoted to a
 // demand load when acquired, and it is dropped if not started within one step.
 // The I/O thread sleeps in the kernel while reads are in flight; new work wakes
 // it at once through the engine's eventfd.
+//
+// Names (doc/cache.md, "Glossary"): a *slot* is a device slot only; a *staging
+// buffer* (its index: a *stage*) is what the engine calls a slot; an *entry* is
+// one requested id of an acquire (index i: one token's k-th routed expert); a
+// *key* is one (layer, expert), where the layer is an object-table row.
+//
+// The class is implemented by job: expert_cache.cpp (create and destroy),
+// sizing.cpp (option checks, slot count), tickets.cpp (acquire, wait, release),
+// placement.cpp (pins, protection, deferred keys), prefetch.cpp, io_loop.cpp (the
+// I/O thread), delivery.cpp (completion, checksum, H2D, publish) and
+// cache_stats.cpp (the stats JSON).
 //
 // Thread-safety: every public method is thread-safe; several threads may acquire,
 // wait and release concurrently. A ticket must be released exactly once, and its
@@ -46,12 +57,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cache/cache_options.h"
 #include "cache/object_source.h"
 #include "cache/policy.h"
 #include "cache/slot_directory.h"
 #include "common/result.h"
 #include "device/device.h"
-#include "io/fault_injection.h"
 #include "stats/counters.h"
 #include "stats/routing_trace.h"
 
@@ -63,24 +74,9 @@ class DeviceHostRegistrar;
 
 namespace xpack::cache {
 
-struct CacheOptions {
-  uint64_t budget_bytes = 0;   // requested device bytes; 0 = as much as is free
-  uint64_t reserve_bytes = 0;  // device bytes left free for everything else
-  PolicyKind policy = PolicyKind::kHybrid;  // belady is refused (offline only)
-  uint32_t staging_slots = 8;
-  uint32_t read_splits = 1;
-  uint32_t queue_depth = 64;
-  bool direct_io = true;
-  bool verify = false;         // xxh3 of every object on arrival
-  std::string stats_path;      // JSON written atomically; empty = none
-  uint64_t stats_interval = 0; // write every N releases (and at close); 0 = close only
-  std::string trace_path;      // routing trace CSV; empty = none
-  const io::FaultPlan* faults = nullptr;  // tests
-};
-
 using TicketId = uint64_t;
 
-inline constexpr uint32_t kNoSlot = UINT32_MAX;  // a deferred entry, no slot yet
+inline constexpr uint32_t kNoSlot = UINT32_MAX;  // a deferred entry, no device slot yet
 
 struct ExpertHandle {
   uint32_t expert = 0;
@@ -128,7 +124,7 @@ class ExpertCache {
   // the stream whose work reads the slots; later copies are ordered after it.
   Status release(TicketId ticket, void* compute_stream = nullptr);
   // Starts loads of the listed experts that are not resident, at lower priority:
-  // only into free slots or over entries the policy values no more. Returns how
+  // only into free slots or over resident keys the policy values no more. Returns how
   // many loads it started.
   Result<size_t> prefetch(uint32_t layer, const uint32_t* experts, size_t n);
 
@@ -145,6 +141,7 @@ class ExpertCache {
   PolicyKind policy() const { return opts_.policy; }
 
  private:
+  // ---- device slots and tickets (under mu_) ----
   enum class SlotState : uint8_t { kEmpty, kLoading, kCopying, kFailed };
   struct Slot {
     SlotState state = SlotState::kEmpty;
@@ -161,25 +158,6 @@ class ExpertCache {
     uint64_t queued_ns;
     uint64_t step;
   };
-  struct Staging {
-    bool busy = false;           // read in flight, or its bytes still being delivered
-    bool delivering = false;     // copy enqueued; free once copy_done and not hashing
-    bool copy_done = false;      // the copy's event was seen complete
-    LoadJob job{};
-    uint64_t copy_enqueued_ns = 0;
-    std::unique_ptr<device::Event> copied;
-  };
-  // A staged object whose xxh3 a hash worker checks while its copy runs.
-  struct HashJob {
-    uint32_t staging;
-    LoadJob job;
-    const uint8_t* staged;
-    uint64_t expected;   // the pack's checksum, looked up on the I/O thread
-    uint64_t bytes_read;
-    uint64_t read_ns;
-    uint64_t fallback;   // the engine's fallback count (its counters are I/O-thread only)
-  };
-  enum class ReapWait : uint8_t { kNone, kCopy, kOne };
   struct TicketKey {
     Key key = 0;
     uint32_t slot = kNoSlot;
@@ -191,10 +169,10 @@ class ExpertCache {
   struct Ticket {
     uint32_t layer = 0;
     Phase phase = Phase::kDecode;
-    std::vector<TicketKey> keys;       // distinct
-    std::vector<uint32_t> entry_key;   // per requested entry: index into keys
-    std::vector<uint32_t> experts;     // per requested entry
-    size_t deferred = 0;               // keys still waiting for a slot
+    std::vector<TicketKey> keys;        // distinct
+    std::vector<uint32_t> entry_key;    // per entry: index into keys
+    std::vector<uint32_t> entry_expert; // per entry: the expert requested
+    size_t deferred = 0;                // keys still waiting for a slot
   };
   struct TakeCounts {
     uint64_t hits = 0, misses = 0, evictions = 0, used = 0, wasted = 0;
@@ -204,54 +182,85 @@ class ExpertCache {
     bool hit;
     bool placed;
   };
-
-  ExpertCache(ObjectSource src, device::Device& dev, const CacheOptions& opts);
-  Status init();
-  bool is_protected(Key k, bool for_demand) const;  // under mu_
-  void start_load(uint32_t slot, Key k, bool prefetch);  // under mu_
-  void unpin(Key k);  // under mu_
-  // Pins k for a request: its resident slot, else a new one (load started).
-  // placed == false when every slot is protected. `request` (sorted): keys of
-  // the same request, never evicted for it. Under mu_.
-  Take take_key(Key k, Phase phase, TakeCounts& n, std::span<const Key> request = {});
-  void count_takes(uint32_t layer, const TakeCounts& n);
   struct LiveEntry {
     Ticket* ticket;
     TicketKey* key;
   };
-  // Entry `index` of a ticket that is not released yet, or why not (`op` names
-  // the call in the message). Under mu_.
-  Result<LiveEntry> live_entry(std::string_view op, TicketId ticket, size_t index);
-  ExpertHandle handle_of(const Ticket& t, size_t index) const;  // under mu_
-  // Gives deferred keys slots, oldest ticket first; returns loads started. Under mu_.
+
+  // ---- staging buffers and hashes (I/O thread, hash workers) ----
+  struct StagingBuffer {
+    bool busy = false;           // read in flight, or its bytes still being delivered
+    bool delivering = false;     // copy enqueued; free once copy_done and not hashing
+    bool copy_done = false;      // the copy's event was seen complete
+    LoadJob job{};
+    uint64_t copy_enqueued_ns = 0;
+    std::unique_ptr<device::Event> copied;
+  };
+  // A staged object whose xxh3 a hash worker checks while its copy runs.
+  struct HashJob {
+    uint32_t stage;      // its staging buffer
+    LoadJob job;
+    const uint8_t* staged;
+    uint64_t expected;   // the pack's checksum, looked up on the I/O thread
+    uint64_t bytes_read;
+    uint64_t read_ns;
+    uint64_t fallback;   // the engine's fallback count (its counters are I/O-thread only)
+  };
+  enum class ReapWait : uint8_t { kNone, kCopy, kOne };
+
+  ExpertCache(ObjectSource src, device::Device& dev, const CacheOptions& opts);
+  Status init();
+
+  // placement.cpp, all under mu_.
+  bool is_protected(Key k, bool for_demand) const;
+  void start_load(uint32_t slot, Key k, bool prefetch);
+  void unpin(Key k);
+  // Pins k for a request: its resident slot, else a new one (load started).
+  // placed == false when every slot is protected. `request` (sorted): keys of
+  // the same request, never evicted for it.
+  Take take_key(Key k, Phase phase, TakeCounts& n, std::span<const Key> request = {});
+  void count_takes(uint32_t layer, const TakeCounts& n);
+  // Gives deferred keys slots, oldest ticket first; returns loads started.
   size_t place_deferred();
   // After pins were dropped: places deferred keys, unlocks, wakes whoever needs it.
   void after_unpin(std::unique_lock<std::mutex>& lk);
-  // Takes a queued, unstarted prefetch of `slot` off the queue (its slot is being
-  // reused or the guess expired). Under mu_.
+
+  // tickets.cpp, under mu_.
+  // Entry `index` of a ticket that is not released yet, or why not (`op` names
+  // the call in the message).
+  Result<LiveEntry> live_entry(std::string_view op, TicketId ticket, size_t index);
+  ExpertHandle handle_of(const Ticket& t, size_t index) const;
+
+  // prefetch.cpp, under mu_.
+  // Takes a queued, unstarted prefetch of `slot` off its queue (its slot is being
+  // reused or the guess expired).
   void cancel_queued_prefetch(uint32_t slot);
-  // Moves a queued prefetch of `slot` to the demand queue. Under mu_.
+  // Moves a queued prefetch of `slot` to the demand queue.
   void promote_queued_prefetch(uint32_t slot);
-  // Drops queued prefetches older than one step; returns how many. Under mu_.
+  // Drops queued prefetches older than one step; returns how many.
   uint64_t expire_prefetches();
+
+  // io_loop.cpp.
   // Tells the I/O thread there is work: its condition variable (where it waits
   // with nothing in flight) and, if it sleeps in the kernel, the engine's
   // wake-up. Call without mu_ held, with the value io_sleeping_ had under mu_.
   void notify_io(bool sleeping);
   void io_loop();
-  void on_read_complete(const io::Completion& c);
-  void fail_load(const LoadJob& job, int code);
-  // A load whose bytes are in the slot's copy stream (and verified): counts it and
-  // makes the slot visible to waiters. Any thread; takes mu_.
-  void publish(const LoadJob& job, uint64_t bytes_read, uint64_t read_ns, uint64_t fallback);
-  void hash_loop();
-  void check_hash(const HashJob& j);
   // Frees staging buffers whose copy completed and whose hash finished; returns
   // how many. kCopy: first waits for the oldest copy still running, if any (a
   // buffer frees within one H2D copy); kOne: waits until at least one is free
   // (every buffer is being delivered). I/O thread.
   size_t reap_staging(ReapWait how);
-  bool hash_pending(uint32_t staging);
+  bool hash_pending(uint32_t stage);
+
+  // delivery.cpp.
+  void on_read_complete(const io::Completion& c);  // I/O thread
+  void fail_load(const LoadJob& job, int code);   // any thread; takes mu_
+  // A load whose bytes are in the slot's copy stream (and verified): counts it and
+  // makes the slot visible to waiters. Any thread; takes mu_.
+  void publish(const LoadJob& job, uint64_t bytes_read, uint64_t read_ns, uint64_t fallback);
+  void hash_loop();
+  void check_hash(const HashJob& j);
 
   ObjectSource src_;
   device::Device& dev_;
@@ -268,8 +277,10 @@ class ExpertCache {
   std::unordered_map<TicketId, Ticket> tickets_;
   std::set<TicketId> deferred_tickets_;  // tickets with deferred keys, oldest first
   TicketId next_ticket_ = 1;
-  std::deque<LoadJob> pending_;       // demand loads first, then prefetches
-  std::deque<LoadJob> pending_prefetch_;
+  // Loads waiting for a staging buffer; the I/O thread takes demand loads first.
+  // (The engine's own queue, of read ranges waiting for the ring, is its pending_.)
+  std::deque<LoadJob> demand_loads_;
+  std::deque<LoadJob> prefetch_loads_;
   uint64_t step_ = 0;
   int64_t last_layer_ = -1;
   bool stop_ = false;
@@ -278,7 +289,7 @@ class ExpertCache {
   // I/O thread only.
   std::unique_ptr<io::DeviceHostRegistrar> registrar_;
   std::unique_ptr<io::ReadEngine> engine_;
-  std::vector<Staging> staging_;
+  std::vector<StagingBuffer> staging_;  // index: the stage (the engine's slot)
   std::thread io_thread_;
 
   // Verification beside the copy: jobs from the I/O thread to the hash workers.
@@ -286,7 +297,7 @@ class ExpertCache {
   std::condition_variable hash_cv_;       // a job was queued, or stop
   std::condition_variable hash_done_cv_;  // a buffer's hash finished (the I/O thread waits)
   std::deque<HashJob> hash_jobs_;
-  std::vector<uint8_t> hashing_;          // per staging buffer: its hash is queued or running
+  std::vector<uint8_t> hashing_;          // per stage: its hash is queued or running
   bool hash_stop_ = false;
   std::vector<std::thread> hash_threads_;
 

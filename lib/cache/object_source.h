@@ -15,7 +15,7 @@ namespace xpack::cache {
 
 struct ObjectSource {
   std::string path;
-  uint32_t n_layers = 0;   // object-table rows ("layer slots" of the pack)
+  uint32_t n_layers = 0;   // object-table rows (the pack's layer_slot): the cache's "layer"
   uint32_t n_experts = 0;
   uint32_t top_k = 0;      // experts per token and layer; 0 if unknown
   uint64_t object_bytes = 0;

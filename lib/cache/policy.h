@@ -52,7 +52,7 @@ class EvictionPolicy {
   // nullopt if every resident key is protected.
   virtual std::optional<Key> choose_victim(const ProtectedFn& is_protected, Phase phase) = 0;
   // Whether a prefetch of `incoming` may evict `victim` (the victim chosen by
-  // choose_victim): prefetch hints must never displace a more valuable entry.
+  // choose_victim): prefetch hints must never displace a more valuable resident key.
   virtual bool prefetch_may_displace(Key incoming, Key victim) const = 0;
   // Only Belady's MIN looks at the future: position of the next request of k
   // (UINT64_MAX for never). The simulator calls it before on_hit/on_insert.

@@ -3,7 +3,7 @@
 // reach on that trace with the same protection rules.
 #include <unordered_map>
 
-#include "cache/ranked_entries.h"
+#include "cache/ranked_keys.h"
 
 namespace xpack::cache {
 namespace {
@@ -13,13 +13,13 @@ class BeladyPolicy final : public EvictionPolicy {
   PolicyKind kind() const override { return PolicyKind::kBelady; }
   void set_next_use(Key k, uint64_t pos) override {
     next_use_[k] = pos;
-    if (entries_.contains(k)) entries_.upsert(k, rank_of(pos), 0);
+    if (resident_.contains(k)) resident_.upsert(k, rank_of(pos), 0);
   }
-  void on_hit(Key k) override { entries_.upsert(k, rank_of(next_use(k)), 0); }
-  void on_insert(Key k) override { entries_.upsert(k, rank_of(next_use(k)), 0); }
-  void on_remove(Key k) override { entries_.erase(k); }
+  void on_hit(Key k) override { resident_.upsert(k, rank_of(next_use(k)), 0); }
+  void on_insert(Key k) override { resident_.upsert(k, rank_of(next_use(k)), 0); }
+  void on_remove(Key k) override { resident_.erase(k); }
   std::optional<Key> choose_victim(const ProtectedFn& is_protected, Phase) override {
-    return entries_.lowest(is_protected, false);
+    return resident_.lowest(is_protected, false);
   }
   bool prefetch_may_displace(Key incoming, Key victim) const override {
     return next_use(incoming) < next_use(victim);
@@ -32,7 +32,7 @@ class BeladyPolicy final : public EvictionPolicy {
     auto it = next_use_.find(k);
     return it == next_use_.end() ? UINT64_MAX : it->second;
   }
-  RankedEntries entries_;
+  RankedKeys resident_;
   std::unordered_map<Key, uint64_t> next_use_;
 };
 

@@ -1,11 +1,11 @@
 // The seed's "reuse-lfu-lru-v2" (SGLang expert_pack.py _victim_slot): every
 // request of a key raises its count (capped at 255) and the count survives
 // eviction, so a key that keeps coming back is kept over one seen once. Ties go
-// to the oldest entry in decode and to the newest in prefill.
+// to the oldest resident key in decode and to the newest in prefill.
 #include <algorithm>
 #include <unordered_map>
 
-#include "cache/ranked_entries.h"
+#include "cache/ranked_keys.h"
 
 namespace xpack::cache {
 namespace {
@@ -18,13 +18,13 @@ class HybridPolicy final : public EvictionPolicy {
   void on_request(Key k) override {
     uint32_t& f = frequency_[k];
     f = std::min(f + 1, kFrequencyCap);
-    if (entries_.contains(k)) entries_.upsert(k, f, entries_.stamp(k));
+    if (resident_.contains(k)) resident_.upsert(k, f, resident_.stamp(k));
   }
-  void on_hit(Key k) override { entries_.upsert(k, frequency(k), ++clock_); }
-  void on_insert(Key k) override { entries_.upsert(k, frequency(k), ++clock_); }
-  void on_remove(Key k) override { entries_.erase(k); }
+  void on_hit(Key k) override { resident_.upsert(k, frequency(k), ++clock_); }
+  void on_insert(Key k) override { resident_.upsert(k, frequency(k), ++clock_); }
+  void on_remove(Key k) override { resident_.erase(k); }
   std::optional<Key> choose_victim(const ProtectedFn& is_protected, Phase phase) override {
-    return entries_.lowest(is_protected, phase == Phase::kPrefill);
+    return resident_.lowest(is_protected, phase == Phase::kPrefill);
   }
   bool prefetch_may_displace(Key incoming, Key victim) const override {
     return frequency(incoming) >= frequency(victim);
@@ -35,7 +35,7 @@ class HybridPolicy final : public EvictionPolicy {
     auto it = frequency_.find(k);
     return it == frequency_.end() ? 0 : it->second;
   }
-  RankedEntries entries_;
+  RankedKeys resident_;
   std::unordered_map<Key, uint32_t> frequency_;
   uint64_t clock_ = 0;
 };

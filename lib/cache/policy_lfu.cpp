@@ -1,6 +1,6 @@
 #include <unordered_map>
 
-#include "cache/ranked_entries.h"
+#include "cache/ranked_keys.h"
 
 namespace xpack::cache {
 namespace {
@@ -9,19 +9,19 @@ namespace {
 class LfuPolicy final : public EvictionPolicy {
  public:
   PolicyKind kind() const override { return PolicyKind::kLfu; }
-  void on_hit(Key k) override { entries_.upsert(k, entries_.rank(k) + 1, ++clock_); }
-  void on_insert(Key k) override { entries_.upsert(k, 1, ++clock_); }
-  void on_remove(Key k) override { entries_.erase(k); }
+  void on_hit(Key k) override { resident_.upsert(k, resident_.rank(k) + 1, ++clock_); }
+  void on_insert(Key k) override { resident_.upsert(k, 1, ++clock_); }
+  void on_remove(Key k) override { resident_.erase(k); }
   std::optional<Key> choose_victim(const ProtectedFn& is_protected, Phase) override {
-    return entries_.lowest(is_protected, false);
+    return resident_.lowest(is_protected, false);
   }
-  // A hint enters with count 1; it may displace only an entry used at most once.
+  // A hint enters with count 1; it may displace only a resident key used at most once.
   bool prefetch_may_displace(Key, Key victim) const override {
-    return entries_.rank(victim) <= 1;
+    return resident_.rank(victim) <= 1;
   }
 
  private:
-  RankedEntries entries_;
+  RankedKeys resident_;
   uint64_t clock_ = 0;
 };
 

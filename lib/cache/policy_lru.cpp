@@ -1,4 +1,4 @@
-#include "cache/ranked_entries.h"
+#include "cache/ranked_keys.h"
 
 namespace xpack::cache {
 namespace {
@@ -6,18 +6,18 @@ namespace {
 class LruPolicy final : public EvictionPolicy {
  public:
   PolicyKind kind() const override { return PolicyKind::kLru; }
-  void on_hit(Key k) override { entries_.upsert(k, 0, ++clock_); }
-  void on_insert(Key k) override { entries_.upsert(k, 0, ++clock_); }
-  void on_remove(Key k) override { entries_.erase(k); }
+  void on_hit(Key k) override { resident_.upsert(k, 0, ++clock_); }
+  void on_insert(Key k) override { resident_.upsert(k, 0, ++clock_); }
+  void on_remove(Key k) override { resident_.erase(k); }
   std::optional<Key> choose_victim(const ProtectedFn& is_protected, Phase) override {
-    return entries_.lowest(is_protected, false);
+    return resident_.lowest(is_protected, false);
   }
-  // The LRU victim is by definition the least valuable entry, and a hinted key
+  // The LRU victim is by definition the least valuable resident key, and a hinted key
   // is about to be used, so a hint may displace it.
   bool prefetch_may_displace(Key, Key) const override { return true; }
 
  private:
-  RankedEntries entries_;
+  RankedKeys resident_;
   uint64_t clock_ = 0;
 };
 

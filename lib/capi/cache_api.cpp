@@ -13,6 +13,7 @@
 #include "common/handle_message.h"
 #include "common/result.h"
 #include "device/device.h"
+#include "io/engine_defaults.h"
 #include "xpack/xpack.h"
 
 struct xpack_cache {
@@ -89,9 +90,9 @@ XPACK_API int xpack_cache_options_init(xpack_cache_options* opts) {
   opts->size = sizeof(*opts);
   opts->policy = XPACK_POLICY_HYBRID;
   opts->device = XPACK_DEVICE_AUTO;
-  opts->staging_slots = 8;
-  opts->read_splits = 1;
-  opts->queue_depth = 64;
+  opts->staging_slots = xpack::io::kDefaultStagingBuffers;
+  opts->read_splits = xpack::io::kDefaultReadSplits;
+  opts->queue_depth = xpack::io::kDefaultQueueDepth;
   opts->direct_io = XPACK_IO_DIRECT;
   return 0;
 }
@@ -115,9 +116,9 @@ XPACK_API int xpack_cache_create(xpack_pack* p, const xpack_cache_options* opts,
     case XPACK_POLICY_LFU: co.policy = xpack::cache::PolicyKind::kLfu; break;
     default: return fail(nullptr, XPACK_E_INVALID_ARG, "unknown cache policy " + std::to_string(o.policy));
   }
-  co.staging_slots = o.staging_slots ? o.staging_slots : 8;
-  co.read_splits = o.read_splits ? o.read_splits : 1;
-  co.queue_depth = o.queue_depth ? o.queue_depth : 64;
+  co.staging_slots = o.staging_slots ? o.staging_slots : xpack::io::kDefaultStagingBuffers;
+  co.read_splits = o.read_splits ? o.read_splits : xpack::io::kDefaultReadSplits;
+  co.queue_depth = o.queue_depth ? o.queue_depth : xpack::io::kDefaultQueueDepth;
   auto direct = xpack::capi::direct_io_from(o.direct_io);
   if (!direct.ok()) return fail(nullptr, direct.error());
   co.direct_io = *direct;

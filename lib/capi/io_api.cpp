@@ -10,6 +10,7 @@
 #include "capi/sized_struct.h"
 #include "common/handle_message.h"
 #include "common/result.h"
+#include "io/engine_defaults.h"
 #include "io/pack_reads.h"
 #include "io/read_engine.h"
 #include "xpack/xpack.h"
@@ -57,9 +58,9 @@ XPACK_API int xpack_engine_options_init(xpack_engine_options* opts) {
   if (!opts) return fail_handle(nullptr, XPACK_E_INVALID_ARG, "null options");
   *opts = xpack_engine_options{};
   opts->size = sizeof(*opts);
-  opts->slots = 8;
-  opts->queue_depth = 64;
-  opts->read_splits = 1;
+  opts->slots = xpack::io::kDefaultStagingBuffers;
+  opts->queue_depth = xpack::io::kDefaultQueueDepth;
+  opts->read_splits = xpack::io::kDefaultReadSplits;
   opts->sqpoll = 0;
   opts->direct_io = XPACK_IO_DIRECT;
   opts->numa_node = -1;
@@ -80,9 +81,10 @@ XPACK_API int xpack_engine_create(xpack_pack* p, const xpack_engine_options* opt
   auto geometry = geometry_from_pack(p);
   if (!geometry.ok()) return fail_handle(nullptr, geometry.error());
 
-  auto cfg = xpack::io::engine_config_for(*geometry, o.slots ? o.slots : 8,
-                                          o.queue_depth ? o.queue_depth : 64,
-                                          o.read_splits ? o.read_splits : 1);
+  auto cfg = xpack::io::engine_config_for(
+      *geometry, o.slots ? o.slots : xpack::io::kDefaultStagingBuffers,
+      o.queue_depth ? o.queue_depth : xpack::io::kDefaultQueueDepth,
+      o.read_splits ? o.read_splits : xpack::io::kDefaultReadSplits);
   cfg.sqpoll = o.sqpoll != 0;
   auto direct = xpack::capi::direct_io_from(o.direct_io);
   if (!direct.ok()) return fail_handle(nullptr, direct.error());

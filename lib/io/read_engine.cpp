@@ -43,8 +43,9 @@ Result<std::unique_ptr<ReadEngine>> ReadEngine::create(EngineConfig cfg) {
   if (cfg.slot_bytes == 0) return err(XPACK_E_INVALID_ARG, "slot size is 0");
   if (cfg.queue_depth == 0 || cfg.queue_depth > 4096)
     return err(XPACK_E_INVALID_ARG, "queue depth {} out of range 1..4096", cfg.queue_depth);
-  if (cfg.read_splits == 0 || cfg.read_splits > 256)
-    return err(XPACK_E_INVALID_ARG, "read_splits {} out of range 1..256", cfg.read_splits);
+  if (cfg.read_splits == 0 || cfg.read_splits > kMaxReadSplits)
+    return err(XPACK_E_INVALID_ARG, "read_splits {} out of range 1..{}", cfg.read_splits,
+               kMaxReadSplits);
 
   std::unique_ptr<ReadEngine> e(new ReadEngine(std::move(cfg)));
   const EngineConfig& c = e->cfg_;

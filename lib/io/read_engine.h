@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "io/engine_defaults.h"
 #include "io/fault_injection.h"
 #include "io/io_counters.h"
 #include "io/read_file_set.h"
@@ -52,10 +53,10 @@ enum class SlotState : uint8_t { kEmpty, kReading, kReady, kFailed };
 
 struct EngineConfig {
   std::vector<std::string> paths;
-  uint32_t slot_count = 8;
+  uint32_t slot_count = kDefaultStagingBuffers;
   uint64_t slot_bytes = 0;
-  uint32_t queue_depth = 64;   // SQEs in flight at most (ring size)
-  uint32_t read_splits = 1;
+  uint32_t queue_depth = kDefaultQueueDepth;  // SQEs in flight at most (ring size)
+  uint32_t read_splits = kDefaultReadSplits;  // 1..kMaxReadSplits
   bool sqpoll = false;
   bool direct_io = true;       // false: buffered reads, each counted in fallback_count
   bool fixed_buffers = true;   // register the arena (read_fixed)

@@ -12,7 +12,7 @@
 
 namespace xpack::cache {
 
-class RankedEntries {
+class RankedKeys {
  public:
   void upsert(Key k, uint64_t rank, uint64_t stamp) {
     erase(k);

@@ -1,0 +1,47 @@
+#include "cache/sizing.h"
+
+#include <algorithm>
+
+#include "common/checked_math.h"
+
+namespace xpack::cache {
+
+Status check_options(const ObjectSource& src, const CacheOptions& opts) {
+  if (src.n_layers == 0 || src.n_experts == 0 || src.object_bytes == 0 || !src.offset)
+    return err(XPACK_E_INVALID_ARG, "cache: empty object source");
+  if (src.read_bytes < src.object_bytes || src.read_bytes % 4096 != 0)
+    return err(XPACK_E_MISALIGNED, "cache: read size {} must be a multiple of 4096 >= {}",
+               src.read_bytes, src.object_bytes);
+  if (opts.policy == PolicyKind::kBelady)
+    return err(XPACK_E_INVALID_ARG, "cache: belady needs the future; it exists in xpack-sim only");
+  if (opts.staging_slots == 0 || opts.staging_slots > kMaxStagingBuffers)
+    return err(XPACK_E_INVALID_ARG, "cache: staging_slots must be 1..{}", kMaxStagingBuffers);
+  // The engine's limit, checked here too so that a bad value is refused before
+  // the slots are allocated.
+  if (opts.read_splits == 0 || opts.read_splits > io::kMaxReadSplits)
+    return err(XPACK_E_INVALID_ARG, "cache: read_splits must be 1..{}", io::kMaxReadSplits);
+  if (opts.verify && !src.checksum)
+    return err(XPACK_E_INVALID_ARG, "cache: verification needs object checksums");
+  return {};
+}
+
+Result<SlotSizing> size_slots(const ObjectSource& src, const CacheOptions& opts,
+                              const device::MemoryInfo& mem) {
+  uint64_t avail = mem.free_bytes > opts.reserve_bytes ? mem.free_bytes - opts.reserve_bytes : 0;
+  uint64_t budget = opts.budget_bytes ? std::min(opts.budget_bytes, avail) : avail;
+  SlotSizing out;
+  out.stride = align_up(src.object_bytes, kSlotAlignment);
+  uint64_t all_objects = uint64_t(src.n_layers) * src.n_experts;
+  uint64_t slots = std::min<uint64_t>(budget / out.stride, all_objects);
+  uint64_t need = std::max<uint32_t>(src.top_k, 1);
+  if (slots < need)
+    return err(XPACK_E_CAPACITY,
+               "cache: a budget of {} bytes (requested {}, free {}, reserve {}) holds {} slots of "
+               "{} bytes, fewer than top-k = {}",
+               budget, opts.budget_bytes, mem.free_bytes, opts.reserve_bytes, slots, out.stride,
+               need);
+  out.count = uint32_t(std::min<uint64_t>(slots, UINT32_MAX));
+  return out;
+}
+
+}  // namespace xpack::cache
