@@ -55,6 +55,13 @@ try:
     check(chunks[-1].choices[0].finish_reason == c.choices[0].finish_reason, chunks[-1])
     check(all(ch.choices[0].finish_reason is None for ch in chunks[:-1]), "finish_reason before the end")
 
+    # A long whole answer (about 1 s): sent with the leading spaces that probe for a closed
+    # connection every 50 ms, which the client's JSON parser skips.
+    long = client.completions.create(model=model_id, prompt="Once", max_tokens=600, temperature=0,
+                                     extra_body={"ignore_eos": True})
+    check(long.usage.completion_tokens == 600 and long.choices[0].finish_reason == "length", long.usage)
+    check(long.choices[0].text.startswith(ref["text"]), "the long answer does not start with the story")
+
     # include_usage: a last chunk with the usage and no choices.
     chunks = list(client.completions.create(model=model_id, prompt="Once", max_tokens=5, temperature=0, stream=True,
                                             stream_options={"include_usage": True}))
