@@ -47,7 +47,9 @@ std::optional<double> number(const json& body, const char* name) {
   if (!v) return std::nullopt;
   if (!v->is_number()) refuse(name, std::string("'") + name + "' must be a number, got " + type_name(*v));
   const double d = v->get<double>();
-  if (!std::isfinite(d)) refuse(name, std::string("'") + name + "' must be finite");
+  // Every number field is a float: converting one beyond its range would be undefined.
+  if (!std::isfinite(d) || std::fabs(d) > std::numeric_limits<float>::max())
+    refuse(name, std::string("'") + name + "' is out of range");
   return d;
 }
 

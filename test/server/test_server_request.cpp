@@ -102,6 +102,8 @@ TEST_CASE("wrong types, out-of-range values and unsupported features answer 400 
       {R"({"prompt": "x", "temperature": "hot"})", "temperature"},
       {R"({"prompt": "x", "temperature": -1})", "temperature"},
       {R"({"prompt": "x", "temperature": true})", "temperature"},
+      {R"({"prompt": "x", "temperature": 1e300})", "temperature"},
+      {R"({"prompt": "x", "top_p": -1e39})", "top_p"},
       {R"({"prompt": "x", "top_p": 1.5})", "top_p"},
       {R"({"prompt": "x", "top_k": -3})", "top_k"},
       {R"({"prompt": "x", "min_p": 2})", "min_p"},
