@@ -342,6 +342,10 @@ int run(const CliOptions& o) {
 int main(int argc, char** argv) {
   xrun::CliOptions opts;
   if (auto rc = xrun::parse_cli(argc, argv, &opts)) return *rc;
+  if (const std::string why = xrun::server_unavailable(); opts.server && !why.empty()) {
+    std::fprintf(stderr, "xpack-run: %s\n", why.c_str());
+    return 1;
+  }
   try {
     return xrun::run(opts);
   } catch (const xrun::ModelError& e) {

@@ -47,6 +47,8 @@ size_t max_piece_bytes(const Weights& w) {
 
 }  // namespace
 
+std::string server_unavailable() { return {}; }
+
 int run_server(const ServerRun& r) {
   const CliOptions& o = r.options;
   // A client gone mid-answer must fail the write, not kill the process.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "cli.h"
 #include "experts.h"
@@ -26,5 +27,9 @@ struct ServerRun {
 // Serves until the process is stopped; the exit status (1 when the address
 // cannot be bound or the build has no server).
 int run_server(const ServerRun& run);
+
+// Empty where this build has the server; else why not, checked before a model
+// is loaded so nobody waits for a large model to hear it.
+std::string server_unavailable();
 
 }  // namespace xrun
