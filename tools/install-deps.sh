@@ -4,7 +4,7 @@
 set -eu
 pkgs="build-essential pkg-config meson ninja-build liburing-dev libxxhash-dev libssl-dev
       libnuma-dev libfmt-dev nlohmann-json3-dev libcli11-dev doctest-dev python3 python3-pip
-      python3-numpy python3-pytest python3-jinja2 fio"
+      python3-numpy python3-pytest python3-jinja2 fio libcpp-httplib-dev"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -20,4 +20,9 @@ fi
 if ! python3 -c 'import gguf' 2>/dev/null; then
   echo "install-deps: installing the gguf Python package (tests only)"
   python3 -m pip install -q gguf 2>/dev/null || python3 -m pip install -q --break-system-packages gguf
+fi
+# The server's tests talk to it through the official OpenAI Python client (test-only).
+if ! python3 -c 'import openai' 2>/dev/null; then
+  echo "install-deps: installing the openai Python package (tests only)"
+  python3 -m pip install -q openai 2>/dev/null || python3 -m pip install -q --break-system-packages openai
 fi

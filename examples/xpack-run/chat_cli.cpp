@@ -22,16 +22,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The text a template writes for BOS ({{ bos_token }}); empty where the
-// tokenizer adds BOS itself (encoding "" gives it), so it is not doubled.
-std::string bos_text(const Weights& w, TextCodec& codec) {
-  if (!codec.encode("").empty()) return {};
-  const int64_t bos = w.get_int("tokenizer.ggml.bos_token_id", -1);
-  if (bos < 0 || !w.has("tokenizer.ggml.tokens")) return {};
-  const std::vector<std::string> tokens = w.get_string_array("tokenizer.ggml.tokens");
-  return bos < static_cast<int64_t>(tokens.size()) ? tokens[static_cast<size_t>(bos)] : std::string();
-}
-
 std::string trim_space(const std::string& s) {
   const char* ws = " \t\r\n";
   const size_t a = s.find_first_not_of(ws);
@@ -40,6 +30,14 @@ std::string trim_space(const std::string& s) {
 }
 
 }  // namespace
+
+std::string chat_bos_text(const Weights& w, TextCodec& codec) {
+  if (!codec.encode("").empty()) return {};
+  const int64_t bos = w.get_int("tokenizer.ggml.bos_token_id", -1);
+  if (bos < 0 || !w.has("tokenizer.ggml.tokens")) return {};
+  const std::vector<std::string> tokens = w.get_string_array("tokenizer.ggml.tokens");
+  return bos < static_cast<int64_t>(tokens.size()) ? tokens[static_cast<size_t>(bos)] : std::string();
+}
 
 size_t reusable_prefix(const std::vector<int32_t>& evaluated, const std::vector<int32_t>& next) {
   if (evaluated.size() >= next.size()) return 0;  // nothing new to evaluate: start over
@@ -61,7 +59,7 @@ int run_chat(const ChatRun& r, std::istream& in, std::FILE* out) {
                chosen ? " (--chat-format)" : tmpl.empty() ? " (the model has no tokenizer.chat_template)" : "");
   ChatOptions copt;
   copt.thinking = false;  // replies are shown whole; a think channel would need parsing back
-  copt.bos_token = bos_text(r.weights, r.codec);
+  copt.bos_token = chat_bos_text(r.weights, r.codec);
 
   SamplingParams sp = o.sampling;
   sp.seed = o.seed ? *o.seed : random_seed();

@@ -29,6 +29,11 @@ struct ChatRun {
   double load_s;
 };
 
+// The text a template writes for BOS ({{ bos_token }}); empty where the
+// tokenizer adds BOS itself (encoding "" gives it), so it is not doubled.
+// -cnv and the server's chat share it.
+std::string chat_bos_text(const Weights& w, TextCodec& codec);
+
 // The evaluated tokens are a prefix of `next`: how many can be kept (0 = none;
 // reset and evaluate everything).
 size_t reusable_prefix(const std::vector<int32_t>& evaluated, const std::vector<int32_t>& next);

@@ -32,7 +32,7 @@ std::optional<std::vector<int32_t>> parse_id_list(const std::string& s) {
 std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string* message) {
   CliOptions o;
   xpack::cli::App app(
-      "xpack-run", "xpack-run -m MODEL.gguf [--pack MODEL.xpack] (-p TEXT | --prompt-ids 1,2,3) [options]",
+      "xpack-run", "xpack-run -m MODEL.gguf [--pack MODEL.xpack] (-p TEXT | --prompt-ids 1,2,3 | -cnv | --server) [options]",
       "Runs a model whose routed experts are served by libxpack (from an Expert Pack),\n"
       "or, without --pack, read straight from a plain GGUF (any shard of a split set).",
       "exit status: 0 success, 1 failure (a model, pack or I/O error), 2 usage error");
@@ -65,8 +65,21 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
            "-cnv: chat on the terminal, one user turn per line of stdin,\n"
            "rendered with the model's chat template (doc/xpack-run.md)");
   app.choice("--chat-format", "F", &o.chat_format, {"auto", "deepseek-v4", "kimi-k3", "chatml", "plain"},
-             "-cnv: auto (default: from the GGUF's tokenizer.chat_template),\n"
-             "deepseek-v4, kimi-k3, chatml or plain");
+             "-cnv and --server: auto (default: from the GGUF's\n"
+             "tokenizer.chat_template), deepseek-v4, kimi-k3, chatml or plain");
+  app.flag("--server", &o.server,
+           "serve the model over an OpenAI-compatible HTTP API\n"
+           "(/v1/completions, /v1/chat/completions, /v1/models, /health,\n"
+           "/metrics) until stopped; -n is the default max_tokens and the\n"
+           "sampling options the default sampling (doc/xpack-run.md)");
+  auto* host_opt = app.text("--host", "HOST", &o.host, "--server: the address to listen on (default 127.0.0.1)");
+  auto* port_opt = app.count("--port", "N", &o.port, "--server: the TCP port (default 8080; 0 = any free port, printed)", 0,
+                             65535);
+  auto* queue_opt = app.count("--queue", "N", &o.server_queue,
+                              "--server: requests that may wait while one generates\n"
+                              "(default 8; one more is answered 503)",
+                              0, 1024);
+  auto* alias_opt = app.text("--alias", "NAME", &o.server_alias, "--server: the model's id in the API (default: the -m file's name)");
   SamplingParams& sp = o.sampling;
   app.flag("--greedy", &greedy, "temperature 0, ties to the lowest id (the default)");
   auto* temp_opt = app.real("--temp", "T", &sp.temperature, "sampling temperature (0 = greedy)", 0.0, 1e6);
@@ -174,9 +187,21 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
   if (n_prompts > 1) return fail("give one of -p, -f or --prompt-ids, not several");
   if (o.conversation && o.prompt_ids)
     return fail("-cnv renders text with the chat template: --prompt-ids cannot be used with it (-p sets the system message)");
-  if (o.chat_format != "auto" && !o.conversation) return fail("--chat-format applies to -cnv only");
+  if (o.chat_format != "auto" && !o.conversation && !o.server)
+    return fail("--chat-format applies to -cnv and --server only");
+  for (auto* opt : {host_opt, port_opt, queue_opt, alias_opt})
+    if (opt->count() > 0 && !o.server) return fail(opt->get_name() + " applies to --server only");
+  if (o.server) {
+    if (n_prompts > 0)
+      return fail("--server takes its prompts from the requests: -p, -f and --prompt-ids cannot be used with it");
+    if (o.conversation) return fail("--server conflicts with -cnv");
+    if (!o.logits_out.empty() || o.json || !o.stats_path.empty() || trace_opt->count() > 0)
+      return fail("--logits-out, --json, --stats and --trace are outputs of one run; the server reports its counters "
+                  "on GET /metrics");
+    if (o.host.empty()) return fail("--host must not be empty");
+  }
   if (o.conversation && !o.logits_out.empty()) return fail("--logits-out is not written in -cnv (one-shot runs only)");
-  if (n_prompts == 0 && !o.conversation)
+  if (n_prompts == 0 && !o.conversation && !o.server)
     return fail("a prompt is required: -p TEXT, -f FILE or --prompt-ids IDS");
   if (trace_opt->count() > 0 && o.trace_path.empty()) return fail("missing value for --trace");
   // Only libxpack's expert cache records routing; refusing here beats an empty trace.

@@ -24,7 +24,12 @@ struct CliOptions {
   std::vector<std::string> stop; // --stop (repeatable): generation ends before the first one
   int64_t ctx_size = 0;          // -c: context in tokens; 0 = the model's
   bool conversation = false;     // -cnv: interactive chat on the terminal
-  std::string chat_format = "auto";  // -cnv: auto (from tokenizer.chat_template) or a format name
+  std::string chat_format = "auto";  // -cnv, --server: auto (from tokenizer.chat_template) or a format name
+  bool server = false;           // --server: an OpenAI-compatible HTTP API instead of one run
+  std::string host = "127.0.0.1";  // --host: the address the server binds
+  int port = 8080;               // --port; 0 = any free port (printed)
+  int server_queue = 8;          // --queue: requests that may wait while one generates
+  std::string server_alias;      // --alias: the model's id in the API; empty = the -m file's name
   // Expert cache budget in MiB (fractions allowed: 0.25); 0 = the default:
   // 2048 on the CPU, on CUDA the VRAM left free after the model minus the reserve.
   double cache_mib = 0;

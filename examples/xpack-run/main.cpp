@@ -22,6 +22,7 @@
 #include "cpu_backend.h"
 #include "device_backend.h"
 #include "sampling.h"
+#include "server.h"
 #include "stop_strings.h"
 #include "text.h"
 #include "timings.h"
@@ -195,6 +196,13 @@ int run(const CliOptions& o) {
   const double load_s = seconds_since(t_load);
 
   std::unique_ptr<TextCodec> codec = make_text_codec(weights);
+  if (o.server) {
+    if (!codec) throw ModelError("--server needs a tokenizer, and this model has none");
+    const int32_t eos_id = static_cast<int32_t>(weights.get_int("tokenizer.ggml.eos_token_id", -1));
+    const int rc = run_server({*model, *codec, weights, o, experts.get(), context_size(weights, o), eos_id});
+    if (experts) experts->finish();
+    return rc;
+  }
   if (o.conversation) {
     if (!codec) throw ModelError("-cnv needs a tokenizer, and this model has none");
     const std::string system = !o.prompt_file.empty() ? read_prompt_file(o.prompt_file) : o.prompt_text.value_or("");
@@ -342,6 +350,10 @@ int run(const CliOptions& o) {
 int main(int argc, char** argv) {
   xrun::CliOptions opts;
   if (auto rc = xrun::parse_cli(argc, argv, &opts)) return *rc;
+  if (const std::string why = xrun::server_unavailable(); opts.server && !why.empty()) {
+    std::fprintf(stderr, "xpack-run: %s\n", why.c_str());
+    return 1;
+  }
   try {
     return xrun::run(opts);
   } catch (const xrun::ModelError& e) {

@@ -171,6 +171,40 @@ TEST_CASE("xpack-run: sampling, stop strings, context, prompt file and chat flag
   CHECK(p.o.sampling.penalty_last_n == 0);
 }
 
+TEST_CASE("xpack-run --server: no prompt, the address, the queue; one-run outputs refused") {
+  auto p = parse({"-m", "x.gguf", "--server"});
+  CAPTURE(p.message);
+  REQUIRE(!p.rc);
+  CHECK(p.o.server);
+  CHECK(p.o.host == "127.0.0.1");
+  CHECK(p.o.port == 8080);
+  CHECK(p.o.server_queue == 8);
+  CHECK(p.o.server_alias.empty());
+  p = parse({"-m", "x.gguf", "--server", "--host", "0.0.0.0", "--port", "0", "--queue", "0", "--alias", "story",
+             "--chat-format", "chatml", "-n", "64", "--temp", "0.7"});
+  REQUIRE(!p.rc);
+  CHECK(p.o.host == "0.0.0.0");
+  CHECK(p.o.port == 0);
+  CHECK(p.o.server_queue == 0);
+  CHECK(p.o.server_alias == "story");
+  CHECK(p.o.chat_format == "chatml");
+  CHECK(p.o.n_predict == 64);
+  refused({"-m", "x", "--server", "-p", "hi"}, "--server takes its prompts from the requests");
+  refused({"-m", "x", "--server", "--prompt-ids", "1"}, "--server takes its prompts from the requests");
+  refused({"-m", "x", "--server", "-cnv"}, "--server conflicts with -cnv");
+  refused({"-m", "x", "--server", "--json"}, "the server reports its counters on GET /metrics");
+  refused({"-m", "x", "--server", "--stats", "s.json"}, "the server reports its counters on GET /metrics");
+  refused({"-m", "x", "--server", "--logits-out", "l.f32"}, "the server reports its counters on GET /metrics");
+  refused({"-m", "x", "--server", "--port", "65536"}, "--port");
+  refused({"-m", "x", "--server", "--port", "-1"}, "--port");
+  refused({"-m", "x", "--server", "--queue", "1025"}, "--queue");
+  refused({"-m", "x", "--server", "--host", ""}, "--host");
+  refused({"-m", "x", "-p", "hi", "--port", "9000"}, "--port applies to --server only");
+  refused({"-m", "x", "-p", "hi", "--host", "::1"}, "--host applies to --server only");
+  refused({"-m", "x", "-p", "hi", "--queue", "2"}, "--queue applies to --server only");
+  refused({"-m", "x", "-p", "hi", "--alias", "a"}, "--alias applies to --server only");
+}
+
 TEST_CASE("xpack-run: --help and --version exit 0") {
   auto p = parse({"--help"});
   REQUIRE(p.rc);
@@ -187,7 +221,7 @@ TEST_CASE("xpack-run: bad input is a usage error naming the flag") {
   refused({"-m", "x", "-p", "hi", "-f", "p.txt"}, "give one of -p, -f or --prompt-ids");
   refused({"-m", "x", "-cnv", "--prompt-ids", "1"}, "--prompt-ids cannot be used with it");
   refused({"-m", "x", "-cnv", "--logits-out", "l.f32"}, "--logits-out is not written in -cnv");
-  refused({"-m", "x", "-p", "hi", "--chat-format", "chatml"}, "--chat-format applies to -cnv only");
+  refused({"-m", "x", "-p", "hi", "--chat-format", "chatml"}, "--chat-format applies to -cnv and --server only");
   refused({"-m", "x", "-cnv", "--chat-format", "jinja"}, "--chat-format: 'jinja' is not one of auto, deepseek-v4");
   refused({"-m", "x", "--prompt-ids", "1", "--top-p", "-0.1"}, "--top-p");
   refused({"-m", "x", "--prompt-ids", "1", "--top-p", "1.5"}, "--top-p");
