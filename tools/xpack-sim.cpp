@@ -5,6 +5,7 @@
 // policy could still gain on this trace.
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,18 +33,18 @@ int main(int argc, char** argv) {
   std::string trace_path;
   uint64_t capacity = 0;
   uint32_t top_k = 0;
-  std::string policies = "lru,lfu,hybrid,belady";
+  std::string policies = "adaptive,lru,lfu,hybrid,decay,belady";
   bool json = false;
-  cli::App app("xpack-sim", "xpack-sim --trace T.csv --capacity N [--policy lru,lfu,hybrid,belady]\n"
+  cli::App app("xpack-sim", "xpack-sim --trace T.csv --capacity N [--policy adaptive,lru,lfu,hybrid,decay,belady]\n"
                             "                 [--top-k K] [--json]",
                kAbout, "exit status: 0 success, 1 unreadable trace or failed replay, 2 usage error");
   app.text("--trace", "PATH", &trace_path, "routing trace CSV with header 'step,layer,expert'")->required();
   app.count("--capacity", "N", &capacity, "cache slots (whole experts)", 1, UINT64_MAX)->required();
-  app.text("--policy", "LIST", &policies, "comma-separated policies (default lru,lfu,hybrid,belady)");
+  app.text("--policy", "LIST", &policies, "comma-separated policies (default adaptive,lru,lfu,hybrid,decay,belady)");
   app.count("--top-k", "K", &top_k, "routed experts per token (default: inferred)", 1, UINT32_MAX);
   app.flag("--json", &json,
            "print {\"policies\": {\"<name>\": {\"hits\", \"misses\", \"hit_rate\",\n"
-           "\"per_layer\": [...]}}} instead of a table");
+           "\"of_belady\" (with belady listed), \"per_layer\": [...]}}} instead of a table");
   if (auto rc = app.parse(argc, argv)) return *rc;
 
   std::vector<cache::PolicyKind> kinds;
@@ -63,6 +64,7 @@ int main(int argc, char** argv) {
   out["trace"] = trace_path;
   out["capacity"] = capacity;
   out["policies"] = nlohmann::ordered_json::object();
+  std::vector<cache::ReplayResult> results;
   for (auto kind : kinds) {
     cache::ReplayOptions o;
     o.capacity = capacity;
@@ -70,12 +72,23 @@ int main(int argc, char** argv) {
     o.top_k = uint32_t(top_k);
     auto r = cache::replay_trace(*trace, o);
     if (!r.ok()) return app.failure(r.error().message);
+    results.push_back(*r);
+  }
+  // What each online policy reaches of the offline optimum, where it was replayed too.
+  std::optional<uint64_t> belady_hits;
+  for (size_t i = 0; i < kinds.size(); ++i)
+    if (kinds[i] == cache::PolicyKind::kBelady) belady_hits = results[i].hits;
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    const auto kind = kinds[i];
+    const cache::ReplayResult* r = &results[i];
     const char* name = cache::policy_name(kind);
+    const double of_belady = belady_hits && *belady_hits ? double(r->hits) / double(*belady_hits) : 0.0;
     if (json) {
       nlohmann::ordered_json p;
       p["hits"] = r->hits;
       p["misses"] = r->misses;
       p["hit_rate"] = r->hit_rate();
+      if (belady_hits) p["of_belady"] = of_belady;
       p["evictions"] = r->evictions;
       p["bypassed"] = r->bypassed;
       auto layers = nlohmann::ordered_json::array();
@@ -88,11 +101,12 @@ int main(int argc, char** argv) {
       p["per_layer"] = layers;
       out["policies"][name] = p;
     } else {
-      std::printf("policy %-7s capacity %llu: hits %llu misses %llu hit rate %.4f "
-                  "(evictions %llu, bypassed %llu)\n",
+      std::printf("policy %-8s capacity %llu: hits %llu misses %llu hit rate %.4f ",
                   name, (unsigned long long)capacity, (unsigned long long)r->hits,
-                  (unsigned long long)r->misses, r->hit_rate(),
-                  (unsigned long long)r->evictions, (unsigned long long)r->bypassed);
+                  (unsigned long long)r->misses, r->hit_rate());
+      if (belady_hits) std::printf("(%.3f of belady) ", of_belady);
+      std::printf("(evictions %llu, bypassed %llu)\n", (unsigned long long)r->evictions,
+                  (unsigned long long)r->bypassed);
       for (size_t l = 0; l < r->per_layer.size(); ++l) {
         const auto& c = r->per_layer[l];
         uint64_t n = c.hits + c.misses;

@@ -486,9 +486,15 @@ XPACK_API int xpack_engine_get_counters(const xpack_engine *e, xpack_engine_coun
 typedef struct xpack_cache xpack_cache;
 
 enum xpack_cache_policy {
-  XPACK_POLICY_HYBRID = 0, /* seed's LFU/LRU hybrid: capped use count, ties by recency */
+  /* The default: evicts as whichever of LRU, decayed frequency (two half-lives) and
+   * the hybrid would have hit most on the recent requests, judged by simulating each
+   * on a cache of this size (doc/cache.md, "Eviction policy"). Until 0.1.x value 0
+   * was HYBRID, which falls far below LRU where the hot set drifts. */
+  XPACK_POLICY_ADAPTIVE = 0,
   XPACK_POLICY_LRU = 1,
-  XPACK_POLICY_LFU = 2
+  XPACK_POLICY_LFU = 2,
+  XPACK_POLICY_HYBRID = 3, /* the seed's LFU/LRU hybrid: capped use count, ties by recency */
+  XPACK_POLICY_DECAY = 4   /* decayed frequency (LRFU), half-life 1024 requests */
 };
 
 enum xpack_device_kind {
@@ -504,7 +510,7 @@ typedef struct xpack_cache_options {
   size_t size;             /* sizeof(xpack_cache_options) */
   uint64_t budget_bytes;   /* device bytes for slots; 0 = all free memory - reserve */
   uint64_t reserve_bytes;  /* device bytes to leave free */
-  int32_t policy;          /* enum xpack_cache_policy (default HYBRID) */
+  int32_t policy;          /* enum xpack_cache_policy (default ADAPTIVE) */
   int32_t device;          /* enum xpack_device_kind (default AUTO) */
   int32_t cuda_device;     /* CUDA ordinal (default 0) */
   uint32_t staging_slots;  /* pinned staging buffers, one object each (1..4096, 0 = default 8) */
@@ -544,7 +550,7 @@ typedef struct xpack_cache_info {
   uint64_t slot_stride;       /* bytes between slots (object_bytes rounded up to 256) */
   uint64_t object_bytes;
   const char *device_backend; /* "cuda" or "host"; lives as long as the cache */
-  const char *policy;         /* "hybrid", "lru", "lfu" */
+  const char *policy;         /* "adaptive", "lru", "lfu", "hybrid", "decay" */
 } xpack_cache_info;
 
 /* Thread-safe. */

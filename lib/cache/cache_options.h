@@ -14,7 +14,7 @@ namespace xpack::cache {
 struct CacheOptions {
   uint64_t budget_bytes = 0;   // requested device bytes; 0 = as much as is free
   uint64_t reserve_bytes = 0;  // device bytes left free for everything else
-  PolicyKind policy = PolicyKind::kHybrid;  // belady is refused (offline only)
+  PolicyKind policy = PolicyKind::kAdaptive;  // belady is refused (offline only)
   // Staging buffers, one object each (the public name, as in xpack_cache_options
   // and the stats JSON): 1..4096.
   uint32_t staging_slots = io::kDefaultStagingBuffers;

@@ -23,9 +23,9 @@ constexpr Key make_key(uint32_t layer, uint32_t expert) {
 constexpr uint32_t key_layer(Key k) { return uint32_t(k >> 32); }
 constexpr uint32_t key_expert(Key k) { return uint32_t(k); }
 
-enum class PolicyKind { kLru, kLfu, kHybrid, kBelady };
+enum class PolicyKind { kLru, kLfu, kHybrid, kBelady, kDecay, kAdaptive };
 
-// "lru", "lfu", "hybrid", "belady".
+// "lru", "lfu", "hybrid", "belady", "decay", "adaptive".
 Result<PolicyKind> parse_policy(std::string_view name);
 const char* policy_name(PolicyKind kind);
 
@@ -69,6 +69,12 @@ std::unique_ptr<EvictionPolicy> make_lfu_policy();
 // The seed's "reuse-lfu-lru-v2": lowest request count capped at 255 that survives
 // eviction, ties by recency (oldest first in decode, newest first in prefill).
 std::unique_ptr<EvictionPolicy> make_hybrid_policy();
+// Decayed frequency (LRFU): the lowest sum of 2^(-age / half_life) over a key's
+// requests (age in requests; the history survives eviction).
+std::unique_ptr<EvictionPolicy> make_decay_policy(double half_life = 1024);
+// Evicts as the one of LRU, decay (two half-lives) and hybrid whose own simulated
+// cache of this size hit most on the recent requests (policy_adaptive.cpp).
+std::unique_ptr<EvictionPolicy> make_adaptive_policy();
 // Belady's MIN: the resident key whose next request is farthest in the future.
 std::unique_ptr<EvictionPolicy> make_belady_policy();
 

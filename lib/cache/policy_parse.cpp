@@ -7,7 +7,9 @@ Result<PolicyKind> parse_policy(std::string_view name) {
   if (name == "lfu") return PolicyKind::kLfu;
   if (name == "hybrid" || name == "reuse-lfu-lru-v2") return PolicyKind::kHybrid;
   if (name == "belady" || name == "min") return PolicyKind::kBelady;
-  return err(XPACK_E_INVALID_ARG, "unknown cache policy '{}' (lru, lfu, hybrid, belady)", name);
+  if (name == "decay" || name == "lrfu") return PolicyKind::kDecay;
+  if (name == "adaptive") return PolicyKind::kAdaptive;
+  return err(XPACK_E_INVALID_ARG, "unknown cache policy '{}' (lru, lfu, hybrid, belady, decay, adaptive)", name);
 }
 
 const char* policy_name(PolicyKind kind) {
@@ -16,6 +18,8 @@ const char* policy_name(PolicyKind kind) {
     case PolicyKind::kLfu: return "lfu";
     case PolicyKind::kHybrid: return "hybrid";
     case PolicyKind::kBelady: return "belady";
+    case PolicyKind::kDecay: return "decay";
+    case PolicyKind::kAdaptive: return "adaptive";
   }
   return "?";
 }
@@ -30,6 +34,8 @@ std::unique_ptr<EvictionPolicy> make_policy(PolicyKind kind) {
     case PolicyKind::kLfu: return make_lfu_policy();
     case PolicyKind::kHybrid: return make_hybrid_policy();
     case PolicyKind::kBelady: return make_belady_policy();
+    case PolicyKind::kDecay: return make_decay_policy();
+    case PolicyKind::kAdaptive: return make_adaptive_policy();
   }
   return nullptr;
 }

@@ -14,7 +14,7 @@ namespace xpack::cache {
 
 struct ReplayOptions {
   uint64_t capacity = 0;  // slots
-  PolicyKind policy = PolicyKind::kHybrid;
+  PolicyKind policy = PolicyKind::kAdaptive;
   // Lines per token; 0 = the smallest group size in the trace (a decode step).
   uint32_t top_k = 0;
 };

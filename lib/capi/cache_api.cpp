@@ -88,7 +88,7 @@ XPACK_API int xpack_cache_options_init(xpack_cache_options* opts) {
   if (!opts) return fail(nullptr, XPACK_E_INVALID_ARG, "null options");
   std::memset(opts, 0, sizeof(*opts));
   opts->size = sizeof(*opts);
-  opts->policy = XPACK_POLICY_HYBRID;
+  opts->policy = XPACK_POLICY_ADAPTIVE;
   opts->device = XPACK_DEVICE_AUTO;
   opts->staging_slots = xpack::io::kDefaultStagingBuffers;
   opts->read_splits = xpack::io::kDefaultReadSplits;
@@ -111,7 +111,9 @@ XPACK_API int xpack_cache_create(xpack_pack* p, const xpack_cache_options* opts,
   co.budget_bytes = o.budget_bytes;
   co.reserve_bytes = o.reserve_bytes;
   switch (o.policy) {
+    case XPACK_POLICY_ADAPTIVE: co.policy = xpack::cache::PolicyKind::kAdaptive; break;
     case XPACK_POLICY_HYBRID: co.policy = xpack::cache::PolicyKind::kHybrid; break;
+    case XPACK_POLICY_DECAY: co.policy = xpack::cache::PolicyKind::kDecay; break;
     case XPACK_POLICY_LRU: co.policy = xpack::cache::PolicyKind::kLru; break;
     case XPACK_POLICY_LFU: co.policy = xpack::cache::PolicyKind::kLfu; break;
     default: return fail(nullptr, XPACK_E_INVALID_ARG, "unknown cache policy " + std::to_string(o.policy));

@@ -24,7 +24,7 @@ def host_cache(pack, n_slots=3, **kw):
 def test_acquire_wait_view_equals_read_object_and_counts(mixtral_pack, tmp_path):
     stats = tmp_path / "stats.json"
     with xpack.Pack(mixtral_pack["pack"]) as p, host_cache(p, 3, stats_path=str(stats)) as c:
-        assert c.info.device == "host" and c.info.slot_count == 3 and c.info.policy == "hybrid"
+        assert c.info.device == "host" and c.info.slot_count == 3 and c.info.policy == "adaptive"
         with c.acquire(1, [2, 0]) as r:
             assert len(r) == 2 and not r.hit(0)
             v0, v1 = r.view(0), r.view(1)

@@ -42,7 +42,7 @@ _proto("xpack_cache_write_stats", _int, _P)
 SLOT_DEFERRED = 0xFFFFFFFF
 ACQUIRE_DEFER = 1
 
-_POLICIES = {"hybrid": 0, "lru": 1, "lfu": 2}
+_POLICIES = {"adaptive": 0, "lru": 1, "lfu": 2, "hybrid": 3, "decay": 4}
 _DEVICES = {"auto": 0, "cuda": 1, "host": 2}
 
 
@@ -62,7 +62,7 @@ class Cache(_lib.Handle):
 
     ``budget_bytes``: device memory for slots (0: all free memory minus
     ``reserve_bytes``); ``device``: "host", "cuda" or "auto"; ``policy``:
-    "hybrid" (the default), "lru" or "lfu"; ``verify``: check every object's
+    "adaptive" (the default), "lru", "lfu", "hybrid" or "decay"; ``verify``: check every object's
     xxh3 as it is read (default True); ``direct_io``: O_DIRECT reads (default
     True: a filesystem that refuses them raises XpackError with
     Status.NO_DIRECT_IO); ``stats_path``/``trace_path`` as in the C options.
@@ -72,7 +72,7 @@ class Cache(_lib.Handle):
     _kind = "cache"
 
     def __init__(self, pack: Pack, budget_bytes: int = 0, *, reserve_bytes: int = 0, device: str = "host",
-                 policy: str = "hybrid", cuda_device: int = 0, verify: bool = True, direct_io: bool = True,
+                 policy: str = "adaptive", cuda_device: int = 0, verify: bool = True, direct_io: bool = True,
                  staging_slots: int = 0, queue_depth: int = 0, stats_path: Optional[str] = None,
                  trace_path: Optional[str] = None, host_device_bytes: int = 0):
         if not isinstance(pack, Pack):

@@ -80,7 +80,7 @@ TEST_CASE("C API: every object delivered byte-exact, counters and info") {
   REQUIRE(xpack_cache_get_info(c, &info) == 0);
   CHECK(info.slot_count == 5);
   CHECK(std::string(info.device_backend) == "host");
-  CHECK(std::string(info.policy) == "hybrid");
+  CHECK(std::string(info.policy) == "adaptive");  // the default
   CHECK(info.object_bytes == env.info.object_bytes);
   for (uint32_t l = 0; l < env.info.n_layers; ++l)
     for (uint32_t e = 0; e < env.info.n_experts; e += 2) {

@@ -37,6 +37,12 @@ TEST_CASE("policy names parse and print") {
   CHECK(*parse_policy("lfu") == PolicyKind::kLfu);
   CHECK(*parse_policy("hybrid") == PolicyKind::kHybrid);
   CHECK(*parse_policy("belady") == PolicyKind::kBelady);
+  CHECK(*parse_policy("decay") == PolicyKind::kDecay);
+  CHECK(*parse_policy("lrfu") == PolicyKind::kDecay);
+  CHECK(*parse_policy("adaptive") == PolicyKind::kAdaptive);
+  CHECK(std::string(policy_name(PolicyKind::kAdaptive)) == "adaptive");
+  CHECK(std::string(policy_name(PolicyKind::kDecay)) == "decay");
+  CHECK(parse_policy("").error().code == XPACK_E_INVALID_ARG);
   CHECK(parse_policy("fifo").error().code == XPACK_E_INVALID_ARG);
   CHECK(std::string(policy_name(PolicyKind::kHybrid)) == "hybrid");
 }
@@ -192,4 +198,107 @@ TEST_CASE("replay: bad capacity is rejected") {
   ReplayOptions o;
   o.capacity = 0;
   CHECK(replay_trace({}, o).error().code == XPACK_E_INVALID_ARG);
+}
+
+namespace {
+
+// Replays a one-layer decode trace (one key per step) against a directory of `cap`
+// slots and the given policy object; returns the hits.
+uint64_t hits_of(const std::vector<uint32_t>& experts, uint64_t cap, std::unique_ptr<EvictionPolicy> p) {
+  SlotDirectory dir(cap, std::move(p));
+  uint64_t hits = 0;
+  auto none = [](Key) { return false; };
+  for (uint32_t e : experts) {
+    const Key k = make_key(0, e);
+    dir.policy().on_request(k);
+    if (dir.find(k)) {
+      dir.policy().on_hit(k);
+      ++hits;
+    } else {
+      REQUIRE(dir.place(k, Phase::kDecode, none).has_value());
+    }
+  }
+  return hits;
+}
+
+// Hot keys 0..4 each come back every 10 requests, between them a stream of keys
+// never seen again: capacity 6 cannot keep a hot key under LRU (9 others between
+// its uses), while a count-keeping policy keeps all five and cycles the one-off
+// keys through the sixth slot.
+std::vector<uint32_t> steady_hot_set(int rounds) {
+  std::vector<uint32_t> t;
+  uint32_t cold = 100;
+  for (int r = 0; r < rounds; ++r)
+    for (uint32_t h = 0; h < 5; ++h) {
+      t.push_back(h);
+      t.push_back(cold++);
+    }
+  return t;
+}
+
+// Ten keys requested 300 times each, then ten others as often: the hybrid's counts
+// (capped at 255, never fading) keep the first set after it is gone, so the second
+// thrashes in one slot until its counts reach the cap; LRU holds the second set
+// after its first round.
+std::vector<uint32_t> drifting_hot_set(int rounds) {
+  std::vector<uint32_t> t;
+  for (uint32_t base : {0u, 10u})
+    for (int r = 0; r < rounds; ++r)
+      for (uint32_t e = 0; e < 10; ++e) t.push_back(base + e);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("decay: a key requested often outlives a newer one seen once; a short half-life is LRU") {
+  // 1 1 1 2 3 1 with two slots: 3 must evict 1 (LRU: least recent) or 2 (seen once).
+  const std::vector<uint32_t> t = {1, 1, 1, 2, 3, 1};
+  CHECK(hits_of(t, 2, make_lru_policy()) == 2);
+  CHECK(hits_of(t, 2, make_decay_policy(1024)) == 3);  // 1 kept: its last request is a hit
+  CHECK(hits_of(t, 2, make_decay_policy(1)) == 2);     // counts fade within a request: LRU
+}
+
+TEST_CASE("decay forgets a hot set that has gone, the hybrid does not") {
+  const auto t = drifting_hot_set(300);
+  const uint64_t lru = hits_of(t, 10, make_lru_policy());
+  const uint64_t hybrid = hits_of(t, 10, make_hybrid_policy());
+  const uint64_t decay = hits_of(t, 10, make_decay_policy(64));
+  CHECK(lru == 2 * 299 * 10);        // each set misses its first round only
+  CHECK(hybrid < lru * 6 / 10);       // the second set thrashes for 255 rounds
+  CHECK(decay >= lru - 200);          // the first set's scores fade within a few rounds
+}
+
+TEST_CASE("adaptive follows the best candidate on both kinds of workload") {
+  SUBCASE("a steady hot set among one-off keys: counts win, LRU gets nothing") {
+    const auto t = steady_hot_set(400);
+    const uint64_t lru = hits_of(t, 6, make_lru_policy());
+    const uint64_t hybrid = hits_of(t, 6, make_hybrid_policy());
+    const uint64_t adaptive = hits_of(t, 6, make_adaptive_policy());
+    CHECK(lru == 0);
+    CHECK(hybrid >= 5 * 398);  // every hot request after the first two rounds
+    CHECK(adaptive >= hybrid * 9 / 10);
+  }
+  SUBCASE("a hot set that drifts: LRU wins, the hybrid thrashes") {
+    const auto t = drifting_hot_set(300);
+    const uint64_t lru = hits_of(t, 10, make_lru_policy());
+    const uint64_t hybrid = hits_of(t, 10, make_hybrid_policy());
+    const uint64_t adaptive = hits_of(t, 10, make_adaptive_policy());
+    CHECK(adaptive >= lru * 9 / 10);
+    CHECK(adaptive > hybrid + 1500);
+  }
+}
+
+TEST_CASE("adaptive and decay: protected keys are never evicted") {
+  for (auto kind : {PolicyKind::kAdaptive, PolicyKind::kDecay}) {
+    SlotDirectory dir(3, make_policy(kind));
+    auto none = [](Key) { return false; };
+    for (uint32_t e = 0; e < 3; ++e) REQUIRE(dir.place(make_key(0, e), Phase::kDecode, none));
+    auto all = [](Key) { return true; };
+    CHECK_FALSE(dir.place(make_key(0, 9), Phase::kDecode, all).has_value());
+    auto all_but_1 = [](Key k) { return key_expert(k) != 1; };
+    auto p = dir.place(make_key(0, 9), Phase::kDecode, all_but_1);
+    REQUIRE(p.has_value());
+    CHECK(p->evicted == make_key(0, 1));
+    CHECK(dir.find(make_key(0, 9)).has_value());
+  }
 }

@@ -32,6 +32,9 @@ TEST_CASE("xpack-sim --json reports per policy and per layer") {
   CHECK(j["policies"]["hybrid"]["hits"] == 3);
   CHECK(j["policies"]["belady"]["hits"] == 4);
   CHECK(j["policies"]["belady"]["hit_rate"].get<double>() == doctest::Approx(0.4));
+  CHECK(j["policies"]["lru"]["of_belady"].get<double>() == doctest::Approx(0.5));  // 2 of MIN's 4 hits
+  CHECK(j["policies"]["belady"]["of_belady"].get<double>() == doctest::Approx(1.0));
+  CHECK(j["policies"]["adaptive"]["hits"].get<uint64_t>() >= j["policies"]["lru"]["hits"].get<uint64_t>());
   CHECK(j["policies"]["lru"]["per_layer"][0]["misses"] == 8);
 
   REQUIRE(run_command(sim() + " --trace " + trace.string() + " --capacity 3 --policy lru", &out) == 0);
