@@ -1,5 +1,5 @@
 // Routed experts from an Expert Pack through libxpack's expert cache
-// (xpack_cache_*: io_uring reads into staging, byte-budgeted slots, the seed's
+// (xpack_cache_*: io_uring reads into staging, byte-budgeted slots, the
 // adaptive eviction, doc/cache.md). The backend computes on the slots in place: the
 // CPU backend on a host-device cache, the CUDA backend on a CUDA one, whose
 // per-expert ready events its compute stream waits on (no host wait).
