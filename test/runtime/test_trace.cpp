@@ -112,7 +112,7 @@ std::string build_pack(const fs::path& oracle, const fs::path& prefix) {
 
 json sim_json(const fs::path& trace, uint64_t capacity) {
   RunResult r = run(q(xpack_sim_exe()) + " --trace " + q(trace) + " --capacity " + std::to_string(capacity) +
-                    " --policy lru,lfu,hybrid,belady --json");
+                    " --policy adaptive,lru,lfu,hybrid,decay,belady --json");
   INFO(r.err);
   REQUIRE(r.rc == 0);
   return json::parse(r.out);
@@ -140,9 +140,11 @@ TEST_CASE("xpack-run --trace: steps, layers and experts as llama.cpp routes them
 
   // 1 MiB holds 21 objects of 48 KiB: more than one layer's 16 experts (so the
   // prompt batch is one request per layer) and fewer than all 64 (so it evicts).
+  // No hash-layer prefetch: the trace holds demand requests only, so xpack-sim's
+  // replay below sees what the live cache saw.
   const fs::path trace = tmp / "trace.csv";
   RunResult r = run(q(xpack_run_exe()) + " " + model + " --prompt-ids " + join_ids(prompt) + " -n " +
-                    std::to_string(n_gen) + " --ignore-eos --cache-mib 1 --json --trace " + q(trace));
+                    std::to_string(n_gen) + " --ignore-eos --cache-mib 1 --json --no-hash-prefetch --trace " + q(trace));
   INFO(r.err);
   REQUIRE(r.rc == 0);
   const json out = json::parse(r.out);
