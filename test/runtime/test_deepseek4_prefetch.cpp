@@ -202,10 +202,13 @@ TEST_CASE("deepseek4: the hash layers' experts are prefetched exactly, and the l
           CHECK(s_on.counter("prefetch_issued") == std::min<uint64_t>(want, slots));
         } else {
           // The prompt's step as above; each later step at most its token's pairs.
+          // This run's own prompt (the whole one, or its first token).
           const std::vector<int32_t> fed = s_on.fed();
-          size_t at_most = hash_pairs(tables, o.prompt);
-          for (size_t t = o.prompt.size(); t < fed.size(); ++t) at_most += hash_pairs(tables, {fed[t]});
-          CHECK(s_on.counter("prefetch_issued") >= std::min<uint64_t>(hash_pairs(tables, o.prompt), slots));
+          const std::vector<int32_t> prompt = s_on.out["prompt_ids"].get<std::vector<int32_t>>();
+          size_t at_most = hash_pairs(tables, prompt);
+          for (size_t t = prompt.size(); t < fed.size(); ++t) at_most += hash_pairs(tables, {fed[t]});
+          CAPTURE(at_most);
+          CHECK(s_on.counter("prefetch_issued") >= std::min<uint64_t>(hash_pairs(tables, prompt), slots));
           CHECK(s_on.counter("prefetch_issued") <= at_most);
         }
         CHECK(s_on.counter("prefetch_used") <= s_on.counter("prefetch_issued"));
