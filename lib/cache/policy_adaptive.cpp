@@ -19,6 +19,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "cache/decayed_count.h"
 #include "cache/policy.h"
 
 namespace xpack::cache {
@@ -65,14 +66,11 @@ class AdaptivePolicy final : public EvictionPolicy {
   void on_request(Key k) override {
     ++clock_;
     Meta& m = meta_[k];
-    const double age = double(clock_ - m.last_request);
-    m.score_short = m.score_short * std::exp(-kLambdaShort * age) + 1.0;
-    m.score_long = m.score_long * std::exp(-kLambdaLong * age) + 1.0;
-    m.last_request = clock_;
-    // ln(score) + lambda * last orders keys as their scores do at any later time, so
-    // it is computed here once, not in every eviction's scan.
-    m.order_short = std::log(m.score_short) + kLambdaShort * double(clock_);
-    m.order_long = std::log(m.score_long) + kLambdaLong * double(clock_);
+    m.count_short.add(clock_, kLambdaShort);
+    m.count_long.add(clock_, kLambdaLong);
+    // Their order only changes here: computed once, not in every eviction's scan.
+    m.order_short = m.count_short.order(kLambdaShort);
+    m.order_long = m.count_long.order(kLambdaLong);
     if (m.count < kHybridCap) ++m.count;
     if (sample_ && sampled(k))
       for (auto& s : shadow_) replay(s, k);
@@ -121,14 +119,13 @@ class AdaptivePolicy final : public EvictionPolicy {
 
  private:
   static constexpr size_t kNotResident = std::numeric_limits<size_t>::max();
-  static inline const double kLambdaShort = std::log(2.0) / kShortHalfLife;
-  static inline const double kLambdaLong = std::log(2.0) / kLongHalfLife;
+  static inline const double kLambdaShort = decay_rate(kShortHalfLife);
+  static inline const double kLambdaLong = decay_rate(kLongHalfLife);
 
   struct Meta {
     uint64_t stamp = 0;         // last hit or insert: recency, and every candidate's tie-break
-    uint64_t last_request = 0;  // for the decayed scores
-    double score_short = 0, score_long = 0;
-    double order_short = 0, order_long = 0;  // the decay candidates' ranks (on_request)
+    DecayedCount count_short, count_long;    // the decay candidates' counts
+    double order_short = 0, order_long = 0;  // and their orders (DecayedCount::order)
     uint32_t count = 0;         // the hybrid's, capped, kept across evictions
     size_t pos = kNotResident;  // index in resident_
   };

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <unordered_map>
 
+#include "cache/decayed_count.h"
 #include "cache/ranked_keys.h"
 
 namespace xpack::cache {
@@ -14,13 +15,12 @@ namespace {
 
 class DecayPolicy final : public EvictionPolicy {
  public:
-  explicit DecayPolicy(double half_life) : lambda_(std::log(2.0) / half_life) {}
+  explicit DecayPolicy(double half_life) : lambda_(decay_rate(half_life)) {}
   PolicyKind kind() const override { return PolicyKind::kDecay; }
   void on_request(Key k) override {
     ++clock_;
-    History& h = history_[k];
-    h.score = h.score * std::exp(-lambda_ * double(clock_ - h.last)) + 1.0;
-    h.last = clock_;
+    DecayedCount& h = history_[k];
+    h.add(clock_, lambda_);
     if (keys_.contains(k)) keys_.upsert(k, rank(h), keys_.stamp(k));
   }
   void on_hit(Key k) override { keys_.upsert(k, rank(k), ++stamp_); }
@@ -32,17 +32,10 @@ class DecayPolicy final : public EvictionPolicy {
   bool prefetch_may_displace(Key incoming, Key victim) const override { return rank(incoming) >= rank(victim); }
 
  private:
-  struct History {
-    double score = 0;
-    uint64_t last = 0;
-  };
-  // At any later time t the score is score * e^(-lambda (t - last)), so keys order by
-  // ln(score) + lambda * last at every t alike: a resident key's rank changes only when
-  // it is requested. Fixed point with 2^-24 steps (the set orders integers); +2^20
-  // keeps the value positive (ln(score) >= 0, lambda * last grows from 0).
-  uint64_t rank(const History& h) const {
-    const double v = std::log(h.score) + lambda_ * double(h.last);
-    return static_cast<uint64_t>(std::llround(std::ldexp(v, 24)));
+  // DecayedCount::order in fixed point with 2^-24 steps (the set orders integers): a
+  // resident key's rank changes only when it is requested.
+  uint64_t rank(const DecayedCount& h) const {
+    return static_cast<uint64_t>(std::llround(std::ldexp(h.order(lambda_), 24)));
   }
   uint64_t rank(Key k) const {
     auto it = history_.find(k);
@@ -51,7 +44,7 @@ class DecayPolicy final : public EvictionPolicy {
   double lambda_;
   uint64_t clock_ = 0, stamp_ = 0;
   RankedKeys keys_;
-  std::unordered_map<Key, History> history_;
+  std::unordered_map<Key, DecayedCount> history_;
 };
 
 }  // namespace
