@@ -112,6 +112,15 @@ class CudaDevice final : public Device {
     return {};
   }
 
+  Status copy_to_host_async(void* dst, const void* src, size_t bytes, Event* done) override {
+    if ((!dst || !src) && bytes) return Error{XPACK_E_INVALID_ARG, "copy: null pointer"};
+    std::lock_guard lk(mu_);
+    XPACK_CUDA_TRY(cudaSetDevice(ordinal_));
+    XPACK_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    if (done) XPACK_CUDA_TRY(cudaEventRecord(static_cast<CudaEvent*>(done)->get(), stream_));
+    return {};
+  }
+
   Status record(Event& e) override {
     std::lock_guard lk(mu_);
     XPACK_CUDA_TRY(cudaSetDevice(ordinal_));

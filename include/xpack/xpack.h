@@ -522,6 +522,13 @@ typedef struct xpack_cache_options {
   uint64_t stats_interval; /* write every N releases, and at destroy (0 = destroy only) */
   const char *trace_path;  /* routing trace CSV step,layer,expert; NULL = none */
   uint64_t host_device_bytes; /* host device only: memory it pretends to have (0 = 16 GiB) */
+  /* Pinned host memory for the host tier (0 = none): whole objects the device
+   * evicted, copied device->host; a miss on one costs one host->device copy and no
+   * read (doc/cache.md, "Host tier"). Frames of the aligned object size, one of
+   * them kept free for swaps, at most one per object the slots cannot hold plus
+   * that one; a non-zero value under two objects is XPACK_E_INVALID_ARG, memory
+   * that cannot be mapped or pinned fails the create. */
+  uint64_t host_cache_bytes;
 } xpack_cache_options;
 
 /* Fills *opts with the defaults (and opts->size). Thread-safe. */
@@ -551,6 +558,9 @@ typedef struct xpack_cache_info {
   uint64_t object_bytes;
   const char *device_backend; /* "cuda" or "host"; lives as long as the cache */
   const char *policy;         /* "adaptive", "lru", "lfu", "hybrid", "decay" */
+  uint32_t host_frames;       /* host tier frames, one object each (0 = no tier); it holds
+                               * host_frames - 1 experts, one frame kept free for swaps */
+  uint64_t host_frame_stride; /* bytes between frames (object_bytes rounded up to 4096) */
 } xpack_cache_info;
 
 /* Thread-safe. */
@@ -661,6 +671,10 @@ typedef struct xpack_cache_counters {
   uint64_t trace_write_errors; /* routing trace writes/flushes that failed (trace incomplete) */
   uint64_t staging_page_bytes; /* as in xpack_engine_counters, for the cache's staging memory */
   double staging_huge_fraction;
+  uint64_t host_hits;        /* misses filled from the host tier, no read (within cache_misses) */
+  uint64_t host_demotions;   /* evicted experts copied into the host tier */
+  uint64_t host_evictions;   /* experts the host tier dropped for room */
+  uint64_t d2h_bytes;        /* bytes of those demotions */
 } xpack_cache_counters;
 
 /* A consistent snapshot of the counters. Thread-safe. */

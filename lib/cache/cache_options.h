@@ -14,6 +14,9 @@ namespace xpack::cache {
 struct CacheOptions {
   uint64_t budget_bytes = 0;   // requested device bytes; 0 = as much as is free
   uint64_t reserve_bytes = 0;  // device bytes left free for everything else
+  // Pinned host memory for the host tier (host_tier.h); 0 = no tier. Whole frames
+  // only, at most one per object beyond the device slots.
+  uint64_t host_cache_bytes = 0;
   PolicyKind policy = PolicyKind::kAdaptive;  // belady is refused (offline only)
   // Staging buffers, one object each (the public name, as in xpack_cache_options
   // and the stats JSON): 1..4096.

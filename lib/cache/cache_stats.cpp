@@ -25,6 +25,13 @@ Status ExpertCache::write_stats() {
   j["cache_policy"] = policy_name(opts_.policy);
   j["cache_capacity_experts"] = n_slots_;
   j["cache_capacity_bytes"] = uint64_t(n_slots_) * slot_stride_;
+  j["host_capacity_experts"] = host_ ? host_->capacity() : 0;
+  j["host_frames"] = host_frame_count();
+  j["host_capacity_bytes"] = uint64_t(host_frame_count()) * frame_stride_;
+  {
+    std::lock_guard lk(mu_);
+    j["host_resident_experts"] = host_ ? host_->held_count() : 0;
+  }
   j["object_bytes"] = src_.object_bytes;
   j["staging_slots"] = opts_.staging_slots;
   j["staged_bytes"] = uint64_t(opts_.staging_slots) * src_.read_bytes;

@@ -2,7 +2,11 @@
 // engine and the threads; slot addresses.
 #include "cache/expert_cache.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include "cache/sizing.h"
 #include "io/device_registrar.h"
@@ -44,6 +48,7 @@ Status ExpertCache::init() {
     XPACK_ASSIGN_OR_RETURN(s.ready, dev_.create_event());
   }
   dir_ = std::make_unique<SlotDirectory>(n_slots_, make_policy(opts_.policy));
+  XPACK_TRY(init_host_tier());
 
   staging_.resize(opts_.staging_slots);
   for (auto& st : staging_) {
@@ -100,6 +105,37 @@ ExpertCache::~ExpertCache() {
   if (trace_) (void)trace_->flush();
   engine_.reset();  // unregisters the staging arena before the registrar goes
   if (slots_base_) dev_.deallocate(slots_base_);
+  if (frames_base_) {
+    dev_.unregister_host(frames_base_);
+    munmap(frames_base_, frames_bytes_);
+  }
+}
+
+Status ExpertCache::init_host_tier() {
+  XPACK_ASSIGN_OR_RETURN(FrameSizing frames, size_frames(src_, opts_, n_slots_));
+  if (frames.count == 0) return {};
+  frame_stride_ = frames.stride;
+  uint64_t bytes = uint64_t(frames.count) * frames.stride;
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    int e = errno;
+    return err(-e, "cache: cannot map a host tier of {} bytes ({} frames): {}", bytes, frames.count,
+               std::strerror(e));
+  }
+  // Whole 2 MiB pages: pinning and the DMA engine walk 512x fewer pages. Advice
+  // only (THP in madvise mode needs it; without THP the tier still works).
+  (void)madvise(p, bytes, MADV_HUGEPAGE);
+  frames_base_ = static_cast<uint8_t*>(p);
+  frames_bytes_ = bytes;
+  Status reg = dev_.register_host(p, bytes);
+  if (!reg.ok()) {
+    munmap(p, bytes);
+    frames_base_ = nullptr;
+    return err(reg.error().code, "cache: cannot pin a host tier of {} bytes ({} frames; lower "
+               "host_cache_bytes, or raise the memory limit): {}", bytes, frames.count, reg.error().message);
+  }
+  host_ = std::make_unique<HostTier>(frames.count);
+  return {};
 }
 
 void* ExpertCache::slot_data(uint32_t slot) const {

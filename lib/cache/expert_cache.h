@@ -28,6 +28,12 @@
 // The I/O thread sleeps in the kernel while reads are in flight; new work wakes
 // it at once through the engine's eventfd.
 //
+// With a host tier (host_cache_bytes, host_tier.h) a device eviction of a loaded
+// expert copies it device->host into a frame, and a miss on a key the tier
+// holds is filled by one host->device copy from its frame instead of a read:
+// both enqueued under mu_ on the device's one copy stream, whose order alone
+// keeps a slot's bytes from being overwritten before they were copied out.
+//
 // Names (doc/cache.md, "Glossary"): a *slot* is a device slot only; a *staging
 // buffer* (its index: a *stage*) is what the engine calls a slot; an *entry* is
 // one requested id of an acquire (index i: one token's k-th routed expert); a
@@ -36,8 +42,8 @@
 // The class is implemented by job: expert_cache.cpp (create and destroy),
 // sizing.cpp (option checks, slot count), tickets.cpp (acquire, wait, release),
 // placement.cpp (pins, protection, deferred keys), prefetch.cpp, io_loop.cpp (the
-// I/O thread), delivery.cpp (completion, checksum, H2D, publish) and
-// cache_stats.cpp (the stats JSON).
+// I/O thread), delivery.cpp (completion, checksum, H2D, publish), tiering.cpp
+// (demotion to and promotion from the host tier) and cache_stats.cpp (the stats JSON).
 //
 // Thread-safety: every public method is thread-safe; several threads may acquire,
 // wait and release concurrently. A ticket must be released exactly once, and its
@@ -58,6 +64,7 @@
 #include <vector>
 
 #include "cache/cache_options.h"
+#include "cache/host_tier.h"
 #include "cache/object_source.h"
 #include "cache/policy.h"
 #include "cache/slot_directory.h"
@@ -134,6 +141,8 @@ class ExpertCache {
   Status write_stats();
 
   uint32_t slot_count() const { return n_slots_; }
+  uint32_t host_frame_count() const { return host_ ? host_->frame_count() : 0; }
+  uint64_t host_frame_stride() const { return frame_stride_; }
   uint64_t slot_stride() const { return slot_stride_; }
   uint64_t object_bytes() const { return src_.object_bytes; }
   void* slot_data(uint32_t slot) const;
@@ -210,6 +219,7 @@ class ExpertCache {
 
   ExpertCache(ObjectSource src, device::Device& dev, const CacheOptions& opts);
   Status init();
+  Status init_host_tier();
 
   // placement.cpp, all under mu_.
   bool is_protected(Key k, bool for_demand) const;
@@ -230,6 +240,16 @@ class ExpertCache {
   // the call in the message).
   Result<LiveEntry> live_entry(std::string_view op, TicketId ticket, size_t index);
   ExpertHandle handle_of(const Ticket& t, size_t index) const;
+
+  // tiering.cpp, under mu_.
+  // `slot` was just taken from its resident key (still slots_[slot].key): with
+  // a tier and loaded bytes, copies them out to a frame.
+  void demote(uint32_t slot);
+  // Loads k into `slot`, whose resident key was just evicted if `evicted`
+  // (demoted first): from the host tier when it holds k (the slot is then in
+  // its copy stream at once, no read), else start_load.
+  void fill_slot(uint32_t slot, Key k, bool evicted, bool prefetch);
+  uint8_t* frame_data(uint32_t frame) const { return frames_base_ + uint64_t(frame) * frame_stride_; }
 
   // prefetch.cpp, under mu_.
   // Takes a queued, unstarted prefetch of `slot` off its queue (its slot is being
@@ -268,6 +288,11 @@ class ExpertCache {
   uint32_t n_slots_ = 0;
   uint64_t slot_stride_ = 0;
   uint8_t* slots_base_ = nullptr;
+  // The host tier: bookkeeping under mu_; frames in one pinned mapping.
+  std::unique_ptr<HostTier> host_;
+  uint8_t* frames_base_ = nullptr;
+  uint64_t frames_bytes_ = 0;
+  uint64_t frame_stride_ = 0;
 
   mutable std::mutex mu_;
   std::condition_variable state_cv_;  // a slot left kLoading

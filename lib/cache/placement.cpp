@@ -62,7 +62,7 @@ ExpertCache::Take ExpertCache::take_key(Key k, Phase phase, TakeCounts& n,
     if (slots_[placed->slot].prefetched_unused) ++n.wasted;
     cancel_queued_prefetch(placed->slot);
   }
-  start_load(placed->slot, k, false);
+  fill_slot(placed->slot, k, placed->evicted.has_value(), false);
   slots_[placed->slot].pins = 1;
   return {placed->slot, false, true};
 }

@@ -30,8 +30,13 @@ Result<size_t> ExpertCache::prefetch(uint32_t layer, const uint32_t* experts, si
         if (slots_[placed->slot].prefetched_unused) ++wasted;
         cancel_queued_prefetch(placed->slot);
       }
-      start_load(placed->slot, k, true);
+      fill_slot(placed->slot, k, placed->evicted.has_value(), true);
       slots_[placed->slot].pins = 0;
+      if (slots_[placed->slot].state == SlotState::kFailed) {  // its copy could not be enqueued
+        dir_->remove(k);
+        slots_[placed->slot].state = SlotState::kEmpty;
+        continue;
+      }
       ++started;
     }
     io_sleeping = io_sleeping_;

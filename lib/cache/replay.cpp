@@ -4,6 +4,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "cache/host_tier.h"
 #include "cache/slot_directory.h"
 
 namespace xpack::cache {
@@ -60,7 +61,10 @@ Result<ReplayResult> replay_trace(const std::vector<stats::TraceRecord>& trace,
     }
   }
 
+  if (opts.host_capacity > UINT32_MAX)
+    return err(XPACK_E_INVALID_ARG, "host capacity must be at most {} frames", UINT32_MAX);
   SlotDirectory dir(uint32_t(opts.capacity), make_policy(opts.policy));
+  HostTier host(uint32_t(opts.host_capacity));
   EvictionPolicy& policy = dir.policy();
   ReplayResult res;
   std::unordered_set<Key> group_keys;
@@ -87,8 +91,22 @@ Result<ReplayResult> replay_trace(const std::vector<stats::TraceRecord>& trace,
       auto placed = dir.place(k, phase, is_protected);
       if (!placed) {
         ++res.bypassed;
-      } else if (placed->evicted) {
+        continue;
+      }
+      // As ExpertCache::fill_slot: k's frame first, then the victim's demotion.
+      std::optional<uint32_t> frame = host.take(k);
+      if (placed->evicted) {
         ++res.evictions;
+        if (opts.host_capacity) {
+          if (auto a = host.admit(*placed->evicted)) {
+            ++res.host_demotions;
+            res.host_evictions += a->evicted.has_value();
+          }
+        }
+      }
+      if (frame) {
+        ++res.host_hits;
+        host.give_back(*frame);
       }
     }
   }

@@ -17,6 +17,9 @@ struct ReplayOptions {
   PolicyKind policy = PolicyKind::kAdaptive;
   // Lines per token; 0 = the smallest group size in the trace (a decode step).
   uint32_t top_k = 0;
+  // Host tier frames behind the slots (0 = none), with the runtime's rules
+  // (host_tier.h): device evictions demote, a miss the tier holds is a host hit.
+  uint64_t host_capacity = 0;
 };
 
 struct LayerCounts {
@@ -31,9 +34,16 @@ struct ReplayResult {
   // Misses that found every slot protected (a group wider than the cache): the
   // expert is streamed without being kept, as a runtime wave would.
   uint64_t bypassed = 0;
+  uint64_t host_hits = 0;       // misses the host tier served (no SSD read)
+  uint64_t host_demotions = 0;
+  uint64_t host_evictions = 0;
   std::vector<LayerCounts> per_layer;  // index = layer
   double hit_rate() const {
     return hits + misses ? double(hits) / double(hits + misses) : 0.0;
+  }
+  // Lookups either tier served: what the SSD was spared.
+  double hit_rate_with_host() const {
+    return hits + misses ? double(hits + host_hits) / double(hits + misses) : 0.0;
   }
 };
 

@@ -44,4 +44,21 @@ Result<SlotSizing> size_slots(const ObjectSource& src, const CacheOptions& opts,
   return out;
 }
 
+Result<FrameSizing> size_frames(const ObjectSource& src, const CacheOptions& opts, uint32_t n_slots) {
+  FrameSizing out;
+  out.stride = src.read_bytes;
+  if (opts.host_cache_bytes == 0) return out;
+  uint64_t frames = opts.host_cache_bytes / out.stride;
+  if (frames < 2)
+    return err(XPACK_E_INVALID_ARG,
+               "cache: a host tier of {} bytes holds {} frames of {} bytes (one object each), fewer "
+               "than 2 (one frame is kept free for swaps); ask for at least {} bytes, or 0 for no tier",
+               opts.host_cache_bytes, frames, out.stride, 2 * out.stride);
+  const uint64_t objects = uint64_t(src.n_layers) * src.n_experts;
+  const uint64_t beyond = objects - std::min<uint64_t>(n_slots, objects);
+  out.count = uint32_t(std::min<uint64_t>({frames, beyond + 1, UINT32_MAX}));
+  if (beyond == 0) out.count = 0;  // the slots hold every object: nothing to extend
+  return out;
+}
+
 }  // namespace xpack::cache

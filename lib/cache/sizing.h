@@ -31,4 +31,14 @@ struct SlotSizing {
 Result<SlotSizing> size_slots(const ObjectSource& src, const CacheOptions& opts,
                               const device::MemoryInfo& mem);
 
+struct FrameSizing {
+  uint32_t count = 0;   // host tier frames
+  uint64_t stride = 0;  // bytes from one frame's start to the next (the aligned read size)
+};
+// floor(host_cache_bytes / stride), capped at the objects the device slots
+// cannot hold plus the spare (0 when the slots hold every object);
+// XPACK_E_INVALID_ARG when a non-zero request holds fewer than 2 frames (a tier
+// asked for must not silently vanish).
+Result<FrameSizing> size_frames(const ObjectSource& src, const CacheOptions& opts, uint32_t n_slots);
+
 }  // namespace xpack::cache

@@ -110,6 +110,7 @@ XPACK_API int xpack_cache_create(xpack_pack* p, const xpack_cache_options* opts,
   xpack::cache::CacheOptions co;
   co.budget_bytes = o.budget_bytes;
   co.reserve_bytes = o.reserve_bytes;
+  co.host_cache_bytes = o.host_cache_bytes;
   switch (o.policy) {
     case XPACK_POLICY_ADAPTIVE: co.policy = xpack::cache::PolicyKind::kAdaptive; break;
     case XPACK_POLICY_HYBRID: co.policy = xpack::cache::PolicyKind::kHybrid; break;
@@ -168,6 +169,8 @@ XPACK_API int xpack_cache_get_info(const xpack_cache* c, xpack_cache_info* out) 
   i.object_bytes = c->cache->object_bytes();
   i.device_backend = c->device->backend_name();
   i.policy = xpack::cache::policy_name(c->cache->policy());
+  i.host_frames = c->cache->host_frame_count();
+  i.host_frame_stride = i.host_frames ? c->cache->host_frame_stride() : 0;
   xpack::capi::copy_sized_out(out, i);
   return 0;
 }
@@ -314,6 +317,10 @@ XPACK_API int xpack_cache_get_counters(const xpack_cache* c, xpack_cache_counter
   k.trace_write_errors = s.trace_write_errors;
   k.staging_page_bytes = s.staging_page_bytes;
   k.staging_huge_fraction = s.staging_huge_fraction;
+  k.host_hits = s.host_hits;
+  k.host_demotions = s.host_demotions;
+  k.host_evictions = s.host_evictions;
+  k.d2h_bytes = s.d2h_bytes;
   xpack::capi::copy_sized_out(out, k);
   return 0;
 }

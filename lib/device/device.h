@@ -1,5 +1,5 @@
-// The device layer: memory for cache slots, one copy stream for host->device
-// transfers, and events that say when the copies enqueued before them are done.
+// The device layer: memory for cache slots, one copy stream for the transfers
+// between host and device, and events that say when the copies enqueued before them are done.
 // Two backends implement it: CUDA (cuda/) and host (plain memory, memcpy on a
 // worker thread) so the whole cache is testable on machines without a GPU.
 #pragma once
@@ -52,6 +52,11 @@ class Device {
   // as one step so copies from other threads cannot slip in between.
   virtual Status copy_to_device_async(void* dst, const void* src, size_t bytes,
                                       Event* done) = 0;
+  // Enqueues a device->host copy (the host tier's demotions) and records `done`
+  // (may be null) after it. On the same stream as the host->device copies, so a
+  // slot is read before a later copy overwrites it and a host range is written
+  // before a later copy reads it: the tier needs no other ordering.
+  virtual Status copy_to_host_async(void* dst, const void* src, size_t bytes, Event* done) = 0;
   // Records `e` after everything enqueued so far.
   virtual Status record(Event& e) = 0;
   // Synchronous device->host copy, ordered after all enqueued copies (tests,

@@ -30,6 +30,13 @@ struct Counters {
   uint64_t stall_ns = 0;          // time callers spent blocked waiting for misses
   uint64_t stall_waits = 0;       // waits that had to block
   uint64_t trace_write_errors = 0;  // routing trace writes or flushes that failed
+  // The host tier: device misses it served (no SSD read; a subset of
+  // cache_misses), device evictions it took in, keys it dropped for room, and
+  // the bytes of the demotions (device->host).
+  uint64_t host_hits = 0;
+  uint64_t host_demotions = 0;
+  uint64_t host_evictions = 0;
+  uint64_t d2h_bytes = 0;
   // How the I/O staging memory is backed (set once at creation): the page size of
   // most of it (2 MiB or 4 KiB; 0 = unknown) and the fraction in huge pages.
   uint64_t staging_page_bytes = 0;

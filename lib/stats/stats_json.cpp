@@ -64,6 +64,12 @@ nlohmann::ordered_json counters_to_json(const Counters& c) {
   j["stall_ns"] = c.stall_ns;
   j["stall_waits"] = c.stall_waits;
   j["trace_write_errors"] = c.trace_write_errors;
+  j["host_hits"] = c.host_hits;
+  j["host_demotions"] = c.host_demotions;
+  j["host_evictions"] = c.host_evictions;
+  j["d2h_bytes"] = c.d2h_bytes;
+  // Hits of either tier over all lookups: what the SSD was spared.
+  j["hit_rate_with_host"] = lookups ? double(c.cache_hits + c.host_hits) / double(lookups) : 0.0;
   j["staging_page_bytes"] = c.staging_page_bytes;
   j["staging_huge_fraction"] = c.staging_huge_fraction;
   j["mean_read_ms"] =

@@ -290,3 +290,49 @@ TEST_CASE("C API: XPACK_ACQUIRE_DEFER streams a layer wider than the cache, byte
   CHECK(k.pack_reads == 8);
   xpack_cache_destroy(c);
 }
+
+TEST_CASE("C API: a host tier behind the slots serves evicted experts without a read") {
+  Env env(2, 8);
+  auto o = env.opts(2);
+  o.policy = XPACK_POLICY_LRU;
+  const uint64_t frame = (env.info.object_bytes + 4095) / 4096 * 4096;
+  o.host_cache_bytes = 2 * frame - 1;  // fewer than two frames: refused, said why
+  xpack_cache* c = nullptr;
+  CHECK(xpack_cache_create(env.pack, &o, &c) == XPACK_E_INVALID_ARG);
+  CHECK(c == nullptr);
+  CHECK(std::string(xpack_last_error()).find("host tier") != std::string::npos);
+  o.host_cache_bytes = 5 * frame;  // 4 held + the spare
+  REQUIRE_MESSAGE(xpack_cache_create(env.pack, &o, &c) == 0, xpack_last_error());
+  xpack_cache_info info{};
+  info.size = sizeof(info);
+  REQUIRE(xpack_cache_get_info(c, &info) == 0);
+  CHECK(info.host_frames == 5);
+  CHECK(info.host_frame_stride == frame);
+  // Layer 0's experts 0..5 one at a time, twice: the second pass finds 0..3 in
+  // the tier (2 slots + 4 held = the 6 most recent), byte-exact.
+  for (int pass = 0; pass < 2; ++pass)
+    for (uint32_t e = 0; e < 6; ++e) {
+      xpack_expert_slot s{};
+      uint64_t t = 0;
+      REQUIRE(xpack_cache_acquire_blocking(c, 0, &e, 1, 1, &s, sizeof s, &t) == 0);
+      check_against_pack(c, env.pack, 0, s, env.info.object_bytes);
+      REQUIRE(xpack_cache_release(c, t, nullptr) == 0);
+    }
+  xpack_cache_counters k{};
+  k.size = sizeof(k);
+  REQUIRE(xpack_cache_get_counters(c, &k) == 0);
+  CHECK(k.cache_misses == 12);
+  CHECK(k.host_hits == 6);
+  CHECK(k.pack_reads == 6);
+  CHECK(k.host_demotions == 10);
+  CHECK(k.d2h_bytes == 10 * env.info.object_bytes);
+  CHECK(k.host_evictions == 0);
+  // An older caller's counters struct (without the tier's fields) is still served.
+  xpack_cache_counters old{};
+  old.size = offsetof(xpack_cache_counters, host_hits);
+  old.host_hits = 777;
+  REQUIRE(xpack_cache_get_counters(c, &old) == 0);
+  CHECK(old.cache_misses == 12);
+  CHECK(old.host_hits == 777);
+  xpack_cache_destroy(c);
+}

@@ -71,6 +71,29 @@ TEST_CASE("host device: copies run in enqueue order; an event covers earlier cop
   dev->deallocate(*mem);
 }
 
+TEST_CASE("host device: device->host copies share the stream's order with host->device ones") {
+  // The host tier relies on it: a slot is copied out before the copy that
+  // overwrites it, and a host range written before a later copy reads it.
+  HostDeviceOptions o;
+  o.copy_bytes_per_second = 100'000'000;
+  auto dev = make_host_device(o);
+  auto slot = dev->allocate(4096);
+  REQUIRE(slot.ok());
+  std::vector<uint8_t> a(4096, 1), b(4096, 2), out(4096, 0), back(4096, 0);
+  auto done = dev->create_event();
+  REQUIRE(done.ok());
+  REQUIRE(dev->copy_to_device_async(*slot, a.data(), 4096, nullptr).ok());
+  REQUIRE(dev->copy_to_host_async(out.data(), *slot, 4096, nullptr).ok());
+  REQUIRE(dev->copy_to_device_async(*slot, b.data(), 4096, nullptr).ok());
+  REQUIRE(dev->copy_to_host_async(back.data(), *slot, 4096, done->get()).ok());
+  CHECK_FALSE(*(*done)->query());
+  REQUIRE((*done)->wait().ok());
+  CHECK(out == a);
+  CHECK(back == b);
+  CHECK_FALSE(dev->copy_to_host_async(nullptr, *slot, 16, nullptr).ok());
+  dev->deallocate(*slot);
+}
+
 TEST_CASE("host device: memory budget is enforced and returned on free") {
   HostDeviceOptions o;
   o.memory_bytes = 1 << 20;
