@@ -260,6 +260,268 @@ cudaError_t delta_rule(const float* q, const float* k, const float* v, const flo
   return launched();
 }
 
+// ---- the chunked delta rule -------------------------------------------------
+
+namespace {
+
+// e^x for a log decay x <= 0, zero below e^-60 (as models/kimi_k3/kda_cpu.cpp):
+// far under float's resolution next to what it is summed with.
+constexpr double kFlushBelow = -60.0;
+__device__ __forceinline__ float decay_factor(double x) { return x < kFlushBelow ? 0.0f : expf(float(x)); }
+
+constexpr int kPrepThreads = 256;
+constexpr int kSeqThreads = 256;  // 8 warps
+constexpr int64_t kVT = 32;       // value columns per block of the state pass (one per lane)
+constexpr int64_t kRowGroups = kSeqThreads / 32;
+constexpr int64_t kMaxRowsPerThread = kMaxChunk / kRowGroups;
+constexpr int64_t kSegmentTokens = 512;
+
+// One (chunk, head)'s products in the scratch, in floats:
+// Qbar, Ktilde, W, U [C][hd], B [C][C], e^G_last [hd].
+__host__ __device__ inline int64_t chunk_record(int64_t C, int64_t hd) { return 4 * C * hd + C * C + hd; }
+
+int64_t prep_smem(int64_t C, int64_t hd) {
+  const int64_t P = hd + 1;
+  return C * P * int64_t(sizeof(double)) + 2 * C * P * int64_t(sizeof(float)) + C * C * int64_t(sizeof(float));
+}
+int64_t seq_smem(int64_t C, int64_t hd) {
+  return (hd * (kVT + 1) + 3 * C * hd + C * C + C * kVT + hd) * int64_t(sizeof(float));
+}
+
+// Block (c, h): the chunk of tokens [t_begin + c C, + L). Rows of k, q, v and G
+// in shared memory with a padded stride (hd + 1) so that a warp's different rows
+// fall in different banks.
+__global__ void delta_chunk_prep_kernel(const float* __restrict__ q, const float* __restrict__ k,
+                                        const float* __restrict__ v, const float* __restrict__ g,
+                                        const float* __restrict__ beta, int64_t t_begin, int64_t t_end,
+                                        int64_t n_head, int64_t hd, int64_t C, float* __restrict__ scratch) {
+  extern __shared__ double dsm[];
+  const int64_t c = blockIdx.x, h = blockIdx.y, H = n_head, D = H * hd, P = hd + 1;
+  const int64_t t0 = t_begin + c * C, L = min(C, t_end - t0);
+  double* Gd = dsm;                                 // [C][P]  running sum of g from the chunk's start
+  float* Kx = reinterpret_cast<float*>(Gd + C * P);  // [C][P]  k, then Kbar, then W
+  float* Vx = Kx + C * P;                            // [C][P]  q, then v, then U
+  float* A = Vx + C * P;                             // [C][C]
+  float* rec = scratch + (c * H + h) * chunk_record(C, hd);
+  float *Qb = rec, *Kt = rec + C * hd, *Wm = rec + 2 * C * hd, *Um = rec + 3 * C * hd, *Bm = rec + 4 * C * hd;
+  float* eGL = Bm + C * C;
+  const int tid = threadIdx.x;
+  for (int64_t e = tid; e < L * hd; e += kPrepThreads) {
+    const int64_t r = e / hd, i = e % hd, src = (t0 + r) * D + h * hd + i;
+    Kx[r * P + i] = k[src];
+    Vx[r * P + i] = q[src];
+  }
+  for (int64_t i = tid; i < hd; i += kPrepThreads) {
+    double acc = 0.0;
+    for (int64_t r = 0; r < L; ++r) {
+      acc += double(g[(t0 + r) * D + h * hd + i]);
+      Gd[r * P + i] = acc;
+    }
+  }
+  __syncthreads();
+  // the lower triangles (s <= r) of A (kept) and B (to the record), a pair per thread
+  const int64_t n_pairs = L * (L + 1) / 2;
+  for (int64_t p = tid; p < n_pairs; p += kPrepThreads) {
+    int64_t r = int64_t((sqrt(8.0 * double(p) + 1.0) - 1.0) * 0.5);
+    while (r * (r + 1) / 2 > p) --r;
+    while ((r + 1) * (r + 2) / 2 <= p) ++r;
+    const int64_t s = p - r * (r + 1) / 2;
+    float a = 0.0f, b = 0.0f;
+    for (int64_t i = 0; i < hd; ++i) {
+      const float kf = Kx[s * P + i] * decay_factor(Gd[r * P + i] - Gd[s * P + i]);
+      a += Kx[r * P + i] * kf;
+      b += Vx[r * P + i] * kf;
+    }
+    A[r * C + s] = a;
+    Bm[r * C + s] = b;
+  }
+  __syncthreads();
+  for (int64_t e = tid; e < L * hd; e += kPrepThreads) {
+    const int64_t r = e / hd, i = e % hd;
+    const double G = Gd[r * P + i];
+    const float e1 = decay_factor(G);
+    Qb[r * hd + i] = Vx[r * P + i] * e1;
+    Kt[r * hd + i] = Kx[r * P + i] * decay_factor(Gd[(L - 1) * P + i] - G);
+    Kx[r * P + i] *= e1;
+    Vx[r * P + i] = v[(t0 + r) * D + h * hd + i];
+  }
+  for (int64_t i = tid; i < hd; i += kPrepThreads) eGL[i] = decay_factor(Gd[(L - 1) * P + i]);
+  __syncthreads();
+  // (I + diag(beta) A) X = diag(beta) [V | Kbar]: one column per thread
+  for (int64_t col = tid; col < 2 * hd; col += kPrepThreads) {
+    float* X = col < hd ? Vx + col : Kx + (col - hd);
+    for (int64_t r = 0; r < L; ++r) {
+      float x = X[r * P];
+      for (int64_t s = 0; s < r; ++s) x -= A[r * C + s] * X[s * P];
+      X[r * P] = x * beta[(t0 + r) * H + h];
+    }
+  }
+  __syncthreads();
+  for (int64_t e = tid; e < L * hd; e += kPrepThreads) {
+    const int64_t r = e / hd, i = e % hd;
+    Um[r * hd + i] = Vx[r * P + i];
+    Wm[r * hd + i] = Kx[r * P + i];
+  }
+}
+
+// Block (h, value tile): the state's columns [j0, j0 + 32) of head h through the
+// segment's chunks. Lane = value column; in the first pass warp w takes rows
+// w, w + 8, ..; in the state update lanes take key rows, warp w columns 4w..4w+3.
+__global__ void __launch_bounds__(kSeqThreads) delta_chunk_seq_kernel(const float* __restrict__ scratch,
+                                                                      float* __restrict__ state, float* __restrict__ o,
+                                                                      int64_t t_begin, int64_t t_end, int64_t n_head,
+                                                                      int64_t hd, int64_t C) {
+  extern __shared__ float sm[];
+  constexpr int64_t SP = kVT + 1;  // padded: the state update's lanes read down a column
+  const int64_t h = blockIdx.x, j0 = blockIdx.y * kVT, H = n_head, D = H * hd;
+  const int64_t vt = min(kVT, hd - j0);
+  float* S = sm;              // [hd][SP]
+  float* Ws = S + hd * SP;    // [C][hd]  (hd % 4 == 0: rows 16-byte aligned)
+  float* Qs = Ws + C * hd;    // [C][hd]
+  float* Ks = Qs + C * hd;    // [C][hd]
+  float* Bs = Ks + C * hd;    // [C][C]
+  float* Dl = Bs + C * C;     // [C][kVT] the chunk's deltas (C % 4 == 0: aligned)
+  float* eg = Dl + C * kVT;   // [hd]
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  float* Sg = state + h * hd * hd;
+  for (int64_t e = tid; e < hd * kVT; e += kSeqThreads) {
+    const int64_t i = e / kVT, j = e % kVT;
+    S[i * SP + j] = j < vt ? Sg[i * hd + j0 + j] : 0.0f;
+  }
+  const int64_t n_chunks = (t_end - t_begin + C - 1) / C;
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    const int64_t t0 = t_begin + c * C, L = min(C, t_end - t0);
+    const float* rec = scratch + (c * H + h) * chunk_record(C, hd);
+    __syncthreads();  // the previous chunk is done with the staged rows and S
+    for (int64_t e = tid; e < L * hd; e += kSeqThreads) {
+      Qs[e] = rec[e];
+      Ks[e] = rec[C * hd + e];
+      Ws[e] = rec[2 * C * hd + e];
+    }
+    for (int64_t e = tid; e < L * C; e += kSeqThreads) Bs[e] = rec[4 * C * hd + e];
+    for (int64_t i = tid; i < hd; i += kSeqThreads) eg[i] = rec[4 * C * hd + C * C + i];
+    __syncthreads();
+    // D = U - W S and Qbar S, rows warp + 8 m, column lane
+    float accD[kMaxRowsPerThread], accO[kMaxRowsPerThread];
+#pragma unroll
+    for (int m = 0; m < kMaxRowsPerThread; ++m) accD[m] = accO[m] = 0.0f;
+    for (int64_t i = 0; i < hd; i += 4) {
+      const float s0 = S[i * SP + lane], s1 = S[(i + 1) * SP + lane], s2 = S[(i + 2) * SP + lane],
+                  s3 = S[(i + 3) * SP + lane];
+#pragma unroll
+      for (int m = 0; m < kMaxRowsPerThread; ++m) {
+        const int64_t r = warp + kRowGroups * m;
+        if (r < L) {
+          const float4 w = *reinterpret_cast<const float4*>(Ws + r * hd + i);
+          const float4 qb = *reinterpret_cast<const float4*>(Qs + r * hd + i);
+          accD[m] = accD[m] + w.x * s0 + w.y * s1 + w.z * s2 + w.w * s3;
+          accO[m] = accO[m] + qb.x * s0 + qb.y * s1 + qb.z * s2 + qb.w * s3;
+        }
+      }
+    }
+    const float* Um = rec + 3 * C * hd;
+#pragma unroll
+    for (int m = 0; m < kMaxRowsPerThread; ++m) {
+      const int64_t r = warp + kRowGroups * m;
+      if (r < L) Dl[r * kVT + lane] = (lane < vt ? Um[r * hd + j0 + lane] : 0.0f) - accD[m];
+    }
+    __syncthreads();
+    // O = Qbar S + B D
+#pragma unroll
+    for (int m = 0; m < kMaxRowsPerThread; ++m) {
+      const int64_t r = warp + kRowGroups * m;
+      if (r < L) {
+        float acc = accO[m];
+        for (int64_t s = 0; s <= r; ++s) acc += Bs[r * C + s] * Dl[s * kVT + lane];
+        if (lane < vt) o[(t0 + r) * D + h * hd + j0 + lane] = acc;
+      }
+    }
+    // S = diag(e^G_last) S + Ktilde^T D: key rows lane + 32 a, columns 4 warp + b
+    float acc[4][4];
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+      const int64_t i = lane + 32 * a;
+#pragma unroll
+      for (int b = 0; b < 4; ++b) acc[a][b] = i < hd ? eg[i] * S[i * SP + 4 * warp + b] : 0.0f;
+    }
+    for (int64_t r = 0; r < L; ++r) {
+      const float4 d = *reinterpret_cast<const float4*>(Dl + r * kVT + 4 * warp);
+#pragma unroll
+      for (int a = 0; a < 4; ++a) {
+        const int64_t i = lane + 32 * a;
+        const float kt = i < hd ? Ks[r * hd + i] : 0.0f;
+        acc[a][0] += kt * d.x;
+        acc[a][1] += kt * d.y;
+        acc[a][2] += kt * d.z;
+        acc[a][3] += kt * d.w;
+      }
+    }
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+      const int64_t i = lane + 32 * a;
+      if (i < hd) {
+#pragma unroll
+        for (int b = 0; b < 4; ++b) S[i * SP + 4 * warp + b] = acc[a][b];
+      }
+    }
+  }
+  __syncthreads();
+  for (int64_t e = tid; e < hd * kVT; e += kSeqThreads) {
+    const int64_t i = e / kVT, j = e % kVT;
+    if (j < vt) Sg[i * hd + j0 + j] = S[i * SP + j];
+  }
+}
+
+bool chunked_shape_ok(int64_t n_head, int64_t hd, int64_t C) {
+  return n_head > 0 && n_head <= 65535 && hd > 0 && hd % 4 == 0 && hd <= kChunkMaxHeadDim && C > 0 && C % 4 == 0 &&
+         C <= kMaxChunk;
+}
+
+}  // namespace
+
+int64_t delta_chunk_segment(int64_t chunk) {
+  return chunk <= 0 ? 0 : std::max<int64_t>(1, kSegmentTokens / chunk) * chunk;
+}
+
+int64_t delta_chunk_scratch_floats(int64_t n, int64_t n_head, int64_t head_dim, int64_t chunk) {
+  if (n <= 0 || !chunked_shape_ok(n_head, head_dim, chunk)) return 0;
+  const int64_t seg = std::min(n, delta_chunk_segment(chunk));
+  return (seg + chunk - 1) / chunk * n_head * chunk_record(chunk, head_dim);
+}
+
+cudaError_t delta_rule_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                               float* state, float* o, int64_t n, int64_t n_head, int64_t head_dim, int64_t chunk,
+                               float* scratch, cudaStream_t stream) {
+  const int64_t hd = head_dim, C = chunk;
+  if (!chunked_shape_ok(n_head, hd, C) || n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  const int64_t prep_bytes = prep_smem(C, hd), seq_bytes = seq_smem(C, hd), optin = smem_optin();
+  if (prep_bytes > optin || seq_bytes > optin) return cudaErrorInvalidValue;
+  if (prep_bytes > 48 * 1024) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(delta_chunk_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(prep_bytes));
+    if (e != cudaSuccess) return e;
+  }
+  if (seq_bytes > 48 * 1024) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(delta_chunk_seq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(seq_bytes));
+    if (e != cudaSuccess) return e;
+  }
+  const int64_t seg = delta_chunk_segment(C);
+  for (int64_t t_begin = 0; t_begin < n; t_begin += seg) {
+    const int64_t t_end = std::min(n, t_begin + seg), n_chunks = (t_end - t_begin + C - 1) / C;
+    delta_chunk_prep_kernel<<<dim3(unsigned(n_chunks), unsigned(n_head)), kPrepThreads, size_t(prep_bytes), stream>>>(
+        q, k, v, g, beta, t_begin, t_end, n_head, hd, C, scratch);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    delta_chunk_seq_kernel<<<dim3(unsigned(n_head), unsigned((hd + kVT - 1) / kVT)), kSeqThreads, size_t(seq_bytes),
+                             stream>>>(scratch, state, o, t_begin, t_end, n_head, hd, C);
+    const cudaError_t e2 = cudaGetLastError();
+    if (e2 != cudaSuccess) return e2;
+  }
+  return cudaSuccess;
+}
+
 int64_t mla_max_keys(int64_t kv) {
   return std::max<int64_t>(0, (smem_optin() - kStaticSmem) / int64_t(sizeof(float)) - 2 * kv);
 }

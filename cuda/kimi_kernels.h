@@ -48,6 +48,24 @@ int64_t delta_rule_max_head_dim();
 cudaError_t delta_rule(const float* q, const float* k, const float* v, const float* g, const float* beta,
                        float* state, float* o, int64_t n, int64_t n_head, int64_t head_dim, cudaStream_t stream);
 
+// The chunked delta rule (kimi_ops.h's delta_rule_chunked): the same arguments
+// and result as delta_rule, over chunks of `chunk` tokens, in segments of at most
+// delta_chunk_segment(chunk) tokens. Per segment, one kernel per (chunk, head)
+// forms the chunk's products (A and B's lower triangles with pairwise factors
+// e^(G_r - G_s), G in double; one forward substitution for U = T V and W = T Kbar;
+// Qbar, Ktilde, e^G_last) into `scratch`, then one block per (head, 32 value
+// columns) carries its slice of the state through the chunks: D = U - W S,
+// O = Qbar S + B D, S = diag(e^G_last) S + Ktilde^T D. Factors under e^-60 are
+// zero. head_dim: a multiple of 4 up to kChunkMaxHeadDim; chunk: a multiple of 4
+// up to kMaxChunk; scratch: delta_chunk_scratch_floats(n, ...) floats.
+constexpr int64_t kChunkMaxHeadDim = 128;
+constexpr int64_t kMaxChunk = 64;
+int64_t delta_chunk_segment(int64_t chunk);
+int64_t delta_chunk_scratch_floats(int64_t n, int64_t n_head, int64_t head_dim, int64_t chunk);
+cudaError_t delta_rule_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                               float* state, float* o, int64_t n, int64_t n_head, int64_t head_dim, int64_t chunk,
+                               float* scratch, cudaStream_t stream);
+
 // Absorbed MLA: one block per (query, head), the scores of its keys in shared
 // memory (query t sees pos0 + t + 1 keys: pos0 + n up to mla_max_keys(kv)).
 struct MlaArgs {

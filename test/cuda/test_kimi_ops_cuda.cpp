@@ -4,17 +4,22 @@
 // of both backends, results within float rounding. Covers both KDA gate forms,
 // short convolutions continuing their state across calls (also with fewer
 // tokens than taps), the delta rule at the model's head_dim (its state over
-// 48 KiB of shared memory) carried across calls, MLA with a position offset, more
-// keys than a block has threads and no rope part, and the CUDA kernels' limits
-// refused with a message. Without a CUDA device every case is skipped (exit 77).
+// 48 KiB of shared memory) carried across calls, the chunked delta rule against
+// the recurrent step (and a timing of both at Kimi-K3's dims), MLA with a
+// position offset, more keys than a block has threads and no rope part, and the
+// CUDA kernels' limits refused with a message. Without a CUDA device every case
+// is skipped (exit 77).
 #include <doctest/doctest.h>
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cpu_backend.h"
@@ -230,6 +235,215 @@ TEST_CASE("kimi ops on CUDA: the delta rule's outputs and state equal the CPU's,
     FAIL("delta_rule accepted a state over shared memory");
   } catch (const ModelError& e) {
     CHECK(std::string(e.what()).find("shared memory") != std::string::npos);
+  }
+}
+
+namespace {
+
+// Delta-rule inputs as KdaLayer feeds them: q, k l2-normed per head (q / sqrt(hd)),
+// gates in (-5, 0) with every third channel at Kimi-K3's bound (saturated: all
+// at it; unbounded: down to -80, the form without a bound), beta 0, 1 or random.
+enum class Gate { mixed, saturated, unbounded };
+struct DeltaInputs {
+  std::vector<float> q, k, v, g, beta;
+};
+DeltaInputs delta_inputs(int64_t n, int64_t H, int64_t hd, Gate gate, int beta_mode, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f), u01(0.0f, 1.0f);
+  const size_t m = size_t(n * H * hd);
+  DeltaInputs in{std::vector<float>(m), std::vector<float>(m), std::vector<float>(m), std::vector<float>(m),
+                 std::vector<float>(size_t(n * H))};
+  for (auto* x : {&in.q, &in.k}) {
+    for (auto& e : *x) e = u(rng);
+    for (int64_t r = 0; r < n * H; ++r) {
+      double ss = 0;
+      for (int64_t i = 0; i < hd; ++i) ss += double((*x)[r * hd + i]) * (*x)[r * hd + i];
+      const double sc = (x == &in.q ? 1.0 / std::sqrt(double(hd)) : 1.0) / std::sqrt(ss);
+      for (int64_t i = 0; i < hd; ++i) (*x)[r * hd + i] = float((*x)[r * hd + i] * sc);
+    }
+  }
+  for (auto& e : in.v) e = 2.0f * u(rng);
+  for (size_t e = 0; e < m; ++e) {
+    if (gate == Gate::saturated)
+      in.g[e] = -5.0f;
+    else if (gate == Gate::unbounded)
+      in.g[e] = e % 2 == 0 ? -80.0f * u01(rng) : -0.01f;
+    else
+      in.g[e] = e % 3 == 0 ? -5.0f : -5.0f * u01(rng);
+  }
+  for (auto& b : in.beta) b = beta_mode == 0 ? 0.0f : beta_mode == 1 ? 1.0f : u01(rng);
+  return in;
+}
+
+// The chunked form against the recurrent step: the same sums in other orders.
+constexpr double kChunkTol = 2e-5;
+
+}  // namespace
+
+TEST_CASE("kimi ops on CUDA: the chunked delta rule equals the recurrent step (and the CPU's chunked form)") {
+  if (!xpack::test::gpu::available()) return;
+  Fixture f;
+  const int64_t H = 3;
+  uint32_t seed = 900;
+  double seen = 0;
+  for (int64_t hd : {16, 48, 128}) {
+    for (int64_t C : {16, 64}) {
+      for (int64_t n : {1, 15, 16, 17, 64, 65, 200}) {
+        for (Gate gate : {Gate::mixed, Gate::saturated, Gate::unbounded}) {
+          for (int bm : {0, 1, 2}) {
+            CAPTURE(hd);
+            CAPTURE(C);
+            CAPTURE(n);
+            CAPTURE(int(gate));
+            CAPTURE(bm);
+            const int64_t D = H * hd;
+            const DeltaInputs in = delta_inputs(n, H, hd, gate, bm, seed++);
+            const auto s0 = random_floats(size_t(hd * hd * H), seed++, 2.0f);  // a non-zero start state
+            const Both q = f.up(in.q, D), k = f.up(in.k, D), v = f.up(in.v, D), g = f.up(in.g, D),
+                       beta = f.up(in.beta, H);
+            const Both s_rec = f.up(s0, hd * hd), s_chk = f.up(s0, hd * hd);
+            const Both o_rec = f.alloc(D, n), o_chk = f.alloc(D, n);
+            f.gpu_ops->delta_rule(q.gpu, k.gpu, v.gpu, g.gpu, beta.gpu, s_rec.gpu, o_rec.gpu);
+            f.gpu_ops->delta_rule_chunked(q.gpu, k.gpu, v.gpu, g.gpu, beta.gpu, s_chk.gpu, o_chk.gpu, C);
+            // cpu: the CPU's chunked form; gpu: CUDA's chunked form
+            f.cpu_ops->delta_rule_chunked(q.cpu, k.cpu, v.cpu, g.cpu, beta.cpu, s_chk.cpu, o_chk.cpu, C);
+            f.same(o_chk, kChunkTol, "chunked output, CUDA vs CPU");
+            f.same(s_chk, kChunkTol, "chunked state, CUDA vs CPU");
+            // against CUDA's recurrent step (itself within 1e-5 of the CPU's)
+            std::vector<float> a(size_t(D * n)), b(size_t(D * n)), sa(size_t(hd * hd * H)), sb(sa.size());
+            f.gpu.download(o_rec.gpu, a.data());
+            f.gpu.download(o_chk.gpu, b.data());
+            f.gpu.download(s_rec.gpu, sa.data());
+            f.gpu.download(s_chk.gpu, sb.data());
+            auto worst = [](const std::vector<float>& x, const std::vector<float>& y) {
+              double w = 0;
+              for (size_t i = 0; i < x.size(); ++i) {
+                REQUIRE(std::isfinite(y[i]));
+                w = std::max(w, std::fabs(double(x[i]) - double(y[i])) / (1.0 + std::fabs(double(x[i]))));
+              }
+              return w;
+            };
+            const double d_o = worst(a, b), d_s = worst(sa, sb);
+            INFO("CUDA chunked vs recurrent: output " << d_o << ", state " << d_s);
+            CHECK(d_o <= kChunkTol);
+            CHECK(d_s <= kChunkTol);
+            seen = std::max({seen, d_o, d_s});
+          }
+        }
+      }
+    }
+  }
+  MESSAGE("CUDA: worst relative difference, chunked vs recurrent: " << seen);
+}
+
+TEST_CASE("kimi ops on CUDA: a chunked prefill split in two calls, then decode steps, equals the recurrent step") {
+  if (!xpack::test::gpu::available()) return;
+  Fixture f;
+  const int64_t H = 4, hd = 128, D = H * hd, n = 1100;  // over the 512-token segment: three segments
+  const DeltaInputs in = delta_inputs(n, H, hd, Gate::mixed, 2, 950);
+  const auto s0 = random_floats(size_t(hd * hd * H), 951, 2.0f);
+  const Tensor s_rec = f.gpu.upload(XPACK_TYPE_F32, s0.data(), hd * hd, H);
+  const Tensor s_chk = f.gpu.upload(XPACK_TYPE_F32, s0.data(), hd * hd, H);
+  auto rows = [&](const std::vector<float>& x, int64_t w, int64_t r0, int64_t nr) {
+    return f.gpu.upload(XPACK_TYPE_F32, x.data() + r0 * w, w, nr);
+  };
+  std::vector<float> want(size_t(D * n)), got(size_t(D * n));
+  {
+    const Tensor o = f.gpu.alloc(XPACK_TYPE_F32, D, n);
+    f.gpu_ops->delta_rule(rows(in.q, D, 0, n), rows(in.k, D, 0, n), rows(in.v, D, 0, n), rows(in.g, D, 0, n),
+                          rows(in.beta, H, 0, n), s_rec, o);
+    f.gpu.download(o, want.data());
+  }
+  for (auto [r0, nr] : {std::pair<int64_t, int64_t>{0, 333}, {333, n - 333}}) {
+    const Tensor o = f.gpu.alloc(XPACK_TYPE_F32, D, nr);
+    f.gpu_ops->delta_rule_chunked(rows(in.q, D, r0, nr), rows(in.k, D, r0, nr), rows(in.v, D, r0, nr),
+                                  rows(in.g, D, r0, nr), rows(in.beta, H, r0, nr), s_chk, o, 64);
+    f.gpu.download(o, got.data() + r0 * D);
+  }
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i)
+    worst = std::max(worst, std::fabs(double(want[i]) - got[i]) / (1.0 + std::fabs(double(want[i]))));
+  CHECK(worst <= kChunkTol);
+  // decode on both states
+  const DeltaInputs more = delta_inputs(2, H, hd, Gate::mixed, 2, 952);
+  std::vector<float> a(size_t(D * 2)), b(size_t(D * 2));
+  for (const Tensor* st : {&s_rec, &s_chk}) {
+    const Tensor o = f.gpu.alloc(XPACK_TYPE_F32, D, 2);
+    f.gpu_ops->delta_rule(rows(more.q, D, 0, 2), rows(more.k, D, 0, 2), rows(more.v, D, 0, 2), rows(more.g, D, 0, 2),
+                          rows(more.beta, H, 0, 2), *st, o);
+    f.gpu.download(o, st == &s_rec ? a.data() : b.data());
+  }
+  double worst_dec = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    worst_dec = std::max(worst_dec, std::fabs(double(a[i]) - b[i]) / (1.0 + std::fabs(double(a[i]))));
+  CHECK(worst_dec <= kChunkTol);
+  MESSAGE("1100 tokens in two chunked calls: worst " << worst << ", decode after: " << worst_dec);
+}
+
+TEST_CASE("kimi ops on CUDA: the chunked delta rule refuses head dims and chunks over its kernel's limits") {
+  if (!xpack::test::gpu::available()) return;
+  Fixture f;
+  namespace kk = xpack::rt::kimi;
+  CHECK(f.gpu_ops->delta_rule_chunk(128) > 0);
+  CHECK(f.gpu_ops->delta_rule_chunk(18) == 0);  // KdaLayer falls back to the recurrent step
+  CHECK(f.gpu_ops->delta_rule_chunk(kk::kChunkMaxHeadDim + 4) == 0);
+  for (int64_t hd : {int64_t(18), kk::kChunkMaxHeadDim + 4}) {
+    const int64_t H = 2, D = H * hd;
+    const Both x = f.alloc(D, 3), beta = f.alloc(H, 3), state = f.alloc(hd * hd, H), o = f.alloc(D, 3);
+    try {
+      f.gpu_ops->delta_rule_chunked(x.gpu, x.gpu, x.gpu, x.gpu, beta.gpu, state.gpu, o.gpu, 16);
+      FAIL("delta_rule_chunked accepted head_dim " << hd);
+    } catch (const ModelError& e) {
+      CHECK(std::string(e.what()).find("head_dim") != std::string::npos);
+    }
+  }
+  const int64_t H = 2, hd = 32, D = H * hd;
+  const Both x = f.alloc(D, 3), beta = f.alloc(H, 3), state = f.alloc(hd * hd, H), o = f.alloc(D, 3);
+  for (int64_t C : {int64_t(0), int64_t(6), kk::kMaxChunk + 4})
+    CHECK_THROWS_AS(f.gpu_ops->delta_rule_chunked(x.gpu, x.gpu, x.gpu, x.gpu, beta.gpu, state.gpu, o.gpu, C),
+                    ModelError);
+  const Both short_o = f.alloc(D, 2);
+  CHECK_THROWS_AS(f.gpu_ops->delta_rule_chunked(x.gpu, x.gpu, x.gpu, x.gpu, beta.gpu, state.gpu, short_o.gpu, 16),
+                  ModelError);
+}
+
+TEST_CASE("kimi ops on CUDA: time of the chunked delta rule and the recurrent step at Kimi-K3's dims") {
+  if (!xpack::test::gpu::available()) return;
+  // 96 heads of 128, a 512-token prefill (random inputs); the chunked result is
+  // checked against the recurrent one here too
+  Fixture f;
+  const int64_t H = 96, hd = 128, D = H * hd, n = 512;
+  const DeltaInputs in = delta_inputs(n, H, hd, Gate::mixed, 2, 990);
+  const auto s0 = random_floats(size_t(hd * hd * H), 991, 0.5f);
+  const Tensor q = f.gpu.upload(XPACK_TYPE_F32, in.q.data(), D, n), k = f.gpu.upload(XPACK_TYPE_F32, in.k.data(), D, n),
+               v = f.gpu.upload(XPACK_TYPE_F32, in.v.data(), D, n), g = f.gpu.upload(XPACK_TYPE_F32, in.g.data(), D, n),
+               beta = f.gpu.upload(XPACK_TYPE_F32, in.beta.data(), H, n);
+  const cudaStream_t stream = static_cast<cudaStream_t>(f.gpu.stream());
+  std::vector<float> want(size_t(D * n)), got(want.size());
+  for (int64_t C : {int64_t(0), int64_t(16), int64_t(32), int64_t(64)}) {
+    const Tensor o = f.gpu.alloc(XPACK_TYPE_F32, D, n);
+    std::vector<double> ms;
+    for (int rep = 0; rep < 6; ++rep) {
+      const Tensor s = f.gpu.upload(XPACK_TYPE_F32, s0.data(), hd * hd, H);
+      REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+      const auto t0 = std::chrono::steady_clock::now();
+      if (C == 0)
+        f.gpu_ops->delta_rule(q, k, v, g, beta, s, o);
+      else
+        f.gpu_ops->delta_rule_chunked(q, k, v, g, beta, s, o, C);
+      REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+      if (rep > 0) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(ms.begin(), ms.end());
+    f.gpu.download(o, C == 0 ? want.data() : got.data());
+    double worst = 0;
+    if (C != 0)
+      for (size_t i = 0; i < want.size(); ++i)
+        worst = std::max(worst, std::fabs(double(want[i]) - got[i]) / (1.0 + std::fabs(double(want[i]))));
+    CHECK(worst <= kChunkTol);
+    MESSAGE((C == 0 ? std::string("recurrent") : "chunked C=" + std::to_string(C))
+            << ": median " << ms[ms.size() / 2] << " ms, min " << ms.front() << " ms (512 tokens, 96 heads of 128)"
+            << (C ? ", worst vs recurrent " + std::to_string(worst) : std::string()));
   }
 }
 

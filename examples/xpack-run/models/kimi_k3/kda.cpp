@@ -10,9 +10,11 @@
 //     S = diag(exp(g)) S;  S += k (beta (v - S^T k))^T;  o = S^T q
 //   out     = W_o( rms_norm(o) * ssm_norm * sigmoid(W_g x) )
 //
-// llama.cpp evaluates a batch with the chunked form of the delta rule and a
-// single token with the recurrent form; both are the same recurrence, which is
-// what runs here for every token (so prefill and decode agree by construction).
+// A batch of at least the backend's chunk length runs the chunked form of the
+// delta rule (KimiOps::delta_rule_chunked: products over the chunk, which is
+// what a GPU runs fast), anything shorter and decode the recurrent step; both
+// are the same recurrence, equal to within float rounding (as in llama.cpp,
+// which also chunks a batch and steps a single token).
 #include <cmath>
 
 #include "kimi_k3.h"
@@ -81,9 +83,13 @@ void KdaLayer::forward(const Tensor& x, KdaState& st, const Tensor& out) const {
   be_.scale(q_heads, 1.0f / std::sqrt(static_cast<float>(hd)), q_heads);
   be_.l2_norm(k_heads, eps, k_heads);
 
-  // --- gated delta rule, token by token, one state matrix per head
+  // --- gated delta rule, one state matrix per head: chunked for a prefill
   const Tensor o = be_.alloc(kF32, D, n);
-  ops_.delta_rule(q, k, v, g, beta, st.s, o);
+  const int64_t chunk = ops_.delta_rule_chunk(hd);
+  if (chunk > 0 && n >= chunk)
+    ops_.delta_rule_chunked(q, k, v, g, beta, st.s, o, chunk);
+  else
+    ops_.delta_rule(q, k, v, g, beta, st.s, o);
 
   // --- per-head rms norm, full-rank sigmoid output gate, output projection
   const Tensor gate = be_.alloc(kF32, D, n);

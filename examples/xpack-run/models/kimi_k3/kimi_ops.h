@@ -42,6 +42,23 @@ class KimiOps {
   virtual void delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                           const Tensor& state, const Tensor& o) = 0;
 
+  // The same recurrence, the same arguments, over chunks of `chunk` tokens
+  // (prefill): per head and chunk, with G the running sum of g from the
+  // chunk's start (in double) and D the chunk's deltas d_r = beta_r (v_r - S_r'^T k_r)
+  // (S_r' the state decayed by token r's gate, before its write),
+  //   (I + diag(beta) A) D = diag(beta) (V - Kbar S0),  A[r][s] = sum_i k_ri k_si e^(G_ri - G_si), s < r
+  //   O = Qbar S0 + B D,  B[r][s] = sum_i q_ri k_si e^(G_ri - G_si), s <= r
+  //   S = diag(e^G_last) S0 + Ktilde^T D
+  // (Qbar = q e^G, Kbar = k e^G, Ktilde = k e^(G_last - G)). Every exponent is
+  // <= 0 and factors under e^-60 are flushed to zero: no factor overflows or is
+  // subnormal. Equal to delta_rule within float rounding.
+  virtual void delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                  const Tensor& beta, const Tensor& state, const Tensor& o, int64_t chunk) = 0;
+
+  // The chunk length delta_rule_chunked runs best with at this head_dim; 0 where
+  // this backend has no chunked form for it (the recurrent step is used).
+  virtual int64_t delta_rule_chunk(int64_t head_dim) const = 0;
+
   // Absorbed MLA over every cached position up to each query (causal, queries
   // at positions pos0 + t): per head h, q = [W_kb q_nope | q_rope], scores
   // q . [latent | rope_key] * scale, softmax, o_h = W_vb (sum p latent).

@@ -17,6 +17,11 @@ class CpuKimiOps final : public KimiOps {
                 float lower_bound) override;
   void delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                   const Tensor& state, const Tensor& o) override;
+  void delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                          const Tensor& state, const Tensor& o, int64_t chunk) override;
+  // 16: the pairwise factors cost chunk/2 exps per token and key channel, the
+  // rest is the recurrence's work (see kda_cpu.cpp)
+  int64_t delta_rule_chunk(int64_t) const override { return 16; }
   void mla_attention(const Tensor& q, const Tensor& latent, const Tensor& rope_key, const Tensor& k_b,
                      const Tensor& v_b, int64_t n_head, int64_t pos0, float scale, const Tensor& o) override;
 
