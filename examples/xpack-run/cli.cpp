@@ -127,6 +127,13 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
            "CUDA: VRAM the expert cache leaves free for KV growth and\n"
            "activations (default 1024)",
            0.0, 1e9);
+  app.real("--host-cache-mib", "M", &o.host_cache_mib,
+           "expert cache's host-RAM tier in MiB, pinned: experts evicted\n"
+           "from VRAM wait there, and a miss on one costs a copy, not a\n"
+           "read (0 = none). Default on CUDA: 3/4 of the host memory\n"
+           "available above 1 GiB (memory cgroup limits included); on\n"
+           "the CPU none. More than is available is refused",
+           0.0, 1e9);
   app.choice("--device", "D", &o.device, {"cpu", "cuda"}, "cpu | cuda (default cpu)");
   app.count("-t,--threads", "N", &o.threads, "CPU threads, 1..1024 (default: all cores)", 1, 1024);
   app.text("--logits-out", "FILE", &o.logits_out,

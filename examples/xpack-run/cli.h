@@ -34,6 +34,10 @@ struct CliOptions {
   // 2048 on the CPU, on CUDA the VRAM left free after the model minus the reserve.
   double cache_mib = 0;
   double cache_reserve_mib = 1024;  // CUDA: VRAM the cache leaves free (KV growth, activations)
+  // The cache's host-RAM tier in MiB; -1 = the default: on CUDA 3/4 of the host
+  // memory available above 1 GiB (host_memory.h), on the CPU none (its slots
+  // are host memory already: a larger --cache-mib does the same job).
+  double host_cache_mib = -1;
   std::string device = "cpu";
   int threads = 0;               // 0 = hardware concurrency
   std::string logits_out;        // raw f32 rows

@@ -141,6 +141,11 @@ class CacheExperts final : public CacheExpertSource {
             {"object_bytes", object_bytes_},
             {"n_experts_used", top_k_},
             {"deferred_experts", deferred_experts_},
+            {"host_hits", c.host_hits},
+            {"host_demotions", c.host_demotions},
+            {"host_evictions", c.host_evictions},
+            {"d2h_bytes", c.d2h_bytes},
+            {"host_frames", host_frames_},
             {"staging_page_bytes", c.staging_page_bytes},
             {"staging_huge_fraction", c.staging_huge_fraction}};
   }
@@ -207,6 +212,7 @@ class CacheExperts final : public CacheExpertSource {
   uint32_t top_k_ = 0;
   uint64_t deferred_experts_ = 0;  // experts that waited for a slot inside their request
   uint64_t slot_bytes_ = 0;
+  uint32_t host_frames_ = 0;
   bool on_device_ = false;
 };
 
@@ -218,6 +224,9 @@ bool CacheExperts::create_cache(std::string* why_not, bool* capacity) {
   xpack_cache_options_init(&co);
   co.budget_bytes = o.budget_bytes;
   co.reserve_bytes = o.reserve_bytes;
+  co.host_cache_bytes = o.host_cache_bytes;
+  const uint64_t frame = (object_bytes_ + 4095) / 4096 * 4096;
+  if (o.host_cache_is_default && co.host_cache_bytes < 2 * frame) co.host_cache_bytes = 0;
   // Each backend computes on the slots in place: host memory for the CPU,
   // VRAM for CUDA (its ready events are waited on by the compute stream).
   co.device = o.cuda ? XPACK_DEVICE_CUDA : XPACK_DEVICE_HOST;
@@ -252,6 +261,7 @@ bool CacheExperts::create_cache(std::string* why_not, bool* capacity) {
   slot_count_ = info.slot_count;
   slot_stride_ = info.slot_stride;
   slot_bytes_ = uint64_t(info.slot_count) * info.slot_stride;
+  host_frames_ = info.host_frames;
   on_device_ = info.device_backend && std::string(info.device_backend) == "cuda";
   return true;
 }

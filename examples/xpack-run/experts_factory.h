@@ -16,6 +16,10 @@ struct PackSourceOptions {
   std::string trunk_path;      // checked against the pack's identity ("" = no check)
   uint64_t budget_bytes = 0;   // expert cache budget (0: the device's free memory minus reserve_bytes)
   uint64_t reserve_bytes = 0;  // device memory the cache leaves free (KV growth, activations, workspace)
+  uint64_t host_cache_bytes = 0;  // the cache's host-RAM tier (0 = none)
+  // host_cache_bytes is a default, not a request: below two objects (the least
+  // tier the cache takes) it becomes no tier instead of an error.
+  bool host_cache_is_default = false;
   bool verify = true;          // xxh3 of every object read
   bool allow_buffered_io = false;  // O_DIRECT refused: page cache, with a warning (else an error)
   std::string trace_path;      // routing trace CSV written by the cache ("" = none)

@@ -17,6 +17,7 @@
 #include "chat_cli.h"
 #include "cli.h"
 #include "experts_factory.h"
+#include "host_memory.h"
 #include "model.h"
 #include "small_pages_warning.h"
 #include "cpu_backend.h"
@@ -69,7 +70,7 @@ class LogitsWriter {
   std::ofstream f_;
 };
 
-constexpr uint64_t kDefaultHostCacheMib = 2048;
+constexpr uint64_t kDefaultCpuCacheMib = 2048;
 
 std::string read_prompt_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -114,6 +115,30 @@ void create_gpu_cache(CacheExpertSource& source, const CliOptions& o) {
   throw ModelError(msg + ": " + why + "; raise --cache-mib, lower --cache-reserve-mib, or free GPU memory");
 }
 
+// The host tier's size: what was asked, or by default on CUDA 3/4 of the
+// host memory available above 1 GiB. Said on stderr either way; asking for
+// more than is available is refused (pinned pages cannot be swapped: the
+// process would be killed mid-run instead).
+uint64_t host_tier_bytes(const CliOptions& o, bool cuda) {
+  if (o.host_cache_mib == 0 || (o.host_cache_mib < 0 && !cuda)) return 0;
+  const HostMemory mem = available_host_memory();
+  const double avail_mib = double(mem.available_bytes) / 1048576.0;
+  if (o.host_cache_mib > 0) {
+    const uint64_t bytes = static_cast<uint64_t>(o.host_cache_mib * 1048576.0);
+    if (bytes > mem.available_bytes) {
+      char buf[256];
+      std::snprintf(buf, sizeof buf, "--host-cache-mib %.0f is more than the %.0f MiB of host memory available (%s)",
+                    o.host_cache_mib, avail_mib, mem.limited_by.c_str());
+      throw ModelError(std::string(buf) + "; lower it, or 0 for no host tier");
+    }
+    return bytes;
+  }
+  const uint64_t bytes = default_host_tier_bytes(mem.available_bytes);
+  std::fprintf(stderr, "xpack-run: host tier %.0f MiB: 3/4 of the %.0f MiB available (%s) above 1 GiB; --host-cache-mib sets it\n",
+               double(bytes) / 1048576.0, avail_mib, mem.limited_by.c_str());
+  return bytes;
+}
+
 int run(const CliOptions& o) {
   auto t_load = std::chrono::steady_clock::now();
   // The backend first: a missing GPU (or a build without CUDA) is reported
@@ -139,7 +164,9 @@ int run(const CliOptions& o) {
     po.pack_path = o.pack_path;
     po.trunk_path = o.model_path;
     po.budget_bytes = o.cache_mib > 0 ? static_cast<uint64_t>(o.cache_mib * 1048576.0)
-                                      : (cuda ? 0 : kDefaultHostCacheMib << 20);
+                                      : (cuda ? 0 : kDefaultCpuCacheMib << 20);
+    po.host_cache_bytes = host_tier_bytes(o, cuda);
+    po.host_cache_is_default = o.host_cache_mib < 0;
     po.reserve_bytes = cuda ? static_cast<uint64_t>(o.cache_reserve_mib * 1048576.0) : 0;
     po.verify = o.verify_experts;
     po.allow_buffered_io = o.allow_buffered_io;
@@ -155,6 +182,10 @@ int run(const CliOptions& o) {
       experts = std::move(source);
     } else if (o.expert_reader == "cache") {
       experts = make_cache_experts(po, n_expected, &why_not);
+    }
+    if (!experts && po.host_cache_bytes > 0 && !po.host_cache_is_default) {
+      // Only the cache has a host tier: reading directly would drop what was asked for.
+      throw ModelError("--host-cache-mib: the expert cache could not be created: " + why_not);
     }
     if (!experts && !o.trace_path.empty()) {
       // The direct reader records nothing; a silent fallback would leave no trace.

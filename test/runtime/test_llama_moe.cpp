@@ -119,6 +119,45 @@ TEST_CASE("MoE fixture: pack streamed / resident / plain GGUF all give the dense
   CHECK(small.err.find("--preload-experts: the expert cache cannot hold all 20 experts") != std::string::npos);
 }
 
+TEST_CASE("MoE fixture: a host tier serves the streamed run's misses with copies, same logits") {
+  auto model = stories260k();
+  if (!model) {
+    xpack::test::skip(xpack::test::Absent::kFixture, "stories260K.gguf not found");
+    return;
+  }
+  XPACK_REQUIRE_PYTHON_GGUF();
+  xpack::test::TempDir tmp;
+  make_fixture(*model, tmp / "moe.gguf");
+  build_pack(tmp / "moe.gguf", tmp / "moe");
+  const std::string base = "-m " + q(tmp / "moe.trunk.gguf") + " --pack " + q(tmp / "moe.xpack") +
+                           " --prompt-ids 1,403 -n 60 --cache-mib 0.2 ";
+  // 4 slots of 48 KiB and a 1 MiB tier (capped at the other 16 objects + the
+  // spare): every object is read once, every later miss is a copy from the tier.
+  json tiered = run_json(base + "--host-cache-mib 1 --logits-out " + q(tmp / "tiered.f32"));
+  json flat = run_json(base + "--logits-out " + q(tmp / "flat.f32"));
+  CHECK(tiered["gen_ids"].get<std::vector<int32_t>>() == golden_ids());
+  CHECK(xpack::test::read_file(tmp / "tiered.f32") == xpack::test::read_file(tmp / "flat.f32"));
+  const json& tc = tiered["counters"];
+  CHECK(tc["host_frames"].get<uint64_t>() == 17);
+  CHECK(tc["pack_reads"].get<uint64_t>() == 20);
+  CHECK(tc["host_hits"].get<uint64_t>() == tc["cache_misses"].get<uint64_t>() - 20);
+  CHECK(tc["host_hits"].get<uint64_t>() > 20 * 10);
+  CHECK(tc["host_demotions"].get<uint64_t>() == tc["cache_evictions"].get<uint64_t>());
+  CHECK(flat["counters"]["host_frames"].get<uint64_t>() == 0);  // none on the CPU by default
+  CHECK(flat["counters"]["host_hits"].get<uint64_t>() == 0);
+  CHECK(flat["counters"]["pack_reads"].get<uint64_t>() == flat["counters"]["cache_misses"].get<uint64_t>());
+  // Refusals say what to do: less than two objects; more than the machine has.
+  RunResult tiny = run(xrun(base + "-n 1 --host-cache-mib 0.05"));
+  CHECK(tiny.rc == 1);
+  CHECK(tiny.err.find("--host-cache-mib: the expert cache could not be created") != std::string::npos);
+  CHECK(tiny.err.find("fewer than 2") != std::string::npos);
+  RunResult huge = run(xrun(base + "-n 1 --host-cache-mib 900000000"));
+  CHECK(huge.rc == 1);
+  CHECK(huge.err.find("of host memory available") != std::string::npos);
+  RunResult neg = run(xrun(base + "-n 1 --host-cache-mib -3"));
+  CHECK(neg.rc == 2);
+}
+
 TEST_CASE("MoE fixture: a pack where O_DIRECT is refused fails closed unless --allow-buffered-io") {
   auto model = stories260k();
   if (!model) {
