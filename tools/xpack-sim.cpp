@@ -24,7 +24,11 @@ const char kAbout[] =
     "that group ends; hits and misses count distinct experts per group (as the runtime).\n"
     "A group of more than K lines (K = --top-k, default the smallest group) is a prefill\n"
     "request. A group wider than the cache streams its excess experts without keeping\n"
-    "them (counted as misses and as 'bypassed').";
+    "them (counted as misses and as 'bypassed').\n"
+    "With --host-capacity F, a host-RAM tier of F frames sits behind the slots as in the\n"
+    "cache (host_cache_bytes): each eviction is demoted into it, a miss it holds is a\n"
+    "host hit (a copy, no read), its oldest demotion goes first, and one frame is kept\n"
+    "spare for swaps, so it holds F - 1 experts.";
 
 }  // namespace
 
@@ -33,19 +37,25 @@ int main(int argc, char** argv) {
   std::string trace_path;
   uint64_t capacity = 0;
   uint32_t top_k = 0;
+  uint64_t host_capacity = 0;
   std::string policies = "adaptive,lru,lfu,hybrid,decay,belady";
   bool json = false;
   cli::App app("xpack-sim", "xpack-sim --trace T.csv --capacity N [--policy adaptive,lru,lfu,hybrid,decay,belady]\n"
-                            "                 [--top-k K] [--json]",
+                            "                 [--top-k K] [--host-capacity F] [--json]",
                kAbout, "exit status: 0 success, 1 unreadable trace or failed replay, 2 usage error");
   app.text("--trace", "PATH", &trace_path, "routing trace CSV with header 'step,layer,expert'")->required();
   app.count("--capacity", "N", &capacity, "cache slots (whole experts)", 1, UINT64_MAX)->required();
   app.text("--policy", "LIST", &policies, "comma-separated policies (default adaptive,lru,lfu,hybrid,decay,belady)");
   app.count("--top-k", "K", &top_k, "routed experts per token (default: inferred)", 1, UINT32_MAX);
+  app.count("--host-capacity", "F",  &host_capacity,
+                             "host tier frames behind the slots, one spare (default 0 = none; else >= 2)", 0,
+                             UINT32_MAX);
   app.flag("--json", &json,
            "print {\"policies\": {\"<name>\": {\"hits\", \"misses\", \"hit_rate\",\n"
            "\"of_belady\" (with belady listed), \"per_layer\": [...]}}} instead of a table");
   if (auto rc = app.parse(argc, argv)) return *rc;
+  if (host_capacity == 1)
+    return app.usage_error("--host-capacity 1 holds nothing (one frame is the spare); give 0 or at least 2");
 
   std::vector<cache::PolicyKind> kinds;
   for (size_t pos = 0; pos <= policies.size();) {
@@ -63,6 +73,7 @@ int main(int argc, char** argv) {
   nlohmann::ordered_json out;
   out["trace"] = trace_path;
   out["capacity"] = capacity;
+  if (host_capacity) out["host_capacity"] = host_capacity;
   out["policies"] = nlohmann::ordered_json::object();
   std::vector<cache::ReplayResult> results;
   for (auto kind : kinds) {
@@ -70,6 +81,7 @@ int main(int argc, char** argv) {
     o.capacity = capacity;
     o.policy = kind;
     o.top_k = uint32_t(top_k);
+    o.host_capacity = host_capacity;
     auto r = cache::replay_trace(*trace, o);
     if (!r.ok()) return app.failure(r.error().message);
     results.push_back(*r);
@@ -91,6 +103,13 @@ int main(int argc, char** argv) {
       if (belady_hits) p["of_belady"] = of_belady;
       p["evictions"] = r->evictions;
       p["bypassed"] = r->bypassed;
+      if (host_capacity) {
+        p["host_hits"] = r->host_hits;
+        p["host_demotions"] = r->host_demotions;
+        p["host_evictions"] = r->host_evictions;
+        p["hit_rate_with_host"] = r->hit_rate_with_host();
+        p["reads"] = r->misses - r->host_hits;
+      }
       auto layers = nlohmann::ordered_json::array();
       for (size_t l = 0; l < r->per_layer.size(); ++l) {
         const auto& c = r->per_layer[l];
@@ -107,6 +126,12 @@ int main(int argc, char** argv) {
       if (belady_hits) std::printf("(%.3f of belady) ", of_belady);
       std::printf("(evictions %llu, bypassed %llu)\n", (unsigned long long)r->evictions,
                   (unsigned long long)r->bypassed);
+      if (host_capacity)
+        std::printf("  host tier %llu frames: host hits %llu, hit rate with host %.4f, reads %llu "
+                    "(demotions %llu, host evictions %llu)\n",
+                    (unsigned long long)host_capacity, (unsigned long long)r->host_hits, r->hit_rate_with_host(),
+                    (unsigned long long)(r->misses - r->host_hits), (unsigned long long)r->host_demotions,
+                    (unsigned long long)r->host_evictions);
       for (size_t l = 0; l < r->per_layer.size(); ++l) {
         const auto& c = r->per_layer[l];
         uint64_t n = c.hits + c.misses;

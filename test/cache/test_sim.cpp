@@ -41,6 +41,38 @@ TEST_CASE("xpack-sim --json reports per policy and per layer") {
   CHECK(out.find("hit rate 0.2000") != std::string::npos);
 }
 
+TEST_CASE("xpack-sim --host-capacity: a two-level replay, walked by hand") {
+  TempDir dir;
+  auto trace = dir / "t.csv";
+  std::string csv = "step,layer,expert\n";
+  int s = 0;
+  for (int e : {1, 2, 3, 1, 4, 2, 5, 1, 2, 3}) csv += std::to_string(s++) + ",0," + std::to_string(e) + "\n";
+  write_file(trace, std::vector<uint8_t>(csv.begin(), csv.end()));
+  std::string out;
+  // LRU, 2 slots, 3 frames (2 held): 3 demotes 1, 1 comes back (demoting 2),
+  // 4 demotes 3, 2 back, 5 demotes 4 and drops 3, 1 back, 2 back, 3 is read
+  // (dropping 4): 4 host hits, 6 reads, 8 demotions, 2 host evictions.
+  REQUIRE(run_command(sim() + " --trace " + trace.string() + " --capacity 2 --host-capacity 3 --policy lru --json",
+                      &out) == 0);
+  auto j = nlohmann::json::parse(out);
+  CHECK(j["host_capacity"] == 3);
+  auto& p = j["policies"]["lru"];
+  CHECK(p["hits"] == 0);
+  CHECK(p["misses"] == 10);
+  CHECK(p["host_hits"] == 4);
+  CHECK(p["reads"] == 6);
+  CHECK(p["host_demotions"] == 8);
+  CHECK(p["host_evictions"] == 2);
+  CHECK(p["hit_rate_with_host"].get<double>() == doctest::Approx(0.4));
+  REQUIRE(run_command(sim() + " --trace " + trace.string() + " --capacity 2 --host-capacity 3 --policy lru", &out) == 0);
+  CHECK(out.find("host hits 4, hit rate with host 0.4000, reads 6") != std::string::npos);
+  // Without the flag nothing about a tier is printed; one frame is refused.
+  REQUIRE(run_command(sim() + " --trace " + trace.string() + " --capacity 2 --policy lru --json", &out) == 0);
+  CHECK_FALSE(nlohmann::json::parse(out)["policies"]["lru"].contains("host_hits"));
+  CHECK(run_command(sim() + " --trace " + trace.string() + " --capacity 2 --host-capacity 1", &out) == 2);
+  CHECK(out.find("holds nothing") != std::string::npos);
+}
+
 TEST_CASE("xpack-sim rejects bad arguments and bad traces") {
   TempDir dir;
   std::string out;
