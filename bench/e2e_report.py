@@ -18,16 +18,18 @@ import sys
 
 NAMES = {
     "a": "(a) xpack-run, experts streamed from the pack",
+    "a0": "(a0) (a) without the host-RAM tier (--host-cache-mib 0)",
     "b": "(b) llama.cpp, experts on the CPU via mmap (--n-cpu-moe all)",
     "bp": "(b') llama.cpp, -ngl N whole layers on the GPU, rest via mmap",
     "c": "(c) llama.cpp, everything in VRAM",
     "d": "(d) xpack-run, every expert resident",
 }
-OURS = {"a", "d"}
+OURS = {"a", "a0", "d"}
 # The counters that only grow (the rest are sizes, medians and fractions).
 CUMULATIVE = ("cache_hits", "cache_misses", "cache_evictions", "pack_reads", "pack_read_bytes", "h2d_bytes",
               "fallback_count", "io_errors", "acquires", "steps", "stall_ns", "stall_waits", "deferred_experts",
-              "prefetch_issued", "prefetch_used", "prefetch_wasted")
+              "prefetch_issued", "prefetch_used", "prefetch_wasted", "host_hits", "host_demotions", "host_evictions",
+              "d2h_bytes")
 
 
 def parse_run(cfg, prompt, rc, out_path, err_path, t_start):
@@ -103,6 +105,9 @@ def summarize(meta_path, runs_path, *fio_paths):
                         dc[k] = dc.get(k, 0) + v
                 hits, misses = dc.get("cache_hits", 0), dc.get("cache_misses", 0)
                 s["decode_hit_rate"] = hits / (hits + misses) if hits + misses else None
+                # Lookups that needed no read: device hits and host-tier hits.
+                s["decode_hit_rate_with_host"] = (hits + dc.get("host_hits", 0)) / (hits + misses) if hits + misses else None
+                s["host_frames"] = ok[0]["counters"].get("host_frames")
                 s["ssd_bytes_per_token"] = dc.get("pack_read_bytes", 0) / n_decode if n_decode else None
                 s["stall_fraction"] = dc.get("stall_ns", 0) / 1e9 / decode_s if decode_s else None
                 if fio_bw:
@@ -158,11 +163,12 @@ def table(summary):
     shapes = ", ".join(f"{f['bs']} x {f['iodepth']}: {f['read_bytes_per_s'] / 1e9:.2f}" for f in summary.get("fio", {}).values())
     print(f"disk (fio randread on the pack, O_DIRECT, GB/s): {shapes}; used: {fmt(bw and bw / 1e9)} GB/s")
     print()
-    print("| configuration | prompts ok | prefill tok/s | decode tok/s | step ms | decode hit rate | SSD MB/token | SSD busy | stalled |")
+    print("| configuration | prompts ok | prefill tok/s | decode tok/s | step ms | decode hit rate (with host tier) | SSD MB/token | SSD busy | stalled |")
     print("|---|---|---|---|---|---|---|---|---|")
     for cfg, s in summary["configs"].items():
         print(f"| {s['name']} | {s['ok']}/{s['runs']} | {fmt(s.get('prefill_tok_s'))} | {fmt(s.get('decode_tok_s'))} | "
-              f"{fmt(s.get('step_ms'))} | {fmt(s.get('decode_hit_rate') and 100 * s['decode_hit_rate'], '%.1f %%')} | "
+              f"{fmt(s.get('step_ms'))} | {fmt(s.get('decode_hit_rate') and 100 * s['decode_hit_rate'], '%.1f %%')}"
+              f"{' (' + fmt(100 * s['decode_hit_rate_with_host'], '%.1f %%') + ')' if s.get('host_frames') else ''} | "
               f"{fmt(s.get('ssd_bytes_per_token') and s['ssd_bytes_per_token'] / 1e6, '%.1f')} | "
               f"{fmt(s.get('ssd_busy_fraction') and 100 * s['ssd_busy_fraction'], '%.0f %%')} | "
               f"{fmt(s.get('stall_fraction') and 100 * s['stall_fraction'], '%.0f %%')} |")
