@@ -163,6 +163,18 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
            "deepseek4 through the expert cache: do not start the hash-routed\n"
            "layers' expert reads when the token is known, only when the\n"
            "layer asks (for measuring; the output is the same)");
+  app.count("--prefetch-next", "N", &o.prefetch_next,
+            "while a MoE layer computes, guess N experts of the next MoE\n"
+            "layer (its router applied to this layer's input) and hand them\n"
+            "to the expert source as a low-priority prefetch (default 0 =\n"
+            "off; at most the model's experts per layer; the output is the\n"
+            "same; doc/xpack-run.md, \"Next-layer prefetch\")",
+            0, 65536);
+  auto* prefetch_from_opt =
+      app.choice("--prefetch-next-from", "S", &o.prefetch_next_from, {"moe-input", "renormed"},
+                 "--prefetch-next: the state the next router is applied to:\n"
+                 "moe-input (default: this layer's MoE input, after its ffn_norm)\n"
+                 "or renormed (the same input under the next layer's ffn_norm)");
   app.flag("--allow-buffered-io", &o.allow_buffered_io,
            "where the pack's filesystem refuses O_DIRECT (tmpfs, ramfs),\n"
            "read experts through the page cache instead of failing\n"
@@ -189,6 +201,8 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
     return fail("--greedy conflicts with --temp " + temp_opt->as<std::string>());
   if (verify && no_verify) return fail("--verify-experts conflicts with --no-verify-experts");
   o.verify_experts = !no_verify;
+  if (prefetch_from_opt->count() > 0 && o.prefetch_next == 0)
+    return fail("--prefetch-next-from applies to --prefetch-next N (N >= 1) only");
   if (o.model_path.empty()) return fail("-m MODEL is required");
   const int n_prompts = (o.prompt_text ? 1 : 0) + (o.prompt_ids ? 1 : 0) + (o.prompt_file.empty() ? 0 : 1);
   if (n_prompts > 1) return fail("give one of -p, -f or --prompt-ids, not several");

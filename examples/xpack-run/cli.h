@@ -49,7 +49,9 @@ struct CliOptions {
   std::string expert_reader = "cache";  // cache (libxpack expert cache) | direct
   bool verify_experts = true;    // checksum every expert object read from the pack
   bool allow_buffered_io = false;  // where O_DIRECT is refused, read through the page cache (warns)
-  bool no_hash_prefetch = false;   // deepseek4: the cache ignores the hash layers' exact prefetch (for measuring)
+  bool no_hash_prefetch = false;   // deepseek4: the hash layers' exact experts are not prefetched (for measuring)
+  int prefetch_next = 0;           // --prefetch-next: next-layer experts guessed per MoE layer (0 = off)
+  std::string prefetch_next_from = "moe-input";  // --prefetch-next-from: the state the guess routes
 };
 
 // Parses argv into *out. nullopt: run with *out. Otherwise the exit status to return at

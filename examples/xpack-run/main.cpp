@@ -173,7 +173,6 @@ int run(const CliOptions& o) {
     po.trace_path = o.trace_path;
     po.threads = o.threads;
     po.cuda = cuda;
-    po.prefetch = !o.no_hash_prefetch;
     const int n_expected = static_cast<int>(weights.get_int(weights.arch_key("expert_count"), 0));
     std::string why_not;
     if (o.expert_reader == "cache" && cuda) {
@@ -204,7 +203,17 @@ int run(const CliOptions& o) {
     experts = make_gguf_experts(weights);
     if (cuda) experts = make_uploaded_experts(std::move(experts), backend);
   }
-  std::unique_ptr<Model> model = make_model(weights, backend, experts.get());
+  ModelOptions mo;
+  mo.prefetch_next = o.prefetch_next;
+  mo.guess_state = o.prefetch_next_from == "renormed" ? GuessState::renormed : GuessState::moe_input;
+  mo.hash_prefetch = !o.no_hash_prefetch;
+  std::unique_ptr<Model> model = make_model(weights, backend, experts.get(), mo);
+  // The source's counters, and the model's own (next-layer guesses).
+  auto counters = [&] {
+    nlohmann::ordered_json c = experts ? experts->counters_json() : nlohmann::ordered_json::object();
+    c.update(model->counters_json());
+    return c;
+  };
   if (cache_after_model) create_gpu_cache(*cache_after_model, o);
   if (experts) {
     // The cache's staging memory is measured once the cache exists (on CUDA, after the
@@ -274,7 +283,7 @@ int run(const CliOptions& o) {
   model->eval(prompt.data(), static_cast<int>(prompt.size()), 0, logits.data());
   const double prefill_s = seconds_since(t_prefill);
   // Decode's own reads and waits are the totals minus these (bench/e2e.sh).
-  const nlohmann::ordered_json counters_prefill = experts ? experts->counters_json() : nlohmann::ordered_json::object();
+  const nlohmann::ordered_json counters_prefill = counters();
   logits_out.write(logits.data(), logits.size());
 
   SamplingParams sp = o.sampling;
@@ -352,7 +361,7 @@ int run(const CliOptions& o) {
   j["backend"] = backend.name();
   j["arch"] = weights.arch();
   j["expert_source"] = o.pack_path.empty() ? "gguf" : "pack";
-  j["counters"] = experts ? experts->counters_json() : nlohmann::ordered_json::object();
+  j["counters"] = counters();
   j["counters_prefill"] = counters_prefill;
   // Byte tokens make the generated text ill-formed UTF-8 (a character split across
   // tokens, or a model emitting raw bytes). error_handler_t::replace writes each

@@ -2,15 +2,26 @@
 // and the checks and output every architecture's eval shares.
 #include "model.h"
 
+#include <nlohmann/json.hpp>
+
 #include "xpack/xpack.h"
 
 namespace xrun {
 
-std::unique_ptr<Model> make_model(const Weights& w, Backend& be, ExpertSource* experts) {
+nlohmann::ordered_json Model::counters_json() const { return nlohmann::ordered_json::object(); }
+
+std::unique_ptr<NextLayerGuesser> make_guesser(const ModelOptions& o, int64_t n_expert) {
+  if (o.prefetch_next <= 0) return nullptr;
+  auto g = std::make_unique<NextLayerGuesser>(o.prefetch_next, o.guess_state);
+  g->check_experts(n_expert);
+  return g;
+}
+
+std::unique_ptr<Model> make_model(const Weights& w, Backend& be, ExpertSource* experts, const ModelOptions& o) {
   const std::string& arch = w.arch();
-  if (arch == "llama") return make_llama(w, be, experts);
-  if (arch == "deepseek4") return make_deepseek4(w, be, experts);
-  if (arch == "kimi-k3") return make_kimi_k3(w, be, experts);
+  if (arch == "llama") return make_llama(w, be, experts, o);
+  if (arch == "deepseek4") return make_deepseek4(w, be, experts, o);
+  if (arch == "kimi-k3") return make_kimi_k3(w, be, experts, o);
   throw ModelError("unsupported architecture " + arch);
 }
 

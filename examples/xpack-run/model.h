@@ -9,8 +9,11 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "backend.h"
 #include "experts.h"
+#include "next_layer_guess.h"
 #include "weights.h"
 
 namespace xrun {
@@ -25,14 +28,31 @@ class Model {
   virtual void eval(const int32_t* tokens, int n, int pos0, float* logits) = 0;
   // Forgets the sequence (KV cache etc.).
   virtual void reset() = 0;
+  // The model's own counters for --json (the next-layer guesses); empty by default.
+  virtual nlohmann::ordered_json counters_json() const;
 };
+
+// What the runtime asks of every model beyond its weights.
+struct ModelOptions {
+  // --prefetch-next: experts of the next MoE layer guessed per layer and step
+  // and handed to the expert source as a prefetch (next_layer_guess.h); 0 = off.
+  int prefetch_next = 0;
+  GuessState guess_state = GuessState::moe_input;
+  // deepseek4: hand the hash-routed layers' exact experts to the source when a
+  // step's tokens are known (--no-hash-prefetch clears it).
+  bool hash_prefetch = true;
+};
+
+// The guesser a model makes for `o` (nullptr when --prefetch-next is 0), after
+// checking it against the model's expert count.
+std::unique_ptr<NextLayerGuesser> make_guesser(const ModelOptions& o, int64_t n_expert);
 
 // Factories, one per architecture file in models/. They read hyperparameters
 // only from GGUF metadata and throw ModelError naming a missing key/tensor.
 // The model computes on `be`, which must outlive it.
-std::unique_ptr<Model> make_llama(const Weights& w, Backend& be, ExpertSource* experts);
-std::unique_ptr<Model> make_deepseek4(const Weights& w, Backend& be, ExpertSource* experts);
-std::unique_ptr<Model> make_kimi_k3(const Weights& w, Backend& be, ExpertSource* experts);
+std::unique_ptr<Model> make_llama(const Weights& w, Backend& be, ExpertSource* experts, const ModelOptions& o);
+std::unique_ptr<Model> make_deepseek4(const Weights& w, Backend& be, ExpertSource* experts, const ModelOptions& o);
+std::unique_ptr<Model> make_kimi_k3(const Weights& w, Backend& be, ExpertSource* experts, const ModelOptions& o);
 
 // Checks an eval() call of architecture `arch`: pos0 continues the n_past
 // tokens evaluated so far, every token id is in [0, n_vocab). Throws ModelError.
@@ -43,6 +63,7 @@ void check_eval(const char* arch, const int32_t* tokens, int n, int pos0, int64_
 void download_logits(Backend& be, const Tensor& output, const Tensor& x, float* logits);
 
 // Dispatches on w.arch(); throws ModelError("unsupported architecture X").
-std::unique_ptr<Model> make_model(const Weights& w, Backend& be, ExpertSource* experts);
+std::unique_ptr<Model> make_model(const Weights& w, Backend& be, ExpertSource* experts,
+                                  const ModelOptions& o = ModelOptions{});
 
 }  // namespace xrun

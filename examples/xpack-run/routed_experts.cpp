@@ -7,14 +7,34 @@
 
 namespace xrun {
 
+Routing make_routing(Backend& be, int64_t n, int64_t k, int64_t guess_width) {
+  Routing r;
+  r.weights = be.alloc(XPACK_TYPE_F32, k, n);
+  if (guess_width <= 0) {
+    r.ids = be.alloc(XPACK_TYPE_I32, k, n);
+    return r;
+  }
+  r.id_block = be.alloc(XPACK_TYPE_I32, 1, n * (k + guess_width));
+  r.ids = r.id_block.row_range(0, n * k).reshaped(k, n);
+  r.guess = r.id_block.row_range(n * k, n * guess_width).reshaped(guess_width, n);
+  return r;
+}
+
 void run_routed_experts(Backend& be, ExpertSource& source, int layer, const Tensor& x, const Routing& routing,
-                        const ExpertFfn& ffn, bool accumulate, const Tensor& out) {
+                        const ExpertFfn& ffn, bool accumulate, const Tensor& out, NextLayerGuesser* guesser) {
   const int64_t n = x.rows(), k = routing.ids.width(), d = out.width();
   if (routing.ids.rows() != n || out.rows() != n || routing.weights.numel() != n * k) {
     throw ModelError("routed experts of layer " + std::to_string(layer) + ": routing and batch disagree");
   }
-  std::vector<int32_t> ids(static_cast<size_t>(n * k));
-  be.download(routing.ids, ids.data());
+  const bool guessed = guesser && routing.guess_layer >= 0;
+  if (guessed && (routing.guess.rows() != n || routing.guess.width() != guesser->per_layer() ||
+                  routing.ids.data != routing.id_block.data ||
+                  routing.id_block.numel() != n * k + routing.guess.numel())) {
+    throw ModelError("routed experts of layer " + std::to_string(layer) + ": the guess is not in make_routing's block");
+  }
+  // The layer's one host synchronisation; with a guess, its ids come in the same download.
+  std::vector<int32_t> ids(static_cast<size_t>(guessed ? routing.id_block.numel() : n * k));
+  be.download(guessed ? routing.id_block : routing.ids, ids.data());
 
   // The picks (t * k + j) of each expert, experts in ascending id order; the
   // request lists them in that order, and a routing trace records it.
@@ -23,7 +43,10 @@ void run_routed_experts(Backend& be, ExpertSource& source, int layer, const Tens
   std::vector<int32_t> experts;
   for (const auto& [e, ps] : picks_of) experts.push_back(e);
   const int n_experts = static_cast<int>(experts.size());
+  if (guesser) guesser->score(layer, experts);
   std::unique_ptr<ExpertRequest> request = source.acquire(layer, experts.data(), n_experts, be.stream());
+  // After this layer's own acquire, so its demand reads are queued first.
+  if (guessed) guesser->issue(source, routing.guess_layer, ids.data() + n * k, n);
 
   // Groups in the order they are computed: the resident experts together, then
   // each other expert alone (it may have to wait for a slot that an earlier

@@ -24,6 +24,7 @@
 #include "backend.h"
 #include "experts.h"
 #include "gated_ffn.h"
+#include "next_layer_guess.h"
 
 namespace xrun {
 
@@ -31,7 +32,17 @@ namespace xrun {
 struct Routing {
   Tensor ids;      // I32 [n][k]
   Tensor weights;  // F32 [n][k]
+  // Next-layer prefetch (next_layer_guess.h), else empty: the guessed experts
+  // [n][width] of layer guess_layer, in one allocation with ids (`id_block`:
+  // ids, then guess), so that one download brings both to the host.
+  Tensor guess{};
+  int guess_layer = -1;
+  Tensor id_block{};
 };
+
+// A routing for n tokens of k experts with room for a guess `guess_width`
+// wide (0: none). ids and guess view id_block; weights is its own.
+Routing make_routing(Backend& be, int64_t n, int64_t k, int64_t guess_width);
 
 // The routed experts' gated FFN, as the model defines it: each expert's
 // matrices (checked: a missing or misshapen role throws ModelError naming the
@@ -43,8 +54,11 @@ struct ExpertFfn {
 };
 
 // out [n][d] = sum over j of weights[t][j] * ffn_{ids[t][j]}(x[t]) (plus out
-// itself with `accumulate`). Every picked expert is computed.
+// itself with `accumulate`). Every picked expert is computed. With a guesser,
+// a guess made for this layer is scored against its routing, and the one
+// routing.guess carries is handed to the source after this layer's acquire.
 void run_routed_experts(Backend& be, ExpertSource& source, int layer, const Tensor& x, const Routing& routing,
-                        const ExpertFfn& ffn, bool accumulate, const Tensor& out);
+                        const ExpertFfn& ffn, bool accumulate, const Tensor& out,
+                        NextLayerGuesser* guesser = nullptr);
 
 }  // namespace xrun

@@ -32,6 +32,7 @@ RunResult run(const std::string& cmd) {
 
 fs::path xpack_run_exe() { return xpack::test::build_dir() / "examples" / "xpack-run"; }
 fs::path xpack_build_exe() { return xpack::test::build_dir() / "tools" / "xpack-build"; }
+fs::path xpack_synth_exe() { return xpack::test::build_dir() / "tools" / "xpack-synth"; }
 
 fs::path source_root() {
   const char* v = std::getenv("XPACK_SOURCE_ROOT");

@@ -25,6 +25,7 @@ RunResult run(const std::string& cmd);
 
 fs::path xpack_run_exe();
 fs::path xpack_build_exe();
+fs::path xpack_synth_exe();
 fs::path source_root();
 
 // stories260K.gguf from test/data (or ../shared/models), sha256-checked;

@@ -273,3 +273,31 @@ TEST_CASE("xpack-run: --no-hash-prefetch") {
   CHECK(p.o.no_hash_prefetch);
   refused({"-m", "x", "--prompt-ids", "1", "--no-hash-prefetch=maybe"}, "--no-hash-prefetch: 'maybe' is not a valid value");
 }
+
+TEST_CASE("xpack-run: --prefetch-next and --prefetch-next-from") {
+  auto p = parse({"-m", "x", "--prompt-ids", "1"});
+  REQUIRE(!p.rc);
+  CHECK(p.o.prefetch_next == 0);  // off by default (doc/xpack-run.md says why)
+  CHECK(p.o.prefetch_next_from == "moe-input");
+  p = parse({"-m", "x", "--prompt-ids", "1", "--prefetch-next", "4"});
+  REQUIRE(!p.rc);
+  CHECK(p.o.prefetch_next == 4);
+  p = parse({"-m", "x", "--prompt-ids", "1", "--prefetch-next=0"});
+  REQUIRE(!p.rc);
+  CHECK(p.o.prefetch_next == 0);
+  p = parse({"-m", "x", "--prompt-ids", "1", "--prefetch-next", "8", "--prefetch-next-from", "renormed"});
+  REQUIRE(!p.rc);
+  CHECK(p.o.prefetch_next == 8);
+  CHECK(p.o.prefetch_next_from == "renormed");
+  refused({"-m", "x", "--prompt-ids", "1", "--prefetch-next", "-1"}, "--prefetch-next");
+  refused({"-m", "x", "--prompt-ids", "1", "--prefetch-next", "x"}, "--prefetch-next");
+  refused({"-m", "x", "--prompt-ids", "1", "--prefetch-next", "2.5"}, "--prefetch-next");
+  refused({"-m", "x", "--prompt-ids", "1", "--prefetch-next", "65537"}, "--prefetch-next: 65537 is out of range");
+  refused({"-m", "x", "--prompt-ids", "1", "--prefetch-next"}, "missing value for --prefetch-next");
+  refused({"-m", "x", "--prompt-ids", "1", "--prefetch-next", "2", "--prefetch-next-from", "attn"},
+          "--prefetch-next-from: 'attn' is not one of moe-input, renormed");
+  refused({"-m", "x", "--prompt-ids", "1", "--prefetch-next-from", "renormed"},
+          "--prefetch-next-from applies to --prefetch-next N (N >= 1) only");
+  refused({"-m", "x", "--prompt-ids", "1", "--prefetch-next", "0", "--prefetch-next-from", "renormed"},
+          "--prefetch-next-from applies to --prefetch-next N (N >= 1) only");
+}

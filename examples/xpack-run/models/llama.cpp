@@ -12,8 +12,12 @@
 // Attention is causal, grouped-query (n_head_kv K/V heads shared by groups of
 // query heads), scaled by 1/sqrt(head_dim); RoPE is the "normal" (GPT-J) style
 // that rotates adjacent pairs (2i, 2i+1) of the first n_rot dimensions.
+// With --prefetch-next a MoE block guesses the next MoE block's experts
+// (next_layer_guess.h) from its own FFN input.
 #include <cmath>
 #include <optional>
+
+#include <nlohmann/json.hpp>
 
 #include "../backend.h"
 #include "../gated_ffn.h"
@@ -38,6 +42,7 @@ struct LlamaBlock {
   Tensor ffn_norm;
   GatedMatrices ffn;          // dense blocks
   std::optional<Tensor> router;  // MoE blocks (experts come from the ExpertSource)
+  GuessRouter guess;             // the router again, for the block before's guess (--prefetch-next)
   Tensor k_cache, v_cache;    // [capacity][n_head_kv * head_dim], K after RoPE
 };
 
@@ -45,7 +50,7 @@ constexpr uint32_t kF32 = XPACK_TYPE_F32;
 
 class Llama final : public Model {
  public:
-  Llama(const Weights& w, Backend& be, ExpertSource* experts) : be_(be), experts_(experts) {
+  Llama(const Weights& w, Backend& be, ExpertSource* experts, const ModelOptions& o) : be_(be), experts_(experts) {
     auto key = [&](const char* k) { return w.arch_key(k); };
     p_.n_embd = w.get_int(key("embedding_length"));
     p_.n_layer = w.get_int(key("block_count"));
@@ -108,6 +113,8 @@ class Llama final : public Model {
                            key("expert_used_count"));
         }
         b.router = be_.weight(w.get(name("ffn_gate_inp.weight"), {E, p_.n_expert}));
+        // softmax keeps each row's order, and there is no bias: the raw products rank as the router does.
+        b.guess = {static_cast<int>(il), *b.router, GuessRouter::Gating::none, {}};
         if (!experts_ || !experts_->has_layer(static_cast<int>(il))) {
           throw ModelError("llama: block " + std::to_string(il) +
                            " routes to experts but no expert source has them (missing " +
@@ -124,10 +131,17 @@ class Llama final : public Model {
         b.ffn.down = be_.weight(w.get(name("ffn_down.weight"), {p_.n_ff, E}));
       }
     }
+    if (o.prefetch_next > 0 && p_.n_expert == 0)
+      throw ModelError("--prefetch-next " + std::to_string(o.prefetch_next) + ": this model has no routed experts to guess");
+    guesser_ = make_guesser(o, p_.n_expert);
     reset();
   }
 
   int n_vocab() const override { return static_cast<int>(p_.n_vocab); }
+
+  nlohmann::ordered_json counters_json() const override {
+    return guesser_ ? guesser_->counters_json() : nlohmann::ordered_json::object();
+  }
 
   void reset() override {
     const int64_t kv_w = p_.n_head_kv * p_.head_dim;
@@ -151,9 +165,19 @@ class Llama final : public Model {
       attention(b, cur, pos0, delta);
       be_.add(x, delta, x);
 
+      NextGuess next{guesser_.get(), nullptr, {}};
+      if (guesser_ && b.router && il + 1 < p_.n_layer && blocks_[size_t(il + 1)].router) {
+        const LlamaBlock& nb = blocks_[size_t(il + 1)];
+        next.router = &nb.guess;
+        if (guesser_->state() == GuessState::renormed) {
+          next.state = be_.alloc(kF32, E, n);
+          be_.rms_norm(x, &nb.ffn_norm, p_.eps, next.state);
+        }
+      }
       be_.rms_norm(x, &b.ffn_norm, p_.eps, cur);
+      if (next.router && guesser_->state() == GuessState::moe_input) next.state = cur;
       if (b.router) {
-        moe_ffn(b, static_cast<int>(il), cur, delta);
+        moe_ffn(b, static_cast<int>(il), cur, delta, next);
       } else {
         gated_ffn(be_, b.ffn, swiglu_, cur, delta);
       }
@@ -192,13 +216,15 @@ class Llama final : public Model {
 
   // Routing (per token): softmax over the router logits, the top-k experts
   // (ties to the lower id), their probabilities renormalized to sum 1.
-  void moe_ffn(const LlamaBlock& b, int il, const Tensor& cur, const Tensor& out) {
+  // `next`: the next MoE block's guess, enqueued right behind this router.
+  void moe_ffn(const LlamaBlock& b, int il, const Tensor& cur, const Tensor& out, const NextGuess& next) {
     const int64_t n = cur.rows(), K = p_.n_expert_used;
     const Tensor probs = be_.alloc(kF32, p_.n_expert, n);
     be_.matmul(*b.router, cur, probs);
     be_.softmax_rows(probs);
-    Routing r{be_.alloc(XPACK_TYPE_I32, K, n), be_.alloc(kF32, K, n)};
+    Routing r = make_routing(be_, n, K, next.router ? next.guesser->per_layer() : 0);
     be_.top_k(probs, r.ids);
+    if (next.router) next.guesser->enqueue(be_, next, r);
     be_.take(probs, r.ids, r.weights);
     be_.normalize_rows(r.weights, 6.103515625e-5f);  // llama.cpp's guard against a zero sum
     const ExpertFfn ffn{[&](const ExpertWeights& ew) {
@@ -208,7 +234,7 @@ class Llama final : public Model {
                           return expert_matrices(ew, p_.n_embd, down->width(), p_.n_embd, who);
                         },
                         swiglu_};
-    run_routed_experts(be_, *experts_, il, cur, r, ffn, /*accumulate=*/false, out);
+    run_routed_experts(be_, *experts_, il, cur, r, ffn, /*accumulate=*/false, out, next.guesser);
   }
 
   Backend& be_;
@@ -217,14 +243,15 @@ class Llama final : public Model {
   ExpertSource* experts_;
   Tensor token_embd_, output_, output_norm_;
   std::vector<LlamaBlock> blocks_;
+  std::unique_ptr<NextLayerGuesser> guesser_;  // --prefetch-next; nullptr when off
   int n_past_ = 0;
   const GateActivation swiglu_ = [this](const Tensor& g, const Tensor& u) { be_.swiglu(g, u, 0.0f, g); };
 };
 
 }  // namespace
 
-std::unique_ptr<Model> make_llama(const Weights& w, Backend& be, ExpertSource* experts) {
-  return std::make_unique<Llama>(w, be, experts);
+std::unique_ptr<Model> make_llama(const Weights& w, Backend& be, ExpertSource* experts, const ModelOptions& o) {
+  return std::make_unique<Llama>(w, be, experts, o);
 }
 
 }  // namespace xrun

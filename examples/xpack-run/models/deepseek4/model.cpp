@@ -12,8 +12,14 @@
 // HCA KV compression), rope (RoPE / YaRN) and moe (hash and learned routing,
 // clamped SwiGLU experts, shared expert); ds4_ops holds the operations only
 // this model uses, with their CPU versions (*_cpu.cpp). MTP (nextn) blocks are not run.
+//
+// Prefetch: the hash-routed layers' experts are exact at a step's start; with
+// --prefetch-next each MoE layer also guesses the next learned-router layer's
+// experts (next_layer_guess.h) from its own FFN input.
 #include <memory>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "../../backend.h"
 #include "../../model.h"
@@ -49,8 +55,9 @@ struct Block {
 
 class Deepseek4 final : public Model {
  public:
-  Deepseek4(const Weights& w, Backend& be, ExpertSource* experts)
+  Deepseek4(const Weights& w, Backend& be, ExpertSource* experts, const ModelOptions& o)
       : be_(be),
+        hash_prefetch_(o.hash_prefetch),
         ops_(make_ds4_ops(be)),
         hp_(load_hparams(w)),
         token_embd_(be.weight(w.get("token_embd.weight", {hp_.n_embd, hp_.n_vocab}))),
@@ -59,6 +66,16 @@ class Deepseek4 final : public Model {
         head_(w, hp_, be, *ops_) {
     blocks_.reserve(static_cast<size_t>(hp_.n_layer));
     for (int64_t il = 0; il < hp_.n_layer; ++il) blocks_.push_back(std::make_unique<Block>(w, hp_, be, *ops_, il, experts));
+    guesser_ = make_guesser(o, hp_.n_expert);
+    if (guesser_) {
+      routers_.resize(blocks_.size());
+      for (size_t il = 0; il < blocks_.size(); ++il)
+        if (!blocks_[il]->moe.hash_routed()) routers_[il] = blocks_[il]->moe.guess_router();
+    }
+  }
+
+  nlohmann::ordered_json counters_json() const override {
+    return guesser_ ? guesser_->counters_json() : nlohmann::ordered_json::object();
   }
 
   int n_vocab() const override { return static_cast<int>(hp_.n_vocab); }
@@ -73,7 +90,8 @@ class Deepseek4 final : public Model {
     check_eval("deepseek4", tokens, n, pos0, n_past_, hp_.n_vocab);
     // The hash-routed layers' experts follow from the token ids alone: their
     // reads start now, behind the embedding and the attention before them.
-    for (auto& b : blocks_) b->moe.prefetch_hash_experts(tokens, n);
+    if (hash_prefetch_)
+      for (auto& b : blocks_) b->moe.prefetch_hash_experts(tokens, n);
     const int64_t d = hp_.n_embd, hc = hp_.hc_mult, width = hc * d;
     const Tensor ids = be_.upload(XPACK_TYPE_I32, tokens, 1, n);
 
@@ -86,8 +104,8 @@ class Deepseek4 final : public Model {
 
     const Tensor residual = be_.alloc(kF32, width, n), x = be_.alloc(kF32, d, n), y = be_.alloc(kF32, d, n);
     HcMixing mix;
-    for (auto& blk_ptr : blocks_) {
-      Block& b = *blk_ptr;
+    for (size_t il = 0; il < blocks_.size(); ++il) {
+      Block& b = *blocks_[il];
       be_.copy(stream, residual);
       b.hc_attn.pre(stream, x, mix);
       be_.rms_norm(x, &b.attn_norm, hp_.rms_eps, x);
@@ -96,8 +114,18 @@ class Deepseek4 final : public Model {
 
       be_.copy(stream, residual);
       b.hc_ffn.pre(stream, x, mix);
+      // The next layer's guess, if it routes by a learned router.
+      NextGuess next{guesser_.get(), nullptr, {}};
+      if (guesser_ && il + 1 < blocks_.size() && !blocks_[il + 1]->moe.hash_routed()) {
+        next.router = &routers_[il + 1];
+        if (guesser_->state() == GuessState::renormed) {
+          next.state = be_.alloc(kF32, d, n);
+          be_.rms_norm(x, &blocks_[il + 1]->ffn_norm, hp_.rms_eps, next.state);
+        }
+      }
       be_.rms_norm(x, &b.ffn_norm, hp_.rms_eps, x);
-      b.moe.forward(x, ids, y);
+      if (next.router && guesser_->state() == GuessState::moe_input) next.state = x;
+      b.moe.forward(x, ids, y, next);
       b.hc_ffn.post(y, residual, mix, stream);
     }
 
@@ -109,6 +137,7 @@ class Deepseek4 final : public Model {
 
  private:
   Backend& be_;
+  bool hash_prefetch_;
   std::unique_ptr<Ds4Ops> ops_;
   Hparams hp_;
   Tensor token_embd_;
@@ -116,13 +145,15 @@ class Deepseek4 final : public Model {
   Tensor output_;
   HcHead head_;
   std::vector<std::unique_ptr<Block>> blocks_;
+  std::unique_ptr<NextLayerGuesser> guesser_;  // --prefetch-next; nullptr when off
+  std::vector<GuessRouter> routers_;           // per block (learned-router ones) for the guesses
   int64_t n_past_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<Model> make_deepseek4(const Weights& w, Backend& be, ExpertSource* experts) {
-  return std::make_unique<Deepseek4>(w, be, experts);
+std::unique_ptr<Model> make_deepseek4(const Weights& w, Backend& be, ExpertSource* experts, const ModelOptions& o) {
+  return std::make_unique<Deepseek4>(w, be, experts, o);
 }
 
 }  // namespace xrun

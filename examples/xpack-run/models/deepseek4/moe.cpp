@@ -53,13 +53,13 @@ MoeBlock::MoeBlock(const Weights& w, const Hparams& hp, Backend& be, int64_t lay
   }
 }
 
-Routing MoeBlock::route(const Tensor& x, const Tensor& tokens) const {
+Routing MoeBlock::route(const Tensor& x, const Tensor& tokens, int64_t guess_width) const {
   const int64_t n = x.rows(), k = hp_.n_expert_used;
   const Tensor scores = be_.alloc(XPACK_TYPE_F32, hp_.n_expert, n);
   be_.matmul(gate_inp_, x, scores);
   be_.unary(Unary::sqrt_softplus, scores, scores);
 
-  Routing r{be_.alloc(XPACK_TYPE_I32, k, n), be_.alloc(XPACK_TYPE_F32, k, n)};
+  Routing r = make_routing(be_, n, k, guess_width);
   if (hash_routed_) {
     // Hash routing: the experts are a fixed function of the token id.
     be_.get_rows(tid2eid_, tokens, r.ids);
@@ -93,8 +93,16 @@ void MoeBlock::prefetch_hash_experts(const int32_t* tokens, int n) const {
   experts_->prefetch(static_cast<int>(layer_), experts.data(), static_cast<int>(experts.size()));
 }
 
-void MoeBlock::forward(const Tensor& x, const Tensor& tokens, const Tensor& out) {
-  const Routing r = route(x, tokens);
+GuessRouter MoeBlock::guess_router() const {
+  if (hash_routed_) throw ModelError("layer " + std::to_string(layer_) + " routes by token id: nothing to guess");
+  return {static_cast<int>(layer_), gate_inp_, GuessRouter::Gating::sqrt_softplus, probs_bias_};
+}
+
+void MoeBlock::forward(const Tensor& x, const Tensor& tokens, const Tensor& out, const NextGuess& next) {
+  const bool guess = next.guesser && next.router;
+  Routing r = route(x, tokens, guess ? next.guesser->per_layer() : 0);
+  // Right behind this layer's router, ahead of its ids' download (next_layer_guess.h).
+  if (guess) next.guesser->enqueue(be_, next, r);
   const int64_t d = hp_.n_embd, ff = hp_.n_ff_exp;
   gated_ffn(be_, shared_, swiglu_shexp_, x, out);
   // The routed sum (in rank order, as llama.cpp adds its expert views) goes on top of the shared expert.
@@ -104,7 +112,7 @@ void MoeBlock::forward(const Tensor& x, const Tensor& tokens, const Tensor& out)
                         return expert_matrices(ew, d, ff, d, who);
                       },
                       swiglu_exp_},
-                     /*accumulate=*/true, out);
+                     /*accumulate=*/true, out, next.guesser);
 }
 
 }  // namespace xrun::ds4

@@ -13,7 +13,9 @@
 // (routed_experts.h): one acquire per layer, one matmul batch per expert.
 // A hash layer's experts are known from the token ids alone, so the model
 // hands them to the expert source as a prefetch when a step begins
-// (prefetch_hash_experts), before any layer runs.
+// (prefetch_hash_experts), before any layer runs. A learned-router layer's
+// experts can only be guessed: with --prefetch-next, the layer before applies
+// this one's router to its own state (next_layer_guess.h, guess_router()).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +23,7 @@
 #include "../../backend.h"
 #include "../../experts.h"
 #include "../../gated_ffn.h"
+#include "../../next_layer_guess.h"
 #include "../../routed_experts.h"
 #include "hparams.h"
 
@@ -31,8 +34,14 @@ class MoeBlock {
   MoeBlock(const Weights& w, const Hparams& hp, Backend& be, int64_t layer, ExpertSource* experts);
 
   // x: FFN input (after ffn_norm) [n][n_embd]; tokens: I32 [n], the token ids
-  // of the rows (hash routing); writes out [n][n_embd].
-  void forward(const Tensor& x, const Tensor& tokens, const Tensor& out);
+  // of the rows (hash routing); writes out [n][n_embd]. `next`: the guess of
+  // the next layer's experts to make meanwhile (next.router), and the guesser
+  // that scores guesses made for this layer (next.guesser); empty: none.
+  void forward(const Tensor& x, const Tensor& tokens, const Tensor& out, const NextGuess& next = {});
+
+  bool hash_routed() const { return hash_routed_; }
+  // This layer's selection, for a guess of it (learned-router layers only).
+  GuessRouter guess_router() const;
 
   // Hash-routed layers only (a no-op in the others): hands the experts the
   // table gives these host token ids to the expert source as a prefetch, so
@@ -41,7 +50,7 @@ class MoeBlock {
   void prefetch_hash_experts(const int32_t* tokens, int n) const;
 
  private:
-  Routing route(const Tensor& x, const Tensor& tokens) const;
+  Routing route(const Tensor& x, const Tensor& tokens, int64_t guess_width) const;
 
   const Hparams& hp_;
   Backend& be_;

@@ -75,7 +75,7 @@ LatentMoe::LatentMoe(const Weights& w, const Hparams& hp, Backend& be, KimiOps& 
 }
 
 // Router: ids/weights [n][n_expert_used], ids in top-k order.
-Routing LatentMoe::route(const Tensor& x) const {
+Routing LatentMoe::route(const Tensor& x, int64_t guess_width) const {
   const int64_t n = x.rows(), NE = hp_.n_expert, K = hp_.n_expert_used;
   const Tensor probs = be_.alloc(kF32, NE, n);
   be_.matmul(gate_inp_, x, probs);
@@ -85,7 +85,7 @@ Routing LatentMoe::route(const Tensor& x) const {
     case Gating::softmax_weight: break;
     case Gating::sqrt_softplus: be_.unary(Unary::sqrt_softplus, probs, probs); break;
   }
-  Routing r{be_.alloc(XPACK_TYPE_I32, K, n), be_.alloc(kF32, K, n)};
+  Routing r = make_routing(be_, n, K, guess_width);
   // the bias only steers the selection; the weights use the unbiased probabilities
   if (has_probs_b_) {
     const Tensor sel = be_.alloc(kF32, NE, n);
@@ -101,9 +101,23 @@ Routing LatentMoe::route(const Tensor& x) const {
   return r;
 }
 
-void LatentMoe::forward(const Tensor& x, const Tensor& out) const {
+GuessRouter LatentMoe::guess_router() const {
+  GuessRouter g{il_, gate_inp_, GuessRouter::Gating::none, has_probs_b_ ? probs_b_ : Tensor{}};
+  switch (hp_.gating) {
+    case Gating::softmax: g.gating = GuessRouter::Gating::softmax; break;
+    case Gating::sigmoid: g.gating = GuessRouter::Gating::sigmoid; break;
+    case Gating::softmax_weight: break;  // selects on the raw products
+    case Gating::sqrt_softplus: g.gating = GuessRouter::Gating::sqrt_softplus; break;
+  }
+  return g;
+}
+
+void LatentMoe::forward(const Tensor& x, const Tensor& out, const NextGuess& next) const {
   const int64_t n = x.rows(), L = hp_.n_latent, F = hp_.n_ff_exp;
-  const Routing r = route(x);
+  const bool guess = next.guesser && next.router;
+  Routing r = route(x, guess ? next.guesser->per_layer() : 0);
+  // Right behind this layer's router, ahead of its ids' download (next_layer_guess.h).
+  if (guess) next.guesser->enqueue(be_, next, r);
 
   Tensor z = x;
   if (hp_.has_latent) {
@@ -118,7 +132,7 @@ void LatentMoe::forward(const Tensor& x, const Tensor& out) const {
                         return expert_matrices(ew, L, F, L, who);
                       },
                       situ_},
-                     /*accumulate=*/false, y);
+                     /*accumulate=*/false, y, next.guesser);
 
   if (has_routed_norm_) be_.rms_norm(y, &routed_norm_, hp_.norm_eps, y);
   if (hp_.has_latent)

@@ -141,10 +141,12 @@ class DenseFfn {
 class LatentMoe {
  public:
   LatentMoe(const Weights& w, const Hparams& hp, Backend& be, KimiOps& ops, int il, ExpertSource* experts);
-  void forward(const Tensor& x, const Tensor& out) const;
+  // next: the next MoE layer's guess to make meanwhile (next_layer_guess.h); empty: none.
+  void forward(const Tensor& x, const Tensor& out, const NextGuess& next = {}) const;
+  GuessRouter guess_router() const;
 
  private:
-  Routing route(const Tensor& x) const;
+  Routing route(const Tensor& x, int64_t guess_width) const;
 
   const Hparams& hp_;
   Backend& be_;

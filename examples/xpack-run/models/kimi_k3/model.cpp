@@ -15,7 +15,12 @@
 // Per-sequence state: each KDA layer's conv + delta-rule state, each MLA layer's
 // latent KV cache. Nothing else carries across eval() calls, so a batch and the
 // same tokens one at a time give the same logits.
+//
+// With --prefetch-next each MoE layer guesses the next MoE layer's experts
+// (next_layer_guess.h) from its own FFN input.
 #include <memory>
+
+#include <nlohmann/json.hpp>
 
 #include "../../model.h"
 #include "kimi_k3.h"
@@ -41,7 +46,7 @@ struct Layer {
 
 class KimiK3 final : public Model {
  public:
-  KimiK3(const Weights& w, Backend& be, ExpertSource* experts)
+  KimiK3(const Weights& w, Backend& be, ExpertSource* experts, const ModelOptions& o)
       : be_(be), ops_(make_kimi_ops(be)), hp_(Hparams::load(w)) {
     const int64_t E = hp_.n_embd;
     tok_embd_ = be.weight(w.get("token_embd.weight", {E, hp_.n_vocab}));
@@ -67,7 +72,17 @@ class KimiK3 final : public Model {
       else
         l.moe = std::make_unique<LatentMoe>(w, hp_, be, *ops_, il, experts);
     }
+    if (hp_.n_dense_lead < hp_.n_layer) guesser_ = make_guesser(o, hp_.n_expert);
+    if (guesser_) {
+      routers_.resize(layers_.size());
+      for (size_t il = 0; il < layers_.size(); ++il)
+        if (layers_[il].moe) routers_[il] = layers_[il].moe->guess_router();
+    }
     reset();
+  }
+
+  nlohmann::ordered_json counters_json() const override {
+    return guesser_ ? guesser_->counters_json() : nlohmann::ordered_json::object();
   }
   KimiK3(const KimiK3&) = delete;
   KimiK3& operator=(const KimiK3&) = delete;
@@ -124,11 +139,22 @@ class KimiK3 final : public Model {
       }
 
       // --- FFN
-      be_.rms_norm(input_of(l.ffn_res_score), &l.ffn_norm, eps, normed);
+      const Tensor ffn_in = input_of(l.ffn_res_score);
+      // The next MoE layer's guess, made by this one.
+      NextGuess next{guesser_.get(), nullptr, {}};
+      if (guesser_ && l.moe && il + 1 < hp_.n_layer && layers_[il + 1].moe) {
+        next.router = &routers_[il + 1];
+        if (guesser_->state() == GuessState::renormed) {
+          next.state = be_.alloc(kF32, E, n);
+          be_.rms_norm(ffn_in, &layers_[il + 1].ffn_norm, eps, next.state);
+        }
+      }
+      be_.rms_norm(ffn_in, &l.ffn_norm, eps, normed);
+      if (next.router && guesser_->state() == GuessState::moe_input) next.state = normed;
       if (l.dense)
         l.dense->forward(normed, sub);
       else
-        l.moe->forward(normed, sub);
+        l.moe->forward(normed, sub, next);
       be_.add(h, sub, h);
     }
 
@@ -146,14 +172,16 @@ class KimiK3 final : public Model {
   std::vector<Layer> layers_;
   std::vector<KdaState> kda_state_;
   std::vector<MlaCache> mla_cache_;
+  std::unique_ptr<NextLayerGuesser> guesser_;  // --prefetch-next; nullptr when off
+  std::vector<GuessRouter> routers_;           // per layer (MoE ones) for the guesses
   int n_past_ = 0;
 };
 
 }  // namespace
 }  // namespace kimi_k3
 
-std::unique_ptr<Model> make_kimi_k3(const Weights& w, Backend& be, ExpertSource* experts) {
-  return std::make_unique<kimi_k3::KimiK3>(w, be, experts);
+std::unique_ptr<Model> make_kimi_k3(const Weights& w, Backend& be, ExpertSource* experts, const ModelOptions& o) {
+  return std::make_unique<kimi_k3::KimiK3>(w, be, experts, o);
 }
 
 }  // namespace xrun
