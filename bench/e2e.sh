@@ -17,6 +17,7 @@
 #       cache-ratio x pack bytes, with xpack-run's default host-RAM tier (3/4 of what the
 #       cgroup leaves above 1 GiB)
 #   a0  (a) without the host tier (--host-cache-mib 0): the tier's ablation
+#   ap  (a) with the next-layer guess (--prefetch-next top-k): its ablation
 #   b   llama.cpp, everything but the experts on the GPU, the experts on the CPU through
 #       mmap (--n-cpu-moe = every layer)
 #   bp  llama.cpp, as many whole layers on the GPU (-ngl N) as fit in vram-ratio x model
@@ -179,6 +180,7 @@ run_config() {
     local common_ours=(-c 1024 --greedy --ignore-eos -n "$tokens" --json -p "${texts[$i]}")
     case "$cfg" in
       a) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$cache_mib" "${common_ours[@]}") ;;
+      ap) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$cache_mib" --prefetch-next "$top_k" "${common_ours[@]}") ;;
       a0) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$cache_mib" --host-cache-mib 0 "${common_ours[@]}") ;;
       d) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$all_mib" --preload-experts "${common_ours[@]}") ;;
       b) cmd=("$llama/b/bin/llama-completion" -m "$model" -ngl 99 -ncmoe "$layers" "${common_llama[@]}") ;;
