@@ -59,6 +59,25 @@ def test_a_wide_request_streams_through_few_slots_with_defer(mixtral_pack):
         assert c.counters()["cache_evictions"] >= 2
 
 
+def test_a_host_tier_serves_evicted_experts_without_a_read(mixtral_pack):
+    with xpack.Pack(mixtral_pack["pack"]) as p:
+        frame = (p.info.object_bytes + 4095) // 4096 * 4096
+        with host_cache(p, 2, policy="lru", host_cache_bytes=4 * frame) as c:
+            assert c.info.host_frames == 4 and c.info.host_frame_stride == frame
+            keys = [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0)]
+            for _ in range(2):
+                for layer, e in keys:  # 2 slots + 3 held in the tier: the second pass reads nothing
+                    with c.acquire(layer, [e]) as r:
+                        assert np.array_equal(r.view(0), p.read_object(layer, e))
+            k = c.counters()
+            assert k["cache_misses"] == 10 and k["pack_reads"] == 5 and k["host_hits"] == 5
+            assert k["host_demotions"] == 8 and k["d2h_bytes"] == 8 * p.info.object_bytes
+        with pytest.raises(xpack.XpackError, match="fewer than 2"):
+            host_cache(p, 2, host_cache_bytes=frame)
+        with pytest.raises(ValueError):
+            host_cache(p, 2, host_cache_bytes=-1)
+
+
 def test_bad_input_raises_clearly(mixtral_pack, tmp_path):
     with xpack.Pack(mixtral_pack["pack"]) as p:
         with pytest.raises(ValueError):

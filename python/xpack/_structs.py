@@ -126,6 +126,7 @@ class CacheOptions(ctypes.Structure):
         ("stats_interval", c_uint64),
         ("trace_path", c_char_p),
         ("host_device_bytes", c_uint64),
+        ("host_cache_bytes", c_uint64),
     ]
 
 
@@ -139,6 +140,8 @@ class CacheInfo(ctypes.Structure):
         ("object_bytes", c_uint64),
         ("device_backend", c_char_p),
         ("policy", c_char_p),
+        ("host_frames", c_uint32),
+        ("host_frame_stride", c_uint64),
     ]
 
 
@@ -161,6 +164,10 @@ class CacheCounters(ctypes.Structure):
         ("trace_write_errors", c_uint64),
         ("staging_page_bytes", c_uint64),
         ("staging_huge_fraction", ctypes.c_double),
+        ("host_hits", c_uint64),
+        ("host_demotions", c_uint64),
+        ("host_evictions", c_uint64),
+        ("d2h_bytes", c_uint64),
     ]
 
 

@@ -55,6 +55,8 @@ class CacheInfoView:
     object_bytes: int
     device: str   # "host" or "cuda"
     policy: str
+    host_frames: int = 0        # host tier frames (0: none); it holds host_frames - 1 experts
+    host_frame_stride: int = 0
 
 
 class Cache(_lib.Handle):
@@ -65,7 +67,9 @@ class Cache(_lib.Handle):
     "adaptive" (the default), "lru", "lfu", "hybrid" or "decay"; ``verify``: check every object's
     xxh3 as it is read (default True); ``direct_io``: O_DIRECT reads (default
     True: a filesystem that refuses them raises XpackError with
-    Status.NO_DIRECT_IO); ``stats_path``/``trace_path`` as in the C options.
+    Status.NO_DIRECT_IO); ``stats_path``/``trace_path`` as in the C options;
+    ``host_cache_bytes``: pinned host memory for the host tier behind the
+    slots (0: none; doc/cache.md, "Host tier").
     Thread-safe like the C cache: several threads may acquire and release.
     """
 
@@ -74,7 +78,8 @@ class Cache(_lib.Handle):
     def __init__(self, pack: Pack, budget_bytes: int = 0, *, reserve_bytes: int = 0, device: str = "host",
                  policy: str = "adaptive", cuda_device: int = 0, verify: bool = True, direct_io: bool = True,
                  staging_slots: int = 0, queue_depth: int = 0, stats_path: Optional[str] = None,
-                 trace_path: Optional[str] = None, host_device_bytes: int = 0):
+                 trace_path: Optional[str] = None, host_device_bytes: int = 0,
+                 host_cache_bytes: int = 0):
         if not isinstance(pack, Pack):
             raise TypeError("pack must be an xpack.Pack")
         if device not in _DEVICES:
@@ -82,7 +87,7 @@ class Cache(_lib.Handle):
         if policy not in _POLICIES:
             raise ValueError(f"policy must be one of {', '.join(_POLICIES)}, not {policy!r}")
         for name, v in (("budget_bytes", budget_bytes), ("reserve_bytes", reserve_bytes),
-                        ("host_device_bytes", host_device_bytes)):
+                        ("host_device_bytes", host_device_bytes), ("host_cache_bytes", host_cache_bytes)):
             if operator.index(v) < 0:
                 raise ValueError(f"{name} must be >= 0")
         self._owned = None
@@ -98,6 +103,7 @@ class Cache(_lib.Handle):
         self._keep = [os.fsencode(p) if p is not None else None for p in (stats_path, trace_path)]
         o.stats_path, o.trace_path = self._keep
         o.host_device_bytes = host_device_bytes
+        o.host_cache_bytes = host_cache_bytes
         h = _P()
         rc = lib.xpack_cache_create(pack._handle(), ctypes.byref(o), ctypes.byref(h))
         _lib.check(rc, "create cache")
@@ -106,7 +112,8 @@ class Cache(_lib.Handle):
         ci = sized(CacheInfo)
         self._check(lib.xpack_cache_get_info(h, ctypes.byref(ci)), "xpack_cache_get_info")
         self._info = CacheInfoView(ci.slot_count, ci.n_layers, ci.n_experts, ci.slot_stride, ci.object_bytes,
-                                   ci.device_backend.decode(), ci.policy.decode())
+                                   ci.device_backend.decode(), ci.policy.decode(), ci.host_frames,
+                                   ci.host_frame_stride)
 
     def _check(self, rc: int, call: str, h: Optional[ctypes.c_void_p] = None) -> int:
         if rc < 0:
