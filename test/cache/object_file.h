@@ -82,6 +82,41 @@ inline int stream_layer_deferred(cache::ExpertCache& c, device::Device& dev, uin
   return failures;
 }
 
+// n_threads threads each make `iters` requests of `per_request` random experts
+// (ids below `id_range`, layers below `n_layers`) at once: acquire, wait, check
+// every slot's bytes, release. An acquire refused because the other threads
+// hold every slot is legal and retried later. Returns how many steps failed.
+inline int random_requests_concurrently(cache::ExpertCache& c, device::Device& dev, int n_threads, int iters,
+                                        uint32_t n_layers, uint32_t id_range, int per_request,
+                                        uint64_t object_bytes, uint32_t seed) {
+  std::atomic<int> failures{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < n_threads; ++t)
+    ts.emplace_back([&, t] {
+      std::mt19937 rng(seed * 7919u + uint32_t(t) + 1);
+      for (int i = 0; i < iters; ++i) {
+        uint32_t layer = rng() % n_layers;
+        std::vector<uint32_t> ids;
+        for (int k = 0; k < per_request; ++k) ids.push_back(rng() % id_range);
+        auto a = c.acquire(layer, ids.data(), ids.size(), 1);
+        if (!a.ok()) {
+          if (a.error().code != XPACK_E_CAPACITY) ++failures;
+          continue;
+        }
+        if (!c.wait_all(a->ticket).ok()) ++failures;
+        for (auto& h : a->experts) {
+          std::vector<uint8_t> got(object_bytes);
+          if (!dev.copy_to_host(got.data(), h.data, object_bytes).ok() ||
+              got != expected_object(layer, h.expert, object_bytes))
+            ++failures;
+        }
+        if (!c.release(a->ticket).ok()) ++failures;
+      }
+    });
+  for (auto& t : ts) t.join();
+  return failures;
+}
+
 // Thread t streams layer t (all of its experts, in an order of its own) through
 // the cache `rounds` times, all threads at once. Returns how many steps failed.
 inline int stream_layers_concurrently(cache::ExpertCache& c, device::Device& dev,

@@ -5,9 +5,7 @@
 // bad options, and several threads at once (run under TSan with the suite).
 #include <doctest/doctest.h>
 
-#include <atomic>
 #include <random>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -270,32 +268,8 @@ TEST_CASE("host tier: several threads acquire, wait and release through both tie
   CacheOptions o;
   o.staging_slots = 3;
   auto c = f.make(12, 20, o);
-  constexpr int kThreads = 4, kIters = 80;
-  std::atomic<int> failures{0};
-  std::vector<std::thread> ts;
-  for (int t = 0; t < kThreads; ++t)
-    ts.emplace_back([&, t] {
-      std::mt19937 rng(t * 104729 + 3);
-      for (int i = 0; i < kIters; ++i) {
-        uint32_t layer = rng() % 2;
-        std::vector<uint32_t> ids;
-        for (int k = 0; k < 3; ++k) ids.push_back(rng() % 20);
-        auto a = c->acquire(layer, ids.data(), ids.size(), 1);
-        if (!a.ok()) {  // all slots protected by the other threads: legal
-          if (a.error().code != XPACK_E_CAPACITY) ++failures;
-          continue;
-        }
-        if (!c->wait_all(a->ticket).ok()) ++failures;
-        for (auto& h : a->experts) {
-          std::vector<uint8_t> got(kObj);
-          if (!f.dev->copy_to_host(got.data(), h.data, kObj).ok() ||
-              got != expected_object(layer, h.expert, kObj))
-            ++failures;
-        }
-        if (!c->release(a->ticket).ok()) ++failures;
-      }
-    });
-  for (auto& t : ts) t.join();
+  // Three random experts of 20 per request, two layers: more than both tiers hold.
+  int failures = test::random_requests_concurrently(*c, *f.dev, 4, 80, 2, 20, 3, kObj, 104729);
   CHECK(failures == 0);
   auto s = c->counters();
   CHECK(s.io_errors == 0);
