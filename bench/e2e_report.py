@@ -30,7 +30,7 @@ OURS = {"a", "a0", "ap", "d"}
 CUMULATIVE = ("cache_hits", "cache_misses", "cache_evictions", "pack_reads", "pack_read_bytes", "h2d_bytes",
               "fallback_count", "io_errors", "acquires", "steps", "stall_ns", "stall_waits", "deferred_experts",
               "prefetch_issued", "prefetch_used", "prefetch_wasted", "host_hits", "host_demotions", "host_evictions",
-              "d2h_bytes")
+              "d2h_bytes", "ssd_busy_ns")
 
 
 def parse_run(cfg, prompt, rc, out_path, err_path, t_start):
@@ -111,7 +111,11 @@ def summarize(meta_path, runs_path, *fio_paths):
                 s["host_frames"] = ok[0]["counters"].get("host_frames")
                 s["ssd_bytes_per_token"] = dc.get("pack_read_bytes", 0) / n_decode if n_decode else None
                 s["stall_fraction"] = dc.get("stall_ns", 0) / 1e9 / decode_s if decode_s else None
-                if fio_bw:
+                # Measured by the cache (time with a read in flight); before it had
+                # that counter, estimated as bytes over fio's bandwidth (which can pass 100 %).
+                if "ssd_busy_ns" in dc:
+                    s["ssd_busy_fraction"] = dc["ssd_busy_ns"] / 1e9 / decode_s if decode_s else None
+                elif fio_bw:
                     s["ssd_busy_fraction"] = dc.get("pack_read_bytes", 0) / fio_bw / decode_s if decode_s else None
                 s["decode_counters"] = dc
         configs[cfg] = s

@@ -145,6 +145,7 @@ class CacheExperts final : public CacheExpertSource {
             {"host_demotions", c.host_demotions},
             {"host_evictions", c.host_evictions},
             {"d2h_bytes", c.d2h_bytes},
+            {"ssd_busy_ns", c.ssd_busy_ns},
             {"host_frames", host_frames_},
             {"staging_page_bytes", c.staging_page_bytes},
             {"staging_huge_fraction", c.staging_huge_fraction}};

@@ -675,6 +675,7 @@ typedef struct xpack_cache_counters {
   uint64_t host_demotions;   /* evicted experts copied into the host tier */
   uint64_t host_evictions;   /* experts the host tier dropped for room */
   uint64_t d2h_bytes;        /* bytes of those demotions */
+  uint64_t ssd_busy_ns;      /* time at least one object read was in flight (SSD busy time) */
 } xpack_cache_counters;
 
 /* A consistent snapshot of the counters. Thread-safe. */

@@ -50,6 +50,7 @@
 // handles are valid until then.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -135,7 +136,8 @@ class ExpertCache {
   // many loads it started.
   Result<size_t> prefetch(uint32_t layer, const uint32_t* experts, size_t n);
 
-  stats::Counters counters() const { return telemetry_.snapshot(); }
+  // Includes the SSD busy time of a stretch of reads still in flight.
+  stats::Counters counters() const;
   // Writes the stats JSON now (no-op without a stats path) and flushes the
   // routing trace; returns the first error.
   Status write_stats();
@@ -312,6 +314,11 @@ class ExpertCache {
   bool io_sleeping_ = false;          // the I/O thread is blocked in engine poll
 
   // I/O thread only.
+  // Start of the current stretch with reads in flight (now_ns), 0 while none
+  // is: written by the I/O thread, read by counters() to count an open stretch.
+  std::atomic<uint64_t> busy_since_ns_{0};
+  // Opens or closes the busy stretch after the engine's in-flight count changed.
+  void track_busy();
   std::unique_ptr<io::DeviceHostRegistrar> registrar_;
   std::unique_ptr<io::ReadEngine> engine_;
   std::vector<StagingBuffer> staging_;  // index: the stage (the engine's slot)

@@ -14,6 +14,27 @@ void ExpertCache::notify_io(bool sleeping) {
   if (sleeping) engine_->wake();
 }
 
+void ExpertCache::track_busy() {
+  const bool in_flight = engine_->objects_in_flight() > 0;
+  const uint64_t since = busy_since_ns_.load(std::memory_order_relaxed);
+  if (in_flight && since == 0) {
+    busy_since_ns_.store(now_ns(), std::memory_order_relaxed);
+  } else if (!in_flight && since != 0) {
+    // Counted and closed in one update, so a snapshot never counts it twice.
+    telemetry_.update([&](stats::Counters& c) {
+      c.ssd_busy_ns += now_ns() - since;
+      busy_since_ns_.store(0, std::memory_order_relaxed);
+    });
+  }
+}
+
+stats::Counters ExpertCache::counters() const {
+  return telemetry_.snapshot([&](stats::Counters& c) {
+    const uint64_t since = busy_since_ns_.load(std::memory_order_relaxed);
+    if (since) c.ssd_busy_ns += now_ns() - since;
+  });
+}
+
 void ExpertCache::io_loop() {
   std::vector<io::ReadRequest> batch;
   std::vector<io::Completion> unused;
@@ -65,9 +86,11 @@ void ExpertCache::io_loop() {
           fail_load(staging_[r.slot].job, st.error().code);
         }
       }
+      track_busy();
     }
     if (engine_->objects_in_flight() > 0) {
       auto got = engine_->poll(0, &unused);
+      track_busy();
       if (!got.ok() || *got > 0) continue;
       bool copying = std::any_of(staging_.begin(), staging_.end(),
                                  [](const StagingBuffer& st) { return st.delivering && !st.copy_done; });
@@ -88,6 +111,7 @@ void ExpertCache::io_loop() {
       io_sleeping_ = true;
       lk.unlock();
       (void)engine_->poll(-1, &unused);
+      track_busy();
       lk.lock();
       io_sleeping_ = false;
     } else if (want_more) {

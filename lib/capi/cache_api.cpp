@@ -321,6 +321,7 @@ XPACK_API int xpack_cache_get_counters(const xpack_cache* c, xpack_cache_counter
   k.host_demotions = s.host_demotions;
   k.host_evictions = s.host_evictions;
   k.d2h_bytes = s.d2h_bytes;
+  k.ssd_busy_ns = s.ssd_busy_ns;
   xpack::capi::copy_sized_out(out, k);
   return 0;
 }

@@ -37,6 +37,9 @@ struct Counters {
   uint64_t host_demotions = 0;
   uint64_t host_evictions = 0;
   uint64_t d2h_bytes = 0;
+  // Time at least one object read was in flight: how busy the cache kept the SSD
+  // (over a decode's wall time, the busy fraction), measured, not inferred from bytes.
+  uint64_t ssd_busy_ns = 0;
   // How the I/O staging memory is backed (set once at creation): the page size of
   // most of it (2 MiB or 4 KiB; 0 = unknown) and the fraction in huge pages.
   uint64_t staging_page_bytes = 0;
@@ -61,6 +64,14 @@ class Telemetry {
   void update(const std::function<void(Counters&)>& fn) {
     std::lock_guard lk(mu_);
     fn(c_);
+  }
+  // A snapshot with `adjust` applied under the same lock: for state kept outside
+  // the counters (an open interval) whose closing is itself an update.
+  Counters snapshot(const std::function<void(Counters&)>& adjust) const {
+    std::lock_guard lk(mu_);
+    Counters c = c_;
+    adjust(c);
+    return c;
   }
   Counters snapshot() const {
     std::lock_guard lk(mu_);

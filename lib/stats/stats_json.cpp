@@ -68,6 +68,7 @@ nlohmann::ordered_json counters_to_json(const Counters& c) {
   j["host_demotions"] = c.host_demotions;
   j["host_evictions"] = c.host_evictions;
   j["d2h_bytes"] = c.d2h_bytes;
+  j["ssd_busy_ns"] = c.ssd_busy_ns;
   // Hits of either tier over all lookups: what the SSD was spared.
   j["hit_rate_with_host"] = lookups ? double(c.cache_hits + c.host_hits) / double(lookups) : 0.0;
   j["staging_page_bytes"] = c.staging_page_bytes;

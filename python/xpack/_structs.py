@@ -168,6 +168,7 @@ class CacheCounters(ctypes.Structure):
         ("host_demotions", c_uint64),
         ("host_evictions", c_uint64),
         ("d2h_bytes", c_uint64),
+        ("ssd_busy_ns", c_uint64),
     ]
 
 

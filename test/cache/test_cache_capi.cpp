@@ -327,6 +327,7 @@ TEST_CASE("C API: a host tier behind the slots serves evicted experts without a 
   CHECK(k.host_demotions == 10);
   CHECK(k.d2h_bytes == 10 * env.info.object_bytes);
   CHECK(k.host_evictions == 0);
+  CHECK(k.ssd_busy_ns > 0);
   // An older caller's counters struct (without the tier's fields) is still served.
   xpack_cache_counters old{};
   old.size = offsetof(xpack_cache_counters, host_hits);

@@ -611,3 +611,33 @@ TEST_CASE("cache: concurrent acquire / wait / release from several threads") {
   CHECK(s.pack_reads == s.cache_misses);
   CHECK(s.acquires == s.steps);
 }
+
+TEST_CASE("cache: ssd_busy_ns is the time reads were in flight, bounded by the wall clock") {
+  Fixture f(2, 16, 2);
+  auto c = f.make(32);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (uint32_t layer = 0; layer < 2; ++layer)
+    for (uint32_t e = 0; e < 16; e += 2) {
+      auto a = acquire_ok(*c, layer, {e, e + 1});
+      REQUIRE(c->wait_all(a.ticket).ok());
+      REQUIRE(c->release(a.ticket).ok());
+    }
+  const uint64_t wall = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     std::chrono::steady_clock::now() - t0).count());
+  auto s = c->counters();
+  CHECK(s.pack_reads == 32);
+  CHECK(s.ssd_busy_ns > 0);
+  CHECK(s.ssd_busy_ns <= wall);
+  // Each busy instant has a read in flight, inside that read's latency interval.
+  CHECK(s.ssd_busy_ns <= s.read_latency.sum_ns());
+  // Hits read nothing: the busy time stays where it was once the last read landed
+  // (the I/O thread closes the stretch just after publishing that read).
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto settled = c->counters().ssd_busy_ns;
+  for (int i = 0; i < 20; ++i) {
+    auto a = acquire_ok(*c, 1, {3});
+    REQUIRE(c->release(a.ticket).ok());
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(c->counters().ssd_busy_ns == settled);
+}
