@@ -134,7 +134,7 @@ uint64_t host_tier_bytes(const CliOptions& o, bool cuda) {
     return bytes;
   }
   const uint64_t bytes = default_host_tier_bytes(mem.available_bytes);
-  std::fprintf(stderr, "xpack-run: host tier %.0f MiB: 3/4 of the %.0f MiB available (%s) above 1 GiB; --host-cache-mib sets it\n",
+  std::fprintf(stderr, "xpack-run: host tier up to %.0f MiB: 3/4 of the %.0f MiB available (%s) above 1 GiB; --host-cache-mib sets it\n",
                double(bytes) / 1048576.0, avail_mib, mem.limited_by.c_str());
   return bytes;
 }
@@ -219,6 +219,13 @@ int run(const CliOptions& o) {
     // The cache's staging memory is measured once the cache exists (on CUDA, after the
     // model): say now if its reads will be split (the library prints nothing).
     const nlohmann::ordered_json c = experts->counters_json();
+    if (c.value("host_frames", uint64_t{0}) > 0) {
+      // What the cache took: whole experts, at most those its slots cannot hold (plus a spare).
+      const uint64_t frames = c["host_frames"].get<uint64_t>();
+      const double mib = double(frames * ((c["object_bytes"].get<uint64_t>() + 4095) / 4096 * 4096)) / 1048576.0;
+      std::fprintf(stderr, "xpack-run: host tier: %llu experts in %.0f MiB of pinned host memory\n",
+                   static_cast<unsigned long long>(frames - 1), mib);
+    }
     if (c.contains("staging_page_bytes")) {
       const std::string w = xpack::tools::small_pages_warning(
           c["staging_page_bytes"].get<uint64_t>(), c["staging_huge_fraction"].get<double>(), c["object_bytes"].get<uint64_t>());

@@ -146,6 +146,10 @@ TEST_CASE("MoE fixture: a host tier serves the streamed run's misses with copies
   CHECK(flat["counters"]["host_frames"].get<uint64_t>() == 0);  // none on the CPU by default
   CHECK(flat["counters"]["host_hits"].get<uint64_t>() == 0);
   CHECK(flat["counters"]["pack_reads"].get<uint64_t>() == flat["counters"]["cache_misses"].get<uint64_t>());
+  // The plan on stderr says what the cache took (capped at the objects beyond the slots).
+  RunResult said = run(xrun(base + "-n 1 --host-cache-mib 1"));
+  CHECK(said.rc == 0);
+  CHECK(said.err.find("host tier: 16 experts in 1 MiB of pinned host memory") != std::string::npos);
   // Refusals say what to do: less than two objects; more than the machine has.
   RunResult tiny = run(xrun(base + "-n 1 --host-cache-mib 0.05"));
   CHECK(tiny.rc == 1);
