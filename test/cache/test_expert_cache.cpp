@@ -631,9 +631,15 @@ TEST_CASE("cache: ssd_busy_ns is the time reads were in flight, bounded by the w
   // Each busy instant has a read in flight, inside that read's latency interval.
   CHECK(s.ssd_busy_ns <= s.read_latency.sum_ns());
   // Hits read nothing: the busy time stays where it was once the last read landed
-  // (the I/O thread closes the stretch just after publishing that read).
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // (the I/O thread closes the stretch just after publishing that read: wait
+  // until two readings 10 ms apart agree, at most 2 s, for slow sanitizer runs).
   auto settled = c->counters().ssd_busy_ns;
+  for (int i = 0; i < 200; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const uint64_t again = c->counters().ssd_busy_ns;
+    if (again == settled) break;
+    settled = again;
+  }
   for (int i = 0; i < 20; ++i) {
     auto a = acquire_ok(*c, 1, {3});
     REQUIRE(c->release(a.ticket).ok());
