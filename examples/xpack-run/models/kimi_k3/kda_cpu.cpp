@@ -61,10 +61,8 @@ void CpuKimiOps::kda_gate(const Tensor& g, const Tensor& dt_bias, const Tensor& 
 
 void CpuKimiOps::delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                             const Tensor& state, const Tensor& o) {
-  const int64_t D = q.width(), H = beta.width(), hd = D / H, n = q.rows();
-  check_shape(D % H == 0 && k.width() == D && v.width() == D && g.width() == D && o.width() == D &&
-                  beta.rows() == n && state.numel() == H * hd * hd,
-              "delta_rule shapes disagree");
+  const int64_t hd = delta_rule_head_dim(q, k, v, g, beta, state, o);
+  const int64_t D = q.width(), H = beta.width(), n = q.rows();
   pool_.parallel_for(H, 0, [&](int64_t h0, int64_t h1) {
     std::vector<float> sk(static_cast<size_t>(hd)), d(static_cast<size_t>(hd));
     for (int64_t h = h0; h < h1; ++h) {
@@ -101,13 +99,8 @@ void CpuKimiOps::delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, c
 void CpuKimiOps::delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                                     const Tensor& beta, const Tensor& state, const Tensor& o, int64_t chunk) {
   check_shape(chunk > 0, "delta_rule_chunked: the chunk length must be positive");
+  const int64_t hd = delta_rule_head_dim(q, k, v, g, beta, state, o);
   const int64_t D = q.width(), H = beta.width(), n = q.rows();
-  check_shape(H > 0 && D % H == 0, "delta_rule shapes disagree");
-  const int64_t hd = D / H;
-  check_shape(k.width() == D && v.width() == D && g.width() == D && o.width() == D && k.rows() == n &&
-                  v.rows() == n && g.rows() == n && o.rows() == n && beta.rows() == n &&
-                  state.numel() == H * hd * hd,
-              "delta_rule shapes disagree");
   const size_t C = static_cast<size_t>(std::min(chunk, std::max<int64_t>(n, 1))), w = static_cast<size_t>(hd);
   pool_.parallel_for(H, 0, [&](int64_t h0, int64_t h1) {
     std::vector<double> G(C * w);          // running sum of g from the chunk's start, [r][i]

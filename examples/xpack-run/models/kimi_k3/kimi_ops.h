@@ -55,6 +55,19 @@ class KimiOps {
   virtual void delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                                   const Tensor& beta, const Tensor& state, const Tensor& o, int64_t chunk) = 0;
 
+  // The head_dim of delta_rule's arguments, after checking they agree (every
+  // backend's recurrent and chunked forms take the same shapes); ModelError
+  // "backend: delta_rule shapes disagree" otherwise.
+  static int64_t delta_rule_head_dim(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                     const Tensor& beta, const Tensor& state, const Tensor& o) {
+    const int64_t D = q.width(), H = beta.width(), n = q.rows();
+    const int64_t hd = H > 0 && D % H == 0 ? D / H : 0;
+    if (hd == 0 || k.width() != D || v.width() != D || g.width() != D || o.width() != D || k.rows() != n ||
+        v.rows() != n || g.rows() != n || o.rows() != n || beta.rows() != n || state.numel() != H * hd * hd)
+      throw ModelError("backend: delta_rule shapes disagree");
+    return hd;
+  }
+
   // The chunk length delta_rule_chunked runs best with at this head_dim; 0 where
   // this backend has no chunked form for it (the recurrent step is used).
   virtual int64_t delta_rule_chunk(int64_t head_dim) const = 0;

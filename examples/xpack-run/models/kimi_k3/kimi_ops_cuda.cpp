@@ -84,12 +84,8 @@ class CudaKimiOps final : public KimiOps {
 
   void delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                   const Tensor& state, const Tensor& o) override {
-    const int64_t D = q.width(), H = beta.width(), n = q.rows();
-    check(H > 0 && D % H == 0, "delta_rule shapes disagree");
-    const int64_t hd = D / H;
-    check(k.width() == D && v.width() == D && g.width() == D && o.width() == D && k.rows() == n && v.rows() == n &&
-              g.rows() == n && o.rows() == n && beta.rows() == n && state.numel() == H * hd * hd && is_f32(q) &&
-              is_f32(k) && is_f32(v) && is_f32(g) && is_f32(beta) && is_f32(state) && is_f32(o),
+    const int64_t hd = delta_rule_head_dim(q, k, v, g, beta, state, o), H = beta.width(), n = q.rows();
+    check(is_f32(q) && is_f32(k) && is_f32(v) && is_f32(g) && is_f32(beta) && is_f32(state) && is_f32(o),
           "delta_rule shapes disagree");
     const int64_t max_hd = k::delta_rule_max_head_dim();
     check(hd <= max_hd, "delta_rule: head_dim " + std::to_string(hd) + " is over the CUDA kernel's " +
@@ -100,12 +96,8 @@ class CudaKimiOps final : public KimiOps {
 
   void delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                           const Tensor& state, const Tensor& o, int64_t chunk) override {
-    const int64_t D = q.width(), H = beta.width(), n = q.rows();
-    check(H > 0 && D % H == 0, "delta_rule shapes disagree");
-    const int64_t hd = D / H;
-    check(k.width() == D && v.width() == D && g.width() == D && o.width() == D && k.rows() == n && v.rows() == n &&
-              g.rows() == n && o.rows() == n && beta.rows() == n && state.numel() == H * hd * hd && is_f32(q) &&
-              is_f32(k) && is_f32(v) && is_f32(g) && is_f32(beta) && is_f32(state) && is_f32(o),
+    const int64_t hd = delta_rule_head_dim(q, k, v, g, beta, state, o), H = beta.width(), n = q.rows();
+    check(is_f32(q) && is_f32(k) && is_f32(v) && is_f32(g) && is_f32(beta) && is_f32(state) && is_f32(o),
           "delta_rule shapes disagree");
     check(chunk > 0, "delta_rule_chunked: the chunk length must be positive");
     check(hd % 4 == 0 && hd <= k::kChunkMaxHeadDim,
