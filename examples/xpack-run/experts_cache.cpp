@@ -147,6 +147,7 @@ class CacheExperts final : public CacheExpertSource {
             {"d2h_bytes", c.d2h_bytes},
             {"ssd_busy_ns", c.ssd_busy_ns},
             {"host_frames", host_frames_},
+            {"host_bytes", host_bytes_},
             {"staging_page_bytes", c.staging_page_bytes},
             {"staging_huge_fraction", c.staging_huge_fraction}};
   }
@@ -214,6 +215,7 @@ class CacheExperts final : public CacheExpertSource {
   uint64_t deferred_experts_ = 0;  // experts that waited for a slot inside their request
   uint64_t slot_bytes_ = 0;
   uint32_t host_frames_ = 0;
+  uint64_t host_bytes_ = 0;  // pinned host memory of the tier
   bool on_device_ = false;
 };
 
@@ -263,6 +265,7 @@ bool CacheExperts::create_cache(std::string* why_not, bool* capacity) {
   slot_stride_ = info.slot_stride;
   slot_bytes_ = uint64_t(info.slot_count) * info.slot_stride;
   host_frames_ = info.host_frames;
+  host_bytes_ = uint64_t(info.host_frames) * info.host_frame_stride;
   on_device_ = info.device_backend && std::string(info.device_backend) == "cuda";
   return true;
 }

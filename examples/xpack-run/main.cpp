@@ -222,7 +222,7 @@ int run(const CliOptions& o) {
     if (c.value("host_frames", uint64_t{0}) > 0) {
       // What the cache took: whole experts, at most those its slots cannot hold (plus a spare).
       const uint64_t frames = c["host_frames"].get<uint64_t>();
-      const double mib = double(frames * ((c["object_bytes"].get<uint64_t>() + 4095) / 4096 * 4096)) / 1048576.0;
+      const double mib = double(c["host_bytes"].get<uint64_t>()) / 1048576.0;
       std::fprintf(stderr, "xpack-run: host tier: %llu experts in %.0f MiB of pinned host memory\n",
                    static_cast<unsigned long long>(frames - 1), mib);
     }
