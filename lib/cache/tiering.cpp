@@ -11,7 +11,7 @@ void ExpertCache::demote(uint32_t slot) {
   // has nothing in the slot yet, and a failed one has nothing valid.
   if (!host_ || s.state != SlotState::kCopying) return;
   auto admitted = host_->admit(s.key);
-  if (!admitted) return;  // every frame is being copied out of right now
+  if (!admitted) return;  // a tier of one frame holds nothing (it is the spare)
   Status st = dev_.copy_to_host_async(frame_data(admitted->frame), slot_data(slot), src_.object_bytes, nullptr);
   if (!st.ok()) {
     // The expert is only lost to the tier: the pack still has it.
