@@ -17,7 +17,10 @@
 #       cache-ratio x pack bytes, with xpack-run's default host-RAM tier (3/4 of what the
 #       cgroup leaves above 1 GiB)
 #   a0  (a) without the host tier (--host-cache-mib 0): the tier's ablation
+#   n   (a0) without overlap (--no-overlap: a MoE layer computes once all its experts
+#       are loaded, as the seed's engine does): the ablation's baseline
 #   ap  (a) with the next-layer guess (--prefetch-next top-k): its ablation
+#   al  (a) with LRU instead of the adaptive eviction policy (--cache-policy lru)
 #   b   llama.cpp, everything but the experts on the GPU, the experts on the CPU through
 #       mmap (--n-cpu-moe = every layer)
 #   bp  llama.cpp, as many whole layers on the GPU (-ngl N) as fit in vram-ratio x model
@@ -181,6 +184,8 @@ run_config() {
     case "$cfg" in
       a) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$cache_mib" "${common_ours[@]}") ;;
       ap) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$cache_mib" --prefetch-next "$top_k" "${common_ours[@]}") ;;
+      n) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$cache_mib" --host-cache-mib 0 --no-overlap "${common_ours[@]}") ;;
+      al) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$cache_mib" --cache-policy lru "${common_ours[@]}") ;;
       a0) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$cache_mib" --host-cache-mib 0 "${common_ours[@]}") ;;
       d) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$all_mib" --preload-experts "${common_ours[@]}") ;;
       b) cmd=("$llama/b/bin/llama-completion" -m "$model" -ngl 99 -ncmoe "$layers" "${common_llama[@]}") ;;

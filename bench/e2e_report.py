@@ -18,14 +18,16 @@ import sys
 
 NAMES = {
     "a": "(a) xpack-run, experts streamed from the pack",
+    "n": "(n) (a0) without overlap (--no-overlap): the baseline",
     "a0": "(a0) (a) without the host-RAM tier (--host-cache-mib 0)",
     "ap": "(ap) (a) with the next-layer guess (--prefetch-next top-k)",
+    "al": "(al) (a) with LRU instead of the adaptive policy (--cache-policy lru)",
     "b": "(b) llama.cpp, experts on the CPU via mmap (--n-cpu-moe all)",
     "bp": "(b') llama.cpp, -ngl N whole layers on the GPU, rest via mmap",
     "c": "(c) llama.cpp, everything in VRAM",
     "d": "(d) xpack-run, every expert resident",
 }
-OURS = {"a", "a0", "ap", "d"}
+OURS = {"a", "a0", "al", "ap", "d", "n"}
 # The counters that only grow (the rest are sizes, medians and fractions).
 CUMULATIVE = ("cache_hits", "cache_misses", "cache_evictions", "pack_reads", "pack_read_bytes", "h2d_bytes",
               "fallback_count", "io_errors", "acquires", "steps", "stall_ns", "stall_waits", "deferred_experts",

@@ -109,9 +109,9 @@ int run_chat(const ChatRun& r, std::istream& in, std::FILE* out) {
     n_reused += keep;
     for (size_t i = keep; i < next.size(); ++i) sampler.accept(next[i]);
     const int n_new = static_cast<int>(next.size() - keep);
-    std::vector<float> logits(static_cast<size_t>(n_new) * n_vocab);
+    std::vector<float> logits(n_vocab);
     auto t0 = std::chrono::steady_clock::now();
-    r.model.eval(next.data() + keep, n_new, static_cast<int>(keep), logits.data());
+    r.model.eval(next.data() + keep, n_new, static_cast<int>(keep), logits.data(), LogitRows::last);
     prefill_s += seconds_since(t0);
     n_prefilled += static_cast<size_t>(n_new);
     evaluated = next;
@@ -141,7 +141,7 @@ int run_chat(const ChatRun& r, std::istream& in, std::FILE* out) {
         finish = "eos";
         break;
       }
-      r.model.eval(&tok, 1, static_cast<int>(evaluated.size()), row.data());
+      r.model.eval(&tok, 1, static_cast<int>(evaluated.size()), row.data(), LogitRows::last);
       evaluated.push_back(tok);
       ++n_decoded;
     }

@@ -175,6 +175,15 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
                  "--prefetch-next: the state the next router is applied to:\n"
                  "moe-input (default: this layer's MoE input, after its ffn_norm)\n"
                  "or renormed (the same input under the next layer's ffn_norm)");
+  auto* policy_opt = app.choice("--cache-policy", "P", &o.cache_policy, {"adaptive", "lru", "lfu", "hybrid", "decay"},
+             "the expert cache's eviction policy: adaptive (default), lru,\n"
+             "lfu, hybrid (the seed's) or decay (doc/cache.md, \"Eviction policy\")");
+  app.flag("--no-overlap", &o.no_overlap,
+           "through the expert cache: each MoE layer waits on the host until\n"
+           "all its experts are loaded and only then computes them, as the\n"
+           "seed's engine does (the baseline of the ablation; by default the\n"
+           "resident experts compute while misses load, each miss as soon as\n"
+           "its own copy lands; the output is the same)");
   app.flag("--allow-buffered-io", &o.allow_buffered_io,
            "where the pack's filesystem refuses O_DIRECT (tmpfs, ramfs),\n"
            "read experts through the page cache instead of failing\n"
@@ -231,6 +240,10 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
                 "experts are read without it");
   if (!o.trace_path.empty() && o.expert_reader != "cache")
     return fail("--trace needs --expert-reader cache: the direct reader does not record routing");
+  // Both change what the expert cache does; anything else would ignore them silently.
+  for (const auto& [given, flag] : {std::pair{policy_opt->count() > 0, "--cache-policy"}, {o.no_overlap, "--no-overlap"}})
+    if (given && (o.pack_path.empty() || o.expert_reader != "cache"))
+      return fail(std::string(flag) + " needs --pack and --expert-reader cache: it applies to the expert cache");
   *out = std::move(o);
   return done(std::nullopt);
 }

@@ -52,6 +52,8 @@ struct CliOptions {
   bool no_hash_prefetch = false;   // deepseek4: the hash layers' exact experts are not prefetched (for measuring)
   int prefetch_next = 0;           // --prefetch-next: next-layer experts guessed per MoE layer (0 = off)
   std::string prefetch_next_from = "moe-input";  // --prefetch-next-from: the state the guess routes
+  std::string cache_policy = "adaptive";  // --cache-policy: the expert cache's eviction policy
+  bool no_overlap = false;         // --no-overlap: a MoE layer computes once all its experts are in (baseline)
 };
 
 // Parses argv into *out. nullopt: run with *out. Otherwise the exit status to return at

@@ -13,6 +13,7 @@
 // layer and step.
 #include <cstdio>
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -80,6 +81,17 @@ class CacheExperts final : public CacheExpertSource {
           layer);
     req->held = true;
     for (const auto& e : req->entries) deferred_experts_ += e.slot == XPACK_SLOT_DEFERRED;
+    if (!opts_.overlap) {
+      // --no-overlap: the layer's compute starts only after its last read, as in
+      // an engine that loads a layer's experts and then computes (the seed's).
+      // Every placed entry is then resident; deferred ones still stream (they
+      // wait for a slot an earlier expert of this request frees).
+      for (size_t i = 0; i < req->entries.size(); ++i) {
+        if (req->entries[i].slot == XPACK_SLOT_DEFERRED || req->entries[i].hit) continue;
+        check(xpack_cache_wait(cache_, req->ticket, i), layer);
+      }
+      req->loaded = true;
+    }
     return req;
   }
 
@@ -149,7 +161,9 @@ class CacheExperts final : public CacheExpertSource {
             {"host_frames", host_frames_},
             {"host_bytes", host_bytes_},
             {"staging_page_bytes", c.staging_page_bytes},
-            {"staging_huge_fraction", c.staging_huge_fraction}};
+            {"staging_huge_fraction", c.staging_huge_fraction},
+            {"cache_policy", policy_},
+            {"overlap", opts_.overlap}};
   }
 
  private:
@@ -161,7 +175,7 @@ class CacheExperts final : public CacheExpertSource {
     }
     bool resident(int i) const override {
       const xpack_expert_slot& e = entries.at(static_cast<size_t>(i));
-      return e.slot != XPACK_SLOT_DEFERRED && e.hit;
+      return e.slot != XPACK_SLOT_DEFERRED && (e.hit || loaded);
     }
     ExpertReady get(int i) override {
       const size_t idx = static_cast<size_t>(i);
@@ -174,7 +188,7 @@ class CacheExperts final : public CacheExpertSource {
       // never for the compute stream; a resident expert's event is complete
       // or recorded, and the compute stream alone waits on it.
       const xpack_expert_slot& a = entries.at(idx);
-      if (a.slot == XPACK_SLOT_DEFERRED || !a.ready_event || !a.hit) {
+      if (a.slot == XPACK_SLOT_DEFERRED || !a.ready_event || !(a.hit || loaded)) {
         source->check(xpack_cache_wait(source->cache_, ticket, idx), layer);
       }
       xpack_expert_slot e{};
@@ -191,6 +205,7 @@ class CacheExperts final : public CacheExpertSource {
     void* compute_stream;
     uint64_t ticket = 0;
     bool held = false;
+    bool loaded = false;  // --no-overlap: every placed entry was waited for in acquire()
     std::vector<xpack_expert_slot> entries;  // as acquired
     std::vector<ExpertWeights> views;
   };
@@ -215,6 +230,7 @@ class CacheExperts final : public CacheExpertSource {
   uint64_t deferred_experts_ = 0;  // experts that waited for a slot inside their request
   uint64_t slot_bytes_ = 0;
   uint32_t host_frames_ = 0;
+  std::string policy_;  // the cache's own name for its eviction policy
   uint64_t host_bytes_ = 0;  // pinned host memory of the tier
   bool on_device_ = false;
 };
@@ -236,6 +252,7 @@ bool CacheExperts::create_cache(std::string* why_not, bool* capacity) {
   co.verify = o.verify ? XPACK_VERIFY_ON : XPACK_VERIFY_OFF;
   co.direct_io = XPACK_IO_DIRECT;
   co.trace_path = o.trace_path.empty() ? nullptr : o.trace_path.c_str();
+  co.policy = o.policy;
   int rc = xpack_cache_create(pack_, &co, &cache_);
   if (rc == XPACK_E_NO_DIRECT_IO) {
     // Fail closed: reading through the page cache doubles every expert's memory
@@ -265,6 +282,7 @@ bool CacheExperts::create_cache(std::string* why_not, bool* capacity) {
   slot_stride_ = info.slot_stride;
   slot_bytes_ = uint64_t(info.slot_count) * info.slot_stride;
   host_frames_ = info.host_frames;
+  policy_ = info.policy ? info.policy : "";
   host_bytes_ = uint64_t(info.host_frames) * info.host_frame_stride;
   on_device_ = info.device_backend && std::string(info.device_backend) == "cuda";
   return true;

@@ -115,6 +115,14 @@ void create_gpu_cache(CacheExpertSource& source, const CliOptions& o) {
   throw ModelError(msg + ": " + why + "; raise --cache-mib, lower --cache-reserve-mib, or free GPU memory");
 }
 
+int32_t cache_policy_of(const std::string& name) {
+  if (name == "lru") return XPACK_POLICY_LRU;
+  if (name == "lfu") return XPACK_POLICY_LFU;
+  if (name == "hybrid") return XPACK_POLICY_HYBRID;
+  if (name == "decay") return XPACK_POLICY_DECAY;
+  return XPACK_POLICY_ADAPTIVE;  // the CLI admits nothing else
+}
+
 // The host tier's size: what was asked, or by default on CUDA 3/4 of the
 // host memory available above 1 GiB. Said on stderr either way; asking for
 // more than is available is refused (pinned pages cannot be swapped: the
@@ -173,6 +181,8 @@ int run(const CliOptions& o) {
     po.trace_path = o.trace_path;
     po.threads = o.threads;
     po.cuda = cuda;
+    po.policy = cache_policy_of(o.cache_policy);
+    po.overlap = !o.no_overlap;
     const int n_expected = static_cast<int>(weights.get_int(weights.arch_key("expert_count"), 0));
     std::string why_not;
     if (o.expert_reader == "cache" && cuda) {
@@ -185,6 +195,10 @@ int run(const CliOptions& o) {
     if (!experts && po.host_cache_bytes > 0 && !po.host_cache_is_default) {
       // Only the cache has a host tier: reading directly would drop what was asked for.
       throw ModelError("--host-cache-mib: the expert cache could not be created: " + why_not);
+    }
+    if (!experts && (o.no_overlap || o.cache_policy != "adaptive")) {
+      throw ModelError(std::string(o.no_overlap ? "--no-overlap" : "--cache-policy") +
+                       ": the expert cache is unavailable (" + why_not + "), and it applies to the cache only");
     }
     if (!experts && !o.trace_path.empty()) {
       // The direct reader records nothing; a silent fallback would leave no trace.
@@ -285,9 +299,11 @@ int run(const CliOptions& o) {
   const int32_t eos = static_cast<int32_t>(weights.get_int("tokenizer.ggml.eos_token_id", -1));
 
   LogitsWriter logits_out(o.logits_out);
-  std::vector<float> logits(prompt.size() * size_t(n_vocab));
+  // Every prompt row only when --logits-out records them.
+  const LogitRows prompt_rows = o.logits_out.empty() ? LogitRows::last : LogitRows::all;
+  std::vector<float> logits((prompt_rows == LogitRows::all ? prompt.size() : 1) * size_t(n_vocab));
   auto t_prefill = std::chrono::steady_clock::now();
-  model->eval(prompt.data(), static_cast<int>(prompt.size()), 0, logits.data());
+  model->eval(prompt.data(), static_cast<int>(prompt.size()), 0, logits.data(), prompt_rows);
   const double prefill_s = seconds_since(t_prefill);
   // Decode's own reads and waits are the totals minus these (bench/e2e.sh).
   const nlohmann::ordered_json counters_prefill = counters();
@@ -327,7 +343,7 @@ int run(const CliOptions& o) {
       break;
     }
     int pos = static_cast<int>(prompt.size() + gen.size()) - 1;
-    model->eval(&tok, 1, pos, row.data());
+    model->eval(&tok, 1, pos, row.data(), LogitRows::last);
     logits_out.write(row.data(), row.size());
     ++n_decoded;
   }

@@ -18,14 +18,21 @@
 
 namespace xrun {
 
+// The logits an eval() writes: every position's (teacher forcing, --logits-out)
+// or the last position's only, which is all that sampling the next token needs:
+// the output projection of a long prompt's other rows (129280 x 4096 per row on
+// deepseek4) and their download cost more than a layer of the prefill.
+enum class LogitRows { all, last };
+
 class Model {
  public:
   virtual ~Model() = default;
   virtual int n_vocab() const = 0;
   // Evaluates `n` tokens at positions pos0 .. pos0+n-1 (continuing the sequence
   // evaluated so far: pos0 == number of tokens already evaluated) as one batch
-  // (prefill) or one token (decode). Writes n rows of n_vocab logits to `logits`.
-  virtual void eval(const int32_t* tokens, int n, int pos0, float* logits) = 0;
+  // (prefill) or one token (decode). Writes n rows (LogitRows::all) or one row
+  // (LogitRows::last) of n_vocab logits to `logits`.
+  virtual void eval(const int32_t* tokens, int n, int pos0, float* logits, LogitRows rows) = 0;
   // Forgets the sequence (KV cache etc.).
   virtual void reset() = 0;
   // The model's own counters for --json (the next-layer guesses); empty by default.
@@ -59,8 +66,10 @@ std::unique_ptr<Model> make_kimi_k3(const Weights& w, Backend& be, ExpertSource*
 void check_eval(const char* arch, const int32_t* tokens, int n, int pos0, int64_t n_past, int64_t n_vocab);
 
 // logits [n][n_vocab] on the host = output . x (x: the final normed hidden
-// states [n][n_embd] on the backend): the one download of an eval.
-void download_logits(Backend& be, const Tensor& output, const Tensor& x, float* logits);
+// states [n][n_embd] on the backend), or only x's last row's with
+// LogitRows::last: the one download of an eval. The last row is computed alone
+// in both cases, so it is the same either way.
+void download_logits(Backend& be, const Tensor& output, const Tensor& x, float* logits, LogitRows rows);
 
 // Dispatches on w.arch(); throws ModelError("unsupported architecture X").
 std::unique_ptr<Model> make_model(const Weights& w, Backend& be, ExpertSource* experts,

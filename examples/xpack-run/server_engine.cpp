@@ -87,8 +87,8 @@ void Engine::eval(const int32_t* tokens, int n, float* last_row) {
   try {
     for (int i = 0; i < n; i += kPrefillChunk) {
       const int m = std::min(kPrefillChunk, n - i);
-      logits.resize(static_cast<size_t>(m) * n_vocab);
-      s_.model.eval(tokens + i, m, static_cast<int>(evaluated_.size()), logits.data());
+      logits.resize(n_vocab);
+      s_.model.eval(tokens + i, m, static_cast<int>(evaluated_.size()), logits.data(), LogitRows::last);
       evaluated_.insert(evaluated_.end(), tokens + i, tokens + i + m);
     }
   } catch (...) {

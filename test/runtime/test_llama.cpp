@@ -241,6 +241,38 @@ TEST_CASE("stories260K: --temp sampling is reproducible for a seed; --stats writ
   CHECK(st.contains("counters"));
 }
 
+// Without --logits-out a prompt's eval computes only its last logits row; the
+// token sampled from it must not depend on that (a wrong row, or a row taken
+// through another kernel, would change a high-temperature draw).
+TEST_CASE("xpack-run: the sampled tokens are the same with and without --logits-out's every-row prefill") {
+  std::vector<fs::path> models;
+  if (auto m = stories260k()) models.push_back(*m);
+  for (const char* f : {"deepseek4-f32.gguf", "kimi-k3-f32.gguf"})
+    if (auto d = oracle_dir_with(f)) models.push_back(*d / "models" / f);
+  if (models.empty()) {
+    xpack::test::skip(xpack::test::Absent::kFixture, "neither stories260K.gguf nor the oracle models found");
+    return;
+  }
+  xpack::test::TempDir tmp;
+  for (const fs::path& m : models) {
+    CAPTURE(m.filename().string());
+    const std::string base = "-m " + q(m) + " --prompt-ids 1,17,33,49,65,81,97,113,129,145,161,177 -n 24 --json " +
+                             "--temp 1.5 --seed 11 ";
+    auto ids = [&](const std::string& extra) {
+      RunResult r = run(xrun(base + extra));
+      INFO(r.err);
+      REQUIRE(r.rc == 0);
+      return json::parse(r.out)["gen_ids"].get<std::vector<int32_t>>();
+    };
+    const std::vector<int32_t> last_only = ids("");
+    CHECK(ids("--logits-out " + q(tmp / "rows.f32")) == last_only);
+    CHECK(last_only.size() == 24);
+    // Every prompt row, then one per generated token (each is fed back).
+    const size_t floats = read_f32(tmp / "rows.f32").size();
+    CHECK((floats > 0 && floats % (12 + 24) == 0));
+  }
+}
+
 TEST_CASE("stories260K: a prompt longer than the context is refused; generation stops at the context") {
   auto model = stories260k();
   if (!model) {

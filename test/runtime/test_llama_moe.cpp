@@ -162,6 +162,52 @@ TEST_CASE("MoE fixture: a host tier serves the streamed run's misses with copies
   CHECK(neg.rc == 2);
 }
 
+TEST_CASE("MoE fixture: --no-overlap and --cache-policy change when experts compute and which stay, not the logits") {
+  auto model = stories260k();
+  if (!model) {
+    xpack::test::skip(xpack::test::Absent::kFixture, "stories260K.gguf not found");
+    return;
+  }
+  XPACK_REQUIRE_PYTHON_GGUF();
+  xpack::test::TempDir tmp;
+  make_fixture(*model, tmp / "moe.gguf");
+  build_pack(tmp / "moe.gguf", tmp / "moe");
+  // 6 slots of 48 KiB for 20 objects: every step misses.
+  const std::string base = "-m " + q(tmp / "moe.trunk.gguf") + " --pack " + q(tmp / "moe.xpack") +
+                           " --prompt-ids 1,403 -n 60 --cache-mib 0.3 ";
+  json plain = run_json(base + "--logits-out " + q(tmp / "plain.f32"));
+  const auto want = xpack::test::read_file(tmp / "plain.f32");
+  CHECK(plain["gen_ids"].get<std::vector<int32_t>>() == golden_ids());
+  CHECK(plain["counters"]["cache_policy"] == "adaptive");
+  CHECK(plain["counters"]["overlap"] == true);
+
+  json serial = run_json(base + "--no-overlap --logits-out " + q(tmp / "serial.f32"));
+  CHECK(xpack::test::read_file(tmp / "serial.f32") == want);
+  CHECK(serial["counters"]["overlap"] == false);
+  // The same requests in the same order: the same hits and reads.
+  CHECK(serial["counters"]["cache_misses"] == plain["counters"]["cache_misses"]);
+  CHECK(serial["counters"]["pack_reads"] == plain["counters"]["pack_reads"]);
+
+  for (const char* policy : {"lru", "lfu", "hybrid", "decay"}) {
+    CAPTURE(policy);
+    const fs::path out = tmp / (std::string(policy) + ".f32");
+    json r = run_json(base + "--cache-policy " + policy + " --logits-out " + q(out));
+    CHECK(xpack::test::read_file(out) == want);
+    // The name comes from the cache itself (xpack_cache_get_info): it runs that policy.
+    CHECK(r["counters"]["cache_policy"] == policy);
+  }
+
+  // Both apply to the expert cache only, and the CLI admits only its policies.
+  RunResult no_pack = run(xrun("-m " + q(tmp / "moe.gguf") + " --prompt-ids 1,403 -n 1 --no-overlap"));
+  CHECK(no_pack.rc == 2);
+  CHECK(no_pack.err.find("--no-overlap needs --pack") != std::string::npos);
+  RunResult direct = run(xrun(base + "-n 1 --expert-reader direct --cache-policy lru"));
+  CHECK(direct.rc == 2);
+  CHECK(direct.err.find("--cache-policy needs --pack and --expert-reader cache") != std::string::npos);
+  RunResult belady = run(xrun(base + "-n 1 --cache-policy belady"));
+  CHECK(belady.rc == 2);
+}
+
 TEST_CASE("MoE fixture: a pack where O_DIRECT is refused fails closed unless --allow-buffered-io") {
   auto model = stories260k();
   if (!model) {

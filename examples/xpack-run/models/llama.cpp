@@ -152,7 +152,7 @@ class Llama final : public Model {
     n_past_ = 0;
   }
 
-  void eval(const int32_t* tokens, int n, int pos0, float* logits) override {
+  void eval(const int32_t* tokens, int n, int pos0, float* logits, LogitRows rows) override {
     if (n <= 0) return;
     check_eval("llama", tokens, n, pos0, n_past_, p_.n_vocab);
     const int64_t E = p_.n_embd;
@@ -184,7 +184,7 @@ class Llama final : public Model {
       be_.add(x, delta, x);
     }
     be_.rms_norm(x, &output_norm_, p_.eps, cur);
-    download_logits(be_, output_, cur, logits);
+    download_logits(be_, output_, cur, logits, rows);
     n_past_ = pos0 + n;
   }
 

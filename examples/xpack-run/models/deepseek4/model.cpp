@@ -85,7 +85,7 @@ class Deepseek4 final : public Model {
     n_past_ = 0;
   }
 
-  void eval(const int32_t* tokens, int n, int pos0, float* logits) override {
+  void eval(const int32_t* tokens, int n, int pos0, float* logits, LogitRows rows) override {
     if (n <= 0) return;
     check_eval("deepseek4", tokens, n, pos0, n_past_, hp_.n_vocab);
     // The hash-routed layers' experts follow from the token ids alone: their
@@ -131,7 +131,7 @@ class Deepseek4 final : public Model {
 
     head_.collapse(stream, x);
     be_.rms_norm(x, &output_norm_, hp_.rms_eps, x);
-    download_logits(be_, output_, x, logits);
+    download_logits(be_, output_, x, logits, rows);
     n_past_ += n;
   }
 

@@ -99,7 +99,7 @@ class KimiK3 final : public Model {
     }
   }
 
-  void eval(const int32_t* tokens, int n, int pos0, float* logits) override {
+  void eval(const int32_t* tokens, int n, int pos0, float* logits, LogitRows rows) override {
     if (n <= 0) return;
     check_eval("kimi-k3", tokens, n, pos0, n_past_, hp_.n_vocab);
     const int64_t E = hp_.n_embd;
@@ -158,9 +158,9 @@ class KimiK3 final : public Model {
       be_.add(h, sub, h);
     }
 
-    // --- output head (every position)
+    // --- output head (every position, or the last)
     be_.rms_norm(input_of(output_res_score_), &output_norm_, eps, normed);
-    download_logits(be_, output_, normed, logits);
+    download_logits(be_, output_, normed, logits, rows);
     n_past_ += n;
   }
 
