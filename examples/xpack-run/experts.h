@@ -82,6 +82,11 @@ class ExpertSource {
   // or layer out of range throws ModelError. The default only checks them:
   // nothing to start where experts are in memory or read on acquire.
   virtual void prefetch(int layer, const int32_t* experts, int n);
+  // A guess (--prefetch-next): experts `layer` may acquire. A source may start
+  // them at a lower standing than prefetch()'s exact hints (the expert cache
+  // lets a guess displace only what its policy values no more). The default
+  // treats it as prefetch() does.
+  virtual void prefetch_guess(int layer, const int32_t* experts, int n) { ExpertSource::prefetch(layer, experts, n); }
   // Called once after the run: reports what could only fail late (an
   // incomplete routing trace) by throwing ModelError.
   virtual void finish() {}

@@ -95,17 +95,21 @@ class CacheExperts final : public CacheExpertSource {
     return req;
   }
 
-  void prefetch(int layer, const int32_t* experts, int n) override {
+  void prefetch(int layer, const int32_t* experts, int n) override { hint(layer, experts, n, XPACK_PREFETCH_CERTAIN); }
+  void prefetch_guess(int layer, const int32_t* experts, int n) override { hint(layer, experts, n, 0); }
+
+  void hint(int layer, const int32_t* experts, int n, uint32_t flags) {
     if (!cache_) throw ModelError("expert cache: prefetch before create_cache");
     ExpertSource::prefetch(layer, experts, n);
     if (!opts_.prefetch || n <= 0) return;
     uint32_t lslot = 0;
     xpack_pack_layer_slot(pack_, static_cast<uint32_t>(layer), &lslot);
     const std::vector<uint32_t> ids(experts, experts + n);
-    // The cache starts only the loads it has room for (free slots, or entries
-    // its policy values no more) and counts them in prefetch_issued; the rest
-    // are read by the acquire as usual.
-    const int rc = xpack_cache_prefetch(cache_, lslot, ids.data(), ids.size());
+    // The cache starts only the loads it has room for and counts them in
+    // prefetch_issued (a guess: free slots or entries its policy values no
+    // more; an exact hint: over the policy's victim, in at most half the
+    // slots); the rest are read by the acquire as usual.
+    const int rc = xpack_cache_prefetch_ex(cache_, lslot, ids.data(), ids.size(), flags);
     if (rc < 0) check(rc, layer);
   }
 

@@ -71,7 +71,7 @@ void NextLayerGuesser::issue(ExpertSource& source, int layer, const int32_t* ids
   }
   // Ascending, as run_routed_experts requests a layer's experts.
   std::sort(guess.begin(), guess.end());
-  source.prefetch(layer, guess.data(), static_cast<int>(guess.size()));
+  source.prefetch_guess(layer, guess.data(), static_cast<int>(guess.size()));
   ++layer_steps_;
   issued_ += guess.size();
   pending_[layer] = std::move(guess);

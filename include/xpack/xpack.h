@@ -642,6 +642,21 @@ XPACK_API int xpack_cache_release(xpack_cache *c, uint64_t ticket, void *compute
  * of loads started (>= 0) or a negative code. Thread-safe. */
 XPACK_API int xpack_cache_prefetch(xpack_cache *c, uint32_t layer, const uint32_t *experts,
                                    size_t n);
+
+/* xpack_cache_prefetch_ex flags. */
+#define XPACK_PREFETCH_CERTAIN 1u /* the caller knows these experts will be acquired */
+
+/* xpack_cache_prefetch with flags; flags 0 is xpack_cache_prefetch. With
+ * XPACK_PREFETCH_CERTAIN the hint is a fact, not a guess (deepseek4's
+ * hash-routed layers, whose experts follow from the token id): each expert is
+ * placed as a demand miss would be (over the policy's victim, even one the
+ * policy values more), and it is protected from eviction until an acquire
+ * names it or until the step after the current one has started (a step starts
+ * when a layer at or below the previous acquire's is acquired). Certain hints
+ * hold at most half the slots at a time; the rest of the list is not loaded
+ * (count the return value). Unknown flags: XPACK_E_INVALID_ARG. Thread-safe. */
+XPACK_API int xpack_cache_prefetch_ex(xpack_cache *c, uint32_t layer, const uint32_t *experts,
+                                      size_t n, uint32_t flags);
 /* Device address of a slot. Thread-safe. */
 XPACK_API int xpack_cache_slot_pointer(const xpack_cache *c, uint32_t slot, void **ptr);
 /* Copies object_bytes of a slot to host memory (synchronous; for checks and

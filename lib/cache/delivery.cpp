@@ -66,6 +66,7 @@ void ExpertCache::fail_load(const LoadJob& job, int code) {
     s.error = code;
     s.state = SlotState::kFailed;
     s.prefetched_unused = false;
+    s.certain = false;
     if (s.pins == 0) {  // nobody waits: drop it now
       dir_->remove(job.key);
       s.state = SlotState::kEmpty;

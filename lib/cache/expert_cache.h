@@ -131,10 +131,17 @@ class ExpertCache {
   // Ends the protection of the ticket's experts. `compute_stream` (may be null):
   // the stream whose work reads the slots; later copies are ordered after it.
   Status release(TicketId ticket, void* compute_stream = nullptr);
-  // Starts loads of the listed experts that are not resident, at lower priority:
-  // only into free slots or over resident keys the policy values no more. Returns how
+  // Starts loads of the listed experts that are not resident, at lower priority
+  // than demand loads. A guess takes only free slots or resident keys the policy
+  // values no more. A certain hint (the caller knows that this step or the next
+  // acquires them: deepseek4's hash-routed layers at token time) is placed as a
+  // demand miss is, over the policy's victim: a policy that values a key by its
+  // history would otherwise refuse every expert it has not seen yet. Each of its
+  // experts, loading or resident, is then protected until acquired or until the
+  // step after next starts, and certain hints hold at most half the slots at
+  // once, so demand always has the other half to stream through. Returns how
   // many loads it started.
-  Result<size_t> prefetch(uint32_t layer, const uint32_t* experts, size_t n);
+  Result<size_t> prefetch(uint32_t layer, const uint32_t* experts, size_t n, bool certain = false);
 
   // Includes the SSD busy time of a stretch of reads still in flight.
   stats::Counters counters() const;
@@ -161,6 +168,8 @@ class ExpertCache {
     int error = 0;
     bool prefetched_unused = false;
     bool queued = false;  // its load waits for a staging buffer (not read yet)
+    bool certain = false;     // named by a certain hint not acquired since (held_hint)
+    uint64_t hint_step = 0;   // step_ when that hint came
     std::unique_ptr<device::Event> ready;
   };
   struct LoadJob {
@@ -225,6 +234,8 @@ class ExpertCache {
 
   // placement.cpp, all under mu_.
   bool is_protected(Key k, bool for_demand) const;
+  // A certain hint's expert, not acquired yet, within its protection (prefetch()).
+  bool held_hint(const Slot& s) const { return s.certain && s.hint_step + 1 >= step_; }
   void start_load(uint32_t slot, Key k, bool prefetch);
   void unpin(Key k);
   // Pins k for a request: its resident slot, else a new one (load started).

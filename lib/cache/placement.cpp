@@ -15,7 +15,7 @@ bool ExpertCache::is_protected(Key k, bool for_demand) const {
   // A slot whose read is in flight cannot be retargeted: the read would land
   // in it later. A prefetch that has not started is only a guess, which a
   // demand miss may overrule (but not another guess).
-  if (slot.pins > 0) return true;
+  if (slot.pins > 0 || held_hint(slot)) return true;
   if (slot.state != SlotState::kLoading) return false;
   return !(for_demand && slot.queued && slot.prefetched_unused);
 }
@@ -26,6 +26,7 @@ void ExpertCache::start_load(uint32_t slot, Key k, bool prefetch) {
   s.key = k;
   s.error = 0;
   s.prefetched_unused = prefetch;
+  s.certain = false;
   s.queued = true;
   (prefetch ? prefetch_loads_ : demand_loads_).push_back(LoadJob{slot, k, now_ns(), step_});
 }
@@ -36,6 +37,7 @@ ExpertCache::Take ExpertCache::take_key(Key k, Phase phase, TakeCounts& n,
   if (auto s = dir_->find(k)) {
     Slot& slot = slots_[*s];
     ++slot.pins;
+    slot.certain = false;  // acquired: its pins protect it from here
     policy.on_hit(k);
     // A failed load keeps its slot until its holders release it; this request
     // sees the same failure in wait().
@@ -88,6 +90,7 @@ void ExpertCache::unpin(Key k) {
   if (slot.pins == 0 && slot.state == SlotState::kFailed) {
     dir_->remove(k);
     slot.state = SlotState::kEmpty;
+    slot.certain = false;
   }
 }
 

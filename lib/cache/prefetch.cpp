@@ -5,7 +5,7 @@
 
 namespace xpack::cache {
 
-Result<size_t> ExpertCache::prefetch(uint32_t layer, const uint32_t* experts, size_t n) {
+Result<size_t> ExpertCache::prefetch(uint32_t layer, const uint32_t* experts, size_t n, bool certain) {
   if (layer >= src_.n_layers)
     return err(XPACK_E_INVALID_ARG, "prefetch: layer {} out of range", layer);
   if (n && !experts) return err(XPACK_E_INVALID_ARG, "prefetch: null expert list");
@@ -17,13 +17,32 @@ Result<size_t> ExpertCache::prefetch(uint32_t layer, const uint32_t* experts, si
   bool io_sleeping = false;
   {
     std::lock_guard lk(mu_);
-    // Requests waiting for slots come before guesses.
+    // Requests waiting for slots come before any hint.
     if (!deferred_tickets_.empty()) return size_t{0};
-    auto protect = [this](Key k) { return is_protected(k, /*for_demand=*/false); };
+    std::vector<Key> hinted;  // a certain hint's own keys: placing one must not evict another
+    size_t held = 0;
+    if (certain) {
+      for (size_t i = 0; i < n; ++i) hinted.push_back(make_key(layer, experts[i]));
+      std::sort(hinted.begin(), hinted.end());
+      for (const Slot& s : slots_) held += s.state != SlotState::kEmpty && held_hint(s);
+    }
+    const size_t max_held = n_slots_ / 2;
+    auto protect = [&](Key k) {
+      return is_protected(k, /*for_demand=*/false) || std::binary_search(hinted.begin(), hinted.end(), k);
+    };
+    auto hold = [&](Slot& s) {
+      if (!held_hint(s)) ++held;
+      s.certain = true;
+      s.hint_step = step_;
+    };
     for (size_t i = 0; i < n; ++i) {
       Key k = make_key(layer, experts[i]);
-      if (dir_->find(k)) continue;
-      auto placed = dir_->place(k, Phase::kDecode, protect, /*prefetch=*/true);
+      if (auto resident = dir_->find(k)) {
+        if (certain && held < max_held) hold(slots_[*resident]);
+        continue;
+      }
+      if (certain && held >= max_held) continue;
+      auto placed = dir_->place(k, Phase::kDecode, protect, /*prefetch=*/!certain);
       if (!placed) continue;  // nothing the hint may displace
       if (placed->evicted) {
         ++evictions;
@@ -37,6 +56,7 @@ Result<size_t> ExpertCache::prefetch(uint32_t layer, const uint32_t* experts, si
         slots_[placed->slot].state = SlotState::kEmpty;
         continue;
       }
+      if (certain) hold(slots_[placed->slot]);
       ++started;
     }
     io_sleeping = io_sleeping_;
@@ -74,6 +94,7 @@ uint64_t ExpertCache::expire_prefetches() {
     s.state = SlotState::kEmpty;
     s.queued = false;
     s.prefetched_unused = false;
+    s.certain = false;
     ++expired;
     return true;
   });

@@ -40,6 +40,7 @@ void ExpertCache::fill_slot(uint32_t slot, Key k, bool evicted, bool prefetch) {
   s.key = k;
   s.queued = false;
   s.prefetched_unused = prefetch;
+  s.certain = false;
   Status st = dev_.copy_to_device_async(slot_data(slot), frame_data(*frame), src_.object_bytes, s.ready.get());
   // The frame may take the next demotion: that copy is enqueued after this one.
   host_->give_back(*frame);

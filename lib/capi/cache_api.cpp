@@ -263,8 +263,15 @@ XPACK_API int xpack_cache_release(xpack_cache* c, uint64_t ticket, void* compute
 
 XPACK_API int xpack_cache_prefetch(xpack_cache* c, uint32_t layer, const uint32_t* experts,
                                    size_t n) {
+  return xpack_cache_prefetch_ex(c, layer, experts, n, 0);
+}
+
+XPACK_API int xpack_cache_prefetch_ex(xpack_cache* c, uint32_t layer, const uint32_t* experts,
+                                      size_t n, uint32_t flags) {
   if (!c) return fail(nullptr, XPACK_E_INVALID_ARG, "null cache");
-  auto r = c->cache->prefetch(layer, experts, n);
+  if (flags & ~XPACK_PREFETCH_CERTAIN)
+    return fail(c, XPACK_E_INVALID_ARG, "unknown prefetch flags " + std::to_string(flags));
+  auto r = c->cache->prefetch(layer, experts, n, (flags & XPACK_PREFETCH_CERTAIN) != 0);
   if (!r.ok()) return fail(c, r.error());
   return int(std::min<size_t>(*r, INT32_MAX));
 }

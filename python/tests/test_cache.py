@@ -78,6 +78,20 @@ def test_a_host_tier_serves_evicted_experts_without_a_read(mixtral_pack):
             host_cache(p, 2, host_cache_bytes=-1)
 
 
+def test_a_certain_prefetch_displaces_what_a_guess_may_not(mixtral_pack):
+    with xpack.Pack(mixtral_pack["pack"]) as p, host_cache(p, 2, policy="hybrid") as c:
+        for _ in range(2):  # layer 0's experts 0 and 1, used twice: the hybrid values them
+            for e in (0, 1):
+                with c.acquire(0, [e]) as r:
+                    r.view(0)  # waits: a slot whose read is in flight is never a victim
+        assert c.prefetch(1, [2]) == 0  # a guess of an unseen expert displaces nothing
+        assert c.prefetch(1, [2, 3], certain=True) == 1  # one of the two slots: half
+        with c.acquire(1, [2]) as r:
+            assert r.hit(0) and np.array_equal(r.view(0), p.read_object(1, 2))
+        k = c.counters()
+        assert k["prefetch_issued"] == 1 and k["prefetch_used"] == 1
+
+
 def test_bad_input_raises_clearly(mixtral_pack, tmp_path):
     with xpack.Pack(mixtral_pack["pack"]) as p:
         with pytest.raises(ValueError):

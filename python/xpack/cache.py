@@ -35,12 +35,14 @@ _proto("xpack_cache_wait_all", _int, _P, _u64)
 _proto("xpack_cache_release", _int, _P, _u64, _P)
 _proto("xpack_cache_release_expert", _int, _P, _u64, _sz, _P)
 _proto("xpack_cache_prefetch", _int, _P, _u32, ctypes.POINTER(_u32), _sz)
+_proto("xpack_cache_prefetch_ex", _int, _P, _u32, ctypes.POINTER(_u32), _sz, _u32)
 _proto("xpack_cache_get_counters", _int, _P, ctypes.POINTER(CacheCounters))
 _proto("xpack_cache_get_layer_counters", _int, _P, _u32, ctypes.POINTER(LayerCounters))
 _proto("xpack_cache_write_stats", _int, _P)
 
 SLOT_DEFERRED = 0xFFFFFFFF
 ACQUIRE_DEFER = 1
+PREFETCH_CERTAIN = 1
 
 _POLICIES = {"adaptive": 0, "lru": 1, "lfu": 2, "hybrid": 3, "decay": 4}
 _DEVICES = {"auto": 0, "cuda": 1, "host": 2}
@@ -153,12 +155,16 @@ class Cache(_lib.Handle):
         self._check(rc, f"acquire layer {layer}")
         return Request(self, layer, ids, ticket.value, out)
 
-    def prefetch(self, layer: int, experts: Sequence[int]) -> int:
-        """Hint: start loading these experts into free (or worthless) slots; returns the loads started."""
+    def prefetch(self, layer: int, experts: Sequence[int], certain: bool = False) -> int:
+        """Hint: start loading these experts; returns the loads started. A guess (the default)
+        takes only free slots or ones the policy values no more. certain=True says they will be
+        acquired (xpack_cache_prefetch_ex with XPACK_PREFETCH_CERTAIN): placed as a demand miss
+        is and protected until acquired or the next step ends, in at most half the slots."""
         h = self._handle()
         ids = [operator.index(e) for e in experts]
         arr = (_u32 * max(len(ids), 1))(*ids)
-        return self._check(lib.xpack_cache_prefetch(h, operator.index(layer), arr, len(ids)), "prefetch")
+        flags = PREFETCH_CERTAIN if certain else 0
+        return self._check(lib.xpack_cache_prefetch_ex(h, operator.index(layer), arr, len(ids), flags), "prefetch")
 
     # -- counters ---------------------------------------------------------
     def counters(self) -> Dict[str, float]:

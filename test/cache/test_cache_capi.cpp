@@ -170,6 +170,12 @@ TEST_CASE("C API: argument errors, capacity, NULL handling") {
   REQUIRE(xpack_cache_wait_all(c, t) == 0);
   REQUIRE(xpack_cache_release(c, t, nullptr) == 0);
   CHECK(xpack_cache_prefetch(c, 0, &other, 1) == 1);
+  uint32_t fifth = 5;
+  CHECK(xpack_cache_prefetch_ex(c, 0, &fifth, 1, 2u) == XPACK_E_INVALID_ARG);
+  CHECK(std::string(xpack_cache_errmsg(c)).find("unknown prefetch flags 2") != std::string::npos);
+  CHECK(xpack_cache_prefetch_ex(nullptr, 0, &fifth, 1, XPACK_PREFETCH_CERTAIN) == XPACK_E_INVALID_ARG);
+  CHECK(xpack_cache_prefetch_ex(c, 0, &bad, 1, XPACK_PREFETCH_CERTAIN) == XPACK_E_INVALID_ARG);
+  CHECK(xpack_cache_prefetch_ex(c, 0, &fifth, 1, XPACK_PREFETCH_CERTAIN) == 1);
   xpack_cache_destroy(c);
 }
 

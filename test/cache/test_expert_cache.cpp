@@ -534,6 +534,85 @@ TEST_CASE("cache: an acquired queued prefetch becomes a demand load; stale guess
   REQUIRE(c->release(g.ticket).ok());
 }
 
+// A policy that values keys by their history refuses a guess of a key it has
+// not seen, but a certain hint (deepseek4's hash layers, issued at a token's
+// start for a layer the same step acquires) is a fact. The hybrid ranks by use
+// count, so without the protection the hinted keys (count 0) would be the
+// first victims of every miss below.
+TEST_CASE("cache: a certain hint displaces what a guess may not, and is protected until acquired or the next step ends") {
+  Fixture f(2, 16, 1);
+  CacheOptions o;
+  o.policy = PolicyKind::kHybrid;
+  auto c = f.make(4, o);
+  auto use = [&](uint32_t layer, std::vector<uint32_t> ids) {
+    auto a = acquire_ok(*c, layer, ids);
+    REQUIRE(c->wait_all(a.ticket).ok());
+    REQUIRE(c->release(a.ticket).ok());
+    bool all_hit = true;
+    for (const auto& h : a.experts) all_hit = all_hit && h.hit;
+    return all_hit;
+  };
+  for (int round = 0; round < 3; ++round)
+    for (uint32_t e = 1; e <= 4; ++e) use(0, {e});  // four valued keys (count 3) fill the cache
+  std::vector<uint32_t> hint = {5, 6, 7};
+  auto n = c->prefetch(1, hint.data(), 3);
+  REQUIRE(n.ok());
+  CHECK(*n == 0);  // a guess: nothing it may displace
+  n = c->prefetch(1, hint.data(), 3, /*certain=*/true);
+  REQUIRE(n.ok());
+  CHECK(*n == 2);  // at most half of the 4 slots: 5 and 6; 7 is left to its acquire
+  // The next step: layer 0 misses first, then layer 1 acquires the hinted experts.
+  CHECK_FALSE(use(0, {8}));
+  CHECK(use(1, {5, 6}));
+  auto s = c->counters();
+  CHECK(s.prefetch_issued == 2);
+  CHECK(s.prefetch_used == 2);
+  CHECK(s.prefetch_wasted == 0);
+
+  // Protected through the step after the hint's, and not beyond: hint 9, then
+  // a miss in the next step (it must not take 9), a hit on 9; hint 12, a miss in
+  // the next step, a miss in the one after (12 is unprotected and least used
+  // by then: it goes), and 12 is read again.
+  std::vector<uint32_t> nine = {9}, twelve = {12};
+  REQUIRE(*c->prefetch(1, nine.data(), 1, true) == 1);
+  CHECK_FALSE(use(0, {10}));
+  CHECK(use(1, {9}));
+  REQUIRE(*c->prefetch(1, twelve.data(), 1, true) == 1);
+  CHECK_FALSE(use(0, {13}));
+  CHECK_FALSE(use(0, {14}));
+  CHECK_FALSE(use(1, {12}));
+  s = c->counters();
+  CHECK(s.prefetch_issued == 4);
+  CHECK(s.prefetch_used == 3);
+  CHECK(s.prefetch_wasted == 1);
+}
+
+TEST_CASE("cache: a certain hint of a resident key protects it from the misses before its acquire") {
+  Fixture f(2, 16, 1);
+  CacheOptions o;
+  o.policy = PolicyKind::kHybrid;
+  auto c = f.make(4, o);
+  auto use = [&](uint32_t layer, uint32_t e) {
+    auto a = acquire_ok(*c, layer, {e});
+    REQUIRE(c->wait_all(a.ticket).ok());
+    REQUIRE(c->release(a.ticket).ok());
+    return a.experts[0].hit;
+  };
+  for (int round = 0; round < 3; ++round)
+    for (uint32_t e = 1; e <= 3; ++e) use(0, e);
+  use(1, 4);  // resident, used once: the hybrid's first victim
+  std::vector<uint32_t> four = {4};
+  auto n = c->prefetch(1, four.data(), 1, true);
+  REQUIRE(n.ok());
+  CHECK(*n == 0);  // nothing to load
+  CHECK_FALSE(use(0, 5));  // evicts a key used three times instead
+  CHECK(use(1, 4));
+  // Without the hint, the same sequence evicts 4.
+  use(0, 5);
+  CHECK_FALSE(use(0, 6));
+  CHECK_FALSE(use(1, 4));
+}
+
 TEST_CASE("cache: stats JSON every N releases and at close; routing trace replays") {
   Fixture f(2, 16, 2);
   CacheOptions o;

@@ -187,7 +187,8 @@ TEST_CASE("deepseek4: the hash layers' experts are prefetched exactly, and the l
 
         // Room for a few experts only (fewer than one layer's 16): experts are
         // evicted and read again. A prefill starts on an empty cache, so it
-        // prefetches as many pairs as there are slots; in decode the count
+        // prefetches as many pairs as exact hints may hold: half the slots (the
+        // other half is demand's, xpack_cache_prefetch_ex); in decode the count
         // depends on what the policy kept, and only its bounds are known.
         const uint64_t object = on.counter("object_bytes"), top_k = on.counter("n_experts_used");
         const uint64_t small_bytes = (top_k + 2) * ((object + 4095) / 4096 * 4096);
@@ -199,7 +200,7 @@ TEST_CASE("deepseek4: the hash layers' experts are prefetched exactly, and the l
         REQUIRE(slots >= top_k);
         REQUIRE(s_on.counter("cache_evictions") > 0);
         if (mode == "prefill") {
-          CHECK(s_on.counter("prefetch_issued") == std::min<uint64_t>(want, slots));
+          CHECK(s_on.counter("prefetch_issued") == std::min<uint64_t>(want, slots / 2));
         } else {
           // The prompt's step as above; each later step at most its token's pairs.
           // This run's own prompt (the whole one, or its first token).
@@ -208,7 +209,7 @@ TEST_CASE("deepseek4: the hash layers' experts are prefetched exactly, and the l
           size_t at_most = hash_pairs(tables, prompt);
           for (size_t t = prompt.size(); t < fed.size(); ++t) at_most += hash_pairs(tables, {fed[t]});
           CAPTURE(at_most);
-          CHECK(s_on.counter("prefetch_issued") >= std::min<uint64_t>(hash_pairs(tables, prompt), slots));
+          CHECK(s_on.counter("prefetch_issued") >= std::min<uint64_t>(hash_pairs(tables, prompt), slots / 2));
           CHECK(s_on.counter("prefetch_issued") <= at_most);
         }
         CHECK(s_on.counter("prefetch_used") <= s_on.counter("prefetch_issued"));

@@ -60,8 +60,8 @@ class RecordingSource final : public ExpertSource {
     log.push_back("acquire " + std::to_string(layer) + ":" + list(experts, n));
     return std::make_unique<Request>(*this, std::vector<int32_t>(experts, experts + n));
   }
-  void prefetch(int layer, const int32_t* experts, int n) override {
-    ExpertSource::prefetch(layer, experts, n);
+  void prefetch_guess(int layer, const int32_t* experts, int n) override {
+    ExpertSource::prefetch_guess(layer, experts, n);
     log.push_back("prefetch " + std::to_string(layer) + ":" + list(experts, n));
   }
   std::vector<std::string> log;
