@@ -3,7 +3,8 @@
 // attn_kv_b graph: the oracle's kimi-k3-f32 model rewritten with attn_kv_b
 // (kimi_k3_kv_b.py, at test time) must give llama.cpp's logits in
 // test/data/kimi-k3-kv-b on every row, the same greedy ids, and the absorbed
-// model's own logits; a wrongly shaped attn_kv_b is refused naming the tensor.
+// model's own logits, also through a pack; a wrongly shaped attn_kv_b is
+// refused naming the tensor.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -101,6 +102,10 @@ TEST_CASE("kimi-k3 attn_kv_b: every row within 1e-3 of llama.cpp's attn_kv_b gra
   xpack::test::TempDir tmp;
   const fs::path absorbed = *oracle / "models" / "kimi-k3-f32.gguf";
   const fs::path variant = make_variant(absorbed, tmp / "kv_b.gguf");
+  // attn_kv_b travels in the trunk: the pack path must give the same logits
+  const fs::path prefix = tmp / "kv_b_pack";
+  RunResult b = run(q(xpack_build_exe()) + " " + q(variant) + " -o " + q(prefix));
+  REQUIRE_MESSAGE(b.rc == 0, b.out << b.err);
 
   for (const char* prompt : {"short", "long"}) {
     INFO(std::string(prompt));
@@ -123,6 +128,12 @@ TEST_CASE("kimi-k3 attn_kv_b: every row within 1e-3 of llama.cpp's attn_kv_b gra
     MESSAGE(std::string(prompt) << ": attn_kv_b vs llama.cpp max|diff| " << s.max_diff << ", " << s.rows_ok << "/"
                                 << n_checked << " rows within 1e-3 (" << all.size() << " rows)");
     CHECK_MESSAGE(s.first_fail < 0, "first row over 1e-3: " << s.first_fail);
+
+    RunResult p = run(q(xpack_run_exe()) + " -m " + q(prefix.string() + ".trunk.gguf") + " --pack " +
+                      q(prefix.string() + ".xpack") + " --cache-mib 4 -t 2 --prompt-ids " + join_ids(all) +
+                      " -n 0 --logits-out " + q(tmp / "kv_b_pack.f32"));
+    REQUIRE_MESSAGE(p.rc == 0, p.out << p.err);
+    CHECK(read_f32(tmp / "kv_b_pack.f32") == got);
 
     // Greedy decode from the prompt: llama.cpp's ids, and its rows again.
     const std::vector<float> decoded = run_logits(variant, prompt_ids, static_cast<int>(gen_ids.size()),
