@@ -28,7 +28,9 @@ const char kAbout[] =
     "With --host-capacity F, a host-RAM tier of F frames sits behind the slots as in the\n"
     "cache (host_cache_bytes): each eviction is demoted into it, a miss it holds is a\n"
     "host hit (a copy, no read), its oldest demotion goes first, and one frame is kept\n"
-    "spare for swaps, so it holds F - 1 experts.";
+    "spare for swaps, so it holds F - 1 experts.\n"
+    "A prefill request evicts keys no decode step has used first, as the cache does (its\n"
+    "decode working set survives a prompt); --no-decode-protection replays without it.";
 
 }  // namespace
 
@@ -40,8 +42,9 @@ int main(int argc, char** argv) {
   uint64_t host_capacity = 0;
   std::string policies = "adaptive,lru,lfu,hybrid,decay,belady";
   bool json = false;
+  bool no_decode_protection = false;
   cli::App app("xpack-sim", "xpack-sim --trace T.csv --capacity N [--policy adaptive,lru,lfu,hybrid,decay,belady]\n"
-                            "                 [--top-k K] [--host-capacity F] [--json]",
+                            "                 [--top-k K] [--host-capacity F] [--no-decode-protection] [--json]",
                kAbout, "exit status: 0 success, 1 unreadable trace or failed replay, 2 usage error");
   app.text("--trace", "PATH", &trace_path, "routing trace CSV with header 'step,layer,expert'")->required();
   app.count("--capacity", "N", &capacity, "cache slots (whole experts)", 1, UINT64_MAX)->required();
@@ -50,6 +53,9 @@ int main(int argc, char** argv) {
   app.count("--host-capacity", "F",  &host_capacity,
                              "host tier frames behind the slots, one spare (default 0 = none; else >= 2)", 0,
                              UINT32_MAX);
+  app.flag("--no-decode-protection", &no_decode_protection,
+           "a prefill takes the policy's victim as decode does, decode's experts\n"
+           "included (what the protection is worth)");
   app.flag("--json", &json,
            "print {\"policies\": {\"<name>\": {\"hits\", \"misses\", \"hit_rate\",\n"
            "\"of_belady\" (with belady listed), \"per_layer\": [...]}}} instead of a table");
@@ -74,6 +80,7 @@ int main(int argc, char** argv) {
   out["trace"] = trace_path;
   out["capacity"] = capacity;
   if (host_capacity) out["host_capacity"] = host_capacity;
+  out["decode_protection"] = !no_decode_protection;
   out["policies"] = nlohmann::ordered_json::object();
   std::vector<cache::ReplayResult> results;
   for (auto kind : kinds) {
@@ -82,6 +89,7 @@ int main(int argc, char** argv) {
     o.policy = kind;
     o.top_k = uint32_t(top_k);
     o.host_capacity = host_capacity;
+    o.protect_decode = !no_decode_protection;
     auto r = cache::replay_trace(*trace, o);
     if (!r.ok()) return app.failure(r.error().message);
     results.push_back(*r);

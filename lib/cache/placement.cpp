@@ -39,6 +39,7 @@ ExpertCache::Take ExpertCache::take_key(Key k, Phase phase, TakeCounts& n,
     ++slot.pins;
     slot.certain = false;  // acquired: its pins protect it from here
     policy.on_hit(k);
+    dir_->note_use(k, phase);
     // A failed load keeps its slot until its holders release it; this request
     // sees the same failure in wait().
     ++n.hits;
@@ -58,6 +59,7 @@ ExpertCache::Take ExpertCache::take_key(Key k, Phase phase, TakeCounts& n,
   };
   auto placed = dir_->place(k, phase, protect);
   if (!placed) return {kNoSlot, false, false};
+  dir_->note_use(k, phase);
   ++n.misses;
   if (placed->evicted) {
     ++n.evictions;

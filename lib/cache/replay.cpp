@@ -63,7 +63,7 @@ Result<ReplayResult> replay_trace(const std::vector<stats::TraceRecord>& trace,
 
   if (opts.host_capacity > UINT32_MAX)
     return err(XPACK_E_INVALID_ARG, "host capacity must be at most {} frames", UINT32_MAX);
-  SlotDirectory dir(uint32_t(opts.capacity), make_policy(opts.policy));
+  SlotDirectory dir(uint32_t(opts.capacity), make_policy(opts.policy), opts.protect_decode);
   HostTier host(uint32_t(opts.host_capacity));
   EvictionPolicy& policy = dir.policy();
   ReplayResult res;
@@ -84,6 +84,7 @@ Result<ReplayResult> replay_trace(const std::vector<stats::TraceRecord>& trace,
         ++res.hits;
         ++res.per_layer[layer].hits;
         policy.on_hit(k);
+        dir.note_use(k, phase);
         continue;
       }
       ++res.misses;
@@ -93,6 +94,7 @@ Result<ReplayResult> replay_trace(const std::vector<stats::TraceRecord>& trace,
         ++res.bypassed;
         continue;
       }
+      dir.note_use(k, phase);
       // As ExpertCache::fill_slot: k's frame first, then the victim's demotion.
       std::optional<uint32_t> frame = host.take(k);
       if (placed->evicted) {

@@ -20,6 +20,9 @@ struct ReplayOptions {
   // Host tier frames behind the slots (0 = none), with the runtime's rules
   // (host_tier.h): device evictions demote, a miss the tier holds is a host hit.
   uint64_t host_capacity = 0;
+  // A prefill evicts keys no decode step used first (slot_directory.h), as the
+  // runtime cache does; false replays without that rule.
+  bool protect_decode = true;
 };
 
 struct LayerCounts {

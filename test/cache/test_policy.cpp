@@ -1,6 +1,7 @@
 // Eviction policies and the replay against hand-computed sequences.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -301,4 +302,74 @@ TEST_CASE("adaptive and decay: protected keys are never evicted") {
     CHECK(p->evicted == make_key(0, 1));
     CHECK(dir.find(make_key(0, 9)).has_value());
   }
+}
+
+TEST_CASE("a prefill evicts the keys only prefills used before decode's working set") {
+  for (bool protect : {true, false}) {
+    CAPTURE(protect);
+    SlotDirectory dir(4, make_policy(PolicyKind::kLru), protect);
+    std::vector<Key> pinned;
+    auto is_pinned = [&](Key k) { return std::find(pinned.begin(), pinned.end(), k) != pinned.end(); };
+    auto req = [&](uint32_t e, Phase phase) {
+      Key k = make_key(0, e);
+      dir.policy().on_request(k);
+      std::optional<Key> evicted;
+      if (dir.find(k)) {
+        dir.policy().on_hit(k);
+      } else {
+        auto p = dir.place(k, phase, is_pinned);
+        REQUIRE(p.has_value());
+        evicted = p->evicted;
+      }
+      dir.note_use(k, phase);
+      return evicted;
+    };
+    req(1, Phase::kDecode);
+    req(2, Phase::kDecode);
+    req(3, Phase::kPrefill);
+    req(4, Phase::kPrefill);
+    CHECK(dir.decode_used(make_key(0, 1)));
+    CHECK_FALSE(dir.decode_used(make_key(0, 3)));
+    // LRU's victim is 1 (decode's); with the protection the prefill takes 3.
+    CHECK(req(5, Phase::kPrefill) == make_key(0, protect ? 3 : 1));
+    // Decode evicts by the policy alone, its own keys included.
+    dir.note_use(make_key(0, 4), Phase::kDecode);  // a decode hit on 4 makes it decode's too
+    CHECK(dir.decode_used(make_key(0, 4)));
+    if (protect) {
+      // Only 5 is prefill-only now: pinned, so the prefill falls back to the policy's victim.
+      pinned = {make_key(0, 5)};
+      CHECK(req(6, Phase::kPrefill) == make_key(0, 1));
+      CHECK_FALSE(dir.decode_used(make_key(0, 1)));  // it left
+      pinned.clear();
+      CHECK(req(7, Phase::kDecode) == make_key(0, 2));  // LRU among all: 2
+    }
+  }
+}
+
+TEST_CASE("replay: a prompt between two decode runs keeps decode's experts only with the protection") {
+  // Layer 0, top-2: decode steps use 1 and 2; a 4-token prompt asks for 3..6 in
+  // one group (a prefill: wider than top-k); decode comes back to 1 and 2.
+  std::vector<TraceRecord> t;
+  uint64_t step = 0;
+  for (int i = 0; i < 3; ++i, ++step) t.insert(t.end(), {{step, 0, 1}, {step, 0, 2}});
+  t.insert(t.end(), {{step, 0, 3}, {step, 0, 4}, {step, 0, 5}, {step, 0, 6}});
+  ++step;
+  t.insert(t.end(), {{step, 1, 3}, {step, 1, 4}, {step, 1, 5}, {step, 1, 6}});
+  ++step;
+  for (int i = 0; i < 2; ++i, ++step) t.insert(t.end(), {{step, 0, 1}, {step, 0, 2}});
+  ReplayOptions o;
+  o.capacity = 6;
+  o.policy = PolicyKind::kLru;
+  o.top_k = 2;
+  auto on = replay_trace(t, o);
+  o.protect_decode = false;
+  auto off = replay_trace(t, o);
+  REQUIRE(on.ok());
+  REQUIRE(off.ok());
+  // Layer 1's prompt group needs 4 slots with 2 free: with the protection it
+  // takes two of layer 0's prompt keys, without it LRU takes 1 and 2.
+  CHECK(on->hits == 4 + 4);
+  CHECK(off->hits == 4 + 2);
+  CHECK(on->misses == 2 + 8);
+  CHECK(off->misses == 2 + 8 + 2);
 }

@@ -39,6 +39,29 @@ TEST_CASE("xpack-sim --json reports per policy and per layer") {
 
   REQUIRE(run_command(sim() + " --trace " + trace.string() + " --capacity 3 --policy lru", &out) == 0);
   CHECK(out.find("hit rate 0.2000") != std::string::npos);
+  CHECK(j["decode_protection"] == true);
+}
+
+TEST_CASE("xpack-sim --no-decode-protection: a prompt between decode runs then flushes decode's experts") {
+  // Layer 0 decode uses 1, 2 (top-2); a 4-token prompt's groups (layers 0 and 1)
+  // need 8 slots of 6; decode returns to 1, 2 (test_policy.cpp walks it by hand).
+  TempDir dir;
+  auto trace = dir / "t.csv";
+  std::string csv = "step,layer,expert\n";
+  for (int s = 0; s < 3; ++s) csv += std::to_string(s) + ",0,1\n" + std::to_string(s) + ",0,2\n";
+  for (int l = 0; l < 2; ++l)
+    for (int e = 3; e <= 6; ++e) csv += std::to_string(3 + l) + "," + std::to_string(l) + "," + std::to_string(e) + "\n";
+  for (int s = 5; s < 7; ++s) csv += std::to_string(s) + ",0,1\n" + std::to_string(s) + ",0,2\n";
+  write_file(trace, std::vector<uint8_t>(csv.begin(), csv.end()));
+  std::string on, off;
+  const std::string cmd = sim() + " --trace " + trace.string() + " --capacity 6 --policy lru --top-k 2 --json";
+  REQUIRE(run_command(cmd, &on) == 0);
+  REQUIRE(run_command(cmd + " --no-decode-protection", &off) == 0);
+  auto jon = nlohmann::json::parse(on), joff = nlohmann::json::parse(off);
+  CHECK(jon["decode_protection"] == true);
+  CHECK(joff["decode_protection"] == false);
+  CHECK(jon["policies"]["lru"]["hits"] == 8);
+  CHECK(joff["policies"]["lru"]["hits"] == 6);
 }
 
 TEST_CASE("xpack-sim --host-capacity: a two-level replay, walked by hand") {
