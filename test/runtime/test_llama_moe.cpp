@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "fixtures.h"
@@ -23,6 +24,17 @@ std::vector<int32_t> golden_ids() {
   std::ifstream f(xpack::test::data_dir() / "stories260K.once.json");
   REQUIRE(f.good());
   return json::parse(f)["gen_ids"].get<std::vector<int32_t>>();
+}
+
+// stories260K.gguf when the fixture can be made from it (gguf-py importable);
+// otherwise the test case is recorded as skipped and nullopt returned.
+std::optional<fs::path> fixture_source() {
+  auto model = stories260k();
+  std::string why;
+  if (!model) why = "stories260K.gguf not found";
+  else if (!xpack::test::have_python_gguf(&why)) model.reset();
+  if (!model) xpack::test::skip(xpack::test::Absent::kFixture, why);
+  return model;
 }
 
 // Writes the fixture with test/runtime/make_moe_fixture.py (gguf-py).
@@ -51,12 +63,8 @@ json run_json(const std::string& args) {
 }  // namespace
 
 TEST_CASE("MoE fixture: pack streamed / resident / plain GGUF all give the dense model's ids") {
-  auto model = stories260k();
-  if (!model) {
-    xpack::test::skip(xpack::test::Absent::kFixture, "stories260K.gguf not found");
-    return;
-  }
-  XPACK_REQUIRE_PYTHON_GGUF();
+  auto model = fixture_source();
+  if (!model) return;
   xpack::test::TempDir tmp;
   make_fixture(*model, tmp / "moe.gguf");
   build_pack(tmp / "moe.gguf", tmp / "moe");
@@ -120,12 +128,8 @@ TEST_CASE("MoE fixture: pack streamed / resident / plain GGUF all give the dense
 }
 
 TEST_CASE("MoE fixture: a host tier serves the streamed run's misses with copies, same logits") {
-  auto model = stories260k();
-  if (!model) {
-    xpack::test::skip(xpack::test::Absent::kFixture, "stories260K.gguf not found");
-    return;
-  }
-  XPACK_REQUIRE_PYTHON_GGUF();
+  auto model = fixture_source();
+  if (!model) return;
   xpack::test::TempDir tmp;
   make_fixture(*model, tmp / "moe.gguf");
   build_pack(tmp / "moe.gguf", tmp / "moe");
@@ -163,12 +167,8 @@ TEST_CASE("MoE fixture: a host tier serves the streamed run's misses with copies
 }
 
 TEST_CASE("MoE fixture: --no-overlap and --cache-policy change when experts compute and which stay, not the logits") {
-  auto model = stories260k();
-  if (!model) {
-    xpack::test::skip(xpack::test::Absent::kFixture, "stories260K.gguf not found");
-    return;
-  }
-  XPACK_REQUIRE_PYTHON_GGUF();
+  auto model = fixture_source();
+  if (!model) return;
   xpack::test::TempDir tmp;
   make_fixture(*model, tmp / "moe.gguf");
   build_pack(tmp / "moe.gguf", tmp / "moe");
@@ -209,12 +209,8 @@ TEST_CASE("MoE fixture: --no-overlap and --cache-policy change when experts comp
 }
 
 TEST_CASE("MoE fixture: a pack where O_DIRECT is refused fails closed unless --allow-buffered-io") {
-  auto model = stories260k();
-  if (!model) {
-    xpack::test::skip(xpack::test::Absent::kFixture, "stories260K.gguf not found");
-    return;
-  }
-  XPACK_REQUIRE_PYTHON_GGUF();
+  auto model = fixture_source();
+  if (!model) return;
   xpack::test::TempDir tmp;
   fs::create_directories(tmp / "ram");
   // ramfs refuses O_DIRECT on every kernel (tmpfs accepts it since Linux 6.6).
@@ -243,12 +239,8 @@ TEST_CASE("MoE fixture: a pack where O_DIRECT is refused fails closed unless --a
 }
 
 TEST_CASE("MoE fixture: a converted trunk without --pack, a foreign pack, a damaged pack") {
-  auto model = stories260k();
-  if (!model) {
-    xpack::test::skip(xpack::test::Absent::kFixture, "stories260K.gguf not found");
-    return;
-  }
-  XPACK_REQUIRE_PYTHON_GGUF();
+  auto model = fixture_source();
+  if (!model) return;
   xpack::test::TempDir tmp;
   make_fixture(*model, tmp / "moe.gguf");
   build_pack(tmp / "moe.gguf", tmp / "moe");
@@ -284,12 +276,8 @@ TEST_CASE("MoE fixture: a converted trunk without --pack, a foreign pack, a dama
 }
 
 TEST_CASE("MoE fixture top-2: pack path and plain GGUF path agree bit for bit; split source") {
-  auto model = stories260k();
-  if (!model) {
-    xpack::test::skip(xpack::test::Absent::kFixture, "stories260K.gguf not found");
-    return;
-  }
-  XPACK_REQUIRE_PYTHON_GGUF();
+  auto model = fixture_source();
+  if (!model) return;
   xpack::test::TempDir tmp;
   make_fixture(*model, tmp / "top2.gguf", "--used 2 --router random");
   build_pack(tmp / "top2.gguf", tmp / "top2");
@@ -342,12 +330,8 @@ float diff_vs_reference(const std::string& model_args, const fs::path& model_fil
 }  // namespace
 
 TEST_CASE("llama against an independent float64 reference: dense, and MoE top-2 through a 2-slot cache") {
-  auto model = stories260k();
-  if (!model) {
-    xpack::test::skip(xpack::test::Absent::kFixture, "stories260K.gguf not found");
-    return;
-  }
-  XPACK_REQUIRE_PYTHON_GGUF();
+  auto model = fixture_source();
+  if (!model) return;
   xpack::test::TempDir tmp;
   std::vector<int32_t> ids = {1, 403};
   for (int32_t id : golden_ids()) ids.push_back(id);
@@ -374,12 +358,8 @@ TEST_CASE("llama against an independent float64 reference: dense, and MoE top-2 
 }
 
 TEST_CASE("MoE fixture with fused ffn_gate_up_exps: pack and plain GGUF give the dense ids") {
-  auto model = stories260k();
-  if (!model) {
-    xpack::test::skip(xpack::test::Absent::kFixture, "stories260K.gguf not found");
-    return;
-  }
-  XPACK_REQUIRE_PYTHON_GGUF();
+  auto model = fixture_source();
+  if (!model) return;
   xpack::test::TempDir tmp;
   make_fixture(*model, tmp / "fused.gguf", "--fused");
   build_pack(tmp / "fused.gguf", tmp / "fused");
