@@ -53,6 +53,14 @@ void build_pack(const fs::path& src, const fs::path& out_prefix) {
   REQUIRE(fs::exists(out_prefix.string() + ".trunk.gguf"));
 }
 
+// xpack-run `args` exits with `rc` and says `says` on stderr.
+void check_refused(const std::string& args, int rc, const std::string& says) {
+  RunResult r = run(xrun(args));
+  CAPTURE(args);
+  CHECK(r.rc == rc);
+  CHECK_MESSAGE(r.err.find(says) != std::string::npos, r.err);
+}
+
 json run_json(const std::string& args) {
   RunResult r = run(xrun(args + " --json"));
   INFO(args << "\n" << r.err);
@@ -155,15 +163,10 @@ TEST_CASE("MoE fixture: a host tier serves the streamed run's misses with copies
   CHECK(said.rc == 0);
   CHECK(said.err.find("host tier: 16 experts in 1 MiB of pinned host memory") != std::string::npos);
   // Refusals say what to do: less than two objects; more than the machine has.
-  RunResult tiny = run(xrun(base + "-n 1 --host-cache-mib 0.05"));
-  CHECK(tiny.rc == 1);
-  CHECK(tiny.err.find("--host-cache-mib: the expert cache could not be created") != std::string::npos);
-  CHECK(tiny.err.find("fewer than 2") != std::string::npos);
-  RunResult huge = run(xrun(base + "-n 1 --host-cache-mib 900000000"));
-  CHECK(huge.rc == 1);
-  CHECK(huge.err.find("of host memory available") != std::string::npos);
-  RunResult neg = run(xrun(base + "-n 1 --host-cache-mib -3"));
-  CHECK(neg.rc == 2);
+  check_refused(base + "-n 1 --host-cache-mib 0.05", 1, "--host-cache-mib: the expert cache could not be created");
+  check_refused(base + "-n 1 --host-cache-mib 0.05", 1, "fewer than 2");
+  check_refused(base + "-n 1 --host-cache-mib 900000000", 1, "of host memory available");
+  check_refused(base + "-n 1 --host-cache-mib -3", 2, "--host-cache-mib");
 }
 
 TEST_CASE("MoE fixture: --no-overlap and --cache-policy change when experts compute and which stay, not the logits") {
@@ -198,14 +201,10 @@ TEST_CASE("MoE fixture: --no-overlap and --cache-policy change when experts comp
   }
 
   // Both apply to the expert cache only, and the CLI admits only its policies.
-  RunResult no_pack = run(xrun("-m " + q(tmp / "moe.gguf") + " --prompt-ids 1,403 -n 1 --no-overlap"));
-  CHECK(no_pack.rc == 2);
-  CHECK(no_pack.err.find("--no-overlap needs --pack") != std::string::npos);
-  RunResult direct = run(xrun(base + "-n 1 --expert-reader direct --cache-policy lru"));
-  CHECK(direct.rc == 2);
-  CHECK(direct.err.find("--cache-policy needs --pack and --expert-reader cache") != std::string::npos);
-  RunResult belady = run(xrun(base + "-n 1 --cache-policy belady"));
-  CHECK(belady.rc == 2);
+  check_refused("-m " + q(tmp / "moe.gguf") + " --prompt-ids 1,403 -n 1 --no-overlap", 2, "--no-overlap needs --pack");
+  check_refused(base + "-n 1 --expert-reader direct --cache-policy lru", 2,
+                "--cache-policy needs --pack and --expert-reader cache");
+  check_refused(base + "-n 1 --cache-policy belady", 2, "--cache-policy");
 }
 
 TEST_CASE("MoE fixture: a pack where O_DIRECT is refused fails closed unless --allow-buffered-io") {
