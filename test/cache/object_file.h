@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include <doctest/doctest.h>
 #include <xxhash.h>
 
 #include "cache/expert_cache.h"
@@ -57,6 +58,37 @@ inline cache::ObjectSource write_object_file(const std::filesystem::path& path, 
   s.checksum = [sums, n_experts](uint32_t l, uint32_t e) { return sums[size_t(l) * n_experts + e]; };
   return s;
 }
+
+// An object file of 10000-byte objects on a host device: what most cache tests
+// build their caches over.
+struct CacheFixture {
+  static constexpr uint64_t kObj = 10000;     // payload bytes: slot stride 10240, read and frame 12288
+  static constexpr uint64_t kStride = 10240;
+  static constexpr uint64_t kFrame = 12288;
+  TempDir dir;
+  cache::ObjectSource src;
+  std::unique_ptr<device::Device> dev;
+  explicit CacheFixture(uint32_t layers = 2, uint32_t experts = 16, uint32_t top_k = 2,
+                        device::HostDeviceOptions dopts = {}) {
+    src = write_object_file(dir / "objects.bin", layers, experts, kObj, top_k);
+    dev = device::make_host_device(dopts);
+  }
+  // A cache of exactly `slots` slots (the budget, unless `o` sets one).
+  std::unique_ptr<cache::ExpertCache> make(uint32_t slots, cache::CacheOptions o = {}) {
+    if (!o.budget_bytes) o.budget_bytes = slots * kStride;
+    auto c = cache::ExpertCache::create(src, *dev, o);
+    REQUIRE_MESSAGE(c.ok(), (c.ok() ? "" : c.error().message));
+    REQUIRE((*c)->slot_count() == slots);
+    return std::move(*c);
+  }
+  // The same with a host tier of exactly `frames` frames.
+  std::unique_ptr<cache::ExpertCache> make_tiered(uint32_t slots, uint32_t frames, cache::CacheOptions o = {}) {
+    o.host_cache_bytes = frames * kFrame;
+    auto c = make(slots, o);
+    REQUIRE(c->host_frame_count() == frames);
+    return c;
+  }
+};
 
 // Streams `ids` of `layer` through the cache with one deferred acquire, the
 // way a runtime computes: wait for entry i, check its bytes on the device,

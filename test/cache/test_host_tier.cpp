@@ -21,29 +21,10 @@ using xpack::test::expected_object;
 
 namespace {
 
-constexpr uint64_t kObj = 10000;  // slot stride 10240, read and frame size 12288
-constexpr uint64_t kStride = 10240;
-constexpr uint64_t kFrame = 12288;
-
-struct Fixture {
-  test::TempDir dir;
-  ObjectSource src;
-  std::unique_ptr<device::Device> dev;
-  explicit Fixture(uint32_t layers = 2, uint32_t experts = 16, uint32_t top_k = 1,
-                   device::HostDeviceOptions dopts = {}) {
-    src = test::write_object_file(dir / "objects.bin", layers, experts, kObj, top_k);
-    dev = device::make_host_device(dopts);
-  }
-  std::unique_ptr<ExpertCache> make(uint32_t slots, uint32_t frames, CacheOptions o = {}) {
-    o.budget_bytes = slots * kStride;
-    o.host_cache_bytes = frames * kFrame;
-    auto c = ExpertCache::create(src, *dev, o);
-    REQUIRE_MESSAGE(c.ok(), (c.ok() ? "" : c.error().message));
-    REQUIRE((*c)->slot_count() == slots);
-    REQUIRE((*c)->host_frame_count() == frames);
-    return std::move(*c);
-  }
-};
+using Fixture = test::CacheFixture;
+constexpr uint64_t kObj = Fixture::kObj;
+constexpr uint64_t kStride = Fixture::kStride;
+constexpr uint64_t kFrame = Fixture::kFrame;
 
 // One single-expert request: waits, checks the slot's bytes, releases.
 // Returns whether it was a device hit.
@@ -119,7 +100,7 @@ TEST_CASE("host tier: a victim cache behind the slots, byte-exact, equal to the 
     Fixture f(1, 16, 1, d);
     CacheOptions o;
     o.policy = PolicyKind::kLru;
-    auto c = f.make(2, 4, o);
+    auto c = f.make_tiered(2, 4, o);
     std::vector<stats::TraceRecord> trace;
     for (size_t i = 0; i < seq.size(); ++i) {
       request(f, *c, 0, seq[i]);
@@ -166,7 +147,7 @@ TEST_CASE("host tier: a prefetch of a key the tier holds copies it up without a 
   Fixture f(1, 16, 1);
   CacheOptions o;
   o.policy = PolicyKind::kLru;
-  auto c = f.make(2, 4, o);
+  auto c = f.make_tiered(2, 4, o);
   for (uint32_t e : {1, 2, 3, 4}) request(f, *c, 0, e);  // 1 and 2 demoted
   auto before = c->counters();
   CHECK(before.host_demotions == 2);
@@ -190,7 +171,7 @@ TEST_CASE("host tier: with verification, demoted bytes come back exact") {
   Fixture f(2, 8, 2);
   CacheOptions o;
   o.verify = true;
-  auto c = f.make(3, 6, o);
+  auto c = f.make_tiered(3, 6, o);
   std::mt19937 rng(7);
   for (int i = 0; i < 200; ++i) request(f, *c, rng() % 2, rng() % 8);
   auto s = c->counters();
@@ -246,7 +227,7 @@ TEST_CASE("host tier: stats JSON names both tiers") {
   o.policy = PolicyKind::kLru;
   o.stats_path = (f.dir / "stats.json").string();
   {
-    auto c = f.make(2, 3, o);
+    auto c = f.make_tiered(2, 3, o);
     for (uint32_t e : {1, 2, 3, 1}) request(f, *c, 0, e);
   }
   auto j = nlohmann::json::parse(test::read_file(o.stats_path));
@@ -267,7 +248,7 @@ TEST_CASE("host tier: several threads acquire, wait and release through both tie
   Fixture f(2, 32, 4, d);
   CacheOptions o;
   o.staging_slots = 3;
-  auto c = f.make(12, 20, o);
+  auto c = f.make_tiered(12, 20, o);
   // Three random experts of 20 per request, two layers: more than both tiers hold.
   int failures = test::random_requests_concurrently(*c, *f.dev, 4, 80, 2, 20, 3, kObj, 104729);
   CHECK(failures == 0);
