@@ -48,8 +48,8 @@ try:
         if line.startswith("xpack_engine_") and "{" not in line:
             name, v = line.split()
             value[name] = float(v)
-    if 'xpack_engine_info{source="pack-cache"} 1' not in page:
-        failures.append("no xpack_engine_info for the pack cache")
+    if 'xpack_engine_info{source="pack-cache",cache_policy="adaptive"} 1' not in page:
+        failures.append("no xpack_engine_info for the pack cache and its policy")
     for name in ["cache_hits", "cache_misses", "cache_evictions", "pack_read_bytes", "h2d_bytes", "io_errors",
                  "fallback_count"]:
         if "xpack_engine_%s_total" % name not in value:
