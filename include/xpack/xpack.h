@@ -651,8 +651,9 @@ XPACK_API int xpack_cache_prefetch(xpack_cache *c, uint32_t layer, const uint32_
  * hash-routed layers, whose experts follow from the token id): each expert is
  * placed as a demand miss would be (over the policy's victim, even one the
  * policy values more), and it is protected from eviction until an acquire
- * names it or until the step after the current one has started (a step starts
- * when a layer at or below the previous acquire's is acquired). Certain hints
+ * names it or until the step after next starts (a step starts when a layer at
+ * or below the previous acquire's is acquired): a hint given at the end of one
+ * step stays protected through the next. Certain hints
  * hold at most half the slots at a time; the rest of the list is not loaded
  * (count the return value). Unknown flags: XPACK_E_INVALID_ARG. Thread-safe. */
 XPACK_API int xpack_cache_prefetch_ex(xpack_cache *c, uint32_t layer, const uint32_t *experts,
