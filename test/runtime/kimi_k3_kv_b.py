@@ -46,17 +46,7 @@ import argparse
 import numpy as np
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
-
-def field_value(field):
-    vtype = GGUFValueType(field.types[0])
-    if vtype == GGUFValueType.ARRAY:
-        sub = GGUFValueType(field.types[1])
-        if sub == GGUFValueType.STRING:
-            return [bytes(field.parts[i]).decode("utf-8") for i in field.data], vtype, sub
-        return [field.parts[i].tolist()[0] for i in field.data], vtype, sub
-    if vtype == GGUFValueType.STRING:
-        return bytes(field.parts[field.data[0]]).decode("utf-8"), vtype, None
-    return field.parts[field.data[0]].tolist()[0], vtype, None
+from kimi_k3_mutate import field_value  # the same metadata copy (this script's folder is on sys.path)
 
 
 def kv_b_from_absorbed(k_b, v_b):
