@@ -1,5 +1,7 @@
 #include "runtime_harness.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
@@ -83,6 +85,37 @@ std::vector<float> read_f32(const fs::path& p) {
   std::vector<float> f(b.size() / 4);
   std::memcpy(f.data(), b.data(), b.size());
   return f;
+}
+
+size_t first_fragile_position(const nlohmann::json& route, size_t n_rows) {
+  size_t first = n_rows;
+  for (const auto& [layer, r] : route["moe"].items()) {
+    const auto& pos = r["pos"];
+    const auto& margin = r["margin"];
+    for (size_t i = 0; i < pos.size(); ++i)
+      if (!margin[i].is_null() && margin[i].get<double>() < 2e-5) first = std::min(first, pos[i].get<size_t>());
+  }
+  return first;
+}
+
+RowStats compare_rows(const std::vector<float>& got, const std::vector<float>& want, size_t n_rows, int n_vocab,
+                      double tol) {
+  const size_t need = n_rows * size_t(n_vocab);
+  if (got.size() < need || want.size() < need)
+    throw std::runtime_error("compare_rows: " + std::to_string(n_rows) + " rows asked, arrays of " +
+                             std::to_string(got.size()) + " and " + std::to_string(want.size()) + " floats");
+  RowStats s;
+  for (size_t r = 0; r < n_rows; ++r) {
+    double d = 0;
+    for (size_t v = 0; v < size_t(n_vocab); ++v)
+      d = std::max(d, std::fabs(double(got[r * n_vocab + v]) - double(want[r * n_vocab + v])));
+    s.max_diff = std::max(s.max_diff, d);
+    if (d <= tol)
+      ++s.rows_ok;
+    else if (s.first_fail < 0)
+      s.first_fail = static_cast<long>(r);
+  }
+  return s;
 }
 
 std::string join_ids(const std::vector<int32_t>& ids) {

@@ -44,6 +44,23 @@ std::string sha256_file(const fs::path& p);
 // Raw little-endian float32 file.
 std::vector<float> read_f32(const fs::path& p);
 
+// The oracle's rule (../shared/oracle/MANIFEST.md): the first sequence position
+// where one of llama.cpp's routed-expert choices (its route.json) had a margin
+// below 2e-5, or n_rows if none; from there a tiny numeric difference may pick
+// another, equally valid expert.
+size_t first_fragile_position(const nlohmann::json& route, size_t n_rows);
+
+// Rows [0, n_rows) of two logits arrays of n_vocab floats per row: the largest
+// |difference|, how many rows are within tol, the first row that is not (-1: none).
+// Throws std::runtime_error when either array is shorter than n_rows rows.
+struct RowStats {
+  double max_diff = 0;
+  size_t rows_ok = 0;
+  long first_fail = -1;
+};
+RowStats compare_rows(const std::vector<float>& got, const std::vector<float>& want, size_t n_rows, int n_vocab,
+                      double tol);
+
 // "1,2,3"
 std::string join_ids(const std::vector<int32_t>& ids);
 

@@ -22,41 +22,6 @@ constexpr int kVocab = 512;  // the oracle models' vocabulary (MANIFEST.md)
 
 std::optional<fs::path> oracle_dir() { return oracle_dir_with("kimi-k3-f32.gguf"); }
 
-// First sequence position where a routed-expert choice of llama.cpp had a margin
-// below 2e-5: from there on a different (equally valid) choice may change rows.
-size_t first_fragile_position(const json& route, size_t n_rows) {
-  size_t first = n_rows;
-  for (const auto& [layer, r] : route["moe"].items()) {
-    const auto& pos = r["pos"];
-    const auto& margin = r["margin"];
-    for (size_t i = 0; i < pos.size(); ++i)
-      if (!margin[i].is_null() && margin[i].get<double>() < 2e-5) first = std::min(first, pos[i].get<size_t>());
-  }
-  return first;
-}
-
-struct RowStats {
-  double max_diff = 0;
-  size_t rows_ok = 0;
-  long first_fail = -1;
-};
-
-RowStats compare_rows(const std::vector<float>& got, const std::vector<float>& want, size_t n_rows,
-                      double tol) {
-  RowStats s;
-  for (size_t r = 0; r < n_rows; ++r) {
-    double d = 0;
-    for (int v = 0; v < kVocab; ++v)
-      d = std::max(d, static_cast<double>(std::fabs(got[r * kVocab + v] - want[r * kVocab + v])));
-    s.max_diff = std::max(s.max_diff, d);
-    if (d <= tol)
-      ++s.rows_ok;
-    else if (s.first_fail < 0)
-      s.first_fail = static_cast<long>(r);
-  }
-  return s;
-}
-
 // xpack-run teacher-forced on ids, -n 0: one logits row per id.
 std::vector<float> run_logits(const std::string& model_args, const std::vector<int32_t>& ids, const fs::path& out,
                               int n_gen = 0) {
@@ -78,7 +43,7 @@ void check_oracle(const fs::path& oracle, const std::string& model_args, const s
   const std::vector<float> got = run_logits(model_args, ids, tmp / "logits.f32");
   REQUIRE(got.size() == want.size());
   const size_t n_checked = first_fragile_position(read_json(oracle / "logits" / (ref + ".route.json")), ids.size());
-  const RowStats s = compare_rows(got, want, n_checked, 1e-3);
+  const RowStats s = compare_rows(got, want, n_checked, kVocab, 1e-3);
   MESSAGE(ref << " [" << model_args << "]: max|diff| " << s.max_diff << ", "
               << s.rows_ok << "/" << n_checked << " rows within 1e-3 (" << ids.size() << " rows)");
   CHECK_MESSAGE(s.first_fail < 0, ref << ": first row over 1e-3: " << s.first_fail);
@@ -182,12 +147,12 @@ TEST_CASE("kimi-k3: greedy decode through the KDA/MLA state equals the batch and
     std::vector<int32_t> all = prompt;
     all.insert(all.end(), gen.begin(), gen.end());
     const std::vector<float> batch = run_logits(model, all, tmp / "batch.f32");
-    const RowStats s = compare_rows(decoded, batch, all.size(), 1e-4);
+    const RowStats s = compare_rows(decoded, batch, all.size(), kVocab, 1e-4);
     MESSAGE(std::string(ref) << ": decode vs batch max|diff| " << s.max_diff);
     CHECK_MESSAGE(s.first_fail < 0, "first decode row over 1e-4: " << s.first_fail);
 
     const std::vector<float> want = read_f32(*oracle / "logits" / (std::string(ref) + ".seq.f32"));
-    CHECK(compare_rows(decoded, want, all.size(), 1e-3).first_fail < 0);
+    CHECK(compare_rows(decoded, want, all.size(), kVocab, 1e-3).first_fail < 0);
   }
 }
 
@@ -228,9 +193,9 @@ TEST_CASE("kimi-k3: other hyperparameters run, change the logits and decode like
       all.push_back(static_cast<int32_t>(std::max_element(row, row + kVocab) - row));
     }
     const std::vector<float> batch = run_logits(args, all, tmp / "batch.f32");
-    CHECK(compare_rows(decoded, batch, all.size(), 1e-4).first_fail < 0);
+    CHECK(compare_rows(decoded, batch, all.size(), kVocab, 1e-4).first_fail < 0);
     // the change is visible: some prompt row moves by more than float noise
-    CHECK(compare_rows(std::vector<float>(batch.begin(), batch.begin() + base.size()), base, prompt.size(), 1e-3)
+    CHECK(compare_rows(std::vector<float>(batch.begin(), batch.begin() + base.size()), base, prompt.size(), kVocab, 1e-3)
               .rows_ok < prompt.size());
   }
 }

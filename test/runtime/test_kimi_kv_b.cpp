@@ -22,46 +22,9 @@ namespace {
 
 constexpr int kVocab = 512;  // the oracle models' vocabulary (MANIFEST.md)
 constexpr double kTol = 1e-3;
-constexpr double kMargin = 2e-5;
 
 fs::path reference_dir() { return source_root() / "test" / "data" / "kimi-k3-kv-b"; }
 
-// First position where one of llama.cpp's routed-expert choices on the oracle
-// model had a margin below 2e-5 (its route.json; the variant is the same model):
-// from there a tiny numeric difference may legitimately pick another expert.
-size_t first_fragile_position(const json& route, size_t n_rows) {
-  size_t first = n_rows;
-  for (const auto& [layer, r] : route["moe"].items()) {
-    const auto& pos = r["pos"];
-    const auto& margin = r["margin"];
-    for (size_t i = 0; i < pos.size(); ++i)
-      if (!margin[i].is_null() && margin[i].get<double>() < kMargin) first = std::min(first, pos[i].get<size_t>());
-  }
-  return first;
-}
-
-struct RowStats {
-  double max_diff = 0;
-  size_t rows_ok = 0;
-  long first_fail = -1;
-};
-
-RowStats compare_rows(const std::vector<float>& got, const std::vector<float>& want, size_t n_rows) {
-  REQUIRE(got.size() >= n_rows * kVocab);
-  REQUIRE(want.size() >= n_rows * kVocab);
-  RowStats s;
-  for (size_t r = 0; r < n_rows; ++r) {
-    double d = 0;
-    for (int v = 0; v < kVocab; ++v)
-      d = std::max(d, std::fabs(static_cast<double>(got[r * kVocab + v]) - want[r * kVocab + v]));
-    s.max_diff = std::max(s.max_diff, d);
-    if (d <= kTol)
-      ++s.rows_ok;
-    else if (s.first_fail < 0)
-      s.first_fail = static_cast<long>(r);
-  }
-  return s;
-}
 
 std::vector<float> run_logits(const fs::path& model, const std::vector<int32_t>& ids, int n_gen,
                               const fs::path& out) {
@@ -124,7 +87,7 @@ TEST_CASE("kimi-k3 attn_kv_b: every row within 1e-3 of llama.cpp's attn_kv_b gra
     // Teacher-forced on llama.cpp's ids: every row against its logits.
     const std::vector<float> got = run_logits(variant, all, 0, tmp / "kv_b.f32");
     REQUIRE(got.size() == want.size());
-    const RowStats s = compare_rows(got, want, n_checked);
+    const RowStats s = compare_rows(got, want, n_checked, kVocab, kTol);
     MESSAGE(std::string(prompt) << ": attn_kv_b vs llama.cpp max|diff| " << s.max_diff << ", " << s.rows_ok << "/"
                                 << n_checked << " rows within 1e-3 (" << all.size() << " rows)");
     CHECK_MESSAGE(s.first_fail < 0, "first row over 1e-3: " << s.first_fail);
@@ -140,12 +103,12 @@ TEST_CASE("kimi-k3 attn_kv_b: every row within 1e-3 of llama.cpp's attn_kv_b gra
                                                   tmp / "kv_b_decode.f32");
     REQUIRE(decoded.size() == want.size());
     CHECK(greedy_ids(decoded, prompt_ids.size(), gen_ids.size()) == gen_ids);
-    CHECK(compare_rows(decoded, want, n_checked).first_fail < 0);
+    CHECK(compare_rows(decoded, want, n_checked, kVocab, kTol).first_fail < 0);
 
     // The absorbed model, the same math: the split reproduces attn_k_b/attn_v_b
     // element for element, so xpack-run computes the same floats.
     const std::vector<float> base = run_logits(absorbed, all, 0, tmp / "absorbed.f32");
-    const RowStats a = compare_rows(got, base, all.size());
+    const RowStats a = compare_rows(got, base, all.size(), kVocab, kTol);
     MESSAGE(std::string(prompt) << ": attn_kv_b vs absorbed max|diff| " << a.max_diff);
     CHECK(got == base);
 
@@ -154,7 +117,7 @@ TEST_CASE("kimi-k3 attn_kv_b: every row within 1e-3 of llama.cpp's attn_kv_b gra
     // second reading of xpack-run's.
     const std::vector<float> oracle_rows =
         read_f32(*oracle / "logits" / ("kimi-k3-f32." + std::string(prompt) + ".seq.f32"));
-    const RowStats o = compare_rows(want, oracle_rows, n_checked);
+    const RowStats o = compare_rows(want, oracle_rows, n_checked, kVocab, kTol);
     MESSAGE(std::string(prompt) << ": llama.cpp attn_kv_b vs llama.cpp absorbed max|diff| " << o.max_diff);
     CHECK(o.first_fail < 0);
   }
