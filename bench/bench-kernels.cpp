@@ -208,6 +208,36 @@ int main(int argc, char** argv) {
              "cold", us, double(wb), sh.what);
       std::printf("  (%.1f TFLOP/s)\n", 2.0 * nmax * double(sh.ne0) * sh.ne1 / (us * 1e-6) / 1e12);
     }
+    // 8 tokens through matmul's prefill path instead of the decode kernel (for
+    // the types with a tensor-core path: where matvec_max_tokens should sit).
+    if (sh.type == xk::kMXFP4 || sh.type == xk::kQ8_0) {
+      xk::MatmulOptions o{};
+      o.size = sizeof o;
+      o.matvec_max_tokens = 1;
+      for (int n : {2, 8}) {
+        const double us = time_us(s, quick ? 20 : 200, 5, [&](int i) {
+          st_ok(xk::matmul(ctx, sh.type, w[size_t(i % copies)], sh.ne0, sh.ne1, x, n, y, &o, s), "matmul");
+        });
+        report("matmul-mma", sh.type, sh.ne0, sh.ne1, n, "cold", us, double(wb), sh.what);
+      }
+    }
+    // A layer's routed experts in a prompt: as many experts as the weight copies
+    // allow (<= 128) with `tokens` rows each, in one grouped_matmul (DeepSeek-V4
+    // at 512 prompt tokens gives 256 experts 12 rows on average).
+    if (std::string(sh.what).find("expert") != std::string::npos) {
+      for (int tokens : {4, 12, 24}) {
+        const int np = std::min(copies, std::min(xk::kMaxGroupedProblems, nmax / tokens));
+        std::vector<xk::ExpertProblem> pr(static_cast<size_t>(np));
+        for (int p = 0; p < np; ++p) pr[size_t(p)] = {w[size_t(p)], p * tokens, tokens};
+        const double us = time_us(s, quick ? 5 : 20, 5, [&](int) {
+          st_ok(xk::grouped_matmul(ctx, sh.type, sh.ne0, sh.ne1, pr.data(), np, x, y, nmax, nullptr, s), "grouped");
+        });
+        char mode[32];
+        std::snprintf(mode, sizeof mode, "prefill%dx%d", np, tokens);
+        report("grouped-matmul", sh.type, sh.ne0, sh.ne1, tokens, mode, us, double(wb) * np, sh.what);
+        std::printf("  (%.1f TFLOP/s)\n", 2.0 * np * tokens * double(sh.ne0) * sh.ne1 / (us * 1e-6) / 1e12);
+      }
+    }
     // The realistic decode: one grouped launch over the top-k experts of a layer
     // (DeepSeek-V4 top-6, Kimi-K3 top-16), one token each, 1 or 8 tokens' worth.
     if (std::string(sh.what).find("expert") != std::string::npos) {

@@ -1,5 +1,6 @@
-// Prefill: tiles of W dequantized exactly (fp32, or bf16 as an explicit option)
-// into a workspace and multiplied by cuBLAS; the type table and status names.
+// Prefill: the tensor-core path of quant_mma.h for the types it takes, otherwise
+// tiles of W dequantized exactly (fp32, or bf16 as an explicit option) into a
+// workspace and multiplied by cuBLAS.
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 
 #include "quant_blocks.cuh"
 #include "quant_matmul.h"
+#include "quant_mma.h"
 
 namespace xpack::kernels {
 
@@ -153,6 +155,13 @@ bool uses_matvec(const Opts& o, int n_tokens) {
   return o.precision == kPrecisionFp32 && n_tokens <= o.mv_max;
 }
 
+// The fp32 default on the tensor cores (quant_mma.h) where the type allows it;
+// its float4 loads need x 16-byte aligned (a sub-view of x may not be).
+bool uses_mma(uint32_t type, const Opts& o, const float* x) {
+  return o.precision == kPrecisionFp32 && dev::mma_supports(type) &&
+         (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+}
+
 int gemm(Context* ctx, uint32_t type, const void* w, int64_t ne0, int64_t ne1, const float* x,
          int n_tokens, float* y, const Opts& o, cudaStream_t stream) {
   const bool bf16 = o.precision == kPrecisionBf16;
@@ -203,6 +212,10 @@ int matmul(Context* ctx, uint32_t type, const void* w, int64_t ne0, int64_t ne1,
   if (const int st = read_opts(opts, &o); st != kOk) return st;
   if (!ctx || !w || !x || !y || n_tokens < 1) return kErrArgument;
   if (uses_matvec(o, n_tokens)) return matvec(type, w, ne0, ne1, x, n_tokens, y, stream);
+  if (uses_mma(type, o, x)) {
+    const ExpertProblem p{w, 0, n_tokens};
+    return dev::mma_grouped(type, ne0, ne1, &p, 1, x, y, stream);
+  }
   return gemm(ctx, type, w, ne0, ne1, x, n_tokens, y, o, stream);
 }
 
@@ -217,8 +230,11 @@ int grouped_matmul(Context* ctx, uint32_t type, int64_t ne0, int64_t ne1,
     const ExpertProblem& p = problems[i];
     if (!p.w || p.n_tokens < 1 || p.row < 0 || int64_t(p.row) + p.n_tokens > n_rows) return kErrArgument;
   }
-  ExpertProblem small[kMaxGroupedProblems];
-  int n_small = 0;
+  // Decode-sized problems in grouped_matvec launches, the others in tensor-core
+  // launches where the type has them (128 problems per launch at most).
+  ExpertProblem small[kMaxGroupedProblems], big[kMaxGroupedProblems];
+  int n_small = 0, n_big = 0;
+  const bool mma = uses_mma(type, o, x);
   for (int i = 0; i < n_problems; ++i) {
     const ExpertProblem& p = problems[i];
     if (uses_matvec(o, p.n_tokens)) {
@@ -228,12 +244,20 @@ int grouped_matmul(Context* ctx, uint32_t type, int64_t ne0, int64_t ne1,
           return st;
         n_small = 0;
       }
+    } else if (mma) {
+      big[n_big++] = p;
+      if (n_big == kMaxGroupedProblems) {
+        if (const int st = dev::mma_grouped(type, ne0, ne1, big, n_big, x, y, stream); st != kOk) return st;
+        n_big = 0;
+      }
     } else {
       const int st = gemm(ctx, type, p.w, ne0, ne1, x + size_t(p.row) * size_t(ne0), p.n_tokens,
                           y + size_t(p.row) * size_t(ne1), o, stream);
       if (st != kOk) return st;
     }
   }
+  if (n_big > 0)
+    if (const int st = dev::mma_grouped(type, ne0, ne1, big, n_big, x, y, stream); st != kOk) return st;
   if (n_small > 0) return grouped_matvec(type, ne0, ne1, small, n_small, x, y, n_rows, stream);
   return kOk;
 }

@@ -232,8 +232,10 @@ TEST_CASE("matvec: float types with rows that are not whole 16-byte vectors") {
 // weights fit in fp32 are compared within the tolerance on whichever token keeps
 // the sums in range (e <= 240 for token 0, e >= 100 for token 1). Where ggml's
 // weights overflow to inf (e = 253, 254 with large codes) the reference is
-// inf/NaN and the kernel must give the same non-finite class.
-TEST_CASE("matvec: MXFP4 at every E8M0 exponent 0..254 with every nibble") {
+// inf/NaN and the kernel must give the same non-finite class. Checked for the
+// decode kernel and for matmul's tensor-core path (two tokens with
+// matvec_max_tokens = 1), whose bf16 weights include the subnormal ones of e < 2.
+TEST_CASE("matvec and matmul: MXFP4 at every E8M0 exponent 0..254 with every nibble") {
   std::mt19937 rng(4);
   Stream st;
   const int64_t ne0 = 64, ne1 = 255;
@@ -252,36 +254,111 @@ TEST_CASE("matvec: MXFP4 at every E8M0 exponent 0..254 with every nibble") {
   DevBuf dw(w.size()), dx(x.size() * 4), dy(size_t(2 * ne1) * 4);
   dw.put(w.data(), w.size());
   dx.put(x.data(), x.size() * 4);
-  dy.poison();
-  REQUIRE(xk::matvec(xk::kMXFP4, dw.p, ne0, ne1, dx.as<float>(), 2, dy.as<float>(), st.s) == xk::kOk);
-  st.sync();
-  std::vector<float> got(size_t(2 * ne1));
-  dy.get(got.data(), got.size() * 4);
   const Ref ref = reference(xk::kMXFP4, w, ne0, ne1, x.data(), 2);
-  int checked = 0, nonfinite = 0, bad = 0;
-  for (int t = 0; t < 2; ++t)
-    for (int64_t e = 0; e < ne1; ++e) {
-      const size_t i = size_t(t * ne1 + e);
-      const double want = ref.y[i];
-      if (!std::isfinite(want)) {
-        ++nonfinite;
-        const bool same = std::isnan(want) ? std::isnan(got[i]) : (double(got[i]) == want);
-        if (!same) {
-          ++bad;
-          std::fprintf(stderr, "e=%d t=%d: got %g want %g\n", int(e), t, got[i], want);
-        }
-        continue;
-      }
-      if ((t == 0 && e > 240) || (t == 1 && e < 100)) continue;
-      ++checked;
-      if (!(std::fabs(double(got[i]) - want) <= kTolFp32 * ref.mag[i] + 1e-45)) {
-        ++bad;
-        std::fprintf(stderr, "e=%d t=%d: got %.9g want %.9g\n", int(e), t, got[i], want);
-      }
+  xk::Context* ctx = nullptr;
+  REQUIRE(xk::context_create(&ctx, 0) == xk::kOk);
+  for (const bool via_matmul : {false, true}) {
+    CAPTURE(via_matmul);
+    dy.poison();
+    if (via_matmul) {
+      xk::MatmulOptions o{};
+      o.size = sizeof o;
+      o.matvec_max_tokens = 1;
+      REQUIRE(xk::matmul(ctx, xk::kMXFP4, dw.p, ne0, ne1, dx.as<float>(), 2, dy.as<float>(), &o, st.s) == xk::kOk);
+    } else {
+      REQUIRE(xk::matvec(xk::kMXFP4, dw.p, ne0, ne1, dx.as<float>(), 2, dy.as<float>(), st.s) == xk::kOk);
     }
-  CHECK(bad == 0);
-  CHECK(nonfinite > 0);       // e = 253/254 did overflow on the CPU
-  CHECK(checked >= 255 + 2);  // every exponent checked at least once
+    st.sync();
+    std::vector<float> got(size_t(2 * ne1));
+    dy.get(got.data(), got.size() * 4);
+    int checked = 0, nonfinite = 0, bad = 0;
+    for (int t = 0; t < 2; ++t)
+      for (int64_t e = 0; e < ne1; ++e) {
+        const size_t i = size_t(t * ne1 + e);
+        const double want = ref.y[i];
+        if (!std::isfinite(want)) {
+          ++nonfinite;
+          const bool same = std::isnan(want) ? std::isnan(got[i]) : (double(got[i]) == want);
+          if (!same) {
+            ++bad;
+            std::fprintf(stderr, "e=%d t=%d: got %g want %g\n", int(e), t, got[i], want);
+          }
+          continue;
+        }
+        if ((t == 0 && e > 240) || (t == 1 && e < 100)) continue;
+        ++checked;
+        if (!(std::fabs(double(got[i]) - want) <= kTolFp32 * ref.mag[i] + 1e-45)) {
+          ++bad;
+          std::fprintf(stderr, "e=%d t=%d: got %.9g want %.9g\n", int(e), t, got[i], want);
+        }
+      }
+    CHECK(bad == 0);
+    CHECK(nonfinite > 0);       // e = 253/254 did overflow on the CPU
+    CHECK(checked >= 255 + 2);  // every exponent checked at least once
+  }
+  xk::context_destroy(ctx);
+}
+
+// The tensor-core path of the fp32 default (MXFP4, Q8_0): row lengths that end
+// in half a 64-input step, row counts that end in a partial 64-row tile, token
+// counts around its 32-token tiles; grouped launches of mixed sizes equal the
+// separate products bit for bit; an x that is not 16-byte aligned takes the
+// tile path and is right too.
+TEST_CASE("matmul on tensor cores: fp32 bound at odd shapes, grouped = separate bit for bit") {
+  std::mt19937 rng(8);
+  Stream st;
+  xk::Context* ctx = nullptr;
+  REQUIRE(xk::context_create(&ctx, 0) == xk::kOk);
+  for (uint32_t type : {xk::kMXFP4, xk::kQ8_0}) {
+    CAPTURE(xk::type_name(type));
+    for (const int64_t ne0 : {int64_t(96), int64_t(4096)}) {
+      CAPTURE(ne0);
+      const int64_t ne1 = 130;
+      const int counts[] = {40, 9, 3, 77, 32, 33};
+      const int np = 6;
+      std::vector<std::vector<uint8_t>> hw;
+      std::vector<std::unique_ptr<DevBuf>> ws;
+      std::vector<xk::ExpertProblem> probs;
+      int rows = 0;
+      for (int i = 0; i < np; ++i) {
+        hw.push_back(random_weights(type, ne0, ne1, rng));
+        ws.push_back(std::make_unique<DevBuf>(hw.back().size()));
+        ws.back()->put(hw.back().data(), hw.back().size());
+        probs.push_back({ws.back()->p, rows, counts[i]});
+        rows += counts[i];
+      }
+      const auto x = random_x(size_t(rows + 1) * size_t(ne0), rng);
+      DevBuf dx(x.size() * 4), dy(size_t(rows * ne1) * 4), dsep(size_t(rows * ne1) * 4);
+      dx.put(x.data(), x.size() * 4);
+      dy.poison();
+      REQUIRE(xk::grouped_matmul(ctx, type, ne0, ne1, probs.data(), np, dx.as<float>(), dy.as<float>(), rows,
+                                 nullptr, st.s) == xk::kOk);
+      dsep.poison();
+      for (const auto& p : probs)
+        REQUIRE(xk::matmul(ctx, type, p.w, ne0, ne1, dx.as<float>() + p.row * ne0, p.n_tokens,
+                           dsep.as<float>() + p.row * ne1, nullptr, st.s) == xk::kOk);
+      st.sync();
+      std::vector<float> a(size_t(rows * ne1)), b(a.size());
+      dy.get(a.data(), a.size() * 4);
+      dsep.get(b.data(), b.size() * 4);
+      CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+      for (int i = 0; i < np; ++i) {
+        const auto& p = probs[size_t(i)];
+        const Ref ref = reference(type, hw[size_t(i)], ne0, ne1, x.data() + p.row * ne0, p.n_tokens);
+        std::vector<float> g(a.begin() + p.row * ne1, a.begin() + (p.row + p.n_tokens) * ne1);
+        CHECK(count_bad(g, ref, kTolFp32, xk::type_name(type)) == 0);
+      }
+      // x one float off 16-byte alignment: the tile path, within the same bound.
+      dy.poison();
+      REQUIRE(xk::matmul(ctx, type, probs[0].w, ne0, ne1, dx.as<float>() + 1, 40, dy.as<float>(), nullptr, st.s) ==
+              xk::kOk);
+      st.sync();
+      std::vector<float> g(size_t(40 * ne1));
+      dy.get(g.data(), g.size() * 4);
+      CHECK(count_bad(g, reference(type, hw[0], ne0, ne1, x.data() + 1, 40), kTolFp32, xk::type_name(type)) == 0);
+    }
+  }
+  xk::context_destroy(ctx);
 }
 
 TEST_CASE("matmul: prefill of 77 tokens (fp32 tiles, several tiles) and the bf16 option") {
@@ -442,8 +519,9 @@ TEST_CASE("bad input is refused and writes nothing") {
   o.matvec_max_tokens = 9;
   CHECK(xk::matmul(ctx, xk::kQ8_0, dw.p, 64, 4, x, 16, y, &o, st.s) == xk::kErrArgument);
   CHECK(xk::matmul(nullptr, xk::kQ8_0, dw.p, 64, 4, x, 16, y, nullptr, st.s) == xk::kErrArgument);
-  // A 4096-byte workspace cannot hold one 2048-element fp32 row.
-  CHECK(xk::matmul(ctx, xk::kQ8_0, dw.p, 2048, 4, x, 16, y, nullptr, st.s) == xk::kErrWorkspace);
+  // A 4096-byte workspace cannot hold one 2048-element fp32 row (Q4_K takes the
+  // tile path; Q8_0 and MXFP4 need no workspace).
+  CHECK(xk::matmul(ctx, xk::kQ4_K, dw.p, 2048, 4, x, 16, y, nullptr, st.s) == xk::kErrWorkspace);
   xk::context_destroy(ctx);
   CHECK(xk::situ_mul(x, x, 4, 0.0f, 1.0f, y, st.s) == xk::kErrArgument);
   CHECK(xk::gather_rows(nullptr, 4, nullptr, 1, y, st.s) == xk::kErrArgument);

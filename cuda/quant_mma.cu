@@ -1,0 +1,335 @@
+// The tensor-core prefill of quant_mma.h: bf16 mma.sync over weights decoded into
+// shared memory and activations split into three exact bf16 terms.
+//
+// Shape of the work: a block of 4 warps owns 64 output rows x 32 tokens of one
+// problem (grid: row tiles x problems x token tiles). Per step of 64 inputs it
+// decodes the 64 rows' two blocks each into bf16 (one thread per row block),
+// splits the 32 tokens' 64 activations into hi/mid/lo bf16 (one thread per 16),
+// then each warp multiplies its 32 rows x 16 tokens with m16n8k16 mma, three per
+// product (one per term); the next step's bytes are loaded meanwhile. Types with a per-block scale the bf16 value cannot
+// absorb exactly (Q8_0) sum each block in a register tile of its own and add it
+// times the scale.
+#include <cuda_bf16.h>
+
+#include "quant_blocks.cuh"
+#include "quant_mma.h"
+
+namespace xpack::kernels {
+namespace dev {
+
+namespace {
+
+constexpr int kRows = 64, kTokens = 32, kStep = 64, kThreads = 128;
+// 8 bf16 of padding per shared row: a row is 144 bytes (36 words), so the 8 rows
+// one ldmatrix phase reads start in 8 different 4-bank groups.
+constexpr int kLd = kStep + 8;
+
+struct Problems {
+  int n;
+  const uint8_t* w[kMaxGroupedProblems];
+  int32_t row[kMaxGroupedProblems];
+  int32_t ntok[kMaxGroupedProblems];
+};
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// The three bf16 terms of two floats, by truncation: hi keeps the top 8
+// significant bits, mid the next 8 of the (exact) remainder, lo the rest, which
+// has at most 8 left, so hi + mid + lo == x exactly (for normal x; the terms of
+// tiny x may underflow, far below the fp32 error bound of a dot product).
+__device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t& mid, uint32_t& lo) {
+  const float ah = __uint_as_float(__float_as_uint(a) & 0xFFFF0000u);
+  const float bh = __uint_as_float(__float_as_uint(b) & 0xFFFF0000u);
+  const float ar = a - ah, br = b - bh;
+  const float am = __uint_as_float(__float_as_uint(ar) & 0xFFFF0000u);
+  const float bm = __uint_as_float(__float_as_uint(br) & 0xFFFF0000u);
+  const float al = ar - am, bl = br - bm;
+  hi = __byte_perm(__float_as_uint(ah), __float_as_uint(bh), 0x7632);
+  mid = __byte_perm(__float_as_uint(am), __float_as_uint(bm), 0x7632);
+  lo = __byte_perm(__float_as_uint(al), __float_as_uint(bl), 0x7632);
+}
+
+// One 32-element block of a row: its bytes loaded into registers (`Raw`, loaded
+// one step ahead of their use), then turned into 16 words of bf16 pairs and the
+// scale its sum is multiplied by. Word t holds elements t and t + 16 (the order
+// MXFP4 packs them in one byte); the activations are stored in the same order,
+// so each product pairs the right weight and input.
+template <uint32_t T>
+struct Block;
+
+template <>
+struct Block<kMXFP4> {
+  static constexpr int kBytes = 17;
+  static constexpr bool kScaled = false;  // 2^(e-128) times a 4-bit code is exact in bf16
+  struct Raw {
+    uint32_t q[4];
+    uint32_t e;
+  };
+  __device__ static void load(const uint8_t* b, Raw& r) {
+    ldwords<4>(b + 1, r.q);
+    r.e = byte_at(b);
+  }
+  __device__ static float decode(const Raw& r, uint32_t (&out)[16]) {
+    // The bf16 of 2^(e-128): exact, subnormal for e < 7 (bf16 has fp32's range).
+    const __nv_bfloat16 sb = __float2bfloat16_rn(e8m0_half(r.e));
+    const __nv_bfloat162 s2 = __halves2bfloat162(sb, sb);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t q = r.q[i];
+      // Selectors: the 3-bit magnitude index of each code, 4 per word, as the
+      // nibbles PRMT reads (byte k's code -> nibble k).
+      const uint32_t ml = q & 0x07070707u, mh = (q >> 4) & 0x07070707u;
+      const uint32_t sl = __byte_perm(ml | (ml >> 4), 0u, 0x4420u);
+      const uint32_t sh = __byte_perm(mh | (mh >> 4), 0u, 0x4420u);
+      // bf16 of 0 1 2 3 4 6 8 12: low bytes 00 80 00 40 80 c0 00 40, high bytes
+      // 00 3f 40 40 40 40 41 41; the code's bit 3 is the sign (bit 7 of the high byte).
+      const uint32_t lo_l = __byte_perm(0x40008000u, 0x4000C080u, sl);
+      const uint32_t hi_l = __byte_perm(0x40403F00u, 0x41414040u, sl) | ((q & 0x08080808u) << 4);
+      const uint32_t lo_h = __byte_perm(0x40008000u, 0x4000C080u, sh);
+      const uint32_t hi_h = __byte_perm(0x40403F00u, 0x41414040u, sh) | (q & 0x80808080u);
+      const uint32_t l01 = __byte_perm(lo_l, hi_l, 0x5140u), l23 = __byte_perm(lo_l, hi_l, 0x7362u);
+      const uint32_t h01 = __byte_perm(lo_h, hi_h, 0x5140u), h23 = __byte_perm(lo_h, hi_h, 0x7362u);
+      const uint32_t w[4] = {__byte_perm(l01, h01, 0x5410u), __byte_perm(l01, h01, 0x7632u),
+                             __byte_perm(l23, h23, 0x5410u), __byte_perm(l23, h23, 0x7632u)};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const __nv_bfloat162 v = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&w[k]), s2);
+        out[4 * i + k] = *reinterpret_cast<const uint32_t*>(&v);
+      }
+    }
+    return 1.0f;
+  }
+};
+
+template <>
+struct Block<kQ8_0> {
+  static constexpr int kBytes = 34;
+  static constexpr bool kScaled = true;  // d (fp16) times an int8 needs up to 19 bits
+  struct Raw {
+    uint32_t q[8];
+    uint32_t d;
+  };
+  __device__ static void load(const uint8_t* b, Raw& r) {
+    ldwords<8>(b + 2, r.q);
+    r.d = uint32_t(byte_at(b)) | (uint32_t(byte_at(b + 1)) << 8);
+  }
+  __device__ static float decode(const Raw& r, uint32_t (&out)[16]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t lo = r.q[i] ^ 0x80808080u, hi = r.q[i + 4] ^ 0x80808080u;  // signed + 128
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        out[4 * i + k] = pack_bf16(magic_byte(lo, k) - (kMagic + 128.0f), magic_byte(hi, k) - (kMagic + 128.0f));
+    }
+    return h2f(r.d);
+  }
+};
+
+__device__ __forceinline__ void ldmatrix4(uint32_t (&r)[4], const void* smem) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <uint32_t T>
+__global__ void __launch_bounds__(kThreads) mma_kernel(Problems ps, int64_t ne0, int64_t ne1, size_t rb,
+                                                       const float* __restrict__ x, float* __restrict__ y) {
+  using B = Block<T>;
+  const int p = blockIdx.y;
+  const int ntok = ps.ntok[p];
+  const int tok0 = blockIdx.z * kTokens;
+  if (tok0 >= ntok) return;
+  const int64_t row0 = int64_t(blockIdx.x) * kRows;
+  const uint8_t* __restrict__ w = ps.w[p];
+  const float* __restrict__ xp = x + (int64_t(ps.row[p]) + tok0) * ne0;
+
+  __shared__ __align__(16) __nv_bfloat16 ws[kRows][kLd];
+  __shared__ __align__(16) __nv_bfloat16 xs[3][kTokens][kLd];
+  __shared__ float scale[kRows][kStep / 32];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp & 1, wn = warp >> 1;  // this warp: rows 32*wm.., tokens 16*wn..
+  // Token columns past the problem's end are zeros: their products are skipped
+  // (a warp-uniform test), which is most of the work of a 12-token expert.
+  const bool live0 = tok0 + 16 * wn < ntok, live1 = tok0 + 16 * wn + 8 < ntok;
+
+  // Loader roles. Weights: thread -> (row, block of the step). Activations:
+  // thread -> (token, block c of the step, half h): inputs 8h..8h+7 and
+  // 16+8h..16+8h+7 of the block, stored as the pairs (t, t + 16).
+  const int lr = tid >> 1, lb = tid & 1;
+  const int xt = tid >> 2, xc = (tid >> 1) & 1, xh = tid & 1;
+  const bool row_ok = row0 + lr < ne1;
+  const bool tok_ok = tok0 + xt < ntok;
+  const int64_t n_blocks = ne0 / 32;
+  const uint8_t* wrow = w + size_t(row_ok ? row0 + lr : 0) * rb;
+  const float* xrow = xp + int64_t(tok_ok ? xt : 0) * ne0;
+
+  typename B::Raw raw;
+  bool raw_ok = false;
+  float4 xr[4];
+  bool xr_ok = false;
+  auto load = [&](int64_t k0) {
+    const int64_t blk = k0 / 32 + lb;
+    raw_ok = row_ok && blk < n_blocks;
+    if (raw_ok) B::load(wrow + size_t(blk) * B::kBytes, raw);
+    const int64_t k = k0 + 32 * xc + 8 * xh;
+    xr_ok = tok_ok && k < ne0;
+    if (xr_ok) {
+      const float4* src = reinterpret_cast<const float4*>(xrow + k);
+      xr[0] = __ldg(src);
+      xr[1] = __ldg(src + 1);
+      xr[2] = __ldg(src + 4);  // inputs k + 16 ..
+      xr[3] = __ldg(src + 5);
+    }
+  };
+
+  float acc[2][2][4] = {};
+  float part[2][2][4] = {};  // the current block's sums (scaled types)
+
+  load(0);
+  for (int64_t k0 = 0; k0 < ne0; k0 += kStep) {
+    {  // weights -> bf16 in shared memory
+      uint32_t v[16];
+      float s = 0.0f;
+      if (raw_ok) {
+        s = B::decode(raw, v);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) v[i] = 0u;
+      }
+      uint4* dst = reinterpret_cast<uint4*>(&ws[lr][lb * 32]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) dst[i] = make_uint4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+      if constexpr (B::kScaled) scale[lr][lb] = s;
+    }
+    {  // activations -> three bf16 terms in shared memory
+      uint32_t t[3][8];
+      if (xr_ok) {
+        const float lo[8] = {xr[0].x, xr[0].y, xr[0].z, xr[0].w, xr[1].x, xr[1].y, xr[1].z, xr[1].w};
+        const float hi[8] = {xr[2].x, xr[2].y, xr[2].z, xr[2].w, xr[3].x, xr[3].y, xr[3].z, xr[3].w};
+#pragma unroll
+        for (int i = 0; i < 8; ++i) split2(lo[i], hi[i], t[0][i], t[1][i], t[2][i]);
+      } else {
+#pragma unroll
+        for (int m = 0; m < 3; ++m)
+#pragma unroll
+          for (int i = 0; i < 8; ++i) t[m][i] = 0u;
+      }
+#pragma unroll
+      for (int m = 0; m < 3; ++m) {
+        uint4* dst = reinterpret_cast<uint4*>(&xs[m][xt][32 * xc + 16 * xh]);
+        dst[0] = make_uint4(t[m][0], t[m][1], t[m][2], t[m][3]);
+        dst[1] = make_uint4(t[m][4], t[m][5], t[m][6], t[m][7]);
+      }
+    }
+    __syncthreads();
+    // The next step's bytes are in flight while this step multiplies.
+    if (k0 + kStep < ne0) load(k0 + kStep);
+
+    if (live0) {
+#pragma unroll
+      for (int ks = 0; ks < kStep / 16; ++ks) {
+        uint32_t a[2][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+          ldmatrix4(a[mt], &ws[32 * wm + 16 * mt + (lane & 15)][16 * ks + (lane >> 4) * 8]);
+        // Smallest terms first, so the large one is added to sums already formed.
+#pragma unroll
+        for (int m = 2; m >= 0; --m) {
+          uint32_t b[4];  // b[0], b[1]: tokens 0-7 of this warp; b[2], b[3]: tokens 8-15
+          ldmatrix4(b, &xs[m][16 * wn + ((lane >> 4) << 3) + (lane & 7)][16 * ks + ((lane >> 3) & 1) * 8]);
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+            float (&c0)[4] = B::kScaled ? part[mt][0] : acc[mt][0];
+            float (&c1)[4] = B::kScaled ? part[mt][1] : acc[mt][1];
+            mma16816(c0, a[mt], b[0], b[1]);
+            if (live1) mma16816(c1, a[mt], b[2], b[3]);
+          }
+        }
+        if constexpr (B::kScaled) {
+          if (ks & 1) {  // a 32-element block is complete: scale its sums into acc
+            const int g = lane >> 2;
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+              const float s0 = scale[32 * wm + 16 * mt + g][ks >> 1];
+              const float s1 = scale[32 * wm + 16 * mt + g + 8][ks >> 1];
+#pragma unroll
+              for (int nt = 0; nt < 2; ++nt) {
+                acc[mt][nt][0] = fmaf(part[mt][nt][0], s0, acc[mt][nt][0]);
+                acc[mt][nt][1] = fmaf(part[mt][nt][1], s0, acc[mt][nt][1]);
+                acc[mt][nt][2] = fmaf(part[mt][nt][2], s1, acc[mt][nt][2]);
+                acc[mt][nt][3] = fmaf(part[mt][nt][3], s1, acc[mt][nt][3]);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) part[mt][nt][i] = 0.0f;
+              }
+            }
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+  // Accumulator layout of m16n8: c0, c1 are row g, tokens 2q, 2q+1; c2, c3 row g + 8.
+  const int g = lane >> 2, q = lane & 3;
+  float* __restrict__ yp = y + (int64_t(ps.row[p]) + tok0) * ne1;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t r = row0 + 32 * wm + 16 * mt + g + 8 * (i >> 1);
+        const int t = 16 * wn + 8 * nt + 2 * q + (i & 1);
+        if (r < ne1 && tok0 + t < ntok) yp[int64_t(t) * ne1 + r] = acc[mt][nt][i];
+      }
+}
+
+template <uint32_t T>
+int launch(int64_t ne0, int64_t ne1, const ExpertProblem* problems, int n, const float* x, float* y,
+           cudaStream_t stream) {
+  Problems ps{};
+  ps.n = n;
+  int max_tok = 0;
+  for (int i = 0; i < n; ++i) {
+    ps.w[i] = static_cast<const uint8_t*>(problems[i].w);
+    ps.row[i] = problems[i].row;
+    ps.ntok[i] = problems[i].n_tokens;
+    max_tok = max_tok > problems[i].n_tokens ? max_tok : problems[i].n_tokens;
+  }
+  const int64_t row_tiles = (ne1 + kRows - 1) / kRows;
+  const int64_t tok_tiles = (max_tok + kTokens - 1) / kTokens;
+  if (row_tiles > 0x7FFFFFFF || tok_tiles > 65535) return kErrShape;
+  const dim3 grid{unsigned(row_tiles), unsigned(n), unsigned(tok_tiles)};
+  mma_kernel<T><<<grid, kThreads, 0, stream>>>(ps, ne0, ne1, row_bytes(T, ne0), x, y);
+  return cudaGetLastError() == cudaSuccess ? kOk : kErrCuda;
+}
+
+}  // namespace
+
+bool mma_supports(uint32_t type) { return type == kMXFP4 || type == kQ8_0; }
+
+int mma_grouped(uint32_t type, int64_t ne0, int64_t ne1, const ExpertProblem* problems, int n,
+                const float* x, float* y, cudaStream_t stream) {
+  if (n < 1 || n > kMaxGroupedProblems) return kErrArgument;
+  switch (type) {
+    case kMXFP4: return launch<kMXFP4>(ne0, ne1, problems, n, x, y, stream);
+    case kQ8_0: return launch<kQ8_0>(ne0, ne1, problems, n, x, y, stream);
+    default: return kErrType;
+  }
+}
+
+}  // namespace dev
+}  // namespace xpack::kernels
