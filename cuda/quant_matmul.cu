@@ -132,7 +132,7 @@ namespace {
 
 struct Opts {
   int precision = kPrecisionFp32;
-  int mv_max = kMaxMatvecTokens;
+  int mv_max = 0;  // 0: the type's default (mv_default)
 };
 
 int read_opts(const MatmulOptions* o, Opts* out) {
@@ -151,15 +151,21 @@ int read_opts(const MatmulOptions* o, Opts* out) {
   return kOk;
 }
 
-bool uses_matvec(const Opts& o, int n_tokens) {
-  return o.precision == kPrecisionFp32 && n_tokens <= o.mv_max;
+// Where the decode kernel stops paying: it does 8 fp32 FMAs per weight for 8
+// tokens, while the tensor-core path costs about the same for 2 tokens as for
+// 16 (bench-kernels: MXFP4 4096x2048, 8 tokens 22 us by matvec, a 12-token
+// expert 8 us in a grouped launch).
+int mv_default(uint32_t type) { return dev::mma_supports(type) ? 3 : kMaxMatvecTokens; }
+
+bool uses_matvec(uint32_t type, const Opts& o, int n_tokens) {
+  return o.precision == kPrecisionFp32 && n_tokens <= (o.mv_max ? o.mv_max : mv_default(type));
 }
 
 // The fp32 default on the tensor cores (quant_mma.h) where the type allows it;
-// its float4 loads need x 16-byte aligned (a sub-view of x may not be).
-bool uses_mma(uint32_t type, const Opts& o, const float* x) {
-  return o.precision == kPrecisionFp32 && dev::mma_supports(type) &&
-         (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+// its 16-byte loads need x and w 16-byte aligned (a sub-view may not be).
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+bool uses_mma(uint32_t type, const Opts& o, const float* x, const void* w) {
+  return o.precision == kPrecisionFp32 && dev::mma_supports(type) && aligned16(x) && aligned16(w);
 }
 
 int gemm(Context* ctx, uint32_t type, const void* w, int64_t ne0, int64_t ne1, const float* x,
@@ -211,8 +217,8 @@ int matmul(Context* ctx, uint32_t type, const void* w, int64_t ne0, int64_t ne1,
   Opts o;
   if (const int st = read_opts(opts, &o); st != kOk) return st;
   if (!ctx || !w || !x || !y || n_tokens < 1) return kErrArgument;
-  if (uses_matvec(o, n_tokens)) return matvec(type, w, ne0, ne1, x, n_tokens, y, stream);
-  if (uses_mma(type, o, x)) {
+  if (uses_matvec(type, o, n_tokens)) return matvec(type, w, ne0, ne1, x, n_tokens, y, stream);
+  if (uses_mma(type, o, x, w)) {
     const ExpertProblem p{w, 0, n_tokens};
     return dev::mma_grouped(type, ne0, ne1, &p, 1, x, y, stream);
   }
@@ -234,17 +240,16 @@ int grouped_matmul(Context* ctx, uint32_t type, int64_t ne0, int64_t ne1,
   // launches where the type has them (128 problems per launch at most).
   ExpertProblem small[kMaxGroupedProblems], big[kMaxGroupedProblems];
   int n_small = 0, n_big = 0;
-  const bool mma = uses_mma(type, o, x);
   for (int i = 0; i < n_problems; ++i) {
     const ExpertProblem& p = problems[i];
-    if (uses_matvec(o, p.n_tokens)) {
+    if (uses_matvec(type, o, p.n_tokens)) {
       small[n_small++] = p;
       if (n_small == kMaxGroupedProblems) {
         if (const int st = grouped_matvec(type, ne0, ne1, small, n_small, x, y, n_rows, stream); st != kOk)
           return st;
         n_small = 0;
       }
-    } else if (mma) {
+    } else if (uses_mma(type, o, x, p.w)) {
       big[n_big++] = p;
       if (n_big == kMaxGroupedProblems) {
         if (const int st = dev::mma_grouped(type, ne0, ne1, big, n_big, x, y, stream); st != kOk) return st;

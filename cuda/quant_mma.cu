@@ -20,6 +20,11 @@ namespace dev {
 namespace {
 
 constexpr int kRows = 64, kTokens = 32, kStep = 64, kThreads = 128;
+// Weights are fetched 256 inputs (8 blocks) per row at a time, as 16-byte
+// aligned loads of the byte window that holds them: a warp then reads runs of
+// contiguous bytes (a block-per-thread load of 17- or 34-byte blocks touched a
+// cache line per thread and made the L1 the bottleneck).
+constexpr int kFetch = 256, kFetchBlocks = kFetch / 32;
 // 8 bf16 of padding per shared row: a row is 144 bytes (36 words), so the 8 rows
 // one ldmatrix phase reads start in 8 different 4-bank groups.
 constexpr int kLd = kStep + 8;
@@ -52,9 +57,22 @@ __device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t&
   lo = __byte_perm(__float_as_uint(al), __float_as_uint(bl), 0x7632);
 }
 
-// One 32-element block of a row: its bytes loaded into registers (`Raw`, loaded
-// one step ahead of their use), then turned into 16 words of bf16 pairs and the
-// scale its sum is multiplied by. Word t holds elements t and t + 16 (the order
+// N 32-bit words starting at byte `off` of a shared row (aligned loads and a
+// funnel shift; the row buffer has a spare word at its end for the last one).
+template <int N>
+__device__ __forceinline__ void smem_words(const uint32_t* row, int off, uint32_t (&w)[N]) {
+  const int base = off >> 2;
+  const unsigned sh = unsigned(off & 3) * 8;
+  uint32_t v[N + 1];
+#pragma unroll
+  for (int i = 0; i <= N; ++i) v[i] = row[base + i];
+#pragma unroll
+  for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(v[i], v[i + 1], sh);
+}
+
+// One 32-element block of a row: its bytes taken from the shared fetch window
+// (`Raw`), then turned into 16 words of bf16 pairs and the scale its sum is
+// multiplied by. Word t holds elements t and t + 16 (the order
 // MXFP4 packs them in one byte); the activations are stored in the same order,
 // so each product pairs the right weight and input.
 template <uint32_t T>
@@ -63,14 +81,21 @@ struct Block;
 template <>
 struct Block<kMXFP4> {
   static constexpr int kBytes = 17;
+  // 16-byte chunks of a fetch window (8 blocks at any offset), and the shared
+  // row's words: the window, the funnel shift's spare word, and padding to a
+  // stride of 12 banks so that neighbouring rows' reads meet different banks.
+  static constexpr int kWinChunks = 10, kRowWords = 44;
   static constexpr bool kScaled = false;  // 2^(e-128) times a 4-bit code is exact in bf16
   struct Raw {
     uint32_t q[4];
     uint32_t e;
   };
-  __device__ static void load(const uint8_t* b, Raw& r) {
-    ldwords<4>(b + 1, r.q);
-    r.e = byte_at(b);
+  __device__ static void load(const uint32_t* row, int off, Raw& r) {
+    uint32_t v[5];
+    smem_words<5>(row, off, v);
+    r.e = v[0] & 0xFFu;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r.q[i] = __funnelshift_r(v[i], v[i + 1], 8);
   }
   __device__ static float decode(const Raw& r, uint32_t (&out)[16]) {
     // The bf16 of 2^(e-128): exact, subnormal for e < 7 (bf16 has fp32's range).
@@ -107,14 +132,18 @@ struct Block<kMXFP4> {
 template <>
 struct Block<kQ8_0> {
   static constexpr int kBytes = 34;
+  static constexpr int kWinChunks = 18, kRowWords = 76;
   static constexpr bool kScaled = true;  // d (fp16) times an int8 needs up to 19 bits
   struct Raw {
     uint32_t q[8];
     uint32_t d;
   };
-  __device__ static void load(const uint8_t* b, Raw& r) {
-    ldwords<8>(b + 2, r.q);
-    r.d = uint32_t(byte_at(b)) | (uint32_t(byte_at(b + 1)) << 8);
+  __device__ static void load(const uint32_t* row, int off, Raw& r) {
+    uint32_t v[9];
+    smem_words<9>(row, off, v);
+    r.d = v[0] & 0xFFFFu;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) r.q[i] = __funnelshift_r(v[i], v[i + 1], 16);
   }
   __device__ static float decode(const Raw& r, uint32_t (&out)[16]) {
 #pragma unroll
@@ -165,7 +194,45 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(Problems ps, int64_t ne0,
   // (a warp-uniform test), which is most of the work of a 12-token expert.
   const bool live0 = tok0 + 16 * wn < ntok, live1 = tok0 + 16 * wn + 8 < ntok;
 
-  // Loader roles. Weights: thread -> (row, block of the step). Activations:
+  // Weight fetch: chunk c of the tile's windows -> (row c / kWinChunks, chunk
+  // c % kWinChunks), so consecutive threads read consecutive 16 bytes of a row.
+  constexpr int kChunks = kRows * B::kWinChunks;
+  constexpr int kPerThread = (kChunks + kThreads - 1) / kThreads;
+  __shared__ __align__(16) uint32_t wraw[kRows][B::kRowWords];
+  const size_t total = rb * size_t(ne1);
+  uint4 wreg[kPerThread];
+  auto fetch = [&](int64_t k0) {
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int c = tid + j * kThreads;
+      const int r = c / B::kWinChunks, u = c % B::kWinChunks;
+      wreg[j] = make_uint4(0u, 0u, 0u, 0u);
+      if (c >= kChunks || row0 + r >= ne1) continue;
+      const size_t start = size_t(row0 + r) * rb + size_t(k0 / 32) * B::kBytes;
+      const size_t row_end = size_t(row0 + r) * rb + rb;
+      const size_t win_end = start + size_t(kFetchBlocks) * B::kBytes;
+      const size_t end = win_end < row_end ? win_end : row_end;
+      const size_t at = (start & ~size_t(15)) + size_t(16) * u;
+      if (at >= end) continue;
+      if (at + 16 <= total) {
+        wreg[j] = __ldg(reinterpret_cast<const uint4*>(w + at));
+      } else {  // the matrix's last bytes: nothing past its end is read
+        uint32_t v[4] = {0u, 0u, 0u, 0u};
+        for (size_t i = at; i < total; ++i) v[(i - at) >> 2] |= uint32_t(w[i]) << (8 * ((i - at) & 3));
+        wreg[j] = make_uint4(v[0], v[1], v[2], v[3]);
+      }
+    }
+  };
+  auto stash = [&]() {
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int c = tid + j * kThreads;
+      if (c < kChunks)
+        reinterpret_cast<uint4*>(&wraw[c / B::kWinChunks][0])[c % B::kWinChunks] = wreg[j];
+    }
+  };
+
+  // Decode roles: thread -> (row, block lb of each 64-input step). Activations:
   // thread -> (token, block c of the step, half h): inputs 8h..8h+7 and
   // 16+8h..16+8h+7 of the block, stored as the pairs (t, t + 16).
   const int lr = tid >> 1, lb = tid & 1;
@@ -173,17 +240,11 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(Problems ps, int64_t ne0,
   const bool row_ok = row0 + lr < ne1;
   const bool tok_ok = tok0 + xt < ntok;
   const int64_t n_blocks = ne0 / 32;
-  const uint8_t* wrow = w + size_t(row_ok ? row0 + lr : 0) * rb;
   const float* xrow = xp + int64_t(tok_ok ? xt : 0) * ne0;
 
-  typename B::Raw raw;
-  bool raw_ok = false;
   float4 xr[4];
   bool xr_ok = false;
-  auto load = [&](int64_t k0) {
-    const int64_t blk = k0 / 32 + lb;
-    raw_ok = row_ok && blk < n_blocks;
-    if (raw_ok) B::load(wrow + size_t(blk) * B::kBytes, raw);
+  auto load_x = [&](int64_t k0) {
     const int64_t k = k0 + 32 * xc + 8 * xh;
     xr_ok = tok_ok && k < ne0;
     if (xr_ok) {
@@ -198,12 +259,24 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(Problems ps, int64_t ne0,
   float acc[2][2][4] = {};
   float part[2][2][4] = {};  // the current block's sums (scaled types)
 
-  load(0);
+  fetch(0);
+  load_x(0);
   for (int64_t k0 = 0; k0 < ne0; k0 += kStep) {
+    if (k0 % kFetch == 0) {  // a new window: previous decodes are done with wraw
+      __syncthreads();
+      stash();
+      if (k0 + kFetch < ne0) fetch(k0 + kFetch);  // in flight for the next 4 steps
+      __syncthreads();
+    }
     {  // weights -> bf16 in shared memory
+      const int64_t blk = k0 / 32 + lb;
       uint32_t v[16];
       float s = 0.0f;
-      if (raw_ok) {
+      if (row_ok && blk < n_blocks) {
+        const int off = int((size_t(row0 + lr) * rb + size_t(k0 - k0 % kFetch) / 32 * B::kBytes) & 15) +
+                        int(blk % kFetchBlocks) * B::kBytes;
+        typename B::Raw raw;
+        B::load(&wraw[lr][0], off, raw);
         s = B::decode(raw, v);
       } else {
 #pragma unroll
@@ -235,8 +308,8 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(Problems ps, int64_t ne0,
       }
     }
     __syncthreads();
-    // The next step's bytes are in flight while this step multiplies.
-    if (k0 + kStep < ne0) load(k0 + kStep);
+    // The next step's activations are in flight while this step multiplies.
+    if (k0 + kStep < ne0) load_x(k0 + kStep);
 
     if (live0) {
 #pragma unroll
