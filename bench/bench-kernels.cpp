@@ -210,7 +210,7 @@ int main(int argc, char** argv) {
     }
     // 8 tokens through matmul's prefill path instead of the decode kernel (for
     // the types with a tensor-core path: where matvec_max_tokens should sit).
-    if (sh.type == xk::kMXFP4 || sh.type == xk::kQ8_0) {
+    if (sh.type == xk::kMXFP4 || sh.type == xk::kQ8_0 || sh.type == xk::kQ2_K || sh.type == xk::kQ3_K) {
       xk::MatmulOptions o{};
       o.size = sizeof o;
       o.matvec_max_tokens = 1;

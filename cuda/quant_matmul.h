@@ -114,7 +114,7 @@ struct MatmulOptions {
   size_t size;          // sizeof(MatmulOptions); a zero-filled struct means the defaults
   int precision;        // Precision; 0 = kPrecisionFp32
   int matvec_max_tokens;  // up to this many tokens use matvec (fp32 only); 0 = 3 for the
-                          // types with a tensor-core path (MXFP4, Q8_0), 8 otherwise
+                          // types with a tensor-core path (MXFP4, Q8_0, Q3_K, Q2_K), 8 otherwise
 };
 
 // Owns a cuBLAS handle and a device workspace for the dequantized tiles.
@@ -129,7 +129,7 @@ int context_create(Context** out, size_t workspace_bytes);
 void context_destroy(Context* ctx);
 
 // y = W x for any n_tokens >= 1: up to opts->matvec_max_tokens tokens in fp32
-// through matvec(); more, for MXFP4 and Q8_0 with w and x 16-byte aligned,
+// through matvec(); more, for MXFP4, Q8_0, Q3_K and Q2_K with w and x 16-byte aligned,
 // through tensor cores within the fp32 bound (quant_mma.h says why that holds);
 // otherwise tiles of W dequantized into the workspace and multiplied by cuBLAS.
 // opts may be null (defaults).
@@ -140,7 +140,8 @@ int matmul(Context* ctx, uint32_t type, const void* w, int64_t ne0, int64_t ne1,
 
 // Several experts of one layer: problems with at most matvec_max_tokens tokens
 // (fp32) go through ONE grouped_matvec launch (in chunks of 128), the others
-// through one tensor-core launch (MXFP4, Q8_0; in chunks of 128) or matmul() each. Each output row equals matmul() of its problem alone,
+// through one tensor-core launch (MXFP4, Q8_0, Q3_K, Q2_K; in chunks of 128) or
+// matmul() each. Each output row equals matmul() of its problem alone,
 // bit for bit. `problems` is a host array.
 // Thread safety: as matmul().
 int grouped_matmul(Context* ctx, uint32_t type, int64_t ne0, int64_t ne1,

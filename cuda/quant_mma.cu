@@ -2,13 +2,14 @@
 // shared memory and activations split into three exact bf16 terms.
 //
 // Shape of the work: a block of 4 warps owns 64 output rows x 32 tokens of one
-// problem (grid: row tiles x problems x token tiles). Per step of 64 inputs it
-// decodes the 64 rows' two blocks each into bf16 (one thread per row block),
-// splits the 32 tokens' 64 activations into hi/mid/lo bf16 (one thread per 16),
-// then each warp multiplies its 32 rows x 16 tokens with m16n8k16 mma, three per
-// product (one per term); the next step's bytes are loaded meanwhile. Types with a per-block scale the bf16 value cannot
-// absorb exactly (Q8_0) sum each block in a register tile of its own and add it
-// times the scale.
+// problem (grid: row tiles x problems x token tiles). Every 256 inputs it loads
+// the 64 rows' byte windows (coalesced, one window ahead); per step of 64
+// inputs it decodes the rows' two 32-input chunks into bf16 (one thread per row
+// chunk), splits the 32 tokens' 64 activations into hi/mid/lo bf16 (one thread
+// per 16), then each warp multiplies its 32 rows x 16 tokens with m16n8k16 mma,
+// three per product (one per term), while the next step's activations load.
+// Types whose chunk scale the bf16 value cannot absorb exactly (all but MXFP4)
+// sum each chunk in a register tile of its own and add it times the scale.
 #include <cuda_bf16.h>
 
 #include "quant_blocks.cuh"
@@ -70,40 +71,43 @@ __device__ __forceinline__ void smem_words(const uint32_t* row, int off, uint32_
   for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(v[i], v[i + 1], sh);
 }
 
-// One 32-element block of a row: its bytes taken from the shared fetch window
-// (`Raw`), then turned into 16 words of bf16 pairs and the scale its sum is
-// multiplied by. Word t holds elements t and t + 16 (the order
-// MXFP4 packs them in one byte); the activations are stored in the same order,
-// so each product pairs the right weight and input.
+// Byte idx (run-time, < 4N) of N words, without indexing a register array at
+// run time (which would put it in local memory).
+template <int N>
+__device__ __forceinline__ uint32_t byte_of(const uint32_t (&w)[N], int idx) {
+  uint32_t word = w[0];
+#pragma unroll
+  for (int i = 1; i < N; ++i) word = (idx >> 2) == i ? w[i] : word;
+  return (word >> (8 * (idx & 3))) & 0xFFu;
+}
+
+// The weights of one 32-input chunk c (0..7) of a row's 256 inputs, from the
+// shared window that holds their bytes (starting at byte `off` of `row`): 16
+// words of bf16 pairs, and the scale the chunk's sums are multiplied by. Word t
+// holds elements t and t + 16 (the order MXFP4 packs them in one byte); the
+// activations are stored in the same order, so each product pairs the right
+// weight and input. Types with mins also give dmin * min of the chunk's two
+// 16-element sub-blocks, which multiply the sub-blocks' sums of x.
+//   kWinBytes: bytes of 256 inputs; kWinChunks: 16-byte loads of a window at any
+//   offset; kRowWords: a shared row (window, the funnel shift's spare word, and
+//   padding to a stride of 12 banks so that neighbouring rows meet different banks).
 template <uint32_t T>
 struct Block;
 
 template <>
 struct Block<kMXFP4> {
-  static constexpr int kBytes = 17;
-  // 16-byte chunks of a fetch window (8 blocks at any offset), and the shared
-  // row's words: the window, the funnel shift's spare word, and padding to a
-  // stride of 12 banks so that neighbouring rows' reads meet different banks.
-  static constexpr int kWinChunks = 10, kRowWords = 44;
+  static constexpr int kWinBytes = 8 * 17, kWinChunks = 10, kRowWords = 44;
   static constexpr bool kScaled = false;  // 2^(e-128) times a 4-bit code is exact in bf16
-  struct Raw {
-    uint32_t q[4];
-    uint32_t e;
-  };
-  __device__ static void load(const uint32_t* row, int off, Raw& r) {
+  static constexpr bool kMins = false;
+  __device__ static float chunk(const uint32_t* row, int off, int c, uint32_t (&out)[16], float (&)[2]) {
     uint32_t v[5];
-    smem_words<5>(row, off, v);
-    r.e = v[0] & 0xFFu;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) r.q[i] = __funnelshift_r(v[i], v[i + 1], 8);
-  }
-  __device__ static float decode(const Raw& r, uint32_t (&out)[16]) {
+    smem_words<5>(row, off + 17 * c, v);
     // The bf16 of 2^(e-128): exact, subnormal for e < 7 (bf16 has fp32's range).
-    const __nv_bfloat16 sb = __float2bfloat16_rn(e8m0_half(r.e));
+    const __nv_bfloat16 sb = __float2bfloat16_rn(e8m0_half(v[0] & 0xFFu));
     const __nv_bfloat162 s2 = __halves2bfloat162(sb, sb);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const uint32_t q = r.q[i];
+      const uint32_t q = __funnelshift_r(v[i], v[i + 1], 8);  // code bytes 4i..4i+3
       // Selectors: the 3-bit magnitude index of each code, 4 per word, as the
       // nibbles PRMT reads (byte k's code -> nibble k).
       const uint32_t ml = q & 0x07070707u, mh = (q >> 4) & 0x07070707u;
@@ -121,8 +125,8 @@ struct Block<kMXFP4> {
                              __byte_perm(l23, h23, 0x5410u), __byte_perm(l23, h23, 0x7632u)};
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const __nv_bfloat162 v = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&w[k]), s2);
-        out[4 * i + k] = *reinterpret_cast<const uint32_t*>(&v);
+        const __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&w[k]), s2);
+        out[4 * i + k] = *reinterpret_cast<const uint32_t*>(&r);
       }
     }
     return 1.0f;
@@ -131,29 +135,88 @@ struct Block<kMXFP4> {
 
 template <>
 struct Block<kQ8_0> {
-  static constexpr int kBytes = 34;
-  static constexpr int kWinChunks = 18, kRowWords = 76;
+  static constexpr int kWinBytes = 8 * 34, kWinChunks = 18, kRowWords = 76;
   static constexpr bool kScaled = true;  // d (fp16) times an int8 needs up to 19 bits
-  struct Raw {
-    uint32_t q[8];
-    uint32_t d;
-  };
-  __device__ static void load(const uint32_t* row, int off, Raw& r) {
+  static constexpr bool kMins = false;
+  __device__ static float chunk(const uint32_t* row, int off, int c, uint32_t (&out)[16], float (&)[2]) {
     uint32_t v[9];
-    smem_words<9>(row, off, v);
-    r.d = v[0] & 0xFFFFu;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) r.q[i] = __funnelshift_r(v[i], v[i + 1], 16);
-  }
-  __device__ static float decode(const Raw& r, uint32_t (&out)[16]) {
+    smem_words<9>(row, off + 34 * c, v);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const uint32_t lo = r.q[i] ^ 0x80808080u, hi = r.q[i + 4] ^ 0x80808080u;  // signed + 128
+      // Signed bytes + 128, as unsigned: quants 4i.. and 4i+16..
+      const uint32_t lo = __funnelshift_r(v[i], v[i + 1], 16) ^ 0x80808080u;
+      const uint32_t hi = __funnelshift_r(v[i + 4], v[i + 5], 16) ^ 0x80808080u;
 #pragma unroll
       for (int k = 0; k < 4; ++k)
         out[4 * i + k] = pack_bf16(magic_byte(lo, k) - (kMagic + 128.0f), magic_byte(hi, k) - (kMagic + 128.0f));
     }
-    return h2f(r.d);
+    return h2f(v[0]);
+  }
+};
+
+// Q3_K: hmask[32], qs[64], scales[12], d. Chunk c is half h = c / 4, shift
+// g = c % 4 of the 2-bit quants; its sub-blocks 2c, 2c + 1 have 6-bit signed
+// scales, and scale * quant (|.| <= 128) is exact in bf16. The sums times d.
+template <>
+struct Block<kQ3_K> {
+  static constexpr int kWinBytes = 110, kWinChunks = 8, kRowWords = 44;
+  static constexpr bool kScaled = true;
+  static constexpr bool kMins = false;
+  __device__ static float chunk(const uint32_t* row, int off, int c, uint32_t (&out)[16], float (&)[2]) {
+    const int h = c >> 2, g = c & 3;
+    uint32_t qw[8], hw[8], sw[3], dw[1];
+    smem_words<8>(row, off + 32 + 32 * h, qw);
+    smem_words<8>(row, off, hw);
+    smem_words<3>(row, off + 96, sw);
+    smem_words<1>(row, off + 108, dw);
+    float sc[2];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int j = 2 * c + k;
+      const uint32_t lo4 = j < 8 ? (byte_of(sw, j) & 0xFu) : (byte_of(sw, j - 8) >> 4);
+      const uint32_t hi2 = (byte_of(sw, 8 + (j & 3)) >> (2 * (j >> 2))) & 3u;
+      sc[k] = float(int(lo4 | (hi2 << 4)) - 32);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      // quant + 4 = low 2 bits + 4 * high bit, in 0..7, four per word
+      const uint32_t lo = ((qw[i] >> (2 * g)) & 0x03030303u) | (((hw[i] >> (4 * h + g)) & 0x01010101u) << 2);
+      const uint32_t hi = ((qw[i + 4] >> (2 * g)) & 0x03030303u) | (((hw[i + 4] >> (4 * h + g)) & 0x01010101u) << 2);
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        out[4 * i + k] = pack_bf16(sc[0] * (magic_byte(lo, k) - (kMagic + 4.0f)),
+                                   sc[1] * (magic_byte(hi, k) - (kMagic + 4.0f)));
+    }
+    return h2f(dw[0]);
+  }
+};
+
+// Q2_K: scales[16] (4-bit scale | 4-bit min << 4), qs[64], d, dmin. A weight is
+// d * scale * q - dmin * min: the first term on the tensor cores (scale * q <= 45
+// is exact in bf16), the second applied to the sub-block's sum of x.
+template <>
+struct Block<kQ2_K> {
+  static constexpr int kWinBytes = 84, kWinChunks = 7, kRowWords = 44;
+  static constexpr bool kScaled = true;
+  static constexpr bool kMins = true;
+  __device__ static float chunk(const uint32_t* row, int off, int c, uint32_t (&out)[16], float (&dm)[2]) {
+    const int h = c >> 2, g = c & 3;
+    uint32_t qw[8], sw[1], dw[1];
+    smem_words<8>(row, off + 16 + 32 * h, qw);
+    smem_words<1>(row, off + 2 * c, sw);
+    smem_words<1>(row, off + 80, dw);
+    const float sc0 = float(sw[0] & 0xFu), sc1 = float((sw[0] >> 8) & 0xFu);
+    const float dmin = h2f(dw[0] >> 16);
+    dm[0] = dmin * float((sw[0] >> 4) & 0xFu);
+    dm[1] = dmin * float((sw[0] >> 12) & 0xFu);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t lo = (qw[i] >> (2 * g)) & 0x03030303u, hi = (qw[i + 4] >> (2 * g)) & 0x03030303u;
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        out[4 * i + k] = pack_bf16(sc0 * (magic_byte(lo, k) - kMagic), sc1 * (magic_byte(hi, k) - kMagic));
+    }
+    return h2f(dw[0]);
   }
 };
 
@@ -187,6 +250,10 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(Problems ps, int64_t ne0,
   __shared__ __align__(16) __nv_bfloat16 ws[kRows][kLd];
   __shared__ __align__(16) __nv_bfloat16 xs[3][kTokens][kLd];
   __shared__ float scale[kRows][kStep / 32];
+  // Types with mins: dmin * min per row and 16-input sub-block of the step, and
+  // each token's sums of x over those sub-blocks.
+  __shared__ float mins[B::kMins ? kRows : 1][kStep / 16];
+  __shared__ float xsum[B::kMins ? kTokens : 1][kStep / 16];
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp & 1, wn = warp >> 1;  // this warp: rows 32*wm.., tokens 16*wn..
@@ -208,9 +275,9 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(Problems ps, int64_t ne0,
       const int r = c / B::kWinChunks, u = c % B::kWinChunks;
       wreg[j] = make_uint4(0u, 0u, 0u, 0u);
       if (c >= kChunks || row0 + r >= ne1) continue;
-      const size_t start = size_t(row0 + r) * rb + size_t(k0 / 32) * B::kBytes;
+      const size_t start = size_t(row0 + r) * rb + size_t(k0 / kFetch) * B::kWinBytes;
       const size_t row_end = size_t(row0 + r) * rb + rb;
-      const size_t win_end = start + size_t(kFetchBlocks) * B::kBytes;
+      const size_t win_end = start + size_t(B::kWinBytes);
       const size_t end = win_end < row_end ? win_end : row_end;
       const size_t at = (start & ~size_t(15)) + size_t(16) * u;
       if (at >= end) continue;
@@ -271,13 +338,10 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(Problems ps, int64_t ne0,
     {  // weights -> bf16 in shared memory
       const int64_t blk = k0 / 32 + lb;
       uint32_t v[16];
-      float s = 0.0f;
+      float s = 0.0f, dm[2] = {0.0f, 0.0f};
       if (row_ok && blk < n_blocks) {
-        const int off = int((size_t(row0 + lr) * rb + size_t(k0 - k0 % kFetch) / 32 * B::kBytes) & 15) +
-                        int(blk % kFetchBlocks) * B::kBytes;
-        typename B::Raw raw;
-        B::load(&wraw[lr][0], off, raw);
-        s = B::decode(raw, v);
+        const int off = int((size_t(row0 + lr) * rb + size_t(k0 / kFetch) * B::kWinBytes) & 15);
+        s = B::chunk(&wraw[lr][0], off, int(blk % kFetchBlocks), v, dm);
       } else {
 #pragma unroll
         for (int i = 0; i < 16; ++i) v[i] = 0u;
@@ -286,6 +350,10 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(Problems ps, int64_t ne0,
 #pragma unroll
       for (int i = 0; i < 4; ++i) dst[i] = make_uint4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
       if constexpr (B::kScaled) scale[lr][lb] = s;
+      if constexpr (B::kMins) {
+        mins[lr][2 * lb] = dm[0];
+        mins[lr][2 * lb + 1] = dm[1];
+      }
     }
     {  // activations -> three bf16 terms in shared memory
       uint32_t t[3][8];
@@ -299,6 +367,18 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(Problems ps, int64_t ne0,
         for (int m = 0; m < 3; ++m)
 #pragma unroll
           for (int i = 0; i < 8; ++i) t[m][i] = 0u;
+      }
+      if constexpr (B::kMins) {  // sub-block 2xc: the pairs' first inputs, 2xc + 1: their second
+        float lo = 0.0f, hi = 0.0f;
+        if (xr_ok) {
+          lo = ((xr[0].x + xr[0].y) + (xr[0].z + xr[0].w)) + ((xr[1].x + xr[1].y) + (xr[1].z + xr[1].w));
+          hi = ((xr[2].x + xr[2].y) + (xr[2].z + xr[2].w)) + ((xr[3].x + xr[3].y) + (xr[3].z + xr[3].w));
+        }
+        const float lo2 = __shfl_xor_sync(0xFFFFFFFFu, lo, 1), hi2 = __shfl_xor_sync(0xFFFFFFFFu, hi, 1);
+        if (xh == 0) {
+          xsum[xt][2 * xc] = lo + lo2;
+          xsum[xt][2 * xc + 1] = hi + hi2;
+        }
       }
 #pragma unroll
       for (int m = 0; m < 3; ++m) {
@@ -347,6 +427,17 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(Problems ps, int64_t ne0,
 #pragma unroll
                 for (int i = 0; i < 4; ++i) part[mt][nt][i] = 0.0f;
               }
+              if constexpr (B::kMins) {  // - dmin * min * (sum of x) per sub-block
+                const int sb = 2 * (ks >> 1);
+                const int r0 = 32 * wm + 16 * mt + g;
+#pragma unroll
+                for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+                  for (int i = 0; i < 4; ++i) {
+                    const int r = r0 + 8 * (i >> 1), t = 16 * wn + 8 * nt + 2 * (lane & 3) + (i & 1);
+                    acc[mt][nt][i] -= mins[r][sb] * xsum[t][sb] + mins[r][sb + 1] * xsum[t][sb + 1];
+                  }
+              }
             }
           }
         }
@@ -392,7 +483,7 @@ int launch(int64_t ne0, int64_t ne1, const ExpertProblem* problems, int n, const
 
 }  // namespace
 
-bool mma_supports(uint32_t type) { return type == kMXFP4 || type == kQ8_0; }
+bool mma_supports(uint32_t type) { return type == kMXFP4 || type == kQ8_0 || type == kQ3_K || type == kQ2_K; }
 
 int mma_grouped(uint32_t type, int64_t ne0, int64_t ne1, const ExpertProblem* problems, int n,
                 const float* x, float* y, cudaStream_t stream) {
@@ -400,6 +491,8 @@ int mma_grouped(uint32_t type, int64_t ne0, int64_t ne1, const ExpertProblem* pr
   switch (type) {
     case kMXFP4: return launch<kMXFP4>(ne0, ne1, problems, n, x, y, stream);
     case kQ8_0: return launch<kQ8_0>(ne0, ne1, problems, n, x, y, stream);
+    case kQ3_K: return launch<kQ3_K>(ne0, ne1, problems, n, x, y, stream);
+    case kQ2_K: return launch<kQ2_K>(ne0, ne1, problems, n, x, y, stream);
     default: return kErrType;
   }
 }

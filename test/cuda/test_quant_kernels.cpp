@@ -299,19 +299,21 @@ TEST_CASE("matvec and matmul: MXFP4 at every E8M0 exponent 0..254 with every nib
   xk::context_destroy(ctx);
 }
 
-// The tensor-core path of the fp32 default (MXFP4, Q8_0): row lengths that end
-// in half a 64-input step, row counts that end in a partial 64-row tile, token
-// counts around its 32-token tiles; grouped launches of mixed sizes equal the
-// separate products bit for bit; an x that is not 16-byte aligned takes the
-// tile path and is right too.
+// The tensor-core path of the fp32 default (MXFP4, Q8_0, Q3_K, Q2_K): row
+// lengths that end in half a 64-input step (32-element blocks) or span several
+// 256-input windows, row counts that end in a partial 64-row tile (so the last
+// row's window ends inside the matrix's last 16 bytes), token counts around its
+// 32-token tiles; grouped launches of mixed sizes equal the separate products
+// bit for bit; an x that is not 16-byte aligned takes the tile path and is
+// right too.
 TEST_CASE("matmul on tensor cores: fp32 bound at odd shapes, grouped = separate bit for bit") {
   std::mt19937 rng(8);
   Stream st;
   xk::Context* ctx = nullptr;
   REQUIRE(xk::context_create(&ctx, 0) == xk::kOk);
-  for (uint32_t type : {xk::kMXFP4, xk::kQ8_0}) {
+  for (uint32_t type : {xk::kMXFP4, xk::kQ8_0, xk::kQ3_K, xk::kQ2_K}) {
     CAPTURE(xk::type_name(type));
-    for (const int64_t ne0 : {int64_t(96), int64_t(4096)}) {
+    for (const int64_t ne0 : {int64_t(xk::block_elems(type) == 32 ? 96 : 768), int64_t(4096)}) {
       CAPTURE(ne0);
       const int64_t ne1 = 130;
       const int counts[] = {40, 9, 3, 77, 32, 33};
@@ -453,8 +455,8 @@ TEST_CASE("grouped launches equal separate launches bit for bit") {
     dsep.get(b.data(), dec * 4);
     CHECK(std::memcmp(a.data(), b.data(), dec * 4) == 0);
     // grouped_matmul over all of them (the 77-token one through the GEMM path;
-    // for MXFP4 and Q8_0 the ones of more than 3 tokens on tensor cores) equals
-    // matmul() of each.
+    // for the types with a tensor-core path the ones of more than 3 tokens)
+    // equals matmul() of each.
     dy.poison();
     REQUIRE(xk::grouped_matmul(ctx, type, ne0, ne1, probs.data(), np, dx.as<float>(), dy.as<float>(), rows, nullptr, st.s) == xk::kOk);
     dsep.poison();
@@ -524,7 +526,7 @@ TEST_CASE("bad input is refused and writes nothing") {
   CHECK(xk::matmul(ctx, xk::kQ8_0, dw.p, 64, 4, x, 16, y, &o, st.s) == xk::kErrArgument);
   CHECK(xk::matmul(nullptr, xk::kQ8_0, dw.p, 64, 4, x, 16, y, nullptr, st.s) == xk::kErrArgument);
   // A 4096-byte workspace cannot hold one 2048-element fp32 row (Q4_K takes the
-  // tile path; Q8_0 and MXFP4 need no workspace).
+  // tile path; the tensor-core types need no workspace).
   CHECK(xk::matmul(ctx, xk::kQ4_K, dw.p, 2048, 4, x, 16, y, nullptr, st.s) == xk::kErrWorkspace);
   xk::context_destroy(ctx);
   CHECK(xk::situ_mul(x, x, 4, 0.0f, 1.0f, y, st.s) == xk::kErrArgument);
