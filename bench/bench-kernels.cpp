@@ -197,15 +197,20 @@ int main(int argc, char** argv) {
       });
       report("matvec", sh.type, sh.ne0, sh.ne1, n, "cold", cold, double(wb), sh.what);
     }
-    for (int prec : {int(xk::kPrecisionFp32), int(xk::kPrecisionBf16)}) {
+    // 512 tokens: the default fp32 path (tensor cores where the type has them),
+    // the fp32 tile path it replaced (for those types), the bf16 option.
+    const bool has_mma = sh.type == xk::kMXFP4 || sh.type == xk::kQ8_0 || sh.type == xk::kQ2_K || sh.type == xk::kQ3_K;
+    for (int variant : {0, 1, 2}) {
+      if (variant == 1 && !has_mma) continue;
       xk::MatmulOptions o{};
       o.size = sizeof o;
-      o.precision = prec;
+      o.precision = variant == 2 ? int(xk::kPrecisionBf16) : int(xk::kPrecisionFp32);
+      o.fp32_tiles = variant == 1;
       const double us = time_us(s, quick ? 3 : 10, 3, [&](int i) {
         st_ok(xk::matmul(ctx, sh.type, w[size_t(i % copies)], sh.ne0, sh.ne1, x, nmax, y, &o, s), "matmul");
       });
-      report(prec == xk::kPrecisionFp32 ? "matmul-fp32" : "matmul-bf16", sh.type, sh.ne0, sh.ne1, nmax,
-             "cold", us, double(wb), sh.what);
+      report(variant == 0 ? "matmul-fp32" : variant == 1 ? "matmul-tiles" : "matmul-bf16", sh.type, sh.ne0,
+             sh.ne1, nmax, "cold", us, double(wb), sh.what);
       std::printf("  (%.1f TFLOP/s)\n", 2.0 * nmax * double(sh.ne0) * sh.ne1 / (us * 1e-6) / 1e12);
     }
     // 8 tokens through matmul's prefill path instead of the decode kernel (for
@@ -225,18 +230,24 @@ int main(int argc, char** argv) {
     // allow (<= 128) with `tokens` rows each, in one grouped_matmul (DeepSeek-V4
     // at 512 prompt tokens gives 256 experts 12 rows on average).
     if (std::string(sh.what).find("expert") != std::string::npos) {
-      for (int tokens : {4, 12, 24}) {
-        const int np = std::min(copies, std::min(xk::kMaxGroupedProblems, nmax / tokens));
-        std::vector<xk::ExpertProblem> pr(static_cast<size_t>(np));
-        for (int p = 0; p < np; ++p) pr[size_t(p)] = {w[size_t(p)], p * tokens, tokens};
-        const double us = time_us(s, quick ? 5 : 20, 5, [&](int) {
-          st_ok(xk::grouped_matmul(ctx, sh.type, sh.ne0, sh.ne1, pr.data(), np, x, y, nmax, nullptr, s), "grouped");
-        });
-        char mode[32];
-        std::snprintf(mode, sizeof mode, "prefill%dx%d", np, tokens);
-        report("grouped-matmul", sh.type, sh.ne0, sh.ne1, tokens, mode, us, double(wb) * np, sh.what);
-        std::printf("  (%.1f TFLOP/s)\n", 2.0 * np * tokens * double(sh.ne0) * sh.ne1 / (us * 1e-6) / 1e12);
-      }
+      // Each count as it runs by default and on the fp32 tile path (the baseline).
+      for (int tokens : {4, 12, 24})
+        for (int tiles : {0, 1}) {
+          const int np = std::min(copies, std::min(xk::kMaxGroupedProblems, nmax / tokens));
+          std::vector<xk::ExpertProblem> pr(static_cast<size_t>(np));
+          for (int p = 0; p < np; ++p) pr[size_t(p)] = {w[size_t(p)], p * tokens, tokens};
+          xk::MatmulOptions o{};
+          o.size = sizeof o;
+          o.fp32_tiles = tiles;
+          const double us = time_us(s, quick ? 5 : 20, 5, [&](int) {
+            st_ok(xk::grouped_matmul(ctx, sh.type, sh.ne0, sh.ne1, pr.data(), np, x, y, nmax, &o, s), "grouped");
+          });
+          char mode[32];
+          std::snprintf(mode, sizeof mode, "prefill%dx%d", np, tokens);
+          report(tiles ? "grouped-tiles" : "grouped-matmul", sh.type, sh.ne0, sh.ne1, tokens, mode, us,
+                 double(wb) * np, sh.what);
+          std::printf("  (%.1f TFLOP/s)\n", 2.0 * np * tokens * double(sh.ne0) * sh.ne1 / (us * 1e-6) / 1e12);
+        }
     }
     // The realistic decode: one grouped launch over the top-k experts of a layer
     // (DeepSeek-V4 top-6, Kimi-K3 top-16), one token each, 1 or 8 tokens' worth.

@@ -38,7 +38,7 @@ print('-' * len(hdr))
 for d in ours:
     key = (d['type'], d['m'], d['n'], d['k'])
     us = float(d['us'])
-    lus = llama.get(key) if d['kind'] in ('matvec', 'matmul-bf16', 'matmul-fp32', 'matmul-mma') and d['mode'] in ('hot', 'cold') else None
+    lus = llama.get(key) if d['kind'] in ('matvec', 'matmul-bf16', 'matmul-fp32', 'matmul-tiles', 'matmul-mma') and d['mode'] in ('hot', 'cold') else None
     if d['kind'].startswith('matmul') and d['mode'] != 'cold':
         lus = None
     shape = f"{d['k']}x{d['m']}"

@@ -133,6 +133,7 @@ namespace {
 struct Opts {
   int precision = kPrecisionFp32;
   int mv_max = 0;  // 0: the type's default (mv_default)
+  bool tiles = false;
 };
 
 int read_opts(const MatmulOptions* o, Opts* out) {
@@ -147,6 +148,10 @@ int read_opts(const MatmulOptions* o, Opts* out) {
   if (n >= offsetof(MatmulOptions, matvec_max_tokens) + sizeof(int)) {
     if (o->matvec_max_tokens < 0 || o->matvec_max_tokens > kMaxMatvecTokens) return kErrArgument;
     if (o->matvec_max_tokens != 0) out->mv_max = o->matvec_max_tokens;
+  }
+  if (n >= offsetof(MatmulOptions, fp32_tiles) + sizeof(int)) {
+    if (o->fp32_tiles != 0 && o->fp32_tiles != 1) return kErrArgument;
+    out->tiles = o->fp32_tiles == 1;
   }
   return kOk;
 }
@@ -165,7 +170,7 @@ bool uses_matvec(uint32_t type, const Opts& o, int n_tokens) {
 // its 16-byte loads need x and w 16-byte aligned (a sub-view may not be).
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 bool uses_mma(uint32_t type, const Opts& o, const float* x, const void* w) {
-  return o.precision == kPrecisionFp32 && dev::mma_supports(type) && aligned16(x) && aligned16(w);
+  return o.precision == kPrecisionFp32 && !o.tiles && dev::mma_supports(type) && aligned16(x) && aligned16(w);
 }
 
 int gemm(Context* ctx, uint32_t type, const void* w, int64_t ne0, int64_t ne1, const float* x,

@@ -115,6 +115,8 @@ struct MatmulOptions {
   int precision;        // Precision; 0 = kPrecisionFp32
   int matvec_max_tokens;  // up to this many tokens use matvec (fp32 only); 0 = 3 for the
                           // types with a tensor-core path (MXFP4, Q8_0, Q3_K, Q2_K), 8 otherwise
+  int fp32_tiles;       // 1: fp32 products beyond matvec always take the dequantized-tile +
+                        // SGEMM path (the baseline the tensor-core path is measured against)
 };
 
 // Owns a cuBLAS handle and a device workspace for the dequantized tiles.

@@ -350,14 +350,23 @@ TEST_CASE("matmul on tensor cores: fp32 bound at odd shapes, grouped = separate 
         std::vector<float> g(a.begin() + p.row * ne1, a.begin() + (p.row + p.n_tokens) * ne1);
         CHECK(count_bad(g, ref, kTolFp32, xk::type_name(type)) == 0);
       }
-      // x one float off 16-byte alignment: the tile path, within the same bound.
+      // x one float off 16-byte alignment takes the tile path, and so does the
+      // fp32_tiles option: both within the same bound.
+      std::vector<float> g(size_t(40 * ne1));
       dy.poison();
       REQUIRE(xk::matmul(ctx, type, probs[0].w, ne0, ne1, dx.as<float>() + 1, 40, dy.as<float>(), nullptr, st.s) ==
               xk::kOk);
       st.sync();
-      std::vector<float> g(size_t(40 * ne1));
       dy.get(g.data(), g.size() * 4);
       CHECK(count_bad(g, reference(type, hw[0], ne0, ne1, x.data() + 1, 40), kTolFp32, xk::type_name(type)) == 0);
+      xk::MatmulOptions tiles{};
+      tiles.size = sizeof tiles;
+      tiles.fp32_tiles = 1;
+      dy.poison();
+      REQUIRE(xk::matmul(ctx, type, probs[0].w, ne0, ne1, dx.as<float>(), 40, dy.as<float>(), &tiles, st.s) == xk::kOk);
+      st.sync();
+      dy.get(g.data(), g.size() * 4);
+      CHECK(count_bad(g, reference(type, hw[0], ne0, ne1, x.data(), 40), kTolFp32, xk::type_name(type)) == 0);
     }
   }
   xk::context_destroy(ctx);
@@ -524,6 +533,10 @@ TEST_CASE("bad input is refused and writes nothing") {
   o.precision = 0;
   o.matvec_max_tokens = 9;
   CHECK(xk::matmul(ctx, xk::kQ8_0, dw.p, 64, 4, x, 16, y, &o, st.s) == xk::kErrArgument);
+  o.matvec_max_tokens = 0;
+  o.fp32_tiles = 2;
+  CHECK(xk::matmul(ctx, xk::kQ8_0, dw.p, 64, 4, x, 16, y, &o, st.s) == xk::kErrArgument);
+  o.fp32_tiles = 0;
   CHECK(xk::matmul(nullptr, xk::kQ8_0, dw.p, 64, 4, x, 16, y, nullptr, st.s) == xk::kErrArgument);
   // A 4096-byte workspace cannot hold one 2048-element fp32 row (Q4_K takes the
   // tile path; the tensor-core types need no workspace).
