@@ -24,6 +24,7 @@
 
 #include "cpu_backend.h"
 #include "cuda_backend.h"
+#include "delta_rule_inputs.h"
 #include "gpu_available.h"
 #include "kimi_kernels.h"
 #include "models/kimi_k3/kimi_ops.h"
@@ -240,39 +241,13 @@ TEST_CASE("kimi ops on CUDA: the delta rule's outputs and state equal the CPU's,
 
 namespace {
 
-// Delta-rule inputs as KdaLayer feeds them: q, k l2-normed per head (q / sqrt(hd)),
-// gates in (-5, 0) with every third channel at Kimi-K3's bound (saturated: all
-// at it; unbounded: down to -80, the form without a bound), beta 0, 1 or random.
-enum class Gate { mixed, saturated, unbounded };
-struct DeltaInputs {
-  std::vector<float> q, k, v, g, beta;
-};
-DeltaInputs delta_inputs(int64_t n, int64_t H, int64_t hd, Gate gate, int beta_mode, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f), u01(0.0f, 1.0f);
-  const size_t m = size_t(n * H * hd);
-  DeltaInputs in{std::vector<float>(m), std::vector<float>(m), std::vector<float>(m), std::vector<float>(m),
-                 std::vector<float>(size_t(n * H))};
-  for (auto* x : {&in.q, &in.k}) {
-    for (auto& e : *x) e = u(rng);
-    for (int64_t r = 0; r < n * H; ++r) {
-      double ss = 0;
-      for (int64_t i = 0; i < hd; ++i) ss += double((*x)[r * hd + i]) * (*x)[r * hd + i];
-      const double sc = (x == &in.q ? 1.0 / std::sqrt(double(hd)) : 1.0) / std::sqrt(ss);
-      for (int64_t i = 0; i < hd; ++i) (*x)[r * hd + i] = float((*x)[r * hd + i] * sc);
-    }
-  }
-  for (auto& e : in.v) e = 2.0f * u(rng);
-  for (size_t e = 0; e < m; ++e) {
-    if (gate == Gate::saturated)
-      in.g[e] = -5.0f;
-    else if (gate == Gate::unbounded)
-      in.g[e] = e % 2 == 0 ? -80.0f * u01(rng) : -0.01f;
-    else
-      in.g[e] = e % 3 == 0 ? -5.0f : -5.0f * u01(rng);
-  }
-  for (auto& b : in.beta) b = beta_mode == 0 ? 0.0f : beta_mode == 1 ? 1.0f : u01(rng);
-  return in;
+// Delta-rule inputs as KdaLayer feeds them (test/runtime/delta_rule_inputs.h,
+// shared with the CPU test).
+using delta_rule_test::Beta;
+using delta_rule_test::Gate;
+using DeltaInputs = delta_rule_test::Inputs;
+DeltaInputs delta_inputs(int64_t n, int64_t H, int64_t hd, Gate gate, Beta bm, uint32_t seed) {
+  return delta_rule_test::make_inputs(n, H, hd, gate, bm, seed);
 }
 
 // The chunked form against the recurrent step: the same sums in other orders.
@@ -290,12 +265,12 @@ TEST_CASE("kimi ops on CUDA: the chunked delta rule equals the recurrent step (a
     for (int64_t C : {16, 64}) {
       for (int64_t n : {1, 15, 16, 17, 64, 65, 200}) {
         for (Gate gate : {Gate::mixed, Gate::saturated, Gate::unbounded}) {
-          for (int bm : {0, 1, 2}) {
+          for (Beta bm : {Beta::zero, Beta::one, Beta::random}) {
             CAPTURE(hd);
             CAPTURE(C);
             CAPTURE(n);
             CAPTURE(int(gate));
-            CAPTURE(bm);
+            CAPTURE(int(bm));
             const int64_t D = H * hd;
             const DeltaInputs in = delta_inputs(n, H, hd, gate, bm, seed++);
             const auto s0 = random_floats(size_t(hd * hd * H), seed++, 2.0f);  // a non-zero start state
@@ -340,7 +315,7 @@ TEST_CASE("kimi ops on CUDA: a chunked prefill split in two calls, then decode s
   if (!xpack::test::gpu::available()) return;
   Fixture f;
   const int64_t H = 4, hd = 128, D = H * hd, n = 1100;  // over the 512-token segment: three segments
-  const DeltaInputs in = delta_inputs(n, H, hd, Gate::mixed, 2, 950);
+  const DeltaInputs in = delta_inputs(n, H, hd, Gate::mixed, Beta::random, 950);
   const auto s0 = random_floats(size_t(hd * hd * H), 951, 2.0f);
   const Tensor s_rec = f.gpu.upload(XPACK_TYPE_F32, s0.data(), hd * hd, H);
   const Tensor s_chk = f.gpu.upload(XPACK_TYPE_F32, s0.data(), hd * hd, H);
@@ -365,7 +340,7 @@ TEST_CASE("kimi ops on CUDA: a chunked prefill split in two calls, then decode s
     worst = std::max(worst, std::fabs(double(want[i]) - got[i]) / (1.0 + std::fabs(double(want[i]))));
   CHECK(worst <= kChunkTol);
   // decode on both states
-  const DeltaInputs more = delta_inputs(2, H, hd, Gate::mixed, 2, 952);
+  const DeltaInputs more = delta_inputs(2, H, hd, Gate::mixed, Beta::random, 952);
   std::vector<float> a(size_t(D * 2)), b(size_t(D * 2));
   for (const Tensor* st : {&s_rec, &s_chk}) {
     const Tensor o = f.gpu.alloc(XPACK_TYPE_F32, D, 2);
@@ -413,7 +388,7 @@ TEST_CASE("kimi ops on CUDA: time of the chunked delta rule and the recurrent st
   // checked against the recurrent one here too
   Fixture f;
   const int64_t H = 96, hd = 128, D = H * hd, n = 512;
-  const DeltaInputs in = delta_inputs(n, H, hd, Gate::mixed, 2, 990);
+  const DeltaInputs in = delta_inputs(n, H, hd, Gate::mixed, Beta::random, 990);
   const auto s0 = random_floats(size_t(hd * hd * H), 991, 0.5f);
   const Tensor q = f.gpu.upload(XPACK_TYPE_F32, in.q.data(), D, n), k = f.gpu.upload(XPACK_TYPE_F32, in.k.data(), D, n),
                v = f.gpu.upload(XPACK_TYPE_F32, in.v.data(), D, n), g = f.gpu.upload(XPACK_TYPE_F32, in.g.data(), D, n),
