@@ -40,6 +40,16 @@ Acquired acquire_ok(ExpertCache& c, uint32_t layer, std::vector<uint32_t> ids, u
   return std::move(*a);
 }
 
+// One whole request: acquire, wait, release; whether every expert was a hit.
+bool use_all(ExpertCache& c, uint32_t layer, std::vector<uint32_t> ids) {
+  auto a = acquire_ok(c, layer, std::move(ids));
+  REQUIRE(c.wait_all(a.ticket).ok());
+  REQUIRE(c.release(a.ticket).ok());
+  bool all_hit = true;
+  for (const auto& h : a.experts) all_hit = all_hit && h.hit;
+  return all_hit;
+}
+
 }  // namespace
 
 TEST_CASE("cache: slot count from the byte budget, reserve and free memory") {
@@ -527,14 +537,7 @@ TEST_CASE("cache: a certain hint displaces what a guess may not, and is protecte
   CacheOptions o;
   o.policy = PolicyKind::kHybrid;
   auto c = f.make(4, o);
-  auto use = [&](uint32_t layer, std::vector<uint32_t> ids) {
-    auto a = acquire_ok(*c, layer, ids);
-    REQUIRE(c->wait_all(a.ticket).ok());
-    REQUIRE(c->release(a.ticket).ok());
-    bool all_hit = true;
-    for (const auto& h : a.experts) all_hit = all_hit && h.hit;
-    return all_hit;
-  };
+  auto use = [&](uint32_t layer, std::vector<uint32_t> ids) { return use_all(*c, layer, std::move(ids)); };
   // A slot whose read is in flight is protected whatever its hint says, so each
   // hint's reads are waited for: the protection alone is what is tested.
   auto hinted = [&](uint32_t layer, std::vector<uint32_t> ids) {
@@ -583,12 +586,7 @@ TEST_CASE("cache: a certain hint of a resident key protects it from the misses b
   CacheOptions o;
   o.policy = PolicyKind::kHybrid;
   auto c = f.make(4, o);
-  auto use = [&](uint32_t layer, uint32_t e) {
-    auto a = acquire_ok(*c, layer, {e});
-    REQUIRE(c->wait_all(a.ticket).ok());
-    REQUIRE(c->release(a.ticket).ok());
-    return a.experts[0].hit;
-  };
+  auto use = [&](uint32_t layer, uint32_t e) { return use_all(*c, layer, {e}); };
   for (int round = 0; round < 3; ++round)
     for (uint32_t e = 1; e <= 3; ++e) use(0, e);
   use(1, 4);  // resident, used once: the hybrid's first victim
