@@ -101,7 +101,7 @@ class CacheExperts final : public CacheExpertSource {
   void hint(int layer, const int32_t* experts, int n, uint32_t flags) {
     if (!cache_) throw ModelError("expert cache: prefetch before create_cache");
     ExpertSource::prefetch(layer, experts, n);
-    if (!opts_.prefetch || n <= 0) return;
+    if (n <= 0) return;
     uint32_t lslot = 0;
     xpack_pack_layer_slot(pack_, static_cast<uint32_t>(layer), &lslot);
     const std::vector<uint32_t> ids(experts, experts + n);

@@ -25,7 +25,6 @@ struct PackSourceOptions {
   std::string trace_path;      // routing trace CSV written by the cache ("" = none)
   int threads = 0;             // parallel reads of the direct reader (0 = all cores)
   bool cuda = false;           // cache slots in VRAM (XPACK_DEVICE_CUDA), for the CUDA backend
-  bool prefetch = true;        // the cache starts reads on ExpertSource::prefetch hints (else ignores them)
   int32_t policy = 0;          // enum xpack_cache_policy (0 = adaptive)
   bool overlap = true;         // false: acquire() returns once every expert is loaded (--no-overlap)
 };

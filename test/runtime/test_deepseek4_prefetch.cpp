@@ -271,15 +271,6 @@ TEST_CASE("ExpertSource::prefetch: the cache starts the hinted reads once; bad h
     CHECK_THROWS_AS(source->prefetch(-1, ab, 2), xrun::ModelError);
     CHECK(counter(*source, "prefetch_issued") == 2);
   }
-  SUBCASE("the cache with prefetch off: hints are checked, nothing is read") {
-    po.prefetch = false;
-    std::unique_ptr<xrun::CacheExpertSource> source = xrun::open_cache_experts(po, 16);
-    REQUIRE(source->create_cache(nullptr, nullptr));
-    source->prefetch(1, abc, 3);
-    CHECK(counter(*source, "prefetch_issued") == 0);
-    CHECK(counter(*source, "pack_reads") == 0);
-    CHECK_THROWS_AS(source->prefetch(1, bad_id, 1), xrun::ModelError);
-  }
   SUBCASE("the direct reader reads on acquire: hints are checked only") {
     std::unique_ptr<xrun::ExpertSource> source = xrun::make_pack_experts(po, 16);
     source->prefetch(1, abc, 3);
