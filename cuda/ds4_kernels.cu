@@ -222,9 +222,11 @@ __global__ void indexer_choose_kernel(const float* scores, int32_t* flags, int64
 // ---- attention --------------------------------------------------------------
 
 // One block per (token, head). Keys: the raw window, then the chosen (or all
-// visible) blocks; scores are sequential dots as on the CPU; the softmax takes
-// the sink logit into its max and denominator; each output dim is summed over
-// the keys in order by one thread.
+// visible) blocks; each score is one warp's dot (lanes over the head dims, so a
+// key's row is read in coalesced runs; a thread-per-key dot read 512 scattered
+// floats per thread and was most of a long prompt's attention); the softmax
+// takes the sink logit into its max and denominator; each output dim is summed
+// over the keys in order by one thread.
 __global__ void attention_kernel(AttentionArgs a, float* scratch, int64_t max_keys) {
   extern __shared__ float smem[];
   __shared__ int n_listed;
@@ -252,7 +254,16 @@ __global__ void attention_kernel(AttentionArgs a, float* scratch, int64_t max_ke
     return a.blocks + b * hd;
   };
   const float* qh = a.q + t * a.n_head * hd + h * hd;
-  for (int64_t j = threadIdx.x; j < n_keys; j += blockDim.x) score[j] = dot_seq(qh, key(j), hd) * a.scale;
+  {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    for (int64_t j = warp; j < n_keys; j += n_warps) {
+      const float* kj = key(j);
+      float d = 0.0f;
+      for (int64_t i = lane; i < hd; i += 32) d = __fmaf_rn(qh[i], kj[i], d);
+      for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xFFFFFFFFu, d, o);
+      if (lane == 0) score[j] = d * a.scale;
+    }
+  }
   __syncthreads();
   const float sink = a.sinks[h];
   float m = sink;
