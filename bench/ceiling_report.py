@@ -24,6 +24,7 @@ import json
 import os
 import random
 import re
+import signal
 import struct
 import sys
 
@@ -138,7 +139,7 @@ def parse_ours(d, rc, out_path, err_path, t_start, vram_path):
     run["vram_peak_mib"], run["vram_total_mib"] = vram_samples(vram_path)
     cut = re.search(r"generating (\d+) tokens, not (\d+): the context holds (\d+)", err)
     if "error" not in run and int(rc) != 0:
-        run["error"] = f"xpack-run exited with {rc}" + (" (timeout: the --deadline or 600 s)" if int(rc) in (124, 137) else "")
+        run["error"] = f"xpack-run exited with {exit_text(int(rc))}"
         run["stderr_tail"] = err[-400:]
     if "error" not in run and run["n_prompt"] != int(d):
         run["error"] = f"the prompt had {run['n_prompt']} tokens, not {d}"
@@ -189,9 +190,21 @@ def llama_side(outdir, kind):
                                                                     "n_threads", "flash_attn", "backends", "gpu_info")}
                                            for t in tests]}
     if rc != 0 or not tests:
-        side["error"] = f"llama-bench {kind} exited with {rc}" + ("" if tests else ", no test in its JSON")
+        side["error"] = f"llama-bench {kind} exited with {exit_text(rc)}" + ("" if tests else ", no test in its JSON")
         side["tail"] = read_text(os.path.join(outdir, "logs", f"llama-{kind}.log"))[-400:]
     return side
+
+
+def exit_text(rc):
+    """An exit status in words: 124/137 are timeout's, above 128 a signal (SIGFPE: 136)."""
+    if rc in (124, 137):
+        return f"{rc} (timed out: the --deadline or 600 s)"
+    if rc > 128:
+        try:
+            return f"{rc} (killed by {signal.Signals(rc - 128).name})"
+        except ValueError:
+            pass
+    return str(rc)
 
 
 def ratio(a, b):

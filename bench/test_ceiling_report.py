@@ -114,7 +114,7 @@ with tempfile.TemporaryDirectory() as tmp:
     cut = json.dumps([llama_test(0, 8, 512, 100.0), llama_test(0, 8, 2048, 80.0)], indent=1)
     open(j("llama-tg.json"), "w").write(cut[: cut.rindex("]")].rstrip() + ",\n")
     open(j("llama-pp.rc"), "w").write("0\n")
-    open(j("llama-tg.rc"), "w").write("1\n")
+    open(j("llama-tg.rc"), "w").write("136\n")
     open(j("logs", "llama-tg.log"), "w").write("main: error: failed to create context with model\n")
     r = report("--summary", j("meta.json"), j("runs.jsonl"), tmp)
     check(r.returncode == 0, "--summary: " + r.stderr)
@@ -136,7 +136,8 @@ with tempfile.TemporaryDirectory() as tmp:
     check("| 512 | 1024.0 | 2000.0 | 0.51 | 10.00 | 100.0 | 100.0 | 1.00 | 30000 / 143771 | yes |" in r.stdout,
           "the 512 row:\n" + r.stdout)
     check("FAILED ours D=4096 (rc 1)" in r.stdout and "out of memory" in r.stdout, "the failed run and its tail in the table")
-    check("FAILED llama-bench tg (rc 1)" in r.stdout and "failed to create context" in r.stdout, "llama's failure and its tail")
+    check("FAILED llama-bench tg (rc 136): llama-bench tg exited with 136 (killed by SIGFPE)" in r.stdout and
+          "failed to create context" in r.stdout, "llama's failure, its signal and its tail")
     check("WARNING ours D=2048: 3 cache misses" in r.stdout, "decode misses flagged")
     # All well: exit 0.
     s["failures"] = []
