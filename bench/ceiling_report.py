@@ -11,7 +11,8 @@
                                                         (VRAM: nvidia-smi samples, may be absent)
   ceiling_report.py --brief RUNS                        runs.jsonl's last run, one line
   ceiling_report.py --summary META RUNS OUTDIR          ceiling.json on stdout (OUTDIR holds
-                                                        llama-{pp,tg}.json, .rc, logs/)
+                                                        llama-{pp,tg}.json, .rc, logs/ and
+                                                        llama-skipped.txt: why it did not run)
   ceiling_report.py --table CEILING_JSON                the table (Markdown); exit status 1
                                                         when a run failed
 
@@ -256,6 +257,9 @@ def summarize(meta_path, runs_path, outdir):
             failures.append({"what": f"llama-bench {kind}", "rc": side["rc"], "error": side["error"], "tail": side["tail"]})
         elif meta.get("llama") and not side["ran"]:
             failures.append({"what": f"llama-bench {kind}", "rc": None, "error": "not run (the --deadline)", "tail": ""})
+    skipped = read_text(os.path.join(outdir, "llama-skipped.txt")).strip()
+    if skipped:
+        failures.append({"what": "llama.cpp", "rc": None, "error": "not run: " + skipped, "tail": ""})
     return {"meta": meta, "rows": rows, "llama_pp": pp, "llama_tg": tg, "failures": failures,
             "goal": "ours >= llama.cpp (ratio >= 1) for prefill and decode",
             "note": "random weights (xpack-synth): speeds only; see doc/benchmarks.md"}

@@ -139,6 +139,14 @@ with tempfile.TemporaryDirectory() as tmp:
     check("FAILED llama-bench tg (rc 136): llama-bench tg exited with 136 (killed by SIGFPE)" in r.stdout and
           "failed to create context" in r.stdout, "llama's failure, its signal and its tail")
     check("WARNING ours D=2048: 3 cache misses" in r.stdout, "decode misses flagged")
+    # llama.cpp not built: a failure that says why.
+    os.makedirs(j("nb", "logs"))
+    meta["llama"] = False
+    json.dump(meta, open(j("nb", "meta.json"), "w"))
+    open(j("nb", "llama-skipped.txt"), "w").write("the build failed: tar: x.tar.gz: Cannot open\n")
+    nb = json.loads(report("--summary", j("nb", "meta.json"), j("runs.jsonl"), j("nb")).stdout)
+    check([f["what"] for f in nb["failures"]] == ["ours D=4096", "llama.cpp"] and "Cannot open" in nb["failures"][1]["error"]
+          and nb["rows"][0]["llama_pp_tok_s"] is None, "a llama.cpp that was not built: named, none of its numbers")
     # All well: exit 0.
     s["failures"] = []
     json.dump(s, open(j("ok.json"), "w"))
