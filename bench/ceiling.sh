@@ -33,7 +33,7 @@
 set -uo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
-cd "$root"
+cd "$root" || exit 1
 # shellcheck source=bench/e2e-setup.sh
 . "$root/bench/e2e-setup.sh"
 arch=deepseek4 layers="" dir=/root/e2e out="${OUT:-$root/build-gpu}/ceiling"

@@ -1,3 +1,5 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2154,SC2034  # the callers' variables, read and set here (see below)
 # The phases bench/e2e.sh and bench/ceiling.sh share (sourced, not run): building ours and
 # llama.cpp, the synthetic model and its pack, the RAM cap. Both scripts keep their results
 # in the same --dir under the same names and .done markers, so on a warm machine whichever
