@@ -40,6 +40,8 @@ set -uo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
+# shellcheck source=bench/e2e-setup.sh
+. "$root/bench/e2e-setup.sh"
 arch=deepseek4 layers="" dir=/root/e2e out="${OUT:-$root/build-gpu}/e2e"
 prompts=10 tokens=200 configs="a,b,bp,c,d" budget=600 deadline=0
 tarball="$(ls "$root"/.deps/llama.cpp-*.tar.gz 2>/dev/null | head -1)"
@@ -80,46 +82,14 @@ say() { echo "e2e [$(( $(date +%s) - t0 )) s]: $*"; }
 
 # --- build: ours (meson, CUDA) and llama.cpp (in the background, ~5 min on 16 cores)
 llama="$dir/llama.cpp"
-build_llama() {
-  [ -x "$llama/b/bin/llama-completion" ] && return 0
-  [ -n "$tarball" ] || { echo "no llama.cpp tarball (--llama-tarball)"; return 1; }
-  tar xzf "$tarball" -C "$dir" &&
-  cmake -S "$llama" -B "$llama/b" -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON \
-    -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-    -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_SERVER=OFF > "$out/logs/llama-cmake.log" 2>&1 &&
-  cmake --build "$llama/b" -j12 --target llama-completion llama-bench > "$out/logs/llama-build.log" 2>&1
-}
 if [[ ",$configs," =~ ,(b|bp|c), ]]; then
-  build_llama > "$out/logs/llama-build-status.log" 2>&1 &
+  e2e_build_llama b ON llama-completion llama-bench > "$out/logs/llama-build-status.log" 2>&1 &
   llama_pid=$!
 fi
-if [ ! -x "$build/examples/xpack-run" ]; then
-  { [ -f "$build/build.ninja" ] || meson setup "$build" -Dcuda=enabled; } > "$out/logs/meson.log" 2>&1
-fi
-ninja -C "$build" -j6 examples/xpack-run tools/xpack-synth tools/xpack-build >> "$out/logs/meson.log" 2>&1 ||
-  { tail -30 "$out/logs/meson.log"; exit 1; }
-say "built xpack-run"
+e2e_build_ours
 
 # --- the model and its pack
-tag="$arch-$layers"
-[ -n "$synth_args" ] && tag="$tag-$(echo "$synth_args" | md5sum | cut -c1-8)"
-model="$dir/$tag.gguf" base="$dir/$tag"
-if [ ! -f "$model.done" ]; then
-  rm -f "$model" "$base.xpack" "$base.xpack.json" "$base.trunk.gguf"
-  # shellcheck disable=SC2086
-  "$build/tools/xpack-synth" -q --preset "$preset" --layers "$layers" $synth_args -o "$model" > "$out/logs/synth.log" 2>&1 ||
-    { tail -5 "$out/logs/synth.log"; exit 1; }
-  touch "$model.done"
-fi
-say "model $(du -h "$model" | cut -f1)"
-if [ ! -f "$base.xpack.done" ]; then
-  "$build/tools/xpack-build" "$model" -o "$base" > "$out/logs/pack.log" 2>&1 || { tail -5 "$out/logs/pack.log"; exit 1; }
-  touch "$base.xpack.done"
-fi
-say "pack $(du -h "$base.xpack" | cut -f1), trunk $(du -h "$base.trunk.gguf" | cut -f1), disk free $(df -h --output=avail "$dir" | tail -1)"
-model_bytes=$(stat -c %s "$model")
-pack_bytes=$(stat -c %s "$base.xpack")
-stride=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['object_stride'])" "$base.xpack.json")
+e2e_model
 
 # --- the disk, measured by fio on the pack in this run, O_DIRECT random reads in two
 # shapes: the cache's own (whole objects, 8 in flight) and 1 MiB x 32 in flight; the
@@ -139,18 +109,7 @@ if [ -n "${llama_pid:-}" ]; then
 fi
 
 # --- the RAM cap: this shell and everything it starts from here on
-cap=$(python3 -c "print(int($ram_ratio * $model_bytes))")
-cg=/sys/fs/cgroup/xpack-e2e
-capped=no
-if mkdir -p "$cg" 2>/dev/null && echo "$cap" > "$cg/memory.max" 2>/dev/null && echo $$ > "$cg/cgroup.procs" 2>/dev/null; then
-  echo 0 > "$cg/memory.swap.max" 2>/dev/null
-  capped=yes
-fi
-say "RAM cap $(( cap >> 20 )) MiB: $capped"
-evict() { sync; python3 -c "
-import os, sys
-for p in sys.argv[1:]:
-    fd = os.open(p, os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)" "$@"; }
+e2e_cap_ram
 
 # The seed's ratio, but never below one token's top-k objects (the least a cache can serve:
 # Kimi-K3's 5 GiB/986 GB of a few-layer pack holds fewer than its 16).

@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# The compute-ceiling benchmark (GPU machine): prefill and decode speed of xpack-run with
+# every expert resident, at several context lengths, next to llama.cpp with everything in
+# VRAM (llama-bench -ngl 99), on the same synthetic model (random weights) in the same call
+# (doc/benchmarks.md, "Compute ceiling").
+#
+# usage: bench/ceiling.sh [--arch deepseek4|kimi-k3] [--layers N] [--dir DIR] [--out DIR]
+#                         [--contexts D1,D2,...] [--tokens N] [--reps R] [--no-llama]
+#                         [--llama-tarball PATH] [--ram-ratio R] [--synth-args "ARGS"]
+#                         [--device cuda|cpu] [--build DIR] [--deadline S]
+#   --contexts: prompt lengths D (default 512,2048,4096): per D one xpack-run process
+#     prefills D token ids and decodes --tokens (default 64) more at context D..D+N;
+#     llama-bench measures pp D (-p D) and tg N at depth D (-n N -d D), --reps times each
+#     (default 3)
+#   --deadline: no run starts, and none lasts, past S seconds after the script started
+#     (0: none), so the summary is still printed within a command's time limit
+#   --no-llama: ours only (also what happens, said so, when llama.cpp cannot be built)
+#   --device cpu: both on the CPU, llama.cpp built without CUDA in DIR/llama.cpp/b-cpu
+#     (a smoke test of this script off the GPU machine)
+#
+# Ours is bench/e2e.sh's configuration (d): the trunk and the pack, an expert cache of the
+# pack's size, --preload-experts (the same slots and kernels as the streamed runs, no read
+# in a token), greedy, --ignore-eos, --json. Its prompt is D pseudo-random ids below the
+# vocabulary (the same seed for every run; llama-bench draws its own random ids). Its KV
+# caches grow with the sequence (no context flag: -c only caps the model's trained
+# context, which the presets set to 1M); the VRAM plan it prints at load is recorded, and
+# on CUDA the GPU's memory in use is sampled through each run (nvidia-smi), so "fitted"
+# means: the run ended well and its peak stayed below the GPU's memory.
+# The model, its pack and the llama.cpp build are bench/e2e.sh's (bench/e2e-setup.sh, the
+# same names in --dir): a warm machine builds nothing. Everything runs in e2e.sh's memory
+# cgroup (ram-ratio x model bytes). OUT/ceiling.json holds the numbers
+# (bench/ceiling_report.py), OUT/logs.tar.gz every run's output; the table is printed last.
+set -uo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root" || exit 1
+# shellcheck source=bench/e2e-setup.sh
+. "$root/bench/e2e-setup.sh"
+arch=deepseek4 layers="" dir=/root/e2e out="${OUT:-$root/build-gpu}/ceiling"
+contexts=512,2048,4096 tokens=64 reps=3 deadline=0 use_llama=yes
+tarball="$(ls "$root"/.deps/llama.cpp-*.tar.gz 2>/dev/null | head -1)"
+ram_ratio=$(python3 -c 'print(32/155)')  # bench/e2e.sh's: the seed's 32 GB PC, 155 GB model
+build="$root/build-gpu" synth_args="" device=cuda
+need() { [ $# -ge 2 ] || { echo "ceiling: $1 needs a value (--help)" >&2; exit 2; }; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --arch|--layers|--dir|--out|--contexts|--tokens|--reps|--deadline|--llama-tarball|--ram-ratio|--build|--synth-args|--device) need "$@" ;;&
+    --arch) arch="$2"; shift 2 ;;
+    --layers) layers="$2"; shift 2 ;;
+    --dir) dir="$2"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    --contexts) contexts="$2"; shift 2 ;;
+    --tokens) tokens="$2"; shift 2 ;;
+    --reps) reps="$2"; shift 2 ;;
+    --deadline) deadline="$2"; shift 2 ;;
+    --llama-tarball) tarball="$2"; shift 2 ;;
+    --ram-ratio) ram_ratio="$2"; shift 2 ;;
+    --build) build="$2"; shift 2 ;;
+    --synth-args) synth_args="$2"; shift 2 ;;
+    --device) device="$2"; shift 2 ;;
+    --no-llama) use_llama=no; shift ;;
+    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "ceiling: unknown argument $1 (--help)" >&2; exit 2 ;;
+  esac
+done
+case "$arch" in
+  deepseek4) preset=deepseek-v4-flash; layers="${layers:-6}" ;;
+  kimi-k3) preset=kimi-k3; layers="${layers:-3}" ;;
+  *) echo "ceiling: --arch is deepseek4 or kimi-k3" >&2; exit 2 ;;
+esac
+case "$device" in cuda|cpu) ;; *) echo "ceiling: --device is cuda or cpu" >&2; exit 2 ;; esac
+for v in "$layers" "$tokens" "$reps" "$deadline"; do
+  [[ "$v" =~ ^[0-9]+$ ]] || { echo "ceiling: --layers, --tokens, --reps and --deadline are whole numbers, got '$v'" >&2; exit 2; }
+done
+[[ "$contexts" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || { echo "ceiling: --contexts is a list such as 512,2048,4096, got '$contexts'" >&2; exit 2; }
+[ "$tokens" -ge 1 ] && [ "$reps" -ge 1 ] || { echo "ceiling: --tokens and --reps are at least 1" >&2; exit 2; }
+mkdir -p "$out/logs" "$dir"
+rm -f "$out"/llama-*.json "$out"/llama-*.rc "$out/llama-skipped.txt" "$out/runs.jsonl" "$out/ceiling.json"  # a previous call's
+t0=$(date +%s)
+say() { echo "ceiling [$(( $(date +%s) - t0 )) s]: $*"; }
+# The seconds a run may take: 600, or what --deadline leaves (empty: too little to start one).
+time_left() {
+  local limit=600 left
+  if [ "$deadline" -gt 0 ]; then
+    left=$(( deadline - ($(date +%s) - t0) ))
+    [ "$left" -lt 20 ] && return 1
+    [ "$left" -lt "$limit" ] && limit=$left
+  fi
+  echo "$limit"
+}
+
+# --- build: ours, llama.cpp (in the background) as bench/e2e.sh does; on the CPU a build
+# of llama.cpp without CUDA of its own
+llama="$dir/llama.cpp"
+if [ "$device" = cuda ]; then llama_sub=b llama_cuda=ON llama_targets=(llama-completion llama-bench)
+else llama_sub=b-cpu llama_cuda=OFF llama_targets=(llama-bench) llama_jobs=2; fi
+bench_bin="$llama/$llama_sub/bin/llama-bench"
+if [ "$use_llama" = yes ]; then
+  e2e_build_llama "$llama_sub" "$llama_cuda" "${llama_targets[@]}" > "$out/logs/llama-build-status.log" 2>&1 &
+  llama_pid=$!
+fi
+e2e_build_ours
+e2e_model
+if [ -n "${llama_pid:-}" ]; then
+  # Nothing is measured while it builds (it would take the CPU from the runs); at the
+  # --deadline nothing more runs anyway, and a build left going is found by the next call.
+  while kill -0 "$llama_pid" 2>/dev/null && time_left > /dev/null; do sleep 5; done
+  # Why llama.cpp is missing from the table, for the summary's failures.
+  if kill -0 "$llama_pid" 2>/dev/null; then
+    echo "still building at the --deadline" > "$out/llama-skipped.txt"
+  elif [ ! -x "$bench_bin" ]; then
+    for f in llama-build-status llama-build; do
+      [ -s "$out/logs/$f.log" ] && tail -3 "$out/logs/$f.log"
+    done | tr '\n' ' ' | sed 's/^/the build failed: /' > "$out/llama-skipped.txt"
+  fi
+  if [ -s "$out/llama-skipped.txt" ]; then use_llama=no; say "llama.cpp skipped: $(cat "$out/llama-skipped.txt")"
+  else say "llama.cpp build: ok"; fi
+fi
+
+e2e_cap_ram
+all_mib=$(python3 -c "print(round($pack_bytes / 2**20 + 64, 1))")
+report="$root/bench/ceiling_report.py"
+vocab=$(python3 "$report" --vocab "$base.trunk.gguf") || { say "cannot read the vocabulary size of $base.trunk.gguf"; exit 1; }
+gpu=""
+[ "$device" = cuda ] && gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+# Eager module loading: a fresh process's first launch of each kernel would otherwise load
+# it inside the timed prefill (llama-bench has a warm-up run; ours runs each prompt once).
+export CUDA_MODULE_LOADING="${CUDA_MODULE_LOADING:-EAGER}"
+python3 - "$out/meta.json" <<EOF
+import json, sys, os
+json.dump({"arch": "$arch", "preset": "$preset", "layers": $layers, "model_bytes": $model_bytes, "pack_bytes": $pack_bytes,
+           "cache_mib": $all_mib, "ram_cap_bytes": $cap, "ram_capped": "$capped" == "yes", "ram_ratio": $ram_ratio,
+           "contexts": [int(d) for d in "$contexts".split(",")], "tokens": $tokens, "reps": $reps, "vocab": $vocab,
+           "device": "$device", "synth_args": "$synth_args", "gpu": "$gpu", "llama": "$use_llama" == "yes",
+           "cuda_module_loading": "$CUDA_MODULE_LOADING",
+           "git": os.popen("git -C $root rev-parse --short HEAD 2>/dev/null").read().strip()}, open(sys.argv[1], "w"), indent=1)
+EOF
+
+# --- ours: one process per context length
+: > "$out/runs.jsonl"
+evict "$model" "$base.trunk.gguf"
+for d in ${contexts//,/ }; do
+  limit=$(time_left) || { say "ours: --deadline reached before D=$d"; break; }
+  log="$out/logs/ours-$d.log"
+  ids=$(python3 "$report" --prompt-ids "$d" "$vocab")
+  cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$all_mib"
+       --preload-experts --greedy --ignore-eos -n "$tokens" --json --prompt-ids "$ids")
+  smi_pid=""
+  if [ "$device" = cuda ] && command -v nvidia-smi > /dev/null; then
+    nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader,nounits -lms 200 > "$log.vram" 2>/dev/null &
+    smi_pid=$!
+  fi
+  t1=$(date +%s.%N)
+  timeout "$limit" "${cmd[@]}" > "$log.out" 2> "$log" < /dev/null; rc=$?
+  [ -n "$smi_pid" ] && { kill "$smi_pid" 2>/dev/null; wait "$smi_pid" 2>/dev/null; }
+  python3 "$report" --parse-ours "$d" "$rc" "$log.out" "$log" "$t1" "$log.vram" >> "$out/runs.jsonl"
+  say "ours D=$d: $(python3 "$report" --brief "$out/runs.jsonl")"
+done
+
+# --- llama.cpp: pp D from an empty context, then tg N at each depth D
+if [ "$use_llama" = yes ]; then
+  for kind in pp tg; do
+    limit=$(time_left) || { say "llama.cpp $kind: --deadline reached, skipped"; continue; }
+    if [ "$kind" = pp ]; then args=(-p "$contexts" -n 0); else args=(-p 0 -n "$tokens" -d "$contexts"); fi
+    log="$out/logs/llama-$kind.log"
+    timeout "$limit" "$bench_bin" -m "$model" -ngl 99 "${args[@]}" -r "$reps" -o json > "$out/llama-$kind.json" 2> "$log" < /dev/null
+    rc=$?
+    echo "$rc" > "$out/llama-$kind.rc"
+    say "llama.cpp $kind: rc $rc$( [ "$rc" -ne 0 ] && echo ", $(tail -2 "$log" | tr '\n' ' ')")"
+  done
+else
+  say "llama.cpp: not run (--no-llama or no build): the table has ours only"
+fi
+
+python3 "$report" --summary "$out/meta.json" "$out/runs.jsonl" "$out" > "$out/ceiling.json"
+tar czf "$out/logs.tar.gz" -C "$out" logs runs.jsonl && rm -rf "$out/logs"
+python3 "$report" --table "$out/ceiling.json"

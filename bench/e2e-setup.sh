@@ -1,0 +1,82 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2154,SC2034  # the callers' variables, read and set here (see below)
+# The phases bench/e2e.sh and bench/ceiling.sh share (sourced, not run): building ours and
+# llama.cpp, the synthetic model and its pack, the RAM cap. Both scripts keep their results
+# in the same --dir under the same names and .done markers, so on a warm machine whichever
+# runs second builds nothing.
+#
+# The functions read the caller's variables: root, dir, out (logs go to $out/logs), build,
+# tarball, arch, preset, layers, synth_args, ram_ratio; and call its say().
+
+# llama.cpp from the tarball, in $dir/llama.cpp/SUBDIR, with GGML_CUDA=CUDA (ON: for sm_90,
+# as on the GPU machine). Nothing is done when every TARGET is built already.
+# usage: e2e_build_llama SUBDIR ON|OFF TARGET...
+e2e_build_llama() {
+  local sub="$1" cuda="$2" t missing=no
+  shift 2
+  llama="$dir/llama.cpp"
+  for t in "$@"; do [ -x "$llama/$sub/bin/$t" ] || missing=yes; done
+  [ "$missing" = no ] && return 0
+  [ -n "$tarball" ] || { echo "no llama.cpp tarball (--llama-tarball)"; return 1; }
+  local arch_flag=()
+  [ "$cuda" = ON ] && arch_flag=(-DCMAKE_CUDA_ARCHITECTURES=90)
+  tar xzf "$tarball" -C "$dir" &&
+  cmake -S "$llama" -B "$llama/$sub" -G Ninja -DGGML_CUDA="$cuda" "${arch_flag[@]}" -DGGML_NATIVE=ON \
+    -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+    -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_SERVER=OFF > "$out/logs/llama-cmake.log" 2>&1 &&
+  cmake --build "$llama/$sub" -j"${llama_jobs:-12}" --target "$@" > "$out/logs/llama-build.log" 2>&1
+}
+
+# xpack-run, xpack-synth and xpack-build in $build (meson, CUDA); exits on failure.
+e2e_build_ours() {
+  if [ ! -x "$build/examples/xpack-run" ]; then
+    { [ -f "$build/build.ninja" ] || meson setup "$build" -Dcuda=enabled; } > "$out/logs/meson.log" 2>&1
+  fi
+  ninja -C "$build" -j6 examples/xpack-run tools/xpack-synth tools/xpack-build >> "$out/logs/meson.log" 2>&1 ||
+    { tail -30 "$out/logs/meson.log"; exit 1; }
+  say "built xpack-run"
+}
+
+# The model (xpack-synth --preset, random weights) and its pack, unless their .done markers
+# say they exist; sets model, base (the pack's path without .xpack), tag, model_bytes,
+# pack_bytes and stride (the pack's object stride). Exits on failure.
+e2e_model() {
+  tag="$arch-$layers"
+  [ -n "$synth_args" ] && tag="$tag-$(echo "$synth_args" | md5sum | cut -c1-8)"
+  model="$dir/$tag.gguf" base="$dir/$tag"
+  if [ ! -f "$model.done" ]; then
+    rm -f "$model" "$base.xpack" "$base.xpack.json" "$base.trunk.gguf"
+    # shellcheck disable=SC2086
+    "$build/tools/xpack-synth" -q --preset "$preset" --layers "$layers" $synth_args -o "$model" > "$out/logs/synth.log" 2>&1 ||
+      { tail -5 "$out/logs/synth.log"; exit 1; }
+    touch "$model.done"
+  fi
+  say "model $(du -h "$model" | cut -f1)"
+  if [ ! -f "$base.xpack.done" ]; then
+    "$build/tools/xpack-build" "$model" -o "$base" > "$out/logs/pack.log" 2>&1 || { tail -5 "$out/logs/pack.log"; exit 1; }
+    touch "$base.xpack.done"
+  fi
+  say "pack $(du -h "$base.xpack" | cut -f1), trunk $(du -h "$base.trunk.gguf" | cut -f1), disk free $(df -h --output=avail "$dir" | tail -1)"
+  model_bytes=$(stat -c %s "$model")
+  pack_bytes=$(stat -c %s "$base.xpack")
+  stride=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['object_stride'])" "$base.xpack.json")
+}
+
+# The RAM cap: this shell and everything it starts from here on, in a memory cgroup of
+# ram_ratio x model bytes without swap; sets cap (bytes) and capped (yes/no).
+e2e_cap_ram() {
+  cap=$(python3 -c "print(int($ram_ratio * $model_bytes))")
+  local cg=/sys/fs/cgroup/xpack-e2e
+  capped=no
+  if mkdir -p "$cg" 2>/dev/null && echo "$cap" > "$cg/memory.max" 2>/dev/null && echo $$ > "$cg/cgroup.procs" 2>/dev/null; then
+    echo 0 > "$cg/memory.swap.max" 2>/dev/null
+    capped=yes
+  fi
+  say "RAM cap $(( cap >> 20 )) MiB: $capped"
+}
+
+# Drops the files' pages from the page cache (drop_caches may be refused).
+evict() { sync; python3 -c "
+import os, sys
+for p in sys.argv[1:]:
+    fd = os.open(p, os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)" "$@"; }

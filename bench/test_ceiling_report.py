@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""bench/ceiling_report.py on made-up runs (meson test bench_ceiling_report): xpack-run's
+--json and stderr, llama-bench's JSON (one whole, one cut short), a failed run, the GGUF
+vocabulary reader and the prompt ids. Nothing here needs a GPU or a model."""
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPORT = os.path.join(HERE, "ceiling_report.py")
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def report(*args):
+    return subprocess.run([sys.executable, REPORT, *args], capture_output=True, text=True)
+
+
+def gguf(path, kvs):
+    """A GGUF header with the given (key, type, packed value) triples and no tensor."""
+    with open(path, "wb") as f:
+        f.write(b"GGUF" + struct.pack("<IQQ", 3, 0, len(kvs)))
+        for key, t, payload in kvs:
+            k = key.encode()
+            f.write(struct.pack("<Q", len(k)) + k + struct.pack("<I", t) + payload)
+
+
+def gstr(s):
+    b = s.encode()
+    return struct.pack("<Q", len(b)) + b
+
+
+def ours_json(d, tokens, prefill_s, decode_s, misses=0):
+    counters = {"cache_hits": 100, "cache_misses": 5 + misses, "pack_reads": 7 + misses}
+    prefill = {"cache_hits": 40, "cache_misses": 5, "pack_reads": 7}
+    return json.dumps({"prompt_ids": list(range(3, 3 + d)), "gen_ids": [5] * tokens, "finish_reason": "length",
+                       "n_ctx": 1048576, "load_s": 2.0, "prefill_s": prefill_s, "decode_s": decode_s,
+                       "counters": counters, "counters_prefill": prefill})
+
+
+PLAN = ("xpack-run: 1536 experts preloaded\nxpack-run: VRAM plan (cuda:0): trunk 1900.50 MiB, KV/state and norms "
+        "12.25 MiB at load (KV caches grow with the sequence), workspace 64.00 MiB, expert cache 19600.00 MiB; "
+        "free 120000.00 MiB of 143771.00 MiB\n")
+
+
+def llama_test(n_prompt, n_gen, n_depth, ts):
+    return {"n_prompt": n_prompt, "n_gen": n_gen, "n_depth": n_depth, "avg_ts": ts, "stddev_ts": 1.0,
+            "n_threads": 16, "backends": "CUDA", "samples_ts": [ts]}
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    j = lambda *p: os.path.join(tmp, *p)  # noqa: E731
+    os.makedirs(j("logs"))
+    # --- the vocabulary: the arch key, else the token list; not a GGUF refused
+    gguf(j("a.gguf"), [("general.architecture", 8, gstr("deepseek4")), ("deepseek4.vocab_size", 4, struct.pack("<I", 129280))])
+    toks = struct.pack("<IQ", 8, 5) + b"".join(gstr(f"t{i}") for i in range(5))
+    gguf(j("b.gguf"), [("general.name", 8, gstr("x")), ("tokenizer.ggml.tokens", 9, toks),
+                       ("tokenizer.ggml.scores", 9, struct.pack("<IQ", 6, 5) + b"\0" * 20)])
+    gguf(j("c.gguf"), [("general.name", 8, gstr("x"))])
+    check(report("--vocab", j("a.gguf")).stdout.strip() == "129280", "vocab from deepseek4.vocab_size")
+    check(report("--vocab", j("b.gguf")).stdout.strip() == "5", "vocab from tokenizer.ggml.tokens")
+    r = report("--vocab", j("c.gguf"))
+    check(r.returncode == 1 and "neither" in r.stderr, "a GGUF without a vocabulary refused: " + r.stderr)
+    open(j("junk"), "w").write("not a model")
+    r = report("--vocab", j("junk"))
+    check(r.returncode == 1 and "not a GGUF" in r.stderr, "not a GGUF refused: " + r.stderr)
+    # --- prompt ids: in range, deterministic, each a prefix of the longer
+    long_ids = report("--prompt-ids", "4096", "129280").stdout.strip().split(",")
+    short_ids = report("--prompt-ids", "512", "129280").stdout.strip().split(",")
+    check(len(long_ids) == 4096 and long_ids[:512] == short_ids, "prompt ids: 4096 of them, 512 a prefix")
+    check(all(3 <= int(i) < 129280 for i in long_ids) and len(set(long_ids)) > 3000, "prompt ids in [3, vocab), varied")
+    check(report("--prompt-ids", "8", "3").returncode == 1, "a vocabulary of 3 refused")
+    check(report("--bogus").returncode == 2 and report("--help").returncode == 0, "usage errors exit 2, --help 0")
+
+    # --- ours: 512 well (VRAM sampled), 2048 with decode misses, 4096 failed (no JSON)
+    open(j("o512.out"), "w").write(ours_json(512, 8, 0.5, 0.08) + "\n")
+    open(j("o512.err"), "w").write(PLAN)
+    open(j("o512.vram"), "w").write("1000, 143771\n30000, 143771\n25000, 143771\n")
+    open(j("o2048.out"), "w").write(ours_json(2048, 8, 2.0, 0.1, misses=3) + "\n")
+    open(j("o2048.err"), "w").write(PLAN)
+    open(j("o4096.out"), "w").write("")
+    open(j("o4096.err"), "w").write(PLAN + "xpack-run: CUDA error: out of memory (cudaMalloc)\n")
+    lines = []
+    for d in (512, 2048, 4096):
+        r = report("--parse-ours", str(d), "0" if d < 4096 else "1", j(f"o{d}.out"), j(f"o{d}.err"), "0", j(f"o{d}.vram"))
+        check(r.returncode == 0, f"--parse-ours {d}: {r.stderr}")
+        lines.append(r.stdout)
+    open(j("runs.jsonl"), "w").write("".join(lines))
+    runs = [json.loads(l) for l in lines]
+    check(runs[0]["fitted"] and runs[0]["vram_peak_mib"] == 30000 and runs[0]["vram_total_mib"] == 143771,
+          "512 fitted, VRAM peak from the samples")
+    check(runs[0]["vram_plan"]["trunk_mib"] == 1900.5 and runs[0]["vram_plan"]["free_mib"] == 120000.0 and
+          runs[0]["experts_preloaded"] == 1536, "VRAM plan and preload count parsed")
+    check(runs[1]["decode_cache_misses"] == 3 and runs[1]["decode_pack_reads"] == 3, "decode misses = total - prefill")
+    check("error" in runs[2] and not runs[2]["fitted"] and "out of memory" in runs[2]["stderr_tail"], "4096 failed, its tail kept")
+    one = report("--brief", j("runs.jsonl")).stdout
+    check(one.startswith("FAILED (rc 1)"), "--brief says the last run failed: " + one)
+
+    # --- llama-bench: pp whole; tg cut short after two tests, rc 1
+    meta = {"arch": "deepseek4", "preset": "deepseek-v4-flash", "layers": 6, "model_bytes": 22.6e9, "pack_bytes": 20.5e9,
+            "cache_mib": 19600, "ram_cap_bytes": 4.6e9, "ram_capped": True, "ram_ratio": 0.2, "contexts": [512, 2048, 4096],
+            "tokens": 8, "reps": 3, "vocab": 129280, "device": "cuda", "synth_args": "", "gpu": "H200", "llama": True, "git": "x"}
+    json.dump(meta, open(j("meta.json"), "w"))
+    json.dump([llama_test(512, 0, 0, 2000.0), llama_test(2048, 0, 0, 1800.0), llama_test(4096, 0, 0, 1500.0)],
+              open(j("llama-pp.json"), "w"), indent=1)
+    cut = json.dumps([llama_test(0, 8, 512, 100.0), llama_test(0, 8, 2048, 80.0)], indent=1)
+    open(j("llama-tg.json"), "w").write(cut[: cut.rindex("]")].rstrip() + ",\n")
+    open(j("llama-pp.rc"), "w").write("0\n")
+    open(j("llama-tg.rc"), "w").write("136\n")
+    open(j("logs", "llama-tg.log"), "w").write("main: error: failed to create context with model\n")
+    r = report("--summary", j("meta.json"), j("runs.jsonl"), tmp)
+    check(r.returncode == 0, "--summary: " + r.stderr)
+    s = json.loads(r.stdout)
+    row = {x["context"]: x for x in s["rows"]}
+    check(abs(row[512]["ours_prefill_tok_s"] - 1024) < 1e-9 and abs(row[512]["prefill_ratio"] - 0.512) < 1e-9,
+          "prefill 512 / 0.5 s against pp512")
+    check(abs(row[512]["ours_decode_ms"] - 10) < 1e-9 and abs(row[512]["decode_ratio"] - 1.0) < 1e-9,
+          "decode 10 ms/token against tg at depth 512")
+    check(abs(row[2048]["ours_decode_ms_over_first"] - 2.5) < 1e-9 and abs(row[2048]["llama_decode_ms_over_first"] - 2.5) < 1e-9,
+          "the step's growth with the context, both sides")
+    check(row[4096]["llama_tg_tok_s"] is None and row[4096]["llama_pp_tok_s"] == 1500.0 and
+          row[4096].get("ours_prefill_tok_s") is None, "4096: only llama's pp")
+    what = [f["what"] for f in s["failures"]]
+    check(what == ["ours D=4096", "llama-bench tg"], f"failures named: {what}")
+    json.dump(s, open(j("ceiling.json"), "w"))
+    r = report("--table", j("ceiling.json"))
+    check(r.returncode == 1, "--table exits 1 when a run failed")
+    check("| 512 | 1024.0 | 2000.0 | 0.51 | 10.00 | 100.0 | 100.0 | 1.00 | 30000 / 143771 | yes |" in r.stdout,
+          "the 512 row:\n" + r.stdout)
+    check("FAILED ours D=4096 (rc 1)" in r.stdout and "out of memory" in r.stdout, "the failed run and its tail in the table")
+    check("FAILED llama-bench tg (rc 136): llama-bench tg exited with 136 (killed by SIGFPE)" in r.stdout and
+          "failed to create context" in r.stdout, "llama's failure, its signal and its tail")
+    check("WARNING ours D=2048: 3 cache misses" in r.stdout, "decode misses flagged")
+    # llama.cpp not built: a failure that says why.
+    os.makedirs(j("nb", "logs"))
+    meta["llama"] = False
+    json.dump(meta, open(j("nb", "meta.json"), "w"))
+    open(j("nb", "llama-skipped.txt"), "w").write("the build failed: tar: x.tar.gz: Cannot open\n")
+    nb = json.loads(report("--summary", j("nb", "meta.json"), j("runs.jsonl"), j("nb")).stdout)
+    check([f["what"] for f in nb["failures"]] == ["ours D=4096", "llama.cpp"] and "Cannot open" in nb["failures"][1]["error"]
+          and nb["rows"][0]["llama_pp_tok_s"] is None, "a llama.cpp that was not built: named, none of its numbers")
+    # All well: exit 0.
+    s["failures"] = []
+    json.dump(s, open(j("ok.json"), "w"))
+    check(report("--table", j("ok.json")).returncode == 0, "--table exits 0 when every run ended well")
+
+if failures:
+    print(f"{len(failures)} check(s) failed")
+    sys.exit(1)
+print("all checks passed")
