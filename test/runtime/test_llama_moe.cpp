@@ -53,6 +53,21 @@ void build_pack(const fs::path& src, const fs::path& out_prefix) {
   REQUIRE(fs::exists(out_prefix.string() + ".trunk.gguf"));
 }
 
+// The fixture NAME.gguf in `dir` (make_fixture's `extra` flags) and its pack NAME.xpack +
+// NAME.trunk.gguf beside it.
+void packed_fixture(const fs::path& model, const fs::path& dir, const std::string& name,
+                    const std::string& extra = "") {
+  make_fixture(model, dir / (name + ".gguf"), extra);
+  build_pack(dir / (name + ".gguf"), dir / name);
+}
+
+// xpack-run's arguments that stream pack NAME in `dir` through a cache of
+// `cache_mib` MiB for 60 tokens after the prompt 1,403 (end with a space).
+std::string streamed(const fs::path& dir, const std::string& name, const std::string& cache_mib) {
+  return "-m " + q(dir / (name + ".trunk.gguf")) + " --pack " + q(dir / (name + ".xpack")) +
+         " --prompt-ids 1,403 -n 60 --cache-mib " + cache_mib + " ";
+}
+
 // xpack-run `args` exits with `rc` and says `says` on stderr.
 void check_refused(const std::string& args, int rc, const std::string& says) {
   RunResult r = run(xrun(args));
@@ -74,8 +89,7 @@ TEST_CASE("MoE fixture: pack streamed / resident / plain GGUF all give the dense
   auto model = fixture_source();
   if (!model) return;
   xpack::test::TempDir tmp;
-  make_fixture(*model, tmp / "moe.gguf");
-  build_pack(tmp / "moe.gguf", tmp / "moe");
+  packed_fixture(*model, tmp.path(), "moe");
   const std::string trunk = q(tmp / "moe.trunk.gguf"), pack = q(tmp / "moe.xpack");
   const std::vector<int32_t> want = golden_ids();
 
@@ -139,10 +153,8 @@ TEST_CASE("MoE fixture: a host tier serves the streamed run's misses with copies
   auto model = fixture_source();
   if (!model) return;
   xpack::test::TempDir tmp;
-  make_fixture(*model, tmp / "moe.gguf");
-  build_pack(tmp / "moe.gguf", tmp / "moe");
-  const std::string base = "-m " + q(tmp / "moe.trunk.gguf") + " --pack " + q(tmp / "moe.xpack") +
-                           " --prompt-ids 1,403 -n 60 --cache-mib 0.2 ";
+  packed_fixture(*model, tmp.path(), "moe");
+  const std::string base = streamed(tmp.path(), "moe", "0.2");
   // 4 slots of 48 KiB and a 1 MiB tier (capped at the other 16 objects + the
   // spare): every object is read once, every later miss is a copy from the tier.
   json tiered = run_json(base + "--host-cache-mib 1 --logits-out " + q(tmp / "tiered.f32"));
@@ -173,11 +185,9 @@ TEST_CASE("MoE fixture: --no-overlap and --cache-policy change when experts comp
   auto model = fixture_source();
   if (!model) return;
   xpack::test::TempDir tmp;
-  make_fixture(*model, tmp / "moe.gguf");
-  build_pack(tmp / "moe.gguf", tmp / "moe");
+  packed_fixture(*model, tmp.path(), "moe");
   // 6 slots of 48 KiB for 20 objects: every step misses.
-  const std::string base = "-m " + q(tmp / "moe.trunk.gguf") + " --pack " + q(tmp / "moe.xpack") +
-                           " --prompt-ids 1,403 -n 60 --cache-mib 0.3 ";
+  const std::string base = streamed(tmp.path(), "moe", "0.3");
   json plain = run_json(base + "--logits-out " + q(tmp / "plain.f32"));
   const auto want = xpack::test::read_file(tmp / "plain.f32");
   CHECK(plain["gen_ids"].get<std::vector<int32_t>>() == golden_ids());
@@ -241,8 +251,7 @@ TEST_CASE("MoE fixture: a converted trunk without --pack, a foreign pack, a dama
   auto model = fixture_source();
   if (!model) return;
   xpack::test::TempDir tmp;
-  make_fixture(*model, tmp / "moe.gguf");
-  build_pack(tmp / "moe.gguf", tmp / "moe");
+  packed_fixture(*model, tmp.path(), "moe");
 
   // The trunk has routers but no expert tensors: say what is missing.
   RunResult r = run(xrun("-m " + q(tmp / "moe.trunk.gguf") + " --prompt-ids 1,403 -n 1"));
@@ -251,8 +260,7 @@ TEST_CASE("MoE fixture: a converted trunk without --pack, a foreign pack, a dama
   CHECK(r.err.find("--pack") != std::string::npos);
 
   // A pack built from another model (top-2 random router) does not belong to this trunk.
-  make_fixture(*model, tmp / "other.gguf", "--used 2 --router random");
-  build_pack(tmp / "other.gguf", tmp / "other");
+  packed_fixture(*model, tmp.path(), "other", "--used 2 --router random");
   r = run(xrun("-m " + q(tmp / "moe.trunk.gguf") + " --pack " + q(tmp / "other.xpack") + " --prompt-ids 1,403 -n 1"));
   CHECK(r.rc == 1);
   CHECK(r.err.find("other.xpack") != std::string::npos);
@@ -278,8 +286,7 @@ TEST_CASE("MoE fixture top-2: pack path and plain GGUF path agree bit for bit; s
   auto model = fixture_source();
   if (!model) return;
   xpack::test::TempDir tmp;
-  make_fixture(*model, tmp / "top2.gguf", "--used 2 --router random");
-  build_pack(tmp / "top2.gguf", tmp / "top2");
+  packed_fixture(*model, tmp.path(), "top2", "--used 2 --router random");
   json a = run_json("-m " + q(tmp / "top2.trunk.gguf") + " --pack " + q(tmp / "top2.xpack") +
                     " --prompt-ids 1,403,407,261 -n 30 --cache-mib 0.1 --logits-out " + q(tmp / "a.f32"));
   json b = run_json("-m " + q(tmp / "top2.gguf") + " --prompt-ids 1,403,407,261 -n 30 --logits-out " + q(tmp / "b.f32"));
@@ -339,8 +346,7 @@ TEST_CASE("llama against an independent float64 reference: dense, and MoE top-2 
   float dense = diff_vs_reference("-m " + q(*model), *model, ids, tmp, &note);
   CHECK(dense <= 1e-4f);
 
-  make_fixture(*model, tmp / "top2.gguf", "--used 2 --router random");
-  build_pack(tmp / "top2.gguf", tmp / "top2");
+  packed_fixture(*model, tmp.path(), "top2", "--used 2 --router random");
   json moe_run;
   float moe = diff_vs_reference("-m " + q(tmp / "top2.trunk.gguf") + " --pack " + q(tmp / "top2.xpack") +
                                     " --cache-mib 0.1",
@@ -360,8 +366,7 @@ TEST_CASE("MoE fixture with fused ffn_gate_up_exps: pack and plain GGUF give the
   auto model = fixture_source();
   if (!model) return;
   xpack::test::TempDir tmp;
-  make_fixture(*model, tmp / "fused.gguf", "--fused");
-  build_pack(tmp / "fused.gguf", tmp / "fused");
+  packed_fixture(*model, tmp.path(), "fused", "--fused");
   json a = run_json("-m " + q(tmp / "fused.trunk.gguf") + " --pack " + q(tmp / "fused.xpack") +
                     " --prompt-ids 1,403 -n 60 --cache-mib 0.2 --logits-out " + q(tmp / "a.f32"));
   json b = run_json("-m " + q(tmp / "fused.gguf") + " --prompt-ids 1,403 -n 60 --logits-out " + q(tmp / "b.f32"));
