@@ -30,7 +30,7 @@ import struct
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2e_report import parse_run  # noqa: E402  (xpack-run's --json, read as e2e.sh reads it)
+from e2e_report import fmt, parse_run  # noqa: E402  (xpack-run's --json, read as e2e.sh reads it)
 
 PROMPT_SEED = 20261201  # one fixed sequence: every run's prompt is a prefix of it
 
@@ -263,10 +263,6 @@ def summarize(meta_path, runs_path, outdir):
     return {"meta": meta, "rows": rows, "llama_pp": pp, "llama_tg": tg, "failures": failures,
             "goal": "ours >= llama.cpp (ratio >= 1) for prefill and decode",
             "note": "random weights (xpack-synth): speeds only; see doc/benchmarks.md"}
-
-
-def fmt(v, spec="%.2f"):
-    return "-" if v is None else spec % v
 
 
 def table(summary):
