@@ -184,6 +184,10 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
            "seed's engine does (the baseline of the ablation; by default the\n"
            "resident experts compute while misses load, each miss as soon as\n"
            "its own copy lands; the output is the same)");
+  app.flag("--profile-ops", &o.profile_ops,
+           "--device cuda: time every operation of prefill and of decode on\n"
+           "the GPU and on the host, and print a table per phase on stderr\n"
+           "(where the step's time goes; the timing itself slows the run)");
   app.flag("--allow-buffered-io", &o.allow_buffered_io,
            "where the pack's filesystem refuses O_DIRECT (tmpfs, ramfs),\n"
            "read experts through the page cache instead of failing\n"
@@ -244,6 +248,10 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
   for (const auto& [given, flag] : {std::pair{policy_opt->count() > 0, "--cache-policy"}, {o.no_overlap, "--no-overlap"}})
     if (given && (o.pack_path.empty() || o.expert_reader != "cache"))
       return fail(std::string(flag) + " needs --pack and --expert-reader cache: it applies to the expert cache");
+  if (o.profile_ops && o.device != "cuda")
+    return fail("--profile-ops needs --device cuda: it times operations on the GPU's stream");
+  if (o.profile_ops && (o.server || o.conversation))
+    return fail("--profile-ops times one run's prompt and generation, not --server or -cnv");
   *out = std::move(o);
   return done(std::nullopt);
 }

@@ -54,6 +54,7 @@ struct CliOptions {
   std::string prefetch_next_from = "moe-input";  // --prefetch-next-from: the state the guess routes
   std::string cache_policy = "adaptive";  // --cache-policy: the expert cache's eviction policy
   bool no_overlap = false;         // --no-overlap: a MoE layer computes once all its experts are in (baseline)
+  bool profile_ops = false;        // --profile-ops: per-operation GPU and host time, a table on stderr (CUDA)
 };
 
 // Parses argv into *out. nullopt: run with *out. Otherwise the exit status to return at

@@ -33,6 +33,12 @@ bool same_shape(const Tensor& a, const Tensor& b) { return a.width() == b.width(
 
 size_t padded(size_t bytes) { return (std::max<size_t>(bytes, 1) + 255) / 256 * 256; }
 
+// A product's row in --profile-ops: weight type, in x out, and decode (1..8 rows) or batch.
+std::string shape_key(const Tensor& w, int64_t n) {
+  return std::string(xk::type_name(w.type)) + " " + std::to_string(w.width()) + "x" + std::to_string(w.rows()) +
+         (n <= 8 ? " n" + std::to_string(n) : " batch");
+}
+
 }  // namespace
 
 CudaBackend::State::~State() {
@@ -71,6 +77,7 @@ CudaBackend::CudaBackend(int ordinal) : ordinal_(ordinal), state_(std::make_shar
 CudaBackend::~CudaBackend() {
   cudaSetDevice(ordinal_);
   cudaStreamSynchronize(state_->stream);
+  profile_.reset();
   xk::context_destroy(ctx_);
 }
 
@@ -94,6 +101,7 @@ Tensor CudaBackend::raw_alloc(uint32_t type, int64_t width, int64_t rows) {
 }
 
 Tensor CudaBackend::alloc(uint32_t type, int64_t width, int64_t rows) {
+  const OpProfile::Scope timed(profile_.get(), "alloc");
   Tensor t = raw_alloc(type, width, rows);
   check_cuda(cudaMemsetAsync(t.data, 0, padded(t.nbytes()), state_->stream), "cudaMemsetAsync");
   return t;
@@ -122,6 +130,7 @@ Tensor CudaBackend::weight(const WeightTensor& w) {
 }
 
 Tensor CudaBackend::upload(uint32_t type, const void* host, int64_t width, int64_t rows) {
+  const OpProfile::Scope timed(profile_.get(), "upload");
   Tensor t = raw_alloc(type, width, rows);
   if (t.nbytes() == 0) return t;
   check_cuda(cudaMemcpyAsync(t.data, host, t.nbytes(), cudaMemcpyHostToDevice, state_->stream), "cudaMemcpyAsync (upload)");
@@ -136,14 +145,17 @@ Tensor CudaBackend::upload(uint32_t type, const void* host, int64_t width, int64
 }
 
 void CudaBackend::download(const Tensor& src, void* host) {
+  const OpProfile::Scope timed(profile_.get(), "download");
   if (src.nbytes() > 0) {
     check_cuda(cudaMemcpyAsync(host, src.data, src.nbytes(), cudaMemcpyDeviceToHost, state_->stream),
                "cudaMemcpyAsync (download)");
   }
   check_cuda(cudaStreamSynchronize(state_->stream), "cudaStreamSynchronize (download)");
+  if (profile_) profile_->collect();
 }
 
 void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
+  const OpProfile::Scope timed(profile_.get(), "copy");
   check_shape(src.type == dst.type && src.numel() == dst.numel(), "copy between different tensors");
   if (src.nbytes() == 0) return;
   check_cuda(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), cudaMemcpyDeviceToDevice, state_->stream),
@@ -151,11 +163,13 @@ void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
 }
 
 void CudaBackend::wait_event(void* event) {
+  const OpProfile::Scope timed(profile_.get(), "wait_event");
   if (!event) return;
   check_cuda(cudaStreamWaitEvent(state_->stream, static_cast<cudaEvent_t>(event), 0), "cudaStreamWaitEvent");
 }
 
 void CudaBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& y) {
+  const OpProfile::Scope timed(profile_.get(), "matmul", profile_ ? shape_key(w, x.rows()) : std::string());
   check_shape(is_f32(x) && is_f32(y), "matmul needs F32 activations");
   check_shape(x.width() == w.width() && y.width() == w.rows() && x.rows() == y.rows(), "matmul shapes disagree");
   const int64_t n = x.rows();
@@ -176,6 +190,10 @@ void CudaBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& y) {
 }
 
 void CudaBackend::grouped_matmul(const std::vector<GroupedProblem>& problems, const Tensor& x, const Tensor& y) {
+  const OpProfile::Scope timed(profile_.get(), "grouped_matmul",
+                               profile_ && !problems.empty() ? shape_key(problems.front().w, x.rows()) +
+                                                                   " x" + std::to_string(problems.size())
+                                                             : std::string());
   check_shape(is_f32(x) && is_f32(y) && x.rows() == y.rows(), "grouped_matmul needs F32 activations of equal rows");
   if (problems.empty()) return;
   const Tensor& w0 = problems.front().w;
@@ -205,6 +223,7 @@ void CudaBackend::grouped_matmul(const std::vector<GroupedProblem>& problems, co
 }
 
 void CudaBackend::get_rows(const Tensor& table, const Tensor& ids, const Tensor& out) {
+  const OpProfile::Scope timed(profile_.get(), "get_rows");
   const bool ints = out.type == XPACK_TYPE_I32;
   check_shape(ids.type == XPACK_TYPE_I32 && (is_f32(out) || (ints && table.type == XPACK_TYPE_I32)),
               "get_rows needs I32 ids and an F32 output (or I32 from an I32 table)");
@@ -225,6 +244,7 @@ void CudaBackend::get_rows(const Tensor& table, const Tensor& ids, const Tensor&
 }
 
 void CudaBackend::set_rows(const Tensor& src, const Tensor& ids, const Tensor& dst) {
+  const OpProfile::Scope timed(profile_.get(), "set_rows");
   check_shape(is_f32(src) && is_f32(dst) && ids.type == XPACK_TYPE_I32 && src.width() == dst.width() &&
                   ids.numel() == src.rows(),
               "set_rows shapes disagree");
@@ -232,6 +252,7 @@ void CudaBackend::set_rows(const Tensor& src, const Tensor& ids, const Tensor& d
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Tensor* weight, float eps, const Tensor& y) {
+  const OpProfile::Scope timed(profile_.get(), "rms_norm");
   check_shape(is_f32(x) && is_f32(y) && same_shape(x, y), "rms_norm shapes disagree");
   check_shape(!weight || (is_f32(*weight) && weight->numel() == x.width()), "rms_norm weight is not one F32 row");
   check_cuda(xpack::rt::rms_norm(x.f32(), weight ? weight->f32() : nullptr, x.width(), x.rows(), eps, y.f32(),
@@ -240,32 +261,38 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor* weight, float eps, con
 }
 
 void CudaBackend::add(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const OpProfile::Scope timed(profile_.get(), "add");
   check_shape(is_f32(a) && is_f32(b) && is_f32(out) && same_shape(a, out), "add shapes disagree");
   check_shape(b.width() == a.width() && (b.rows() == a.rows() || b.rows() == 1), "add: b is neither a's shape nor one row");
   check_cuda(xpack::rt::add(a.f32(), b.f32(), a.width(), a.rows(), b.rows(), out.f32(), state_->stream), "add");
 }
 
 void CudaBackend::mul(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const OpProfile::Scope timed(profile_.get(), "mul");
   check_shape(is_f32(a) && is_f32(b) && is_f32(out) && same_shape(a, b) && same_shape(a, out), "mul shapes disagree");
   check_cuda(xpack::rt::mul(a.f32(), b.f32(), a.numel(), out.f32(), state_->stream), "mul");
 }
 
 void CudaBackend::l2_norm(const Tensor& x, float eps, const Tensor& y) {
+  const OpProfile::Scope timed(profile_.get(), "l2_norm");
   check_shape(is_f32(x) && is_f32(y) && same_shape(x, y), "l2_norm shapes disagree");
   check_cuda(xpack::rt::l2_norm(x.f32(), x.width(), x.rows(), eps, y.f32(), state_->stream), "l2_norm");
 }
 
 void CudaBackend::scale(const Tensor& x, float s, const Tensor& out) {
+  const OpProfile::Scope timed(profile_.get(), "scale");
   check_shape(is_f32(x) && is_f32(out) && x.numel() == out.numel(), "scale shapes disagree");
   check_cuda(xpack::rt::scale(x.f32(), s, x.numel(), out.f32(), state_->stream), "scale");
 }
 
 void CudaBackend::unary(Unary f, const Tensor& x, const Tensor& out) {
+  const OpProfile::Scope timed(profile_.get(), "unary");
   check_shape(is_f32(x) && is_f32(out) && x.numel() == out.numel(), "unary shapes disagree");
   check_cuda(xpack::rt::unary(f == Unary::sigmoid ? 0 : 1, x.f32(), x.numel(), out.f32(), state_->stream), "unary");
 }
 
 void CudaBackend::rope(const Tensor& x, const RopeSpec& spec, int64_t pos0, int64_t pos_step, bool inverse) {
+  const OpProfile::Scope timed(profile_.get(), "rope");
   const int64_t D = spec.head_dim, n_dims = spec.angles.n_dims;
   check_shape(is_f32(x) && D > 0 && x.width() % D == 0 && n_dims <= D && n_dims % 2 == 0,
               "rope: width is not whole heads");
@@ -291,17 +318,20 @@ void CudaBackend::rope(const Tensor& x, const RopeSpec& spec, int64_t pos0, int6
 }
 
 void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, float limit, const Tensor& out) {
+  const OpProfile::Scope timed(profile_.get(), "swiglu");
   check_shape(is_f32(gate) && is_f32(up) && is_f32(out) && same_shape(gate, up) && same_shape(gate, out),
               "swiglu shapes disagree");
   check_cuda(xpack::rt::swiglu(gate.f32(), up.f32(), gate.numel(), limit, out.f32(), state_->stream), "swiglu");
 }
 
 void CudaBackend::softmax_rows(const Tensor& x) {
+  const OpProfile::Scope timed(profile_.get(), "softmax_rows");
   check_shape(is_f32(x), "softmax_rows needs F32");
   check_cuda(xpack::rt::softmax_rows(x.f32(), x.width(), x.rows(), state_->stream), "softmax_rows");
 }
 
 void CudaBackend::top_k(const Tensor& scores, const Tensor& ids) {
+  const OpProfile::Scope timed(profile_.get(), "top_k");
   const int64_t n = scores.width(), k = ids.width();
   check_shape(is_f32(scores) && ids.type == XPACK_TYPE_I32 && ids.rows() == scores.rows() && k <= n,
               "top_k shapes disagree");
@@ -309,6 +339,7 @@ void CudaBackend::top_k(const Tensor& scores, const Tensor& ids) {
 }
 
 void CudaBackend::take(const Tensor& values, const Tensor& ids, const Tensor& out) {
+  const OpProfile::Scope timed(profile_.get(), "take");
   check_shape(is_f32(values) && ids.type == XPACK_TYPE_I32 && is_f32(out) && same_shape(ids, out) &&
                   ids.rows() == values.rows(),
               "take shapes disagree");
@@ -317,12 +348,14 @@ void CudaBackend::take(const Tensor& values, const Tensor& ids, const Tensor& ou
 }
 
 void CudaBackend::normalize_rows(const Tensor& x, float floor) {
+  const OpProfile::Scope timed(profile_.get(), "normalize_rows");
   check_shape(is_f32(x), "normalize_rows needs F32");
   check_cuda(xpack::rt::normalize_rows(x.f32(), x.width(), x.rows(), floor, state_->stream), "normalize_rows");
 }
 
 void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t n_head, int64_t n_head_kv,
                             int64_t pos0, float scale, const Tensor& out) {
+  const OpProfile::Scope timed(profile_.get(), "attention");
   check_shape(n_head > 0 && n_head_kv > 0 && n_head % n_head_kv == 0 && q.width() % n_head == 0,
               "attention head counts disagree");
   const int64_t D = q.width() / n_head, kv_w = n_head_kv * D, n = q.rows();
@@ -338,6 +371,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, i
 
 void CudaBackend::scatter_weighted(const Tensor& y, const Tensor& picks, const Tensor& weights,
                                    const Tensor& per_pick) {
+  const OpProfile::Scope timed(profile_.get(), "scatter_weighted");
   const int64_t d = y.width();
   check_shape(is_f32(y) && picks.type == XPACK_TYPE_I32 && picks.numel() == y.rows() && is_f32(weights) &&
                   is_f32(per_pick) && per_pick.width() == d && per_pick.rows() == weights.numel(),
@@ -348,10 +382,15 @@ void CudaBackend::scatter_weighted(const Tensor& y, const Tensor& picks, const T
 }
 
 void CudaBackend::sum_picks(const Tensor& per_pick, int64_t k, bool accumulate, const Tensor& out) {
+  const OpProfile::Scope timed(profile_.get(), "sum_picks");
   const int64_t d = out.width();
   check_shape(is_f32(per_pick) && is_f32(out) && per_pick.width() == d && per_pick.rows() == out.rows() * k && k > 0,
               "sum_picks shapes disagree");
   check_cuda(xpack::rt::sum_picks(per_pick.f32(), d, k, out.rows(), accumulate, out.f32(), state_->stream), "sum_picks");
+}
+
+void CudaBackend::enable_profile() {
+  if (!profile_) profile_ = std::make_unique<OpProfile>(state_->stream);
 }
 
 // ---- device_backend.h ----
@@ -372,6 +411,18 @@ std::string cuda_vram_plan(Backend& be, uint64_t expert_cache_bytes) {
          ", KV/state and norms " + mib(cb->tensor_bytes()) + " at load (KV caches grow with the sequence)" +
          ", workspace " + mib(cb->workspace_bytes()) + ", expert cache " + mib(expert_cache_bytes) + "; free " +
          mib(free_b) + " of " + mib(total_b);
+}
+
+void cuda_profile_section(Backend& be, const std::string& name) {
+  auto* cb = dynamic_cast<CudaBackend*>(&be);
+  if (!cb) return;
+  cb->enable_profile();
+  cb->profile()->section(name);
+}
+
+std::string cuda_profile_report(Backend& be) {
+  auto* cb = dynamic_cast<CudaBackend*>(&be);
+  return cb && cb->profile() ? cb->profile()->report() : "";
 }
 
 }  // namespace xrun

@@ -18,6 +18,7 @@
 #include <memory>
 
 #include "backend.h"
+#include "cuda_op_profile.h"
 #include "quant_matmul.h"
 
 namespace xrun {
@@ -69,6 +70,11 @@ class CudaBackend final : public Backend {
   uint64_t workspace_bytes() const { return workspace_bytes_; }
   int ordinal() const { return ordinal_; }
 
+  // --profile-ops (cuda_op_profile.h): from now on every operation is timed.
+  void enable_profile();
+  // nullptr unless enabled; the model's own CUDA operations time themselves with it.
+  OpProfile* profile() { return profile_.get(); }
+
  private:
   // Outlives the backend while tensors do: their deleters free on its stream.
   struct State {
@@ -84,6 +90,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<State> state_;
   xpack::kernels::Context* ctx_ = nullptr;
   uint64_t workspace_bytes_ = 0;
+  std::unique_ptr<OpProfile> profile_;
 };
 
 }  // namespace xrun

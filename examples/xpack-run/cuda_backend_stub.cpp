@@ -10,5 +10,7 @@ std::unique_ptr<Backend> make_cuda_backend() {
 }
 
 std::string cuda_vram_plan(Backend&, uint64_t) { return ""; }
+void cuda_profile_section(Backend&, const std::string&) {}
+std::string cuda_profile_report(Backend&) { return ""; }
 
 }  // namespace xrun

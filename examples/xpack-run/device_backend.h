@@ -21,4 +21,10 @@ std::unique_ptr<Backend> make_cuda_backend();
 // device's free and total memory. "" for any other backend.
 std::string cuda_vram_plan(Backend& be, uint64_t expert_cache_bytes);
 
+// --profile-ops (cuda_op_profile.h) on a CUDA backend: cuda_profile_section
+// starts timing (or a new section of the table: "prefill", "decode"),
+// cuda_profile_report is the table. Without a CUDA backend: no-op and "".
+void cuda_profile_section(Backend& be, const std::string& name);
+std::string cuda_profile_report(Backend& be);
+
 }  // namespace xrun

@@ -302,6 +302,7 @@ int run(const CliOptions& o) {
   // Every prompt row only when --logits-out records them.
   const LogitRows prompt_rows = o.logits_out.empty() ? LogitRows::last : LogitRows::all;
   std::vector<float> logits((prompt_rows == LogitRows::all ? prompt.size() : 1) * size_t(n_vocab));
+  if (o.profile_ops) cuda_profile_section(backend, "prefill");
   auto t_prefill = std::chrono::steady_clock::now();
   model->eval(prompt.data(), static_cast<int>(prompt.size()), 0, logits.data(), prompt_rows);
   const double prefill_s = seconds_since(t_prefill);
@@ -320,6 +321,7 @@ int run(const CliOptions& o) {
   std::string text;
   const bool stream_text = !o.json && codec;
   std::vector<float> row(logits.end() - n_vocab, logits.end());
+  if (o.profile_ops) cuda_profile_section(backend, "decode");
   auto t_decode = std::chrono::steady_clock::now();
   int n_decoded = 0;
   for (int i = 0; i < n_predict; ++i) {
@@ -398,6 +400,7 @@ int run(const CliOptions& o) {
     sf << js << "\n";
     if (!sf) throw ModelError("cannot write --stats file " + o.stats_path);
   }
+  if (o.profile_ops) std::fputs(cuda_profile_report(backend).c_str(), stderr);
   // llama.cpp's timing lines first: scripts read the one-line summary as the last line.
   std::fputs(speed_lines(load_s, prefill_s, prompt.size(), decode_s, static_cast<size_t>(n_decoded)).c_str(), stderr);
   if (!o.json) {

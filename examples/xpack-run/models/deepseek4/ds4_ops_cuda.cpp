@@ -46,6 +46,7 @@ class CudaDs4Ops final : public Ds4Ops {
 
   void hc_pre(const HcShape& s, const Tensor& mixes, const Tensor& base, const Tensor& scale, const Tensor& stream,
               const Tensor& input, const Tensor& post, const Tensor& comb) override {
+    const OpProfile::Scope timed(be_.profile(), "ds4 hc_pre");
     const int64_t hc = s.hc, md = (2 + hc) * hc, n = stream.rows();
     check_stream(s, stream, mixes, md, input);
     check(base.numel() == md && scale.numel() == 3 && post.numel() == n * hc && comb.numel() == n * hc * hc,
@@ -57,6 +58,7 @@ class CudaDs4Ops final : public Ds4Ops {
 
   void hc_post(const HcShape& s, const Tensor& output, const Tensor& residual, const Tensor& post, const Tensor& comb,
                const Tensor& stream) override {
+    const OpProfile::Scope timed(be_.profile(), "ds4 hc_post");
     const int64_t hc = s.hc, d = s.n_embd, width = hc * d, n = output.rows();
     check(output.width() == d && residual.width() == width && stream.width() == width && residual.rows() == n &&
               stream.rows() == n && post.numel() == n * hc && comb.numel() == n * hc * hc,
@@ -67,6 +69,7 @@ class CudaDs4Ops final : public Ds4Ops {
 
   void hc_head(const HcShape& s, const Tensor& mixes, const Tensor& base, const Tensor& scale, const Tensor& stream,
                const Tensor& out) override {
+    const OpProfile::Scope timed(be_.profile(), "ds4 hc_head");
     check_stream(s, stream, mixes, s.hc, out);
     check(base.numel() == s.hc && scale.numel() == 1, "hc_head shapes disagree");
     check_cuda(k::hc_head(mixes.f32(), base.f32(), scale.f32(), stream.f32(), stream.rows(), int(s.hc), s.n_embd, s.eps,
@@ -76,6 +79,7 @@ class CudaDs4Ops final : public Ds4Ops {
 
   void compress_pool(const Tensor& kv, const Tensor& score, int64_t rows_first, int64_t first_block, int64_t ratio,
                      bool overlap, const Tensor& out) override {
+    const OpProfile::Scope timed(be_.profile(), "ds4 compress_pool");
     const int64_t width = out.width(), row_width = overlap ? 2 * width : width, n_out = out.rows();
     check(is_f32(kv) && is_f32(score) && is_f32(out) && kv.width() == row_width && score.width() == row_width &&
               kv.rows() == score.rows() && ratio > 0,
@@ -92,6 +96,7 @@ class CudaDs4Ops final : public Ds4Ops {
 
   void indexer_select(const Tensor& q, const Tensor& w, const Tensor& keys, int64_t n_head, int64_t pos0,
                       int64_t ratio, const Tensor& chosen) override {
+    const OpProfile::Scope timed(be_.profile(), "ds4 indexer_select");
     const int64_t id = keys.width(), top_k = chosen.width(), n = q.rows(), n_blocks = keys.rows();
     check(is_f32(q) && is_f32(w) && is_f32(keys) && q.width() == n_head * id && w.width() == n_head &&
               w.rows() == n && chosen.rows() == n && chosen.type == XPACK_TYPE_I32 && ratio > 0,
@@ -108,6 +113,7 @@ class CudaDs4Ops final : public Ds4Ops {
 
   void attention(const Tensor& q, const Tensor& raw, int64_t raw_first, int64_t window, const Tensor* blocks,
                  int64_t ratio, const Tensor* chosen, const Tensor& sinks, int64_t pos0, const Tensor& out) override {
+    const OpProfile::Scope timed(be_.profile(), "ds4 attention");
     const int64_t hd = raw.width(), nh = sinks.numel(), n = q.rows();
     check(is_f32(q) && is_f32(raw) && is_f32(sinks) && is_f32(out) && q.width() == nh * hd &&
               out.width() == q.width() && out.rows() == n && (!blocks || (is_f32(*blocks) && blocks->width() == hd)) &&

@@ -38,6 +38,7 @@ class CudaKimiOps final : public KimiOps {
   explicit CudaKimiOps(CudaBackend& be) : be_(be) {}
 
   void situ(const Tensor& g, const Tensor& u, float beta, float linear_beta) override {
+    const OpProfile::Scope timed(be_.profile(), "kimi situ");
     check(is_f32(g) && is_f32(u) && g.numel() == u.numel(), "situ shapes disagree");
     check(beta > 0.0f, "situ: beta must be positive");
     const int st = xpack::kernels::situ_mul(g.f32(), u.f32(), g.numel(), beta, linear_beta, g.f32(), cs());
@@ -47,6 +48,7 @@ class CudaKimiOps final : public KimiOps {
 
   void res_mix(const Tensor& cur, const std::vector<Tensor>& ckpts, const Tensor& score_w, float eps,
                const Tensor& out) override {
+    const OpProfile::Scope timed(be_.profile(), "kimi res_mix");
     const int64_t E = cur.width(), n = cur.rows();
     check(is_f32(cur) && is_f32(out) && is_f32(score_w) && out.width() == E && out.rows() == n &&
               score_w.numel() == E,
@@ -63,6 +65,7 @@ class CudaKimiOps final : public KimiOps {
   }
 
   void short_conv_silu(const Tensor& x, const Tensor& weight, const Tensor& state) override {
+    const OpProfile::Scope timed(be_.profile(), "kimi short_conv_silu");
     const int64_t D = x.width(), n = x.rows(), d_conv = weight.width(), n_prev = d_conv - 1;
     check(is_f32(x) && is_f32(weight) && is_f32(state) && weight.rows() == D && state.width() == D &&
               state.rows() == n_prev,
@@ -74,6 +77,7 @@ class CudaKimiOps final : public KimiOps {
 
   void kda_gate(const Tensor& g, const Tensor& dt_bias, const Tensor& a, int64_t head_dim, bool has_lower_bound,
                 float lower_bound) override {
+    const OpProfile::Scope timed(be_.profile(), "kimi kda_gate");
     const int64_t D = g.width();
     check(head_dim > 0 && D % head_dim == 0 && is_f32(g) && is_f32(dt_bias) && is_f32(a) && dt_bias.numel() == D &&
               a.numel() == D / head_dim,
@@ -84,6 +88,7 @@ class CudaKimiOps final : public KimiOps {
 
   void delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                   const Tensor& state, const Tensor& o) override {
+    const OpProfile::Scope timed(be_.profile(), "kimi delta_rule");
     const int64_t hd = delta_rule_head_dim(q, k, v, g, beta, state, o), H = beta.width(), n = q.rows();
     check(is_f32(q) && is_f32(k) && is_f32(v) && is_f32(g) && is_f32(beta) && is_f32(state) && is_f32(o),
           "delta_rule shapes disagree");
@@ -96,6 +101,7 @@ class CudaKimiOps final : public KimiOps {
 
   void delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                           const Tensor& state, const Tensor& o, int64_t chunk) override {
+    const OpProfile::Scope timed(be_.profile(), "kimi delta_rule_chunked");
     const int64_t hd = delta_rule_head_dim(q, k, v, g, beta, state, o), H = beta.width(), n = q.rows();
     check(is_f32(q) && is_f32(k) && is_f32(v) && is_f32(g) && is_f32(beta) && is_f32(state) && is_f32(o),
           "delta_rule shapes disagree");
@@ -121,6 +127,7 @@ class CudaKimiOps final : public KimiOps {
 
   void mla_attention(const Tensor& q, const Tensor& latent, const Tensor& rope_key, const Tensor& k_b,
                      const Tensor& v_b, int64_t n_head, int64_t pos0, float scale, const Tensor& o) override {
+    const OpProfile::Scope timed(be_.profile(), "kimi mla_attention");
     const int64_t H = n_head, n = q.rows(), kv = latent.width(), rope = rope_key.width(), nope = k_b.width();
     check(H > 0 && o.width() % H == 0, "mla_attention shapes disagree");
     const int64_t hk = nope + rope, hv = o.width() / H;
