@@ -11,7 +11,15 @@ namespace xpack::rt::ds4 {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int64_t kSmemBytes = 48 * 1024;  // dynamic shared memory without the opt-in
+// The attention core's block: more warps than the other kernels, since one
+// (token, head) block walks every key of a decode step twice (scores, values).
+constexpr int kAttnThreads = 512;
+constexpr int kAttnWarps = kAttnThreads / 32;
+// Output dims a warp accumulates per pass over its keys: 8 per lane.
+constexpr int kAttnDims = 256;
+constexpr int64_t kRedBytes = int64_t(kAttnWarps) * kAttnDims * sizeof(float);
+// Dynamic shared memory without the opt-in, less the attention's static reduction buffer.
+constexpr int64_t kSmemBytes = 48 * 1024 - kRedBytes - 1024;
 
 unsigned grid_for(int64_t n) {
   return unsigned(std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, 132 * 16)));
@@ -26,90 +34,110 @@ __device__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // ---- hyper-connections ------------------------------------------------------
 
-// c[src * hc + dst]: a softmax over dst for every src, + eps, then Sinkhorn:
-// columns, then (rows, columns) iters - 1 more times, each line divided by
-// (its sum in double, rounded, + eps). One thread: hc * hc <= 64 values.
+// c[src * hc + dst] (in shared memory): a softmax over dst for every src, +
+// eps, then Sinkhorn: columns, then (rows, columns) iters - 1 more times, each
+// line divided by (its sum in double, rounded, + eps). Thread e < hc * hc owns
+// entry e and sums its line itself in the line's order, so every entry rounds
+// as the CPU's sequential loop does; one thread doing all 16 entries of 20
+// passes was 67 us of latency per call (H200, --profile-ops). Every thread of
+// the block calls it.
 __device__ void sinkhorn(float* c, int hc, int iters, float eps) {
-  for (int src = 0; src < hc; ++src) {
-    float* r = c + src * hc;
+  const int e = threadIdx.x, r = e / max(hc, 1), i = e - r * hc;
+  const bool own = e < hc * hc;
+  float v = 0.0f;
+  if (own) {
+    const float* row = c + r * hc;
     float mx = -INFINITY;
-    for (int i = 0; i < hc; ++i) mx = fmaxf(mx, r[i]);
+    for (int j = 0; j < hc; ++j) mx = fmaxf(mx, row[j]);
     double sum = 0.0;
-    for (int i = 0; i < hc; ++i) {
-      r[i] = expf(r[i] - mx);
-      sum += r[i];
-    }
+    for (int j = 0; j < hc; ++j) sum += expf(row[j] - mx);
     const float inv = static_cast<float>(1.0 / sum);
-    for (int i = 0; i < hc; ++i) r[i] *= inv;
-  }
-  for (int i = 0; i < hc * hc; ++i) c[i] += eps;
-  auto normalize_lines = [&](int line_stride, int entry_stride) {
-    for (int l = 0; l < hc; ++l) {
-      float* line = c + l * line_stride;
-      double sum = 0.0;
-      for (int e = 0; e < hc; ++e) sum += line[e * entry_stride];
-      const float denom = static_cast<float>(sum) + eps;
-      for (int e = 0; e < hc; ++e) line[e * entry_stride] /= denom;
-    }
-  };
-  normalize_lines(1, hc);  // columns
-  for (int it = 1; it < iters; ++it) {
-    normalize_lines(hc, 1);  // rows
-    normalize_lines(1, hc);  // columns
-  }
-}
-
-// out[i] = copy0[i] * w[0] + copy1[i] * w[1] + ..., in that order (the CPU's).
-__device__ void weighted_copies(const float* row, const float* w, int hc, int64_t d, float* out) {
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-    float acc = row[i] * w[0];
-    for (int h = 1; h < hc; ++h) acc += row[h * d + i] * w[h];
-    out[i] = acc;
-  }
-}
-
-// One block per token: thread 0 forms pre, post and comb (the 4x4 Sinkhorn is
-// a few hundred flops: a thread does it faster than a launch), then the block
-// mixes the copies.
-__global__ void hc_pre_kernel(const float* mixes, const float* base, const float* scale, const float* stream, int hc,
-                              int64_t d, int iters, float eps, float* input, float* post, float* comb) {
-  __shared__ float pre[kMaxHc];
-  const int64_t t = blockIdx.x;
-  const int md = (2 + hc) * hc;
-  if (threadIdx.x == 0) {
-    const float* m = mixes + t * md;
-    for (int h = 0; h < hc; ++h) {
-      pre[h] = sigmoidf(m[h] * scale[0] + base[h]) + eps;
-      post[t * hc + h] = 2.0f * sigmoidf(m[hc + h] * scale[1] + base[hc + h]);
-    }
-    float c[kMaxHc * kMaxHc];
-    for (int i = 0; i < hc * hc; ++i) c[i] = m[2 * hc + i] * scale[2] + base[2 * hc + i];
-    sinkhorn(c, hc, iters, eps);
-    for (int i = 0; i < hc * hc; ++i) comb[t * hc * hc + i] = c[i];
+    v = expf(row[i] - mx) * inv;
   }
   __syncthreads();
-  weighted_copies(stream + t * hc * d, pre, hc, d, input + t * d);
+  if (own) c[e] = v + eps;
+  __syncthreads();
+  auto normalize = [&](bool columns) {
+    float out = 0.0f;
+    if (own) {
+      double sum = 0.0;
+      for (int j = 0; j < hc; ++j) sum += columns ? c[j * hc + i] : c[r * hc + j];
+      const float denom = static_cast<float>(sum) + eps;
+      out = c[e] / denom;
+    }
+    __syncthreads();
+    if (own) c[e] = out;
+    __syncthreads();
+  };
+  normalize(true);
+  for (int it = 1; it < iters; ++it) {
+    normalize(false);
+    normalize(true);
+  }
 }
 
+// out[i] = copy0[i] * w[0] + copy1[i] * w[1] + ..., in that order (the CPU's),
+// for the block's chunk of kThreads values.
+__device__ void weighted_copies(const float* row, const float* w, int hc, int64_t d, float* out) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= d) return;
+  float acc = row[i] * w[0];
+  for (int h = 1; h < hc; ++h) acc += row[h * d + i] * w[h];
+  out[i] = acc;
+}
+
+// Blocks (chunk of n_embd, token): every block forms pre (hc sigmoids) and
+// mixes its chunk; block 0 also forms post and comb (Sinkhorn).
+__global__ void hc_pre_kernel(const float* mixes, const float* base, const float* scale, const float* stream, int64_t n,
+                              int hc, int64_t d, int iters, float eps, float* input, float* post, float* comb) {
+  __shared__ float pre[kMaxHc];
+  __shared__ float c[kMaxHc * kMaxHc];
+  const int md = (2 + hc) * hc;
+  const int h = threadIdx.x;
+  for (int64_t t = blockIdx.y; t < n; t += gridDim.y) {  // grid.y is at most 65535
+    const float* m = mixes + t * md;
+    if (h < hc) pre[h] = sigmoidf(m[h] * scale[0] + base[h]) + eps;
+    if (blockIdx.x == 0) {  // block-uniform: sinkhorn synchronises the block
+      if (h < hc) post[t * hc + h] = 2.0f * sigmoidf(m[hc + h] * scale[1] + base[hc + h]);
+      if (h < hc * hc) c[h] = m[2 * hc + h] * scale[2] + base[2 * hc + h];
+      __syncthreads();
+      sinkhorn(c, hc, iters, eps);
+      if (h < hc * hc) comb[t * hc * hc + h] = c[h];
+    }
+    __syncthreads();
+    weighted_copies(stream + t * hc * d, pre, hc, d, input + t * d);
+    __syncthreads();  // pre and c are rewritten for the next token
+  }
+}
+
+// One thread per (token, value): all hc copies of it are read before any is
+// written, so the stream may be the residual (in place).
 __global__ void hc_post_kernel(const float* output, const float* residual, const float* post, const float* comb,
                                int64_t n, int hc, int64_t d, float* stream) {
-  GRID_STRIDE(e, n * hc * d) {
-    const int64_t i = e % d, td = e / d, dst = td % hc, t = td / hc;
+  GRID_STRIDE(e, n * d) {
+    const int64_t i = e % d, t = e / d;
     const float* res = residual + t * hc * d;
     const float* c = comb + t * hc * hc;
-    float acc = output[t * d + i] * post[t * hc + dst];
-    for (int src = 0; src < hc; ++src) acc += res[src * d + i] * c[src * hc + dst];
-    stream[e] = acc;
+    float copy[kMaxHc];
+    for (int src = 0; src < hc; ++src) copy[src] = res[src * d + i];
+    const float f = output[t * d + i];
+    for (int dst = 0; dst < hc; ++dst) {
+      float acc = f * post[t * hc + dst];
+      for (int src = 0; src < hc; ++src) acc += copy[src] * c[src * hc + dst];
+      stream[t * hc * d + dst * d + i] = acc;
+    }
   }
 }
 
-__global__ void hc_head_kernel(const float* mixes, const float* base, const float* scale, const float* stream, int hc,
-                               int64_t d, float eps, float* out) {
+__global__ void hc_head_kernel(const float* mixes, const float* base, const float* scale, const float* stream, int64_t n,
+                               int hc, int64_t d, float eps, float* out) {
   __shared__ float pre[kMaxHc];
-  const int64_t t = blockIdx.x;
-  if (threadIdx.x < hc) pre[threadIdx.x] = sigmoidf(mixes[t * hc + threadIdx.x] * scale[0] + base[threadIdx.x]) + eps;
-  __syncthreads();
-  weighted_copies(stream + t * hc * d, pre, hc, d, out + t * d);
+  for (int64_t t = blockIdx.y; t < n; t += gridDim.y) {
+    if (threadIdx.x < hc) pre[threadIdx.x] = sigmoidf(mixes[t * hc + threadIdx.x] * scale[0] + base[threadIdx.x]) + eps;
+    __syncthreads();
+    weighted_copies(stream + t * hc * d, pre, hc, d, out + t * d);
+    __syncthreads();
+  }
 }
 
 // ---- compressor -------------------------------------------------------------
@@ -169,14 +197,19 @@ __global__ void compress_pool_kernel(const float* kv, const float* score, int64_
 // visible) blocks; each score is one warp's dot (lanes over the head dims, so a
 // key's row is read in coalesced runs; a thread-per-key dot read 512 scattered
 // floats per thread and was most of a long prompt's attention); the softmax
-// takes the sink logit into its max and denominator; each output dim is summed
-// over the keys in order by one thread.
-__global__ void attention_kernel(AttentionArgs a, float* scratch, int64_t max_keys) {
+// takes the sink logit into its max and denominator. The weighted sum of the
+// values is spread the same way: warp w sums keys w, w + warps, ... (lanes over
+// the dims), then the warps' partial sums are added in warp order. One thread
+// per output dim summing every key in turn was 180-330 us per decode step's
+// layer (H200, --profile-ops).
+__global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttentionArgs a, float* scratch, int64_t max_keys) {
   extern __shared__ float smem[];
   __shared__ int n_listed;
+  __shared__ float red[kAttnWarps][kAttnDims];
   const int64_t job = blockIdx.x, t = job / a.n_head, h = job % a.n_head, hd = a.head_dim;
   const int64_t pos = a.pos0 + t;
   const int64_t raw_lo = max(a.raw_first, pos - a.window + 1), n_raw = pos - raw_lo + 1;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int* listed = reinterpret_cast<int*>(smem);  // the chosen blocks, -1 dropped, in order
   float* score = scratch ? scratch + job * max_keys : smem + a.n_chosen;
   if (a.chosen) {
@@ -198,15 +231,12 @@ __global__ void attention_kernel(AttentionArgs a, float* scratch, int64_t max_ke
     return a.blocks + b * hd;
   };
   const float* qh = a.q + t * a.n_head * hd + h * hd;
-  {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
-    for (int64_t j = warp; j < n_keys; j += n_warps) {
-      const float* kj = key(j);
-      float d = 0.0f;
-      for (int64_t i = lane; i < hd; i += 32) d = __fmaf_rn(qh[i], kj[i], d);
-      for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xFFFFFFFFu, d, o);
-      if (lane == 0) score[j] = d * a.scale;
-    }
+  for (int64_t j = warp; j < n_keys; j += kAttnWarps) {
+    const float* kj = key(j);
+    float d = 0.0f;
+    for (int64_t i = lane; i < hd; i += 32) d = __fmaf_rn(qh[i], kj[i], d);
+    for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xFFFFFFFFu, d, o);
+    if (lane == 0) score[j] = d * a.scale;
   }
   __syncthreads();
   const float sink = a.sinks[h];
@@ -223,10 +253,29 @@ __global__ void attention_kernel(AttentionArgs a, float* scratch, int64_t max_ke
   const float inv = static_cast<float>(1.0 / s);
   __syncthreads();
   float* oh = a.out + t * a.n_head * hd + h * hd;
-  for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
-    float acc = 0.0f;
-    for (int64_t j = 0; j < n_keys; ++j) acc += (score[j] * inv) * key(j)[d];
-    oh[d] = acc;
+  constexpr int kPerLane = kAttnDims / 32;
+  for (int64_t d0 = 0; d0 < hd; d0 += kAttnDims) {
+    float acc[kPerLane];
+#pragma unroll
+    for (int q = 0; q < kPerLane; ++q) acc[q] = 0.0f;
+    for (int64_t j = warp; j < n_keys; j += kAttnWarps) {
+      const float p = score[j] * inv;
+      const float* kj = key(j) + d0;
+#pragma unroll
+      for (int q = 0; q < kPerLane; ++q) {
+        const int64_t i = lane + 32 * q;
+        if (d0 + i < hd) acc[q] += p * kj[i];
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < kPerLane; ++q) red[warp][lane + 32 * q] = acc[q];
+    __syncthreads();
+    for (int i = threadIdx.x; i < kAttnDims && d0 + i < hd; i += blockDim.x) {
+      float o = red[0][i];
+      for (int w = 1; w < kAttnWarps; ++w) o += red[w][i];
+      oh[d0 + i] = o;
+    }
+    __syncthreads();  // red is rewritten by the next pass
   }
 }
 
@@ -241,15 +290,18 @@ cudaError_t hc_pre(const float* mixes, const float* base, const float* scale, co
                    cudaStream_t cs) {
   if (hc < 1 || hc > kMaxHc) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  hc_pre_kernel<<<unsigned(n), kThreads, 0, cs>>>(mixes, base, scale, stream, hc, d, sinkhorn_iters, eps, input, post,
-                                                  comb);
+  static_assert(kThreads >= kMaxHc * kMaxHc, "a Sinkhorn entry per thread");
+  const dim3 grid(unsigned((d + kThreads - 1) / kThreads), unsigned(std::min<int64_t>(n, 65535)));
+  hc_pre_kernel<<<grid, kThreads, 0, cs>>>(mixes, base, scale, stream, n, hc, d, sinkhorn_iters, eps, input, post,
+                                           comb);
   return launched();
 }
 
 cudaError_t hc_post(const float* output, const float* residual, const float* post, const float* comb, int64_t n,
                     int hc, int64_t d, float* stream, cudaStream_t cs) {
+  if (hc < 1 || hc > kMaxHc) return cudaErrorInvalidValue;
   if (n * hc * d == 0) return cudaSuccess;
-  hc_post_kernel<<<grid_for(n * hc * d), kThreads, 0, cs>>>(output, residual, post, comb, n, hc, d, stream);
+  hc_post_kernel<<<grid_for(n * d), kThreads, 0, cs>>>(output, residual, post, comb, n, hc, d, stream);
   return launched();
 }
 
@@ -257,7 +309,8 @@ cudaError_t hc_head(const float* mixes, const float* base, const float* scale, c
                     int64_t d, float eps, float* out, cudaStream_t cs) {
   if (hc < 1 || hc > kMaxHc) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  hc_head_kernel<<<unsigned(n), kThreads, 0, cs>>>(mixes, base, scale, stream, hc, d, eps, out);
+  const dim3 grid(unsigned((d + kThreads - 1) / kThreads), unsigned(std::min<int64_t>(n, 65535)));
+  hc_head_kernel<<<grid, kThreads, 0, cs>>>(mixes, base, scale, stream, n, hc, d, eps, out);
   return launched();
 }
 
@@ -283,7 +336,7 @@ cudaError_t attention(const AttentionArgs& a, float* scratch, cudaStream_t cs) {
   const int64_t max_keys = attention_max_keys(a);
   if (!scratch && !attention_fits_smem(a)) return cudaErrorInvalidValue;
   const size_t smem = scratch ? size_t(a.n_chosen) * sizeof(int) : attention_smem(a, max_keys);
-  attention_kernel<<<unsigned(a.n * a.n_head), kThreads, smem, cs>>>(a, scratch, max_keys);
+  attention_kernel<<<unsigned(a.n * a.n_head), kAttnThreads, smem, cs>>>(a, scratch, max_keys);
   return launched();
 }
 

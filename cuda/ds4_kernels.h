@@ -29,7 +29,8 @@ constexpr int kMaxHc = 8;
 cudaError_t hc_pre(const float* mixes, const float* base, const float* scale, const float* stream, int64_t n, int hc,
                    int64_t d, int sinkhorn_iters, float eps, float* input, float* post, float* comb,
                    cudaStream_t cs);
-// stream copy dst = post[dst] * output + sum_src comb[src][dst] * residual copy src.
+// stream copy dst = post[dst] * output + sum_src comb[src][dst] * residual copy src;
+// stream may be residual (in place).
 cudaError_t hc_post(const float* output, const float* residual, const float* post, const float* comb, int64_t n,
                     int hc, int64_t d, float* stream, cudaStream_t cs);
 // out = sum_h (sigmoid(mixes[h] * scale[0] + base[h]) + eps) * copy h.

@@ -176,21 +176,63 @@ __device__ void block_softmax(float* r, int64_t n) {
 
 __global__ void softmax_kernel(float* x, int64_t width) { block_softmax(x + int64_t(blockIdx.x) * width, width); }
 
-// One thread per row: the next pick is the best element ordered after the
-// previous one (value descending, index ascending): no per-row memory.
-__global__ void top_k_kernel(const float* scores, int64_t n, int64_t rows, int64_t k, int32_t* ids) {
-  GRID_STRIDE(r, rows) {
-    const float* s = scores + r * n;
-    int64_t prev = -1;
-    for (int64_t j = 0; j < k; ++j) {
-      int64_t best = -1;
-      for (int64_t i = 0; i < n; ++i) {
-        if (prev >= 0 && !(s[i] < s[prev] || (s[i] == s[prev] && i > prev))) continue;  // not after prev
-        if (best < 0 || s[i] > s[best]) best = i;
+// One block per row. Pick j is the best element ordered after pick j-1
+// (value descending, index ascending): each thread keeps its best eligible
+// element, then the block reduces. One thread per row scanned every element
+// k times in sequence: 164 us for 256 router scores (H200, --profile-ops).
+__device__ inline bool top_k_better(float v, int64_t i, float bv, int64_t bi) {
+  return bi < 0 || (i >= 0 && (v > bv || (v == bv && i < bi)));
+}
+
+__global__ void top_k_kernel(const float* scores, int64_t n, int64_t k, int32_t* ids) {
+  __shared__ float warp_v[32];
+  __shared__ int64_t warp_i[32];
+  __shared__ float pick_v;
+  __shared__ int64_t pick_i;
+  const float* s = scores + int64_t(blockIdx.x) * n;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  float prev_v = 0.0f;
+  int64_t prev_i = -1;
+  for (int64_t j = 0; j < k; ++j) {
+    float bv = 0.0f;
+    int64_t bi = -1;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const float v = s[i];
+      if (prev_i >= 0 && !(v < prev_v || (v == prev_v && i > prev_i))) continue;  // not after the previous pick
+      if (top_k_better(v, i, bv, bi)) {
+        bv = v;
+        bi = i;
       }
-      ids[r * k + j] = static_cast<int32_t>(best);
-      prev = best;
     }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_down_sync(0xffffffffu, bv, o);
+      const int64_t oi = __shfl_down_sync(0xffffffffu, bi, o);
+      if (oi >= 0 && top_k_better(ov, oi, bv, bi)) {
+        bv = ov;
+        bi = oi;
+      }
+    }
+    if (lane == 0) {
+      warp_v[warp] = bv;
+      warp_i[warp] = bi;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float v = warp_v[0];
+      int64_t i = warp_i[0];
+      for (int w = 1; w < n_warps; ++w)
+        if (warp_i[w] >= 0 && top_k_better(warp_v[w], warp_i[w], v, i)) {
+          v = warp_v[w];
+          i = warp_i[w];
+        }
+      pick_v = v;
+      pick_i = i;
+      ids[int64_t(blockIdx.x) * k + j] = static_cast<int32_t>(i);
+    }
+    __syncthreads();
+    prev_v = pick_v;
+    prev_i = pick_i;
+    __syncthreads();  // pick_* is rewritten by the next pick
   }
 }
 
@@ -298,7 +340,10 @@ cudaError_t set_rows(const float* src, int64_t width, const int32_t* ids, int64_
 cudaError_t rms_norm(const float* x, const float* w, int64_t width, int64_t rows, float eps, float* y,
                      cudaStream_t stream) {
   if (rows == 0 || width == 0) return cudaSuccess;
-  rms_norm_kernel<<<unsigned(rows), kThreads, 0, stream>>>(x, w, width, eps, y);
+  // A decode row is one block: up to 1024 threads, four values each, so a
+  // 16384-wide row is not 64 dependent loads per thread.
+  const int threads = int(std::min<int64_t>(1024, std::max<int64_t>(32, (width / 4 + 31) / 32 * 32)));
+  rms_norm_kernel<<<unsigned(rows), unsigned(threads), 0, stream>>>(x, w, width, eps, y);
   return launched();
 }
 
@@ -355,7 +400,7 @@ cudaError_t softmax_rows(float* x, int64_t width, int64_t rows, cudaStream_t str
 
 cudaError_t top_k(const float* scores, int64_t n, int64_t rows, int64_t k, int32_t* ids, cudaStream_t stream) {
   if (rows == 0 || k == 0) return cudaSuccess;
-  top_k_kernel<<<grid_for(rows), kThreads, 0, stream>>>(scores, n, rows, k, ids);
+  top_k_kernel<<<unsigned(rows), kThreads, 0, stream>>>(scores, n, k, ids);
   return launched();
 }
 

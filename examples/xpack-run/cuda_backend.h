@@ -34,6 +34,7 @@ class CudaBackend final : public Backend {
   const char* name() const override { return "cuda"; }
 
   Tensor alloc(uint32_t type, int64_t width, int64_t rows) override;
+  Tensor empty(uint32_t type, int64_t width, int64_t rows) override;
   Tensor weight(const WeightTensor& w) override;
   Tensor upload(uint32_t type, const void* host, int64_t width, int64_t rows) override;
   void download(const Tensor& src, void* host) override;
@@ -91,6 +92,11 @@ class CudaBackend final : public Backend {
   xpack::kernels::Context* ctx_ = nullptr;
   uint64_t workspace_bytes_ = 0;
   std::unique_ptr<OpProfile> profile_;
+  // download()'s pinned buffer, grown on demand; larger downloads (every
+  // prompt row's logits) go straight to the caller's memory.
+  static constexpr size_t kMaxBounceBytes = size_t(64) << 20;
+  void* bounce_ = nullptr;
+  size_t bounce_bytes_ = 0;
 };
 
 }  // namespace xrun

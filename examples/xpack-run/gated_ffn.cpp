@@ -6,8 +6,8 @@ namespace xrun {
 
 void gated_ffn(Backend& be, const GatedMatrices& m, const GateActivation& act, const Tensor& x, const Tensor& y) {
   const int64_t d_ff = m.gate.rows(), n = x.rows();
-  const Tensor g = be.alloc(XPACK_TYPE_F32, d_ff, n);
-  const Tensor u = be.alloc(XPACK_TYPE_F32, d_ff, n);
+  const Tensor g = be.empty(XPACK_TYPE_F32, d_ff, n);
+  const Tensor u = be.empty(XPACK_TYPE_F32, d_ff, n);
   be.matmul(m.gate, x, g);
   be.matmul(m.up, x, u);
   act(g, u);

@@ -28,7 +28,7 @@ void NextLayerGuesser::enqueue(Backend& be, const NextGuess& next, Routing& r) c
   if (r.guess.width() != per_layer_ || r.guess.rows() != n) {
     throw ModelError("next-layer guess of layer " + std::to_string(g.layer) + ": routing has no room for it");
   }
-  const Tensor scores = be.alloc(XPACK_TYPE_F32, n_expert, n);
+  const Tensor scores = be.empty(XPACK_TYPE_F32, n_expert, n);
   be.matmul(g.gate_inp, next.state, scores);
   // Every gating is monotonic in each row: without a bias the top-N of the
   // raw products is already the router's.

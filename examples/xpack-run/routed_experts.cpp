@@ -9,9 +9,9 @@ namespace xrun {
 
 Routing make_routing(Backend& be, int64_t n, int64_t k, int64_t guess_width) {
   Routing r;
-  r.weights = be.alloc(XPACK_TYPE_F32, k, n);
+  r.weights = be.empty(XPACK_TYPE_F32, k, n);
   if (guess_width <= 0) {
-    r.ids = be.alloc(XPACK_TYPE_I32, k, n);
+    r.ids = be.empty(XPACK_TYPE_I32, k, n);
     return r;
   }
   r.id_block = be.alloc(XPACK_TYPE_I32, 1, n * (k + guess_width));
@@ -69,9 +69,12 @@ void run_routed_experts(Backend& be, ExpertSource& source, int layer, const Tens
       }
     }
   }
-  const Tensor tokens_t = be.upload(XPACK_TYPE_I32, tokens.data(), 1, static_cast<int64_t>(tokens.size()));
-  const Tensor picks_t = be.upload(XPACK_TYPE_I32, picks.data(), 1, static_cast<int64_t>(picks.size()));
-  const Tensor per_pick = be.alloc(XPACK_TYPE_F32, d, n * k);
+  // One upload for both lists (tokens, then picks): a copy per list per layer costs a launch each.
+  const int64_t m_all = static_cast<int64_t>(picks.size());
+  tokens.insert(tokens.end(), picks.begin(), picks.end());
+  const Tensor lists = be.upload(XPACK_TYPE_I32, tokens.data(), 1, 2 * m_all);
+  const Tensor tokens_t = lists.row_range(0, m_all), picks_t = lists.row_range(m_all, m_all);
+  const Tensor per_pick = be.empty(XPACK_TYPE_F32, d, n * k);
 
   for (const auto& g : groups) {
     if (g.empty()) continue;
@@ -89,14 +92,14 @@ void run_routed_experts(Backend& be, ExpertSource& source, int layer, const Tens
       m += rows;
     }
     const int64_t d_ff = gate.front().w.rows();
-    const Tensor xs = be.alloc(XPACK_TYPE_F32, x.width(), m);
+    const Tensor xs = be.empty(XPACK_TYPE_F32, x.width(), m);
     be.get_rows(x, tokens_t.row_range(r0, m), xs);
-    const Tensor gs = be.alloc(XPACK_TYPE_F32, d_ff, m);
-    const Tensor us = be.alloc(XPACK_TYPE_F32, d_ff, m);
+    const Tensor gs = be.empty(XPACK_TYPE_F32, d_ff, m);
+    const Tensor us = be.empty(XPACK_TYPE_F32, d_ff, m);
     be.grouped_matmul(gate, xs, gs);
     be.grouped_matmul(up, xs, us);
     ffn.act(gs, us);
-    const Tensor ys = be.alloc(XPACK_TYPE_F32, d, m);
+    const Tensor ys = be.empty(XPACK_TYPE_F32, d, m);
     be.grouped_matmul(down, gs, ys);
     be.scatter_weighted(ys, picks_t.row_range(r0, m), routing.weights, per_pick);
     for (int i : g) request->release(i);

@@ -69,17 +69,17 @@ void Attention::forward(const Tensor& x, int64_t pos0, const Tensor& out) {
   const int64_t n = x.rows(), hd = hp_.head_dim, nh = hp_.n_head;
 
   // --- queries: low-rank projection, per-head RMS norm, rotated tail ---
-  const Tensor qr = be_.alloc(kF32, hp_.q_lora_rank, n);
+  const Tensor qr = be_.empty(kF32, hp_.q_lora_rank, n);
   be_.matmul(wq_a_, x, qr);
   be_.rms_norm(qr, &q_a_norm_, hp_.rms_eps, qr);
-  const Tensor q = be_.alloc(kF32, nh * hd, n);
+  const Tensor q = be_.empty(kF32, nh * hd, n);
   be_.matmul(wq_b_, qr, q);
   const Tensor q_heads = q.reshaped(hd, n * nh);
   be_.rms_norm(q_heads, nullptr, hp_.rms_eps, q_heads);
   be_.rope(q, rope_, pos0);
 
   // --- the shared key/value vector of each new position ---
-  const Tensor kv = be_.alloc(kF32, hd, n);
+  const Tensor kv = be_.empty(kF32, hd, n);
   be_.matmul(wkv_, x, kv);
   be_.rms_norm(kv, &kv_norm_, hp_.rms_eps, kv);
   be_.rope(kv, rope_, pos0);
@@ -94,10 +94,10 @@ void Attention::forward(const Tensor& x, int64_t pos0, const Tensor& out) {
   Tensor chosen;
   if (kind_ == AttnKind::kCsa) {
     const int64_t ih = hp_.idx_n_head, id = hp_.idx_head_dim;
-    const Tensor idx_q = be_.alloc(kF32, ih * id, n);
+    const Tensor idx_q = be_.empty(kF32, ih * id, n);
     be_.matmul(idx_q_b_, qr, idx_q);
     be_.rope(idx_q, idx_rope_, pos0);
-    const Tensor idx_w = be_.alloc(kF32, ih, n);
+    const Tensor idx_w = be_.empty(kF32, ih, n);
     be_.matmul(idx_proj_, x, idx_w);
     be_.scale(idx_w, 1.0f / std::sqrt(static_cast<float>(id * ih)), idx_w);
     chosen = be_.alloc(XPACK_TYPE_I32, hp_.idx_top_k, n);
@@ -105,7 +105,7 @@ void Attention::forward(const Tensor& x, int64_t pos0, const Tensor& out) {
   }
 
   // --- attention of every query over its visible keys ---
-  const Tensor heads = be_.alloc(kF32, nh * hd, n);
+  const Tensor heads = be_.empty(kF32, nh * hd, n);
   const Tensor blocks = compressor_ ? compressor_->blocks() : Tensor{};
   ops_.attention(q, raw_keys_.view(), raw_keys_.first(), hp_.n_swa, compressor_ ? &blocks : nullptr,
                  compressor_ ? compressor_->ratio() : 1, kind_ == AttnKind::kCsa ? &chosen : nullptr, sinks_, pos0,
@@ -122,21 +122,26 @@ void Attention::forward(const Tensor& x, int64_t pos0, const Tensor& out) {
 void Attention::project_output(const Tensor& heads, const Tensor& out) const {
   const int64_t n = heads.rows(), groups = hp_.o_groups, rank = hp_.o_lora_rank;
   const int64_t group_dim = hp_.n_head / groups * hp_.head_dim;
-  // Head group g of token t is row t * groups + g of these views.
+  // Head group g of token t is row t * groups + g of these views; group g owns
+  // rows [g*rank, (g+1)*rank) of attn_output_a. All groups are one grouped
+  // product over the rows in group order (g * n + t): for one token that order
+  // is the heads' own, otherwise a gather before and a scatter after.
   const Tensor group_rows = heads.reshaped(group_dim, n * groups);
-  const Tensor low = be_.alloc(kF32, groups * rank, n);
+  const Tensor low = be_.empty(kF32, groups * rank, n);
   const Tensor low_rows = low.reshaped(rank, n * groups);
-  std::vector<int32_t> rows(static_cast<size_t>(groups * n));
-  for (int64_t g = 0; g < groups; ++g)
-    for (int64_t t = 0; t < n; ++t) rows[size_t(g * n + t)] = static_cast<int32_t>(t * groups + g);
-  const Tensor rows_t = be_.upload(XPACK_TYPE_I32, rows.data(), 1, groups * n);
-  const Tensor group_in = be_.alloc(kF32, group_dim, n), group_out = be_.alloc(kF32, rank, n);
-  for (int64_t g = 0; g < groups; ++g) {
-    const Tensor ids = rows_t.row_range(g * n, n);
-    be_.get_rows(group_rows, ids, group_in);
-    // Group g owns rows [g*rank, (g+1)*rank) of attn_output_a.
-    be_.matmul(wo_a_.row_range(g * rank, rank), group_in, group_out);
-    be_.set_rows(group_out, ids, low_rows);
+  std::vector<Backend::GroupedProblem> problems;
+  for (int64_t g = 0; g < groups; ++g) problems.push_back({wo_a_.row_range(g * rank, rank), g * n, n});
+  if (n == 1) {
+    be_.grouped_matmul(problems, group_rows, low_rows);
+  } else {
+    std::vector<int32_t> rows(static_cast<size_t>(groups * n));
+    for (int64_t g = 0; g < groups; ++g)
+      for (int64_t t = 0; t < n; ++t) rows[size_t(g * n + t)] = static_cast<int32_t>(t * groups + g);
+    const Tensor rows_t = be_.upload(XPACK_TYPE_I32, rows.data(), 1, groups * n);
+    const Tensor group_in = be_.empty(kF32, group_dim, groups * n), group_out = be_.empty(kF32, rank, groups * n);
+    be_.get_rows(group_rows, rows_t, group_in);
+    be_.grouped_matmul(problems, group_in, group_out);
+    be_.set_rows(group_out, rows_t, low_rows);
   }
   be_.matmul(wo_b_, low, out);
 }

@@ -43,13 +43,13 @@ void Compressor::append(const Tensor& x, int64_t pos0) {
                      std::to_string(next_pos_));
   }
   const int64_t n = x.rows();
-  const Tensor kv = be_.alloc(XPACK_TYPE_F32, row_width_, n), score = be_.alloc(XPACK_TYPE_F32, row_width_, n);
+  const Tensor kv = be_.empty(XPACK_TYPE_F32, row_width_, n), score = be_.empty(XPACK_TYPE_F32, row_width_, n);
   be_.matmul(wkv_, x, kv);
   be_.matmul(wgate_, x, score);
   // The learned absolute position bias depends on the offset inside a block.
   std::vector<int32_t> offsets(static_cast<size_t>(n));
   for (int64_t t = 0; t < n; ++t) offsets[size_t(t)] = static_cast<int32_t>((pos0 + t) % ratio_);
-  const Tensor ape = be_.alloc(XPACK_TYPE_F32, row_width_, n);
+  const Tensor ape = be_.empty(XPACK_TYPE_F32, row_width_, n);
   be_.get_rows(ape_, be_.upload(XPACK_TYPE_I32, offsets.data(), 1, n), ape);
   be_.add(score, ape, score);
   kv_rows_.append(be_, kv);
@@ -59,7 +59,7 @@ void Compressor::append(const Tensor& x, int64_t pos0) {
   // Every block whose last position has now been seen is final.
   const int64_t n_new = next_pos_ / ratio_ - n_blocks_;
   if (n_new > 0) {
-    const Tensor pooled = be_.alloc(XPACK_TYPE_F32, width_, n_new);
+    const Tensor pooled = be_.empty(XPACK_TYPE_F32, width_, n_new);
     ops_.compress_pool(kv_rows_.view(), score_rows_.view(), kv_rows_.first(), n_blocks_, ratio_, overlap_, pooled);
     reserve_rows(be_, blocks_, n_blocks_ + n_new);
     const Tensor keys = blocks_.row_range(n_blocks_, n_new);

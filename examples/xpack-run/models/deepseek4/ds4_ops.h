@@ -29,7 +29,8 @@ class Ds4Ops {
   // comb [n][hc * hc] (src-major) and input [n][n_embd] = sum_h pre[h] * copy h of stream.
   virtual void hc_pre(const HcShape& s, const Tensor& mixes, const Tensor& base, const Tensor& scale,
                       const Tensor& stream, const Tensor& input, const Tensor& post, const Tensor& comb) = 0;
-  // stream copy dst = post[dst] * output + sum_src comb[src][dst] * residual copy src.
+  // stream copy dst = post[dst] * output + sum_src comb[src][dst] * residual copy
+  // src; stream may be residual (in place).
   virtual void hc_post(const HcShape& s, const Tensor& output, const Tensor& residual, const Tensor& post,
                        const Tensor& comb, const Tensor& stream) = 0;
   // The head's collapse: out = sum_h (sigmoid(mixes[h] * scale0 + base[h]) + eps) * copy h.

@@ -10,9 +10,9 @@ namespace {
 
 // mixes = fn . rms_norm(flattened copies).
 Tensor hc_mixes(Backend& be, const Hparams& hp, const Tensor& fn, const Tensor& stream) {
-  const Tensor normed = be.alloc(XPACK_TYPE_F32, stream.width(), stream.rows());
+  const Tensor normed = be.empty(XPACK_TYPE_F32, stream.width(), stream.rows());
   be.rms_norm(stream, nullptr, hp.rms_eps, normed);
-  const Tensor mixes = be.alloc(XPACK_TYPE_F32, fn.rows(), stream.rows());
+  const Tensor mixes = be.empty(XPACK_TYPE_F32, fn.rows(), stream.rows());
   be.matmul(fn, normed, mixes);
   return mixes;
 }
@@ -31,8 +31,8 @@ HcSite::HcSite(const Weights& w, const Hparams& hp, Backend& be, Ds4Ops& ops, co
 
 void HcSite::pre(const Tensor& stream, const Tensor& input, HcMixing& mix) const {
   const int64_t n = stream.rows(), hc = hp_.hc_mult;
-  mix.post = be_.alloc(XPACK_TYPE_F32, hc, n);
-  mix.comb = be_.alloc(XPACK_TYPE_F32, hc * hc, n);
+  mix.post = be_.empty(XPACK_TYPE_F32, hc, n);
+  mix.comb = be_.empty(XPACK_TYPE_F32, hc * hc, n);
   ops_.hc_pre(hc_shape(hp_), hc_mixes(be_, hp_, fn_, stream), base_, scale_, stream, input, mix.post, mix.comb);
 }
 

@@ -31,7 +31,8 @@ class HcSite {
   void pre(const Tensor& stream, const Tensor& input, HcMixing& mix) const;
 
   // Rebuilds the stream from the sub-layer output [n][n_embd] and the stream
-  // as it was before the sub-layer (residual), both [n][hc * n_embd].
+  // as it was before the sub-layer (residual), both [n][hc * n_embd]; stream may
+  // be residual (in place).
   void post(const Tensor& output, const Tensor& residual, const HcMixing& mix, const Tensor& stream) const;
 
  private:

@@ -83,18 +83,21 @@ void CpuDs4Ops::hc_post(const HcShape& s, const Tensor& output, const Tensor& re
   check_shape(output.width() == d && residual.width() == width && stream.width() == width && residual.rows() == n &&
                   stream.rows() == n && post.numel() == n * hc && comb.numel() == n * hc * hc,
               "hc_post shapes disagree");
+  std::vector<float> copy(static_cast<size_t>(hc));
   for (int64_t t = 0; t < n; ++t) {
     const float* f = output.f32() + t * d;
     const float* res = residual.f32() + t * width;
     const float* p = post.f32() + t * hc;
     const float* c = comb.f32() + t * hc * hc;
-    for (int64_t dst = 0; dst < hc; ++dst) {
-      float* out = stream.f32() + t * width + dst * d;
-      for (int64_t i = 0; i < d; ++i) out[i] = f[i] * p[dst];
-      for (int64_t src = 0; src < hc; ++src) {
-        const float weight = c[src * hc + dst];
-        const float* copy = res + src * d;
-        for (int64_t i = 0; i < d; ++i) out[i] += copy[i] * weight;
+    float* out = stream.f32() + t * width;
+    // Value by value, all copies read before any is written: stream may be
+    // residual. Each value is f * post[dst] + copy 0 * comb[0][dst] + ..., in that order.
+    for (int64_t i = 0; i < d; ++i) {
+      for (int64_t src = 0; src < hc; ++src) copy[size_t(src)] = res[src * d + i];
+      for (int64_t dst = 0; dst < hc; ++dst) {
+        float acc = f[i] * p[dst];
+        for (int64_t src = 0; src < hc; ++src) acc += copy[size_t(src)] * c[src * hc + dst];
+        out[dst * d + i] = acc;
       }
     }
   }

@@ -102,17 +102,15 @@ class Deepseek4 final : public Model {
     const Tensor stream = be_.alloc(kF32, width, n);
     be_.get_rows(token_embd_, be_.upload(XPACK_TYPE_I32, repeated.data(), 1, n * hc), stream.reshaped(d, n * hc));
 
-    const Tensor residual = be_.alloc(kF32, width, n), x = be_.alloc(kF32, d, n), y = be_.alloc(kF32, d, n);
+    const Tensor x = be_.alloc(kF32, d, n), y = be_.alloc(kF32, d, n);
     HcMixing mix;
     for (size_t il = 0; il < blocks_.size(); ++il) {
       Block& b = *blocks_[il];
-      be_.copy(stream, residual);
       b.hc_attn.pre(stream, x, mix);
       be_.rms_norm(x, &b.attn_norm, hp_.rms_eps, x);
       b.attention.forward(x, pos0, y);
-      b.hc_attn.post(y, residual, mix, stream);
+      b.hc_attn.post(y, stream, mix, stream);  // pre left the stream as it was: it is the residual
 
-      be_.copy(stream, residual);
       b.hc_ffn.pre(stream, x, mix);
       // The next layer's guess, if it routes by a learned router.
       NextGuess next{guesser_.get(), nullptr, {}};
@@ -126,7 +124,7 @@ class Deepseek4 final : public Model {
       be_.rms_norm(x, &b.ffn_norm, hp_.rms_eps, x);
       if (next.router && guesser_->state() == GuessState::moe_input) next.state = x;
       b.moe.forward(x, ids, y, next);
-      b.hc_ffn.post(y, residual, mix, stream);
+      b.hc_ffn.post(y, stream, mix, stream);
     }
 
     head_.collapse(stream, x);

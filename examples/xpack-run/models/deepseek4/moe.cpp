@@ -55,7 +55,7 @@ MoeBlock::MoeBlock(const Weights& w, const Hparams& hp, Backend& be, int64_t lay
 
 Routing MoeBlock::route(const Tensor& x, const Tensor& tokens, int64_t guess_width) const {
   const int64_t n = x.rows(), k = hp_.n_expert_used;
-  const Tensor scores = be_.alloc(XPACK_TYPE_F32, hp_.n_expert, n);
+  const Tensor scores = be_.empty(XPACK_TYPE_F32, hp_.n_expert, n);
   be_.matmul(gate_inp_, x, scores);
   be_.unary(Unary::sqrt_softplus, scores, scores);
 
@@ -65,7 +65,7 @@ Routing MoeBlock::route(const Tensor& x, const Tensor& tokens, int64_t guess_wid
     be_.get_rows(tid2eid_, tokens, r.ids);
   } else {
     // Learned routing: top-k of score + selection bias, best first.
-    const Tensor biased = be_.alloc(XPACK_TYPE_F32, hp_.n_expert, n);
+    const Tensor biased = be_.empty(XPACK_TYPE_F32, hp_.n_expert, n);
     be_.add(scores, probs_bias_, biased);
     be_.top_k(biased, r.ids);
   }
