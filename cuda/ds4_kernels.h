@@ -44,11 +44,12 @@ cudaError_t compress_pool(const float* kv, const float* score, int64_t rows_firs
                           int64_t n_out, int64_t width, int64_t ratio, bool overlap, float* out, cudaStream_t cs);
 
 // chosen [n][top_k]: per query the visible blocks, ascending, -1 padded (all of
-// them when at most top_k are visible, else the top_k of the indexer score).
-// scores (n * n_blocks floats) and flags (n * n_blocks ints) are scratch.
+// them when at most top_k are visible, else the top_k of the indexer score by
+// score descending, index ascending). scores (n * n_blocks floats) is scratch,
+// read only when n_blocks > top_k (else it may be null). In ds4_indexer.cu.
 cudaError_t indexer_select(const float* q, const float* w, const float* keys, int64_t n_blocks, int64_t n,
                            int64_t n_head, int64_t head_dim, int64_t pos0, int64_t ratio, int64_t top_k,
-                           float* scores, int32_t* flags, int32_t* chosen, cudaStream_t cs);
+                           float* scores, int32_t* chosen, cudaStream_t cs);
 
 struct AttentionArgs {
   const float* q = nullptr;  // [n][n_head * head_dim]

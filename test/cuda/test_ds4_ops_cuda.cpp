@@ -212,6 +212,138 @@ TEST_CASE("ds4 ops on CUDA: indexer_select is the CPU's choice, ties included, o
   CHECK(g[size_t(top_k) + 8] == -1);
 }
 
+namespace {
+
+// attention_cpu.cpp's indexer score, expression for expression (float dot in
+// index order, relu times w in float, heads summed in double in order): only to
+// decide where the test puts its ties, the CPU op stays the reference.
+std::vector<float> host_scores(const std::vector<float>& keys, int64_t n_vis, const float* q, const float* w,
+                               int64_t n_head, int64_t id) {
+  std::vector<float> s(static_cast<size_t>(n_vis));
+  for (int64_t b = 0; b < n_vis; ++b) {
+    double acc = 0.0;
+    for (int64_t h = 0; h < n_head; ++h) {
+      float d = 0.0f;
+      for (int64_t i = 0; i < id; ++i) d += q[h * id + i] * keys[size_t(b * id + i)];
+      acc += static_cast<double>(std::max(0.0f, d) * w[h]);
+    }
+    s[size_t(b)] = static_cast<float>(acc);
+  }
+  return s;
+}
+
+// Blocks by (score descending, index ascending): the CPU's order.
+std::vector<int64_t> ranked(const std::vector<float>& s) {
+  std::vector<int64_t> order(s.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = int64_t(i);
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return s[a] > s[b] || (s[a] == s[b] && a < b); });
+  return order;
+}
+
+// Makes the top_k-th block of the query (q, w) share its key with 5 blocks
+// ranked above it and 15 ranked below, spread over the index range: 21 blocks
+// then tie on the last chosen score, of which only the 6 lowest indices may be
+// chosen.
+void tie_at_boundary(std::vector<float>& keys, int64_t n_vis, int64_t top_k, const float* q, const float* w,
+                     int64_t n_head, int64_t id) {
+  const std::vector<int64_t> order = ranked(host_scores(keys, n_vis, q, w, n_head, id));
+  const int64_t star = order[size_t(top_k - 1)];
+  std::vector<int64_t> copies;
+  for (int64_t j = 0; j < 5; ++j) copies.push_back(order[size_t(j * (top_k - 1) / 5)]);
+  for (int64_t j = 0; j < 15; ++j) copies.push_back(order[size_t(top_k + j * (n_vis - top_k) / 15)]);
+  for (int64_t b : copies) std::copy_n(keys.begin() + star * id, id, keys.begin() + b * id);
+}
+
+// The blocks whose score equals the top_k-th: `chosen` (one query's row) takes
+// some of them but not all, and those it takes are their lowest indices.
+void check_boundary_tie(const std::vector<float>& keys, int64_t n_vis, int64_t top_k, const float* q, const float* w,
+                        int64_t n_head, int64_t id, const int32_t* chosen) {
+  const std::vector<float> s = host_scores(keys, n_vis, q, w, n_head, id);
+  const float last = s[size_t(ranked(s)[size_t(top_k - 1)])];
+  std::vector<int64_t> group, taken;
+  for (int64_t b = 0; b < n_vis; ++b)
+    if (s[size_t(b)] == last) group.push_back(b);
+  for (int64_t j = 0; j < top_k; ++j)
+    if (chosen[j] >= 0 && s[size_t(chosen[j])] == last) taken.push_back(chosen[j]);
+  CAPTURE(group.size());
+  CHECK(!taken.empty());
+  CHECK(taken.size() < group.size());
+  CHECK(std::equal(taken.begin(), taken.end(), group.begin()));
+}
+
+}  // namespace
+
+// DeepSeek-V4-Flash's indexer shape (64 heads of 128, top_k 512, ratio 4): one
+// query over 1024 and over 20000 visible blocks (decode at 4K and 80K of
+// context), and 64 queries whose positions span top_k * ratio (the first take
+// every block they see, the last choose). Besides repeated keys, each single
+// query gets a tie on its last chosen score, cut by the lower index.
+TEST_CASE("ds4 ops on CUDA: indexer_select at DeepSeek-V4-Flash's shape is the CPU's choice, boundary ties included") {
+  if (!xpack::test::gpu::available()) return;
+  Pair p;
+  const int64_t n_head = 64, id = 128, ratio = 4, top_k = 512;
+  const std::vector<float> qv = random_floats(size_t(64 * n_head * id), 31), wv = random_floats(size_t(64 * n_head), 32);
+  auto q = p.f32(qv, n_head * id, 64);
+  auto w = p.f32(wv, n_head, 64);
+  for (int64_t n_blocks : {int64_t(1024), int64_t(20000)}) {
+    CAPTURE(n_blocks);
+    std::vector<float> keys = random_floats(size_t(n_blocks * id), uint32_t(33 + n_blocks));
+    for (int64_t b = 11; b < n_blocks; b += 11) std::copy_n(keys.begin() + 3 * id, id, keys.begin() + b * id);
+    tie_at_boundary(keys, n_blocks, top_k, qv.data(), wv.data(), n_head, id);
+    auto k = p.f32(keys, id, n_blocks);
+    // One query (row 0 of q and w) that sees every block.
+    const Tensor q1c = q.c.row_range(0, 1), q1g = q.g.row_range(0, 1), w1c = w.c.row_range(0, 1),
+                 w1g = w.g.row_range(0, 1);
+    auto chosen = p.zeros(kI32, top_k, 1);
+    p.cops->indexer_select(q1c, w1c, k.c, n_head, ratio * n_blocks - 1, ratio, chosen.c);
+    p.gops->indexer_select(q1g, w1g, k.g, n_head, ratio * n_blocks - 1, ratio, chosen.g);
+    auto [c, g] = p.get<int32_t>(chosen);
+    CHECK(c == g);
+    CHECK(std::is_sorted(g.begin(), g.end()));
+    CHECK(g.front() >= 0);
+    check_boundary_tie(keys, n_blocks, top_k, qv.data(), wv.data(), n_head, id, g.data());
+    if (n_blocks != 20000) continue;
+    // 64 queries at positions 2015..2078: 503 to 519 visible blocks.
+    const int64_t n = 64, pos0 = ratio * top_k - 33;
+    auto batch = p.zeros(kI32, top_k, n);
+    p.cops->indexer_select(q.c, w.c, k.c, n_head, pos0, ratio, batch.c);
+    p.gops->indexer_select(q.g, w.g, k.g, n_head, pos0, ratio, batch.g);
+    auto [bc, bg] = p.get<int32_t>(batch);
+    CHECK(bc == bg);
+    for (int64_t t = 0; t < n; ++t) {
+      CAPTURE(t);
+      const auto row = bg.begin() + t * top_k;
+      const auto valid_end = std::find(row, row + top_k, -1);
+      CHECK(valid_end - row == std::min<int64_t>(top_k, (pos0 + t + 1) / ratio));
+      CHECK(std::is_sorted(row, valid_end));
+      CHECK(std::all_of(valid_end, row + top_k, [](int32_t b) { return b == -1; }));
+    }
+  }
+}
+
+// Shapes off the kernels' tiles: 70 heads (two head chunks), a head dimension
+// of 40 (a partial chunk), blocks not a multiple of the tile, and top_k 1 (the
+// choice is the single best block, its lowest index on ties).
+TEST_CASE("ds4 ops on CUDA: indexer_select off the tile sizes (70 heads of 40, top_k 100 and 1) is the CPU's choice") {
+  if (!xpack::test::gpu::available()) return;
+  Pair p;
+  const int64_t n_head = 70, id = 40, ratio = 4, n_blocks = 701, n = 3;
+  std::vector<float> keys = random_floats(size_t(n_blocks * id), 41);
+  for (int64_t b = 5; b < n_blocks; b += 5) std::copy_n(keys.begin() + 2 * id, id, keys.begin() + b * id);
+  auto k = p.f32(keys, id, n_blocks);
+  auto q = p.f32(random_floats(size_t(n * n_head * id), 42), n_head * id, n);
+  auto w = p.f32(random_floats(size_t(n * n_head), 43), n_head, n);
+  for (int64_t top_k : {int64_t(100), int64_t(1)}) {
+    CAPTURE(top_k);
+    auto chosen = p.zeros(kI32, top_k, n);
+    p.cops->indexer_select(q.c, w.c, k.c, n_head, 2798, ratio, chosen.c);  // 699, 700 and 700 visible
+    p.gops->indexer_select(q.g, w.g, k.g, n_head, 2798, ratio, chosen.g);
+    auto [c, g] = p.get<int32_t>(chosen);
+    CHECK(c == g);
+    CHECK(std::none_of(g.begin(), g.end(), [](int32_t b) { return b < 0; }));
+  }
+}
+
 TEST_CASE("ds4 ops on CUDA: attention with sinks over window, all blocks, chosen blocks and the scratch path") {
   if (!xpack::test::gpu::available()) return;
   Pair p;
