@@ -184,19 +184,20 @@ class CacheExperts final : public CacheExpertSource {
     ExpertReady get(int i) override {
       const size_t idx = static_cast<size_t>(i);
       // A host cache publishes no events, and a deferred entry has no slot
-      // yet: both need the host to wait for the entry. So does a missed
-      // expert on a CUDA cache: its slot's ready event is recorded only once
-      // the read has landed and the copy is enqueued, and a stream wait
-      // before that record waits for nothing (the C API has no "copy
-      // enqueued" wait). The host then waits for this expert's read and copy,
-      // never for the compute stream; a resident expert's event is complete
-      // or recorded, and the compute stream alone waits on it.
-      const xpack_expert_slot& a = entries.at(idx);
-      if (a.slot == XPACK_SLOT_DEFERRED || !a.ready_event || !(a.hit || loaded)) {
-        source->check(xpack_cache_wait(source->cache_, ticket, idx), layer);
-      }
+      // yet: both need the host to wait for the entry. So does an expert whose
+      // ready event is not recorded yet: a miss, or a hit on an expert still
+      // being read (a prefetch in flight, common for the hash layers' exact
+      // prefetch): the event is recorded only once the read has landed and
+      // the copy is enqueued, and a stream wait before that record waits for
+      // nothing (the C API has no "copy enqueued" wait). The host then waits
+      // for this expert's read and copy, never for the compute stream;
+      // otherwise the compute stream alone waits on the event.
       xpack_expert_slot e{};
       source->check(xpack_cache_entry(source->cache_, ticket, idx, &e, sizeof e), layer);
+      if (e.slot == XPACK_SLOT_DEFERRED || !e.ready_event || !(e.ready_recorded || loaded)) {
+        source->check(xpack_cache_wait(source->cache_, ticket, idx), layer);
+        source->check(xpack_cache_entry(source->cache_, ticket, idx, &e, sizeof e), layer);
+      }
       object_views(source->roles_, e.data, static_cast<int>(e.expert), views[idx]);
       return {&views[idx], e.ready_event};
     }

@@ -577,13 +577,22 @@ typedef struct xpack_expert_slot {
   void *data;          /* device address of the object (roles at xpack_role_info.offset) */
   void *ready_event;   /* cudaEvent_t to wait on from a compute stream; NULL on host */
   int32_t hit;         /* 1 if it was resident (or already loading) */
+  /* XPACK_EXPERT_SLOT_SIZE_V2 on: 1 if ready_event is recorded for this
+   * object (its copy is enqueued), so a compute stream may wait on it instead of
+   * xpack_cache_wait; 0 for a miss and for a hit on an expert still being read
+   * (a prefetch in flight), whose ready_event is not recorded yet: a stream
+   * waiting on it then would wait for nothing. */
+  int32_t ready_recorded;
 } xpack_expert_slot;
 /* The smallest elem_size accepted: the fields of the first version. */
 #define XPACK_EXPERT_SLOT_SIZE_V1 (offsetof(xpack_expert_slot, hit) + sizeof(int32_t))
+/* The size with ready_recorded. */
+#define XPACK_EXPERT_SLOT_SIZE_V2 (offsetof(xpack_expert_slot, ready_recorded) + sizeof(int32_t))
 
 /* Requests n expert ids of one layer for n_tokens tokens (duplicates allowed;
  * n_tokens > 1 is prefill). Returns at once: out[i] describes experts[i]; the
- * data is usable after xpack_cache_wait (or after ready_event on a stream).
+ * data is usable after xpack_cache_wait, or, where out[i].ready_recorded is 1,
+ * after ready_event on a stream.
  * elem_size: the caller's sizeof(xpack_expert_slot). *ticket identifies the
  * request for wait/release. XPACK_E_CAPACITY when the distinct experts cannot
  * all be placed because other requests protect too many slots (release some and

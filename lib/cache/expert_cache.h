@@ -92,6 +92,9 @@ struct ExpertHandle {
   void* data = nullptr;              // device address of the object
   device::Event* ready = nullptr;    // complete once the object is in the slot
   bool hit = false;
+  // `ready` is recorded for this object (its copy is enqueued): a stream may
+  // wait on it. A hit on an expert still being read is a hit without it.
+  bool ready_recorded = false;
 };
 
 struct Acquired {

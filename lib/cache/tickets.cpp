@@ -129,9 +129,11 @@ Result<Acquired> ExpertCache::acquire(uint32_t layer, const uint32_t* experts, s
 
 ExpertHandle ExpertCache::handle_of(const Ticket& t, size_t index) const {
   const TicketKey& tk = t.keys[t.entry_key[index]];
-  if (tk.slot == kNoSlot) return ExpertHandle{t.entry_expert[index], kNoSlot, nullptr, nullptr, false};
-  return ExpertHandle{t.entry_expert[index], tk.slot, slot_data(tk.slot), slots_[tk.slot].ready.get(),
-                      tk.hit};
+  if (tk.slot == kNoSlot) return ExpertHandle{t.entry_expert[index], kNoSlot, nullptr, nullptr, false, false};
+  const Slot& s = slots_[tk.slot];
+  // kCopying: published, its copy enqueued before the ready event was recorded.
+  return ExpertHandle{t.entry_expert[index], tk.slot, slot_data(tk.slot), s.ready.get(), tk.hit,
+                      s.state == SlotState::kCopying};
 }
 
 Result<ExpertHandle> ExpertCache::entry(TicketId ticket, size_t index) const {

@@ -184,7 +184,7 @@ xpack::Status check_slot_size(size_t elem_size, const char* call) {
 
 xpack_expert_slot to_c(const xpack::cache::ExpertHandle& h) {
   return xpack_expert_slot{h.expert, h.slot, h.data, h.ready ? h.ready->native_handle() : nullptr,
-                           h.hit ? 1 : 0};
+                           h.hit ? 1 : 0, h.ready_recorded ? 1 : 0};
 }
 
 }  // namespace

@@ -152,6 +152,7 @@ class ExpertSlot(ctypes.Structure):
         ("data", c_void_p),
         ("ready_event", c_void_p),
         ("hit", c_int32),
+        ("ready_recorded", c_int32),
     ]
 
 

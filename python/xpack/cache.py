@@ -200,6 +200,7 @@ class Entry:
     data: int             # device (or host) address of the object; 0 while deferred
     ready_event: int      # cudaEvent_t (0 on the host or while deferred)
     hit: bool
+    ready_recorded: bool  # ready_event covers this object's copy: a stream may wait on it (else wait() first)
 
 
 class Request:
@@ -255,7 +256,7 @@ class Request:
         e = ExpertSlot()
         self._check(lib.xpack_cache_entry(self._h, self.ticket, i, ctypes.byref(e), ctypes.sizeof(e)), "entry")
         return Entry(e.expert, None if e.slot == SLOT_DEFERRED else e.slot, e.data or 0, e.ready_event or 0,
-                     bool(e.hit))
+                     bool(e.hit), bool(e.ready_recorded))
 
     def hit(self, i: int) -> bool:
         """True if entry i was resident (or already loading) when acquired."""

@@ -465,6 +465,33 @@ Fixture slow_copy_fixture() {
   return Fixture(1, 16, 1, d);
 }
 
+// A hit on an expert still being read is a hit whose ready event is not yet
+// recorded for it (a compute stream waiting on it then would wait for nothing):
+// only xpack_cache_wait covers it; once published, the recorded event does.
+TEST_CASE("cache: a hit on a prefetch in flight has no recorded ready event until its copy is enqueued") {
+  auto f = slow_copy_fixture();
+  auto c = f.make(4);
+  std::vector<uint32_t> hint = {1, 2};
+  REQUIRE(c->prefetch(0, hint.data(), 2).ok());
+  // 2's read waits for the one staging buffer, which 1's 200 ms copy holds.
+  auto a = acquire_ok(*c, 0, {2});
+  CHECK(a.experts[0].hit);
+  CHECK_FALSE(a.experts[0].ready_recorded);
+  REQUIRE(c->wait(a.ticket, 0).ok());
+  auto e = c->entry(a.ticket, 0);
+  REQUIRE(e.ok());
+  CHECK(e->ready_recorded);
+  check_slot_bytes(*f.dev, *e, 0);
+  // 1 was published long ago: its recorded event alone covers its bytes.
+  auto b = acquire_ok(*c, 0, {1});
+  CHECK(b.experts[0].hit);
+  REQUIRE(b.experts[0].ready_recorded);
+  REQUIRE(b.experts[0].ready->wait().ok());
+  check_slot_bytes(*f.dev, b.experts[0], 0);
+  REQUIRE(c->release(a.ticket).ok());
+  REQUIRE(c->release(b.ticket).ok());
+}
+
 TEST_CASE("cache: a demand miss may take the slot of a prefetch that has not started") {
   auto f = slow_copy_fixture();
   CacheOptions o;

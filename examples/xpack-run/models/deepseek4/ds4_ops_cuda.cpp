@@ -102,7 +102,7 @@ class CudaDs4Ops final : public Ds4Ops {
               w.rows() == n && chosen.rows() == n && chosen.type == XPACK_TYPE_I32 && ratio > 0,
           "indexer_select shapes disagree");
     Tensor scores;
-    if (n_blocks > top_k) scores = be_.alloc(XPACK_TYPE_F32, n_blocks, n);  // some query may have to choose
+    if (n_blocks > top_k) scores = be_.empty(XPACK_TYPE_F32, n_blocks, n);  // some query may have to choose
     check_cuda(k::indexer_select(q.f32(), w.f32(), keys.f32(), n_blocks, n, n_head, id, pos0, ratio, top_k,
                                  scores.f32(), chosen.i32(), cs()),
                "indexer_select");
