@@ -641,9 +641,9 @@ inline int tpr_log2_for(int units) { return units >= 128 ? 7 : (units >= 64 ? 6 
 // writes its rows' chunk sums to the context's workspace and the warp that finishes
 // a row group's last chunk (a per-row-group counter says which) adds the chunks in
 // chunk order. Which warp arrives last changes nothing but who adds: the sum is the
-// same, bit for bit, run after run. The chunking depends on the type, ne0 and ne1
-// only (never on the token count or the launch's other problems), so grouped
-// launches keep equalling separate ones.
+// same, bit for bit, run after run. The chunking depends on the type, ne0, ne1,
+// the device's SM count and the scratch's size only (never on the token count or
+// the launch's other problems), so grouped launches keep equalling separate ones.
 
 // Two warps per block: small blocks spread the few items over more SMs.
 constexpr int kSplitThreads = 64;
@@ -714,10 +714,11 @@ __global__ void __launch_bounds__(kSplitThreads) matvec_split_kernel(const Group
     // sees the count complete reads every chunk's sum.
     __threadfence();
     last = atomicAdd(cnt, 1u) == unsigned(sa.chunks - 1);
+    if (last) __threadfence();  // the reads below come after the completed count
   }
   last = __shfl_sync(0xFFFFFFFFu, last, 0);
   if (!last) return;
-  __threadfence();
+  __syncwarp();  // orders lane 0's observation before the other lanes' reads (a shuffle does not)
   // Lane l adds chunks l and l + 32, then the warp's fixed shuffle tree: one order
   // for a given chunk count, whichever warp does it. Loads bypass L1 (__ldcg),
   // which holds nothing of the other SMs' writes.
@@ -753,7 +754,10 @@ inline int sm_count() {
 // The split for a shape: none where the unsplit grid at one token (the smallest,
 // R = 4) has at least half as many blocks as the GPU has SMs; otherwise chunks of
 // at least 32 units (one per lane), enough of them for kSplitPiecesPerSm (row,
-// chunk) pieces per SM. From the type, ne0, ne1 and the device only.
+// chunk) pieces per SM. From the type, ne0, ne1 and the device only. The
+// 2048-row cap (kMatvecSplitMaxRows, which bounds the counters) costs nothing:
+// a row of >= 64 units (needed for 2 chunks) gets >= 64 threads, so 2048 rows
+// already make >= 128 blocks.
 template <class Ty>
 Split split_plan(int ne0, int ne1) {
   const int units = ne0 / Ty::kUnit;
@@ -794,6 +798,7 @@ cudaError_t launch_split(const GroupParams& gp, int ne0, int ne1, size_t rb, con
   sa.row_groups = (ne1 + R - 1) / R;
   sa.problem_floats = size_t(NT) * size_t(ne1) * size_t(sp.chunks);
   const int per_launch = int(std::min<size_t>(size_t(gp.n), sc.partial_bytes / sizeof(float) / sa.problem_floats));
+  if (per_launch < 1) return cudaErrorInvalidValue;  // split_fits() rules this out
   const int items = sa.row_groups * sp.chunks;
   const unsigned bx = unsigned((items + kSplitThreads / 32 - 1) / (kSplitThreads / 32));
   GroupParams sub{};
