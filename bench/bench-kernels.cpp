@@ -286,13 +286,16 @@ int main(int argc, char** argv) {
     CK(cudaFree(x));
     CK(cudaFree(y));
   }
-  // Matrices of few rows at one token (DeepSeek-V4's hyper-connection weights):
-  // matmul() through the context splits each row over more warps; the unsplit
-  // kernel (matvec(), which has no workspace) is the baseline in the same run.
-  const Shape few[] = {
+  // Matrices of few rows at one token (DeepSeek-V4's hyper-connection weights,
+  // F32, and every other type at the same shape): matmul() through the context
+  // splits each row over more warps; the unsplit kernel (matvec(), which has no
+  // workspace) is the baseline in the same run.
+  std::vector<Shape> few = {
       {xk::kF32, 16384, 24, "ds4-hc-24rows"},
       {xk::kF32, 16384, 4, "ds4-hc-4rows"},
   };
+  for (uint32_t t : all)
+    if (t != xk::kF32) few.push_back({t, 16384, 24, "few-rows"});
   for (const Shape& sh : few) {
     const size_t wb = xk::row_bytes(sh.type, sh.ne0) * size_t(sh.ne1);
     const int copies = int(std::max<size_t>(2, (cold_bytes + wb - 1) / wb));
