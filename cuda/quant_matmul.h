@@ -167,7 +167,8 @@ void context_destroy(Context* ctx);
 // y = W x for any n_tokens >= 1: up to opts->matvec_max_tokens tokens in fp32
 // through matvec()'s kernel (a matrix with too few rows to fill the GPU has its
 // rows split over more warps, the workspace holding the partial sums: the same
-// bits run after run, within the same bound; doc/kernels.md, "Few rows"); more, for MXFP4, Q8_0, Q3_K and Q2_K with w and x 16-byte aligned,
+// bits run after run, within the same bound; doc/kernels.md, "Few rows"); more,
+// for MXFP4, Q8_0, Q3_K and Q2_K with w and x 16-byte aligned,
 // through tensor cores within the fp32 bound (quant_mma.h says why that holds);
 // otherwise tiles of W dequantized into the workspace and multiplied by cuBLAS.
 // opts may be null (defaults).
@@ -177,12 +178,11 @@ int matmul(Context* ctx, uint32_t type, const void* w, int64_t ne0, int64_t ne1,
            int n_tokens, float* y, const MatmulOptions* opts, cudaStream_t stream);
 
 // Several experts of one layer: problems with at most matvec_max_tokens tokens
-// (fp32) go through ONE grouped_matvec launch (in chunks of 128; split as in
-// matmul(), in more launches where the workspace holds fewer problems' partial
-// sums), the others
-// through one tensor-core launch (MXFP4, Q8_0, Q3_K, Q2_K; in chunks of 128) or
-// matmul() each. Each output row equals matmul() of its problem alone,
-// bit for bit. `problems` is a host array.
+// (fp32) go through ONE grouped_matvec launch (in chunks of 128; rows split as
+// in matmul(), in more launches where the workspace holds fewer problems'
+// partial sums), the others through one tensor-core launch (MXFP4, Q8_0, Q3_K,
+// Q2_K; in chunks of 128) or matmul() each. Each output row equals matmul() of
+// its problem alone, bit for bit. `problems` is a host array.
 // Thread safety: as matmul().
 int grouped_matmul(Context* ctx, uint32_t type, int64_t ne0, int64_t ne1,
                    const ExpertProblem* problems, int n_problems, const float* x, float* y,
