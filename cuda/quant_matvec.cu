@@ -859,7 +859,7 @@ cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const 
 
 // Whether sc can take the split of a problem of ne1 rows at any token count:
 // the answer depends on the shape and the context, not on the launch.
-bool split_fits(const MatvecScratch* sc, int ne1, const Split& sp) {
+inline bool split_fits(const MatvecScratch* sc, int ne1, const Split& sp) {
   if (!sc || !sc->partial || !sc->counters) return false;
   const size_t floats = size_t(kMaxMatvecTokens) * size_t(ne1) * size_t(sp.chunks);
   const size_t counters = size_t(kMaxGroupedProblems) * size_t((ne1 + 1) / 2);  // R >= 2
