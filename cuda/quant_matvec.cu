@@ -765,6 +765,10 @@ Split split_plan(int ne0, int ne1) {
   const int blocks = (ne1 + rows_per_block - 1) / rows_per_block;
   const int sms = sm_count();
   if (sms <= 0 || ne1 > kMatvecSplitMaxRows || 2 * blocks >= sms) return Split{};
+  // Rows of fewer than 256 units already give each lane one or two: the split's
+  // round trip made Q2_K, Q3_K and Q6_K at 16384 inputs (128 units) 0.8-1.06x
+  // (H200, bench-kernels --few-rows), against 1.25-2x for rows of 256 and more.
+  if (units < 256) return Split{};
   const int want = (kSplitPiecesPerSm * sms + ne1 - 1) / ne1;
   const int chunks = std::min({kMaxChunks, units / 32, want});
   if (chunks < 2) return Split{};

@@ -496,7 +496,8 @@ std::vector<float> fetch(const DevBuf& d, size_t n) {
   return v;
 }
 
-// Matrices of 24, 4 and 1 rows of 16384 inputs fill too few blocks for the GPU,
+// Matrices of 24, 4 and 1 rows of 16384 inputs (32768 for Q2_K, Q3_K and Q6_K,
+// whose rows need 256 units to split) fill too few blocks for the GPU,
 // so matmul() splits their rows over more warps (chunk sums in the context's
 // workspace, added in a fixed order): within the fp32 bound for every type at
 // 1..3 tokens; the same bits on a second launch (which also finds the first's
@@ -517,7 +518,9 @@ TEST_CASE("matmul at decode: few-row matrices split their rows, within the bound
     int64_t ne0;
   };
   std::vector<Case> cases;
-  for (uint32_t type : kTypes) cases.push_back({type, 16384});
+  // 256 units per row at least: 32768 inputs for the types of 128-element units.
+  for (uint32_t type : kTypes)
+    cases.push_back({type, type == xk::kQ2_K || type == xk::kQ3_K || type == xk::kQ6_K ? 32768 : 16384});
   for (uint32_t type : {xk::kF32, xk::kF16, xk::kBF16}) cases.push_back({type, 16381});
   for (const Case& c : cases) {
     const uint32_t type = c.type;
