@@ -2,7 +2,12 @@
 // second of the cuda/quant_matmul.h kernels, for every weight type at the model
 // shapes, against a device-to-device cudaMemcpy measured in the same run.
 //
-//   bench-kernels [--quick]        (prints one RESULT line per measurement, then a table)
+//   bench-kernels [--quick] [--few-rows]   (prints one RESULT line per measurement)
+//   --few-rows: the copy and the few-row matrices only (a short device call)
+//
+// kind=matvec is matvec() (no workspace: rows never split); kind=matvec-split is
+// the same product through matmul()'s context, which splits the rows of a matrix
+// too short to fill the GPU (doc/kernels.md, "Few rows").
 //
 // hot:  the same weights every repetition (what llama.cpp's test-backend-ops perf
 //       measures: matrices under the 60 MB L2 may be served partly from it);
@@ -125,7 +130,16 @@ void report(const char* kind, uint32_t type, int64_t ne0, int64_t ne1, int n, co
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  bool quick = false, few_only = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") quick = true;
+    else if (a == "--few-rows") few_only = true;
+    else {
+      std::fprintf(stderr, "usage: bench-kernels [--quick] [--few-rows]\n");
+      return 2;
+    }
+  }
   int dev_count = 0;
   if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
     std::printf("SKIP: no CUDA device\n");
@@ -161,6 +175,7 @@ int main(int argc, char** argv) {
       {xk::kQ3_K, 3072, 3584, "kimi-expert-down"},
   };
   for (uint32_t t : all) shapes.push_back({t, 14336, 4096, "4096x14336"});
+  if (few_only) shapes.clear();
 
   xk::Context* ctx = nullptr;
   st_ok(xk::context_create(&ctx, size_t(256) << 20), "context_create");
@@ -266,6 +281,53 @@ int main(int argc, char** argv) {
         std::snprintf(mode, sizeof mode, "grouped%d", np);
         report("grouped", sh.type, sh.ne0, sh.ne1, 1, mode, us, double(wb) * np, sh.what);
       }
+    }
+    for (void* p : w) CK(cudaFree(p));
+    CK(cudaFree(x));
+    CK(cudaFree(y));
+  }
+  // Matrices of few rows at one token (DeepSeek-V4's hyper-connection weights,
+  // F32, and every other type at the same shape): matmul() through the context
+  // splits each row over more warps; the unsplit kernel (matvec(), which has no
+  // workspace) is the baseline in the same run.
+  std::vector<Shape> few = {
+      {xk::kF32, 16384, 24, "ds4-hc-24rows"},
+      {xk::kF32, 16384, 4, "ds4-hc-4rows"},
+  };
+  for (uint32_t t : all)
+    if (t != xk::kF32) few.push_back({t, 16384, 24, "few-rows"});
+  for (const Shape& sh : few) {
+    const size_t wb = xk::row_bytes(sh.type, sh.ne0) * size_t(sh.ne1);
+    const int copies = int(std::max<size_t>(2, (cold_bytes + wb - 1) / wb));
+    std::vector<void*> w(static_cast<size_t>(copies));
+    {
+      const auto host = random_weights(sh.type, wb);
+      for (auto& p : w) {
+        CK(cudaMalloc(&p, wb));
+        CK(cudaMemcpy(p, host.data(), wb, cudaMemcpyHostToDevice));
+      }
+    }
+    float *x, *y;
+    CK(cudaMalloc(reinterpret_cast<void**>(&x), size_t(sh.ne0) * 4));
+    CK(cudaMalloc(reinterpret_cast<void**>(&y), size_t(sh.ne1) * 4));
+    {
+      std::vector<float> hx(size_t(sh.ne0));
+      for (auto& v : hx) v = float(int(next() % 2001) - 1000) / 1000.0f;
+      CK(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
+    }
+    const int reps = quick ? 50 : 400;
+    for (const bool cold : {false, true}) {
+      const char* mode = cold ? "cold" : "hot";
+      const double unsplit = time_us(s, reps, 5, [&](int i) {
+        st_ok(xk::matvec(sh.type, w[cold ? size_t(i % copies) : 0], sh.ne0, sh.ne1, x, 1, y, s), "matvec");
+      });
+      report("matvec", sh.type, sh.ne0, sh.ne1, 1, mode, unsplit, double(wb), sh.what);
+      const double split = time_us(s, reps, 5, [&](int i) {
+        st_ok(xk::matmul(ctx, sh.type, w[cold ? size_t(i % copies) : 0], sh.ne0, sh.ne1, x, 1, y, nullptr, s),
+              "matmul");
+      });
+      report("matvec-split", sh.type, sh.ne0, sh.ne1, 1, mode, split, double(wb), sh.what);
+      std::printf("  (split: %.2fx the unsplit kernel)\n", unsplit / split);
     }
     for (void* p : w) CK(cudaFree(p));
     CK(cudaFree(x));

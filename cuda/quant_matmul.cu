@@ -81,7 +81,17 @@ struct Context {
   cublasHandle_t blas = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  uint32_t* counters = nullptr;  // the split decode kernel's, kept zero between launches
 };
+
+namespace {
+// The decode kernels' scratch: the workspace (free between products, which run in
+// one stream's order) and the counters.
+dev::MatvecScratch scratch_of(const Context* c) {
+  return dev::MatvecScratch{static_cast<float*>(c->workspace), c->workspace_bytes, c->counters,
+                            dev::kMatvecSplitCounters};
+}
+}  // namespace
 
 int context_create(Context** out, size_t workspace_bytes) {
   if (!out) return kErrArgument;
@@ -93,10 +103,26 @@ int context_create(Context** out, size_t workspace_bytes) {
     delete c;
     return kErrCuda;
   }
+  // Zeroed once here: every split launch leaves its counters zero again. The
+  // memset runs on the default stream, which a non-blocking stream does not wait
+  // for, hence the synchronization.
+  const size_t counter_bytes = dev::kMatvecSplitCounters * sizeof(uint32_t);
+  if (cudaMalloc(&c->counters, counter_bytes) != cudaSuccess) {
+    cudaFree(c->workspace);
+    delete c;
+    return kErrCuda;
+  }
+  if (cudaMemset(c->counters, 0, counter_bytes) != cudaSuccess || cudaStreamSynchronize(nullptr) != cudaSuccess) {
+    cudaFree(c->counters);
+    cudaFree(c->workspace);
+    delete c;
+    return kErrCuda;
+  }
   // CUBLAS_DEFAULT_MATH: SGEMM in plain fp32 (TF32 only with *_TF32_TENSOR_OP_MATH).
   if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS ||
       cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS) {
     if (c->blas) cublasDestroy(c->blas);
+    cudaFree(c->counters);
     cudaFree(c->workspace);
     delete c;
     return kErrCublas;
@@ -124,6 +150,7 @@ int context_create(Context** out, size_t workspace_bytes) {
 void context_destroy(Context* ctx) {
   if (!ctx) return;
   cublasDestroy(ctx->blas);
+  cudaFree(ctx->counters);
   cudaFree(ctx->workspace);
   delete ctx;
 }
@@ -222,7 +249,11 @@ int matmul(Context* ctx, uint32_t type, const void* w, int64_t ne0, int64_t ne1,
   Opts o;
   if (const int st = read_opts(opts, &o); st != kOk) return st;
   if (!ctx || !w || !x || !y || n_tokens < 1) return kErrArgument;
-  if (uses_matvec(type, o, n_tokens)) return matvec(type, w, ne0, ne1, x, n_tokens, y, stream);
+  if (uses_matvec(type, o, n_tokens)) {
+    const dev::MatvecScratch sc = scratch_of(ctx);
+    const ExpertProblem p{w, 0, n_tokens};
+    return dev::grouped_matvec_scratch(&sc, type, ne0, ne1, &p, 1, x, y, n_tokens, stream);
+  }
   if (uses_mma(type, o, x, w)) {
     const ExpertProblem p{w, 0, n_tokens};
     return dev::mma_grouped(type, ne0, ne1, &p, 1, x, y, stream);
@@ -245,12 +276,14 @@ int grouped_matmul(Context* ctx, uint32_t type, int64_t ne0, int64_t ne1,
   // launches where the type has them (128 problems per launch at most).
   ExpertProblem small[kMaxGroupedProblems], big[kMaxGroupedProblems];
   int n_small = 0, n_big = 0;
+  const dev::MatvecScratch sc = scratch_of(ctx);
   for (int i = 0; i < n_problems; ++i) {
     const ExpertProblem& p = problems[i];
     if (uses_matvec(type, o, p.n_tokens)) {
       small[n_small++] = p;
       if (n_small == kMaxGroupedProblems) {
-        if (const int st = grouped_matvec(type, ne0, ne1, small, n_small, x, y, n_rows, stream); st != kOk)
+        if (const int st = dev::grouped_matvec_scratch(&sc, type, ne0, ne1, small, n_small, x, y, n_rows, stream);
+            st != kOk)
           return st;
         n_small = 0;
       }
@@ -268,7 +301,7 @@ int grouped_matmul(Context* ctx, uint32_t type, int64_t ne0, int64_t ne1,
   }
   if (n_big > 0)
     if (const int st = dev::mma_grouped(type, ne0, ne1, big, n_big, x, y, stream); st != kOk) return st;
-  if (n_small > 0) return grouped_matvec(type, ne0, ne1, small, n_small, x, y, n_rows, stream);
+  if (n_small > 0) return dev::grouped_matvec_scratch(&sc, type, ne0, ne1, small, n_small, x, y, n_rows, stream);
   return kOk;
 }
 

@@ -94,6 +94,37 @@ constexpr int kMaxGroupedProblems = 128;
 int grouped_matvec(uint32_t type, int64_t ne0, int64_t ne1, const ExpertProblem* problems,
                    int n_problems, const float* x, float* y, int64_t n_rows, cudaStream_t stream);
 
+// ---- internal: the decode kernels with a context's scratch (quant_matmul.cu) ----
+namespace dev {
+
+// Device memory the decode kernels may split a few-row matrix's rows with (each
+// row's inputs cut into chunks summed by separate warps, the chunk sums added in
+// a fixed order; doc/kernels.md, "Few rows"): `partial` for the chunk sums, and
+// `counters`, zero before every launch and left zero by it. A Context owns one.
+struct MatvecScratch {
+  float* partial;
+  size_t partial_bytes;
+  uint32_t* counters;
+  size_t n_counters;
+};
+
+// Matrices of more rows are never split, which bounds the counters: one per
+// (problem, group of >= 2 rows).
+constexpr int kMatvecSplitMaxRows = 2048;
+constexpr size_t kMatvecSplitCounters = size_t(kMaxGroupedProblems) * (kMatvecSplitMaxRows / 2);
+
+// grouped_matvec(), splitting rows where the shape has too few of them to fill
+// the GPU and `scratch` (may be null: never) holds one problem's chunk sums. The
+// split depends on (type, ne0, ne1, the device, the scratch's size) only, so each
+// output row still equals this call on its problem alone, bit for bit; it differs
+// from the unsplit grouped_matvec() in rounding only. Thread safety: one thread
+// and one stream at a time per scratch.
+int grouped_matvec_scratch(const MatvecScratch* scratch, uint32_t type, int64_t ne0, int64_t ne1,
+                           const ExpertProblem* problems, int n_problems, const float* x, float* y,
+                           int64_t n_rows, cudaStream_t stream);
+
+}  // namespace dev
+
 // Dequantizes n_rows rows of W into fp32 out [n_rows][ne0], bit-identical to
 // ggml's CPU decoders (examples/xpack-run/dequant.cpp). Used by matmul's tiles.
 // Thread safety: safe from any thread.
@@ -119,10 +150,13 @@ struct MatmulOptions {
                         // SGEMM path (the baseline the tensor-core path is measured against)
 };
 
-// Owns a cuBLAS handle and a device workspace for the dequantized tiles.
+// Owns a cuBLAS handle and a device workspace for the dequantized tiles (and
+// the decode kernels' partial sums where they split rows, with 512 KiB of
+// counters beside it).
 struct Context;
 
-// workspace_bytes: 0 = 64 MiB. Allocates with cudaMalloc (once, here).
+// workspace_bytes: 0 = 64 MiB. Allocates with cudaMalloc (once, here); waits
+// for the zeroed counters (and cuBLAS's warm-up) before returning.
 // Thread safety: safe from any thread; the new context belongs to its caller.
 int context_create(Context** out, size_t workspace_bytes);
 // Waits for nothing: the caller must have finished (or ordered before a
@@ -131,7 +165,10 @@ int context_create(Context** out, size_t workspace_bytes);
 void context_destroy(Context* ctx);
 
 // y = W x for any n_tokens >= 1: up to opts->matvec_max_tokens tokens in fp32
-// through matvec(); more, for MXFP4, Q8_0, Q3_K and Q2_K with w and x 16-byte aligned,
+// through matvec()'s kernel (a matrix with too few rows to fill the GPU has its
+// rows split over more warps, the workspace holding the partial sums: the same
+// bits run after run, within the same bound; doc/kernels.md, "Few rows"); more,
+// for MXFP4, Q8_0, Q3_K and Q2_K with w and x 16-byte aligned,
 // through tensor cores within the fp32 bound (quant_mma.h says why that holds);
 // otherwise tiles of W dequantized into the workspace and multiplied by cuBLAS.
 // opts may be null (defaults).
@@ -141,10 +178,11 @@ int matmul(Context* ctx, uint32_t type, const void* w, int64_t ne0, int64_t ne1,
            int n_tokens, float* y, const MatmulOptions* opts, cudaStream_t stream);
 
 // Several experts of one layer: problems with at most matvec_max_tokens tokens
-// (fp32) go through ONE grouped_matvec launch (in chunks of 128), the others
-// through one tensor-core launch (MXFP4, Q8_0, Q3_K, Q2_K; in chunks of 128) or
-// matmul() each. Each output row equals matmul() of its problem alone,
-// bit for bit. `problems` is a host array.
+// (fp32) go through ONE grouped_matvec launch (in chunks of 128; rows split as
+// in matmul(), in more launches where the workspace holds fewer problems'
+// partial sums), the others through one tensor-core launch (MXFP4, Q8_0, Q3_K,
+// Q2_K; in chunks of 128) or matmul() each. Each output row equals matmul() of
+// its problem alone, bit for bit. `problems` is a host array.
 // Thread safety: as matmul().
 int grouped_matmul(Context* ctx, uint32_t type, int64_t ne0, int64_t ne1,
                    const ExpertProblem* problems, int n_problems, const float* x, float* y,

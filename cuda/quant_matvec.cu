@@ -12,6 +12,10 @@
 // sums, not to every weight. Partial sums are reduced by warp shuffles and, for
 // groups of several warps, through shared memory in a fixed order, so results do
 // not depend on the launch's other rows or problems.
+//
+// Matrices with few rows (a split, below matvec_split_kernel): through matmul()'s
+// context, whose workspace holds partial sums, each row's units are cut into
+// chunks that separate warps sum, and the chunks' sums are added in a fixed order.
 #include <algorithm>
 #include <atomic>
 #include <type_traits>
@@ -625,6 +629,117 @@ __global__ void __launch_bounds__(kThreads) matvec_kernel(const GroupParams gp, 
   }
 }
 
+// Threads per row (log2) of the unsplit kernel: as many as the row has units, up to 128.
+inline int tpr_log2_for(int units) { return units >= 128 ? 7 : (units >= 64 ? 6 : 5); }
+
+// ---- the split of a row's units over several warps ---------------------------------
+//
+// The kernel above gives a group of rows to one group of at most 128 threads, so a
+// matrix of few rows (DeepSeek-V4's hyper-connection weights: 24 or 4 rows of 16384)
+// fills 3 blocks of a 132-SM GPU and runs at launch-plus-latency speed, most of the
+// machine idle. Here a warp owns one (row group, chunk of units) item instead; it
+// writes its rows' chunk sums to the context's workspace and the warp that finishes
+// a row group's last chunk (a per-row-group counter says which) adds the chunks in
+// chunk order. Which warp arrives last changes nothing but who adds: the sum is the
+// same, bit for bit, run after run. The chunking depends on the type, ne0, ne1,
+// the device's SM count and the scratch's size only (never on the token count or
+// the launch's other problems), so grouped launches keep equalling separate ones.
+
+// Two warps per block: small blocks spread the few items over more SMs.
+constexpr int kSplitThreads = 64;
+// At most two chunk sums per lane in the final sum (one load each, no loop).
+constexpr int kMaxChunks = 64;
+// Enough (row, chunk) pieces for about 8 warps per SM at one token (R = 4).
+constexpr int kSplitPiecesPerSm = 32;
+
+struct Split {
+  int chunks = 1;       // 1: no split
+  int chunk_units = 0;  // a multiple of 32, so every lane of a chunk's warp has work
+};
+
+struct SplitArgs {
+  float* partial;        // [problem][token][row][chunk] chunk sums
+  uint32_t* counters;    // [problem][row group]: zero before and after every launch
+  size_t problem_floats;  // NT * ne1 * chunks
+  int chunks, chunk_units, row_groups;
+};
+
+template <class Ty, int NT, int R>
+__global__ void __launch_bounds__(kSplitThreads) matvec_split_kernel(const GroupParams gp, int ne0, int ne1,
+                                                                     size_t row_bytes,
+                                                                     const float* __restrict__ x,
+                                                                     float* __restrict__ y, const SplitArgs sa) {
+  constexpr int kU = Ty::kUnit;
+  const int p = blockIdx.y;
+  const int item = blockIdx.x * (kSplitThreads / 32) + int(threadIdx.x >> 5);
+  if (item >= sa.row_groups * sa.chunks) return;  // the whole warp: no shuffle is left half-empty
+  const int lane = threadIdx.x & 31;
+  const int rg = item / sa.chunks, c = item - rg * sa.chunks;
+  const uint8_t* W = gp.w[p];
+  const int row0 = gp.row[p];
+  const int nt = gp.ntok[p];
+
+  const float* xp[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) xp[t] = x + size_t(row0 + min(t, nt - 1)) * size_t(ne0);
+  const int o0 = rg * R;
+  const uint8_t* rp[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) rp[r] = W + size_t(min(o0 + r, ne1 - 1)) * row_bytes;
+
+  float acc[R][NT];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
+  const int u_end = min(ne0 / kU, (c + 1) * sa.chunk_units);
+  for (int u = c * sa.chunk_units + lane; u < u_end; u += 32) Ty::template run<NT, R>(rp, u, xp, acc, kU);
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) acc[r][t] += __shfl_xor_sync(0xFFFFFFFFu, acc[r][t], off);
+
+  float* part = sa.partial + size_t(p) * sa.problem_floats;
+  uint32_t* cnt = sa.counters + size_t(p) * size_t(sa.row_groups) + size_t(rg);
+  int last = 0;
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+        if (o0 + r < ne1 && t < nt) part[(size_t(t) * size_t(ne1) + size_t(o0 + r)) * sa.chunks + c] = acc[r][t];
+    // The chunk sums reach L2 before the counter counts them, so the warp that
+    // sees the count complete reads every chunk's sum.
+    __threadfence();
+    last = atomicAdd(cnt, 1u) == unsigned(sa.chunks - 1);
+    if (last) __threadfence();  // the reads below come after the completed count
+  }
+  last = __shfl_sync(0xFFFFFFFFu, last, 0);
+  if (!last) return;
+  __syncwarp();  // orders lane 0's observation before the other lanes' reads (a shuffle does not)
+  // Lane l adds chunks l and l + 32, then the warp's fixed shuffle tree: one order
+  // for a given chunk count, whichever warp does it. Loads bypass L1 (__ldcg),
+  // which holds nothing of the other SMs' writes.
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const int o = o0 + r;
+      if (o >= ne1 || t >= nt) continue;  // the same for the whole warp
+      const float* q = part + (size_t(t) * size_t(ne1) + size_t(o)) * sa.chunks;
+      float s = lane < sa.chunks ? __ldcg(q + lane) : 0.0f;
+      if (lane + 32 < sa.chunks) s += __ldcg(q + lane + 32);
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xFFFFFFFFu, s, off);
+      if (lane == 0) y[size_t(row0 + t) * size_t(ne1) + o] = s;
+    }
+  // Every chunk has counted: nothing else touches this counter in this launch,
+  // and the next launch on the stream finds it zero again.
+  if (lane == 0) atomicExch(cnt, 0u);
+}
+
 // Multiprocessors of the current device, cached per device.
 inline int sm_count() {
   static std::atomic<int> cache[64];
@@ -636,15 +751,82 @@ inline int sm_count() {
   return n;
 }
 
+// The split for a shape: none where the unsplit grid at one token (the smallest,
+// R = 4) has at least half as many blocks as the GPU has SMs; otherwise chunks of
+// at least 32 units (one per lane), enough of them for kSplitPiecesPerSm (row,
+// chunk) pieces per SM. From the type, ne0, ne1 and the device only. The
+// 2048-row cap (kMatvecSplitMaxRows, which bounds the counters) costs nothing:
+// a row of >= 64 units (needed for 2 chunks) gets >= 64 threads, so 2048 rows
+// already make >= 128 blocks.
+template <class Ty>
+Split split_plan(int ne0, int ne1) {
+  const int units = ne0 / Ty::kUnit;
+  const int rows_per_block = (kThreads >> tpr_log2_for(units)) * 4;
+  const int blocks = (ne1 + rows_per_block - 1) / rows_per_block;
+  const int sms = sm_count();
+  if (sms <= 0 || ne1 > kMatvecSplitMaxRows || 2 * blocks >= sms) return Split{};
+  // Rows of fewer than 256 units already give each lane one or two: the split's
+  // round trip made Q2_K, Q3_K and Q6_K at 16384 inputs (128 units) 0.8-1.06x
+  // (H200, bench-kernels --few-rows), against 1.25-2x for rows of 256 and more.
+  if (units < 256) return Split{};
+  const int want = (kSplitPiecesPerSm * sms + ne1 - 1) / ne1;
+  const int chunks = std::min({kMaxChunks, units / 32, want});
+  if (chunks < 2) return Split{};
+  const int per = (units + chunks - 1) / chunks;
+  Split sp;
+  sp.chunk_units = (per + 31) & ~31;
+  sp.chunks = (units + sp.chunk_units - 1) / sp.chunk_units;
+  return sp.chunks >= 2 ? sp : Split{};
+}
+
+// R of a launch: four rows per group for one token (x reused 4 times), two
+// otherwise; Q6_K's larger units keep two (four would halve the resident warps
+// for registers). Results do not depend on it: each row's sum is its own.
+template <class Ty, int NT>
+constexpr int rows_per_group() {
+  return (NT == 1 && !std::is_same_v<Ty, TQ6_K>) ? 4 : 2;
+}
+
+// The split launch, in as many launches as the workspace needs (each holds the
+// chunk sums of up to partial_bytes / (NT * ne1 * chunks * 4) problems; the
+// caller checked that one problem of 8 tokens fits).
+template <class Ty, int NT>
+cudaError_t launch_split(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
+                         const Split& sp, const MatvecScratch& sc, cudaStream_t stream) {
+  constexpr int R = rows_per_group<Ty, NT>();
+  SplitArgs sa{};
+  sa.partial = sc.partial;
+  sa.counters = sc.counters;
+  sa.chunks = sp.chunks;
+  sa.chunk_units = sp.chunk_units;
+  sa.row_groups = (ne1 + R - 1) / R;
+  sa.problem_floats = size_t(NT) * size_t(ne1) * size_t(sp.chunks);
+  const int per_launch = int(std::min<size_t>(size_t(gp.n), sc.partial_bytes / sizeof(float) / sa.problem_floats));
+  if (per_launch < 1) return cudaErrorInvalidValue;  // split_fits() rules this out
+  const int items = sa.row_groups * sp.chunks;
+  const unsigned bx = unsigned((items + kSplitThreads / 32 - 1) / (kSplitThreads / 32));
+  GroupParams sub{};
+  for (int p0 = 0; p0 < gp.n; p0 += per_launch) {
+    sub.n = std::min(per_launch, gp.n - p0);
+    for (int i = 0; i < sub.n; ++i) {
+      sub.w[i] = gp.w[p0 + i];
+      sub.row[i] = gp.row[p0 + i];
+      sub.ntok[i] = gp.ntok[p0 + i];
+    }
+    matvec_split_kernel<Ty, NT, R><<<dim3(bx, unsigned(sub.n)), kSplitThreads, 0, stream>>>(sub, ne0, ne1, rb, x,
+                                                                                             y, sa);
+    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
 template <class Ty, int NT>
 cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
-                      cudaStream_t stream) {
-  // Four rows per group for one token (x reused 4 times), two otherwise; Q6_K's
-  // larger units keep two (four would halve the resident warps for registers).
-  constexpr int R = (NT == 1 && !std::is_same_v<Ty, TQ6_K>) ? 4 : 2;
+                      const Split& sp, const MatvecScratch* sc, cudaStream_t stream) {
+  if (sp.chunks > 1) return launch_split<Ty, NT>(gp, ne0, ne1, rb, x, y, sp, *sc, stream);
+  constexpr int R = rows_per_group<Ty, NT>();
   const int units = ne0 / Ty::kUnit;
-  // A row gets as many threads as it has units, up to 128.
-  const int tpr_log2 = units >= 128 ? 7 : (units >= 64 ? 6 : 5);
+  const int tpr_log2 = tpr_log2_for(units);
   const int rows_per_block = (kThreads >> tpr_log2) * R;
   const int blocks = (ne1 + rows_per_block - 1) / rows_per_block;
   // Quantized types only: with 8-element units the float types' x reads were
@@ -679,14 +861,25 @@ cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const 
   return cudaGetLastError();
 }
 
+// Whether sc can take the split of a problem of ne1 rows at any token count:
+// the answer depends on the shape and the context, not on the launch.
+inline bool split_fits(const MatvecScratch* sc, int ne1, const Split& sp) {
+  if (!sc || !sc->partial || !sc->counters) return false;
+  const size_t floats = size_t(kMaxMatvecTokens) * size_t(ne1) * size_t(sp.chunks);
+  const size_t counters = size_t(kMaxGroupedProblems) * size_t((ne1 + 1) / 2);  // R >= 2
+  return sc->partial_bytes / sizeof(float) >= floats && sc->n_counters >= counters;
+}
+
 template <class Ty>
 cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x,
-                        float* y, cudaStream_t stream) {
+                        float* y, const MatvecScratch* sc, cudaStream_t stream) {
+  Split sp = sc ? split_plan<Ty>(ne0, ne1) : Split{};
+  if (sp.chunks > 1 && !split_fits(sc, ne1, sp)) sp = Split{};  // the unsplit kernel
   // Rounded up to 1, 2, 4, 8: a problem with fewer tokens skips the extra ones.
-  if (nt_max <= 1) return launch_nt<Ty, 1>(gp, ne0, ne1, rb, x, y, stream);
-  if (nt_max <= 2) return launch_nt<Ty, 2>(gp, ne0, ne1, rb, x, y, stream);
-  if (nt_max <= 4) return launch_nt<Ty, 4>(gp, ne0, ne1, rb, x, y, stream);
-  return launch_nt<Ty, 8>(gp, ne0, ne1, rb, x, y, stream);
+  if (nt_max <= 1) return launch_nt<Ty, 1>(gp, ne0, ne1, rb, x, y, sp, sc, stream);
+  if (nt_max <= 2) return launch_nt<Ty, 2>(gp, ne0, ne1, rb, x, y, sp, sc, stream);
+  if (nt_max <= 4) return launch_nt<Ty, 4>(gp, ne0, ne1, rb, x, y, sp, sc, stream);
+  return launch_nt<Ty, 8>(gp, ne0, ne1, rb, x, y, sp, sc, stream);
 }
 
 }  // namespace dev
@@ -712,7 +905,7 @@ bool vector_rows(uint32_t type, int64_t ne0, const dev::GroupParams& gp) {
 }
 
 int launch(uint32_t type, int64_t ne0, int64_t ne1, const dev::GroupParams& gp, int nt_max,
-           const float* x, float* y, cudaStream_t s) {
+           const float* x, float* y, const dev::MatvecScratch* sc, cudaStream_t s) {
   using namespace dev;
   const int n0 = int(ne0), n1 = int(ne1);
   const size_t rb = row_bytes(type, ne0);
@@ -720,24 +913,24 @@ int launch(uint32_t type, int64_t ne0, int64_t ne1, const dev::GroupParams& gp, 
   const bool vec = vector_rows(type, ne0, gp) && aligned(x, 16);
   switch (type) {
     case kF32:
-      e = vec ? launch_type<TF32>(nt_max, gp, n0, n1, rb, x, y, s)
-              : launch_type<TScalar<kF32>>(nt_max, gp, n0, n1, rb, x, y, s);
+      e = vec ? launch_type<TF32>(nt_max, gp, n0, n1, rb, x, y, sc, s)
+              : launch_type<TScalar<kF32>>(nt_max, gp, n0, n1, rb, x, y, sc, s);
       break;
     case kF16:
-      e = vec ? launch_type<THalf<false>>(nt_max, gp, n0, n1, rb, x, y, s)
-              : launch_type<TScalar<kF16>>(nt_max, gp, n0, n1, rb, x, y, s);
+      e = vec ? launch_type<THalf<false>>(nt_max, gp, n0, n1, rb, x, y, sc, s)
+              : launch_type<TScalar<kF16>>(nt_max, gp, n0, n1, rb, x, y, sc, s);
       break;
     case kBF16:
-      e = vec ? launch_type<THalf<true>>(nt_max, gp, n0, n1, rb, x, y, s)
-              : launch_type<TScalar<kBF16>>(nt_max, gp, n0, n1, rb, x, y, s);
+      e = vec ? launch_type<THalf<true>>(nt_max, gp, n0, n1, rb, x, y, sc, s)
+              : launch_type<TScalar<kBF16>>(nt_max, gp, n0, n1, rb, x, y, sc, s);
       break;
-    case kQ8_0: e = launch_type<TQ8_0>(nt_max, gp, n0, n1, rb, x, y, s); break;
-    case kMXFP4: e = launch_type<TMXFP4>(nt_max, gp, n0, n1, rb, x, y, s); break;
-    case kQ2_K: e = launch_type<TQ2_K>(nt_max, gp, n0, n1, rb, x, y, s); break;
-    case kQ3_K: e = launch_type<TQ3_K>(nt_max, gp, n0, n1, rb, x, y, s); break;
-    case kQ4_K: e = launch_type<TQ45_K<false>>(nt_max, gp, n0, n1, rb, x, y, s); break;
-    case kQ5_K: e = launch_type<TQ45_K<true>>(nt_max, gp, n0, n1, rb, x, y, s); break;
-    case kQ6_K: e = launch_type<TQ6_K>(nt_max, gp, n0, n1, rb, x, y, s); break;
+    case kQ8_0: e = launch_type<TQ8_0>(nt_max, gp, n0, n1, rb, x, y, sc, s); break;
+    case kMXFP4: e = launch_type<TMXFP4>(nt_max, gp, n0, n1, rb, x, y, sc, s); break;
+    case kQ2_K: e = launch_type<TQ2_K>(nt_max, gp, n0, n1, rb, x, y, sc, s); break;
+    case kQ3_K: e = launch_type<TQ3_K>(nt_max, gp, n0, n1, rb, x, y, sc, s); break;
+    case kQ4_K: e = launch_type<TQ45_K<false>>(nt_max, gp, n0, n1, rb, x, y, sc, s); break;
+    case kQ5_K: e = launch_type<TQ45_K<true>>(nt_max, gp, n0, n1, rb, x, y, sc, s); break;
+    case kQ6_K: e = launch_type<TQ6_K>(nt_max, gp, n0, n1, rb, x, y, sc, s); break;
     default: return kErrType;
   }
   return e == cudaSuccess ? kOk : kErrCuda;
@@ -758,11 +951,17 @@ bool weight_aligned(uint32_t type, const void* w) {
 int matvec(uint32_t type, const void* w, int64_t ne0, int64_t ne1, const float* x, int n_tokens,
            float* y, cudaStream_t stream) {
   ExpertProblem p{w, 0, n_tokens};
-  return grouped_matvec(type, ne0, ne1, &p, 1, x, y, n_tokens, stream);
+  return dev::grouped_matvec_scratch(nullptr, type, ne0, ne1, &p, 1, x, y, n_tokens, stream);
 }
 
 int grouped_matvec(uint32_t type, int64_t ne0, int64_t ne1, const ExpertProblem* problems,
                    int n_problems, const float* x, float* y, int64_t n_rows, cudaStream_t stream) {
+  return dev::grouped_matvec_scratch(nullptr, type, ne0, ne1, problems, n_problems, x, y, n_rows, stream);
+}
+
+int dev::grouped_matvec_scratch(const MatvecScratch* scratch, uint32_t type, int64_t ne0, int64_t ne1,
+                                const ExpertProblem* problems, int n_problems, const float* x, float* y,
+                                int64_t n_rows, cudaStream_t stream) {
   if (const int st = check_shape(type, ne0, ne1); st != kOk) return st;
   if (!problems || n_problems <= 0 || n_problems > kMaxGroupedProblems || !x || !y || n_rows <= 0)
     return kErrArgument;
@@ -783,7 +982,7 @@ int grouped_matvec(uint32_t type, int64_t ne0, int64_t ne1, const ExpertProblem*
     gp.ntok[i] = p.n_tokens;
     nt_max = std::max(nt_max, p.n_tokens);
   }
-  return launch(type, ne0, ne1, gp, nt_max, x, y, stream);
+  return launch(type, ne0, ne1, gp, nt_max, x, y, scratch, stream);
 }
 
 }  // namespace xpack::kernels

@@ -489,6 +489,147 @@ TEST_CASE("grouped launches equal separate launches bit for bit") {
   xk::context_destroy(ctx);
 }
 
+// Rows of a [n][ne1] result, as floats.
+std::vector<float> fetch(const DevBuf& d, size_t n) {
+  std::vector<float> v(n);
+  d.get(v.data(), n * 4);
+  return v;
+}
+
+// Matrices of 24, 4 and 1 rows of 16384 inputs (32768 for Q2_K, Q3_K and Q6_K,
+// whose rows need 256 units to split) fill too few blocks for the GPU,
+// so matmul() splits their rows over more warps (chunk sums in the context's
+// workspace, added in a fixed order): within the fp32 bound for every type at
+// 1..3 tokens; the same bits on a second launch (which also finds the first's
+// counters reset); not the bits of the unsplit matvec() somewhere (the split did
+// run: any GPU with more than 6 SMs splits these shapes); and exactly matvec()'s
+// bits with a workspace too small for any split's partial sums (32 bytes: one
+// row's 8 tokens x 2 chunks need 64; the fallback). F32, F16
+// and BF16 also at 16381 inputs (the one-element path).
+TEST_CASE("matmul at decode: few-row matrices split their rows, within the bound, the same bits every run") {
+  std::mt19937 rng(9);
+  Stream st;
+  xk::Context* ctx = nullptr;
+  xk::Context* tiny = nullptr;
+  REQUIRE(xk::context_create(&ctx, 0) == xk::kOk);
+  REQUIRE(xk::context_create(&tiny, 32) == xk::kOk);
+  struct Case {
+    uint32_t type;
+    int64_t ne0;
+  };
+  std::vector<Case> cases;
+  // 256 units per row at least: 32768 inputs for the types of 128-element units.
+  for (uint32_t type : kTypes)
+    cases.push_back({type, type == xk::kQ2_K || type == xk::kQ3_K || type == xk::kQ6_K ? 32768 : 16384});
+  for (uint32_t type : {xk::kF32, xk::kF16, xk::kBF16}) cases.push_back({type, 16381});
+  for (const Case& c : cases) {
+    const uint32_t type = c.type;
+    const int64_t ne0 = c.ne0, rows = 24;
+    CAPTURE(xk::type_name(type));
+    CAPTURE(ne0);
+    // One 24-row matrix; its first 4 rows and its first row are the smaller ones.
+    const auto w = random_weights(type, ne0, rows, rng);
+    const auto x = random_x(size_t(3 * ne0), rng);
+    DevBuf dw(w.size()), dx(x.size() * 4), dy(size_t(3 * rows) * 4);
+    dw.put(w.data(), w.size());
+    dx.put(x.data(), x.size() * 4);
+    const Ref ref = reference(type, w, ne0, rows, x.data(), 3);
+    int differ = 0;
+    for (const int64_t ne1 : {int64_t(24), int64_t(4), int64_t(1)})
+      for (int n = 1; n <= 3; ++n) {
+        CAPTURE(ne1);
+        CAPTURE(n);
+        const size_t m = size_t(n * ne1);
+        dy.poison();
+        REQUIRE(xk::matmul(ctx, type, dw.p, ne0, ne1, dx.as<float>(), n, dy.as<float>(), nullptr, st.s) == xk::kOk);
+        st.sync();
+        const auto first = fetch(dy, m);
+        Ref r;
+        for (int t = 0; t < n; ++t)
+          for (int64_t o = 0; o < ne1; ++o) {
+            r.y.push_back(ref.y[size_t(t * rows + o)]);
+            r.mag.push_back(ref.mag[size_t(t * rows + o)]);
+          }
+        CHECK(count_bad(first, r, kTolFp32, xk::type_name(type)) == 0);
+        dy.poison();
+        REQUIRE(xk::matmul(ctx, type, dw.p, ne0, ne1, dx.as<float>(), n, dy.as<float>(), nullptr, st.s) == xk::kOk);
+        st.sync();
+        CHECK(std::memcmp(fetch(dy, m).data(), first.data(), m * 4) == 0);
+        dy.poison();
+        REQUIRE(xk::matvec(type, dw.p, ne0, ne1, dx.as<float>(), n, dy.as<float>(), st.s) == xk::kOk);
+        st.sync();
+        const auto unsplit = fetch(dy, m);
+        for (size_t i = 0; i < m; ++i) differ += std::memcmp(&unsplit[i], &first[i], 4) != 0;
+        dy.poison();
+        REQUIRE(xk::matmul(tiny, type, dw.p, ne0, ne1, dx.as<float>(), n, dy.as<float>(), nullptr, st.s) == xk::kOk);
+        st.sync();
+        CHECK(std::memcmp(fetch(dy, m).data(), unsplit.data(), m * 4) == 0);
+      }
+    CHECK(differ > 0);
+  }
+  xk::context_destroy(tiny);
+  xk::context_destroy(ctx);
+}
+
+// grouped_matmul over 12 few-row problems of 1..3 tokens (four weight matrices in
+// turn) equals matmul() of each alone, bit for bit: with the default workspace
+// (one launch), with 192 KiB (the split in several launches where fewer problems'
+// partial sums fit: F32 at 24 rows) and with 32 bytes (no split at all), for
+// every type.
+TEST_CASE("grouped_matmul of few-row problems equals separate matmul bit for bit, whatever the workspace") {
+  std::mt19937 rng(10);
+  Stream st;
+  xk::Context* ctxs[3] = {};
+  REQUIRE(xk::context_create(&ctxs[0], 0) == xk::kOk);
+  REQUIRE(xk::context_create(&ctxs[1], size_t(192) << 10) == xk::kOk);
+  REQUIRE(xk::context_create(&ctxs[2], 32) == xk::kOk);
+  const int counts[] = {1, 2, 3, 1, 3, 2, 1, 1, 2, 3, 3, 1};
+  const int np = 12;
+  for (uint32_t type : kTypes) {
+    CAPTURE(xk::type_name(type));
+    const int64_t ne0 = 16384;
+    for (const int64_t ne1 : {int64_t(24), int64_t(4), int64_t(1)}) {
+      CAPTURE(ne1);
+      std::vector<std::vector<uint8_t>> hw;
+      std::vector<std::unique_ptr<DevBuf>> ws;
+      for (int i = 0; i < 4; ++i) {
+        hw.push_back(random_weights(type, ne0, ne1, rng));
+        ws.push_back(std::make_unique<DevBuf>(hw.back().size()));
+        ws.back()->put(hw.back().data(), hw.back().size());
+      }
+      std::vector<xk::ExpertProblem> probs;
+      int rows = 0;
+      for (int i = 0; i < np; ++i) {
+        probs.push_back({ws[size_t(i % 4)]->p, rows, counts[i]});
+        rows += counts[i];
+      }
+      const auto x = random_x(size_t(rows) * size_t(ne0), rng);
+      const size_t m = size_t(rows * ne1);
+      DevBuf dx(x.size() * 4), dy(m * 4), dsep(m * 4);
+      dx.put(x.data(), x.size() * 4);
+      for (xk::Context* ctx : ctxs) {
+        dy.poison();
+        REQUIRE(xk::grouped_matmul(ctx, type, ne0, ne1, probs.data(), np, dx.as<float>(), dy.as<float>(), rows,
+                                   nullptr, st.s) == xk::kOk);
+        dsep.poison();
+        for (const auto& p : probs)
+          REQUIRE(xk::matmul(ctx, type, p.w, ne0, ne1, dx.as<float>() + p.row * ne0, p.n_tokens,
+                             dsep.as<float>() + p.row * ne1, nullptr, st.s) == xk::kOk);
+        st.sync();
+        const auto a = fetch(dy, m), b = fetch(dsep, m);
+        CHECK(std::memcmp(a.data(), b.data(), m * 4) == 0);
+        for (int i : {0, 4, 11}) {
+          const auto& p = probs[size_t(i)];
+          const Ref ref = reference(type, hw[size_t(i % 4)], ne0, ne1, x.data() + p.row * ne0, p.n_tokens);
+          std::vector<float> g(a.begin() + p.row * ne1, a.begin() + (p.row + p.n_tokens) * ne1);
+          CHECK(count_bad(g, ref, kTolFp32, xk::type_name(type)) == 0);
+        }
+      }
+    }
+  }
+  for (xk::Context* c : ctxs) xk::context_destroy(c);
+}
+
 TEST_CASE("bad input is refused and writes nothing") {
   Stream st;
   DevBuf dw(1 << 20), dx(1 << 20), dy(1 << 16);
