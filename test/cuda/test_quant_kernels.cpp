@@ -58,7 +58,14 @@ struct DevBuf {
   T* as() const { return static_cast<T*>(p); }
   void put(const void* src, size_t bytes) { check_cuda(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice)); }
   void get(void* dst, size_t bytes) const { check_cuda(cudaMemcpy(dst, p, bytes, cudaMemcpyDeviceToHost)); }
-  void poison() { check_cuda(cudaMemset(p, 0xFF, n)); }  // NaN floats: unwritten outputs fail
+  // NaN floats: unwritten outputs fail. cudaMemset runs on the legacy default
+  // stream, which does not order against the tests' non-blocking stream: without
+  // the synchronisation the fill could land after the kernel under test wrote
+  // (it did once, with other GPU tests running beside this one).
+  void poison() {
+    check_cuda(cudaMemset(p, 0xFF, n));
+    check_cuda(cudaDeviceSynchronize());
+  }
 };
 
 struct Stream {
@@ -634,6 +641,7 @@ TEST_CASE("bad input is refused and writes nothing") {
   Stream st;
   DevBuf dw(1 << 20), dx(1 << 20), dy(1 << 16);
   check_cuda(cudaMemset(dw.p, 0, dw.n));
+  check_cuda(cudaDeviceSynchronize());
   dy.poison();
   float* x = dx.as<float>();
   float* y = dy.as<float>();
