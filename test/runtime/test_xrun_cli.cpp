@@ -301,3 +301,15 @@ TEST_CASE("xpack-run: --prefetch-next and --prefetch-next-from") {
   refused({"-m", "x", "--prompt-ids", "1", "--prefetch-next", "0", "--prefetch-next-from", "renormed"},
           "--prefetch-next-from applies to --prefetch-next N (N >= 1) only");
 }
+
+TEST_CASE("xpack-run: --profile-ops is for one CUDA run") {
+  auto p = parse({"-m", "x", "--prompt-ids", "1"});
+  REQUIRE(!p.rc);
+  CHECK(!p.o.profile_ops);  // off by default: the events slow the host
+  p = parse({"-m", "x", "--prompt-ids", "1", "--device", "cuda", "--profile-ops"});
+  REQUIRE(!p.rc);
+  CHECK(p.o.profile_ops);
+  refused({"-m", "x", "--prompt-ids", "1", "--profile-ops"}, "--profile-ops needs --device cuda");
+  refused({"-m", "x", "--device", "cuda", "--server", "--profile-ops"}, "not --server or -cnv");
+  refused({"-m", "x", "--device", "cuda", "-cnv", "--profile-ops"}, "not --server or -cnv");
+}
