@@ -82,6 +82,18 @@ std::vector<uint8_t> random_weights(uint32_t type, size_t bytes) {
   return w;
 }
 
+// Enough copies of one random matrix (at least two) that cycling through them
+// reads cold_bytes, so the "cold" rows find no weight in L2.
+std::vector<void*> weight_copies(uint32_t type, size_t wb, size_t cold_bytes) {
+  std::vector<void*> w(std::max<size_t>(2, (cold_bytes + wb - 1) / wb));
+  const auto host = random_weights(type, wb);
+  for (auto& p : w) {
+    CK(cudaMalloc(&p, wb));
+    CK(cudaMemcpy(p, host.data(), wb, cudaMemcpyHostToDevice));
+  }
+  return w;
+}
+
 struct Timer {
   cudaEvent_t a, b;
   Timer() { CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b)); }
@@ -183,15 +195,8 @@ int main(int argc, char** argv) {
 
   for (const Shape& sh : shapes) {
     const size_t wb = xk::row_bytes(sh.type, sh.ne0) * size_t(sh.ne1);
-    const int copies = int(std::max<size_t>(2, (cold_bytes + wb - 1) / wb));
-    std::vector<void*> w(static_cast<size_t>(copies));
-    {
-      const auto host = random_weights(sh.type, wb);
-      for (auto& p : w) {
-        CK(cudaMalloc(&p, wb));
-        CK(cudaMemcpy(p, host.data(), wb, cudaMemcpyHostToDevice));
-      }
-    }
+    const std::vector<void*> w = weight_copies(sh.type, wb, cold_bytes);
+    const int copies = int(w.size());
     const int nmax = 512;
     float *x, *y;
     CK(cudaMalloc(reinterpret_cast<void**>(&x), size_t(nmax) * sh.ne0 * 4));
@@ -298,15 +303,8 @@ int main(int argc, char** argv) {
     if (t != xk::kF32) few.push_back({t, 16384, 24, "few-rows"});
   for (const Shape& sh : few) {
     const size_t wb = xk::row_bytes(sh.type, sh.ne0) * size_t(sh.ne1);
-    const int copies = int(std::max<size_t>(2, (cold_bytes + wb - 1) / wb));
-    std::vector<void*> w(static_cast<size_t>(copies));
-    {
-      const auto host = random_weights(sh.type, wb);
-      for (auto& p : w) {
-        CK(cudaMalloc(&p, wb));
-        CK(cudaMemcpy(p, host.data(), wb, cudaMemcpyHostToDevice));
-      }
-    }
+    const std::vector<void*> w = weight_copies(sh.type, wb, cold_bytes);
+    const int copies = int(w.size());
     float *x, *y;
     CK(cudaMalloc(reinterpret_cast<void**>(&x), size_t(sh.ne0) * 4));
     CK(cudaMalloc(reinterpret_cast<void**>(&y), size_t(sh.ne1) * 4));
