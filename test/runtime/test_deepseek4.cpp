@@ -30,6 +30,13 @@ std::optional<fs::path> oracle_dir() {
   return o;
 }
 
+// The oracle models, each with the logits it is compared with: the MXFP4 model's
+// are those of its dequantized form (exact arithmetic).
+const std::pair<const char*, const char*> kOracleModels[] = {
+    {"deepseek4-f32.gguf", "deepseek4-f32"},
+    {"deepseek4-mxfp4.gguf", "deepseek4-mxfp4-deq"},
+};
+
 // The sequence of one oracle run: prompt ids followed by llama.cpp's greedy ids.
 struct OracleRun {
   std::vector<int32_t> prompt, gen;
@@ -137,11 +144,7 @@ TEST_CASE("deepseek4: teacher-forced logits match llama.cpp (F32 and MXFP4 exper
   auto oracle = oracle_dir();
   if (!oracle) return;
   xpack::test::TempDir tmp;
-  const std::pair<const char*, const char*> cases[] = {
-      {"deepseek4-f32.gguf", "deepseek4-f32"},
-      {"deepseek4-mxfp4.gguf", "deepseek4-mxfp4-deq"},
-  };
-  for (const auto& [file, ref] : cases) {
+  for (const auto& [file, ref] : kOracleModels) {
     for (const std::string prompt : {"short", "long"}) {
       const std::string model = file;
       CAPTURE(model);
@@ -156,12 +159,8 @@ TEST_CASE("deepseek4: the pack path streams experts and is bit-identical to the 
   auto oracle = oracle_dir();
   if (!oracle) return;
   xpack::test::TempDir tmp;
-  const std::pair<const char*, const char*> cases[] = {
-      {"deepseek4-f32.gguf", "deepseek4-f32"},
-      {"deepseek4-mxfp4.gguf", "deepseek4-mxfp4-deq"},
-  };
   int i = 0;
-  for (const auto& [file, ref] : cases) {
+  for (const auto& [file, ref] : kOracleModels) {
     const std::string model = file;
     CAPTURE(model);
     const fs::path src = *oracle / "models" / file;
