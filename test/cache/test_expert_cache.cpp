@@ -40,6 +40,13 @@ Acquired acquire_ok(ExpertCache& c, uint32_t layer, std::vector<uint32_t> ids, u
   return std::move(*a);
 }
 
+// A cache of `slots` slots under `policy`, every other option its default.
+std::unique_ptr<ExpertCache> make_cache(Fixture& f, uint32_t slots, PolicyKind policy) {
+  CacheOptions o;
+  o.policy = policy;
+  return f.make(slots, o);
+}
+
 // One whole request: acquire, wait, release; whether every expert was a hit.
 bool use_all(ExpertCache& c, uint32_t layer, std::vector<uint32_t> ids) {
   auto a = acquire_ok(c, layer, std::move(ids));
@@ -108,9 +115,7 @@ TEST_CASE("cache: counters exact on a scripted trace, equal to the simulator's")
   std::vector<uint32_t> seq = {1, 2, 3, 1, 4, 2, 5, 1, 2, 3};
   for (auto kind : {PolicyKind::kLru, PolicyKind::kLfu, PolicyKind::kHybrid}) {
     Fixture f(1, 8, 1);
-    CacheOptions o;
-    o.policy = kind;
-    auto c = f.make(3, o);
+    auto c = make_cache(f, 3, kind);
     std::vector<stats::TraceRecord> trace;
     for (size_t i = 0; i < seq.size(); ++i) {
       auto a = acquire_ok(*c, 0, {seq[i]});
@@ -157,9 +162,7 @@ TEST_CASE("cache: counters equal the simulator's on random multi-expert requests
   }
   for (auto kind : {PolicyKind::kLru, PolicyKind::kLfu, PolicyKind::kHybrid}) {
     Fixture f(2, 16, 3);
-    CacheOptions o;
-    o.policy = kind;
-    auto c = f.make(8, o);
+    auto c = make_cache(f, 8, kind);
     std::vector<stats::TraceRecord> trace;
     for (size_t i = 0; i < reqs.size(); ++i) {
       for (uint32_t layer = 0; layer < 2; ++layer) {
@@ -188,9 +191,7 @@ TEST_CASE("cache: counters equal the simulator's on random multi-expert requests
 
 TEST_CASE("cache: a deferred acquire wider than the cache streams through it") {
   Fixture f(1, 16, 2);
-  CacheOptions o;
-  o.policy = PolicyKind::kLru;
-  auto c = f.make(3, o);
+  auto c = make_cache(f, 3, PolicyKind::kLru);
   std::vector<uint32_t> ids = {9, 4, 9, 7, 1, 12};  // 5 distinct, 3 slots
   auto plain = c->acquire(0, ids.data(), ids.size(), 6);
   REQUIRE_FALSE(plain.ok());
@@ -235,9 +236,7 @@ TEST_CASE("cache: a deferred acquire wider than the cache streams through it") {
 
 TEST_CASE("cache: deferred experts take slots released by another request, first come first served") {
   Fixture f(1, 16, 2);
-  CacheOptions o;
-  o.policy = PolicyKind::kLru;
-  auto c = f.make(3, o);
+  auto c = make_cache(f, 3, PolicyKind::kLru);
   auto holder = acquire_ok(*c, 0, {1, 2, 3});
   REQUIRE(c->wait_all(holder.ticket).ok());
   std::vector<uint32_t> first = {4, 5};
@@ -311,9 +310,7 @@ TEST_CASE("cache: two threads stream whole layers through few slots with deferre
 
 TEST_CASE("cache: protected experts are never evicted; too many protected is an error") {
   Fixture f(1, 16, 2);
-  CacheOptions o;
-  o.policy = PolicyKind::kLru;
-  auto c = f.make(3, o);
+  auto c = make_cache(f, 3, PolicyKind::kLru);
   auto held = acquire_ok(*c, 0, {0, 1});
   REQUIRE(c->wait_all(held.ticket).ok());
   auto b = acquire_ok(*c, 0, {2});
@@ -419,9 +416,7 @@ TEST_CASE("cache: verification rejects an object whose checksum does not match")
 
 TEST_CASE("cache: prefetch fills free slots, counts used and wasted, never evicts protected") {
   Fixture f(1, 16, 1);
-  CacheOptions o;
-  o.policy = PolicyKind::kLru;
-  auto c = f.make(3, o);
+  auto c = make_cache(f, 3, PolicyKind::kLru);
   std::vector<uint32_t> hint = {1, 2};
   auto n = c->prefetch(0, hint.data(), 2);
   REQUIRE(n.ok());
@@ -465,6 +460,14 @@ Fixture slow_copy_fixture() {
   return Fixture(1, 16, 1, d);
 }
 
+// A cache of `slots` slots over slow_copy_fixture(), LRU, with that one staging buffer.
+std::unique_ptr<ExpertCache> make_one_staging_cache(Fixture& f, uint32_t slots) {
+  CacheOptions o;
+  o.policy = PolicyKind::kLru;
+  o.staging_slots = 1;
+  return f.make(slots, o);
+}
+
 // A hit on an expert still being read is a hit whose ready event is not yet
 // recorded for it (a compute stream waiting on it then would wait for nothing):
 // only xpack_cache_wait covers it; once published, the recorded event does.
@@ -494,10 +497,7 @@ TEST_CASE("cache: a hit on a prefetch in flight has no recorded ready event unti
 
 TEST_CASE("cache: a demand miss may take the slot of a prefetch that has not started") {
   auto f = slow_copy_fixture();
-  CacheOptions o;
-  o.policy = PolicyKind::kLru;
-  o.staging_slots = 1;
-  auto c = f.make(2, o);
+  auto c = make_one_staging_cache(f, 2);
   auto a = acquire_ok(*c, 0, {1});        // takes the only staging buffer
   std::vector<uint32_t> hint = {2};
   REQUIRE(c->prefetch(0, hint.data(), 1).ok());  // queued behind it
@@ -528,10 +528,7 @@ TEST_CASE("cache: a demand miss may take the slot of a prefetch that has not sta
 
 TEST_CASE("cache: an acquired queued prefetch becomes a demand load; stale guesses expire") {
   auto f = slow_copy_fixture();
-  CacheOptions o;
-  o.policy = PolicyKind::kLru;
-  o.staging_slots = 1;
-  auto c = f.make(4, o);
+  auto c = make_one_staging_cache(f, 4);
   auto a = acquire_ok(*c, 0, {1});
   std::vector<uint32_t> hint = {2, 3};
   REQUIRE(c->prefetch(0, hint.data(), 2).ok());
@@ -567,9 +564,7 @@ TEST_CASE("cache: an acquired queued prefetch becomes a demand load; stale guess
 // first victims of every miss below.
 TEST_CASE("cache: a certain hint displaces what a guess may not, and is protected until acquired or the next step ends") {
   Fixture f(2, 16, 1);
-  CacheOptions o;
-  o.policy = PolicyKind::kHybrid;
-  auto c = f.make(4, o);
+  auto c = make_cache(f, 4, PolicyKind::kHybrid);
   auto use = [&](uint32_t layer, std::vector<uint32_t> ids) { return use_all(*c, layer, std::move(ids)); };
   // A slot whose read is in flight is protected whatever its hint says, so each
   // hint's reads are waited for: the protection alone is what is tested.
@@ -616,9 +611,7 @@ TEST_CASE("cache: a certain hint displaces what a guess may not, and is protecte
 
 TEST_CASE("cache: a certain hint of a resident key protects it from the misses before its acquire") {
   Fixture f(2, 16, 1);
-  CacheOptions o;
-  o.policy = PolicyKind::kHybrid;
-  auto c = f.make(4, o);
+  auto c = make_cache(f, 4, PolicyKind::kHybrid);
   auto use = [&](uint32_t layer, uint32_t e) { return use_all(*c, layer, {e}); };
   for (int round = 0; round < 3; ++round)
     for (uint32_t e = 1; e <= 3; ++e) use(0, e);

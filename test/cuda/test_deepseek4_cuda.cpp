@@ -157,33 +157,13 @@ TEST_CASE("deepseek4 on CUDA: other shapes and layer patterns agree with the CPU
   }
   XPACK_REQUIRE_PYTHON_GGUF();
   xpack::test::TempDir tmp;
-  const fs::path gen = source_root() / "test" / "runtime" / "deepseek4_variant.py";
   // test_deepseek4.cpp's variants (checked there against the float64 reference on the CPU).
-  struct Variant {
-    const char* what;
-    const char* hp;
-    int seed;
-  } variants[] = {
-      {"ratios [128,4,0,4,128], 2 hash layers, 4 output groups, a layer without clamp", "{}", 3},
-      {"all CSA, no YaRN, hc_mult 3, 1 Sinkhorn pass, top-1 indexer, window 3, top-1 routing",
-       R"({"yarn": false, "n_rot": 64, "idx_dim": 64, "hc": 3, "sink_iters": 1, "norm": false, "scale": 1.0,
-           "idx_top_k": 1, "o_groups": 1, "n_swa": 3, "n_shared": 1, "n_used": 1, "ratios": [4, 4, 4],
-           "n_layer": 3, "hash": 0, "clamp": [0.5, 4.0, 1.0]})",
-       5},
-      {"every layer hash-routed, HCA between two window-only layers, 8 narrow heads",
-       R"({"n_layer": 3, "ratios": [0, 128, 0], "hash": 3, "clamp": [2.0, 2.0, 2.0], "n_swa": 64,
-           "head_dim": 32, "n_rot": 8, "n_head": 8, "o_groups": 2, "idx_top_k": 2})",
-       7},
-  };
   int i = 0;
-  for (const Variant& v : variants) {
+  for (const Deepseek4Variant& v : deepseek4_variants()) {
     const std::string what = v.what;
     CAPTURE(what);
     const fs::path model = tmp / ("variant" + std::to_string(i++) + ".gguf");
-    std::string hp = v.hp;
-    std::replace(hp.begin(), hp.end(), '\n', ' ');
-    RunResult g = run("python3 " + q(gen) + " " + q(model) + " --vocab-from " + q(*vocab) + " --seed " +
-                      std::to_string(v.seed) + " --hp " + q(hp));
+    RunResult g = write_deepseek4_variant(v, *vocab, model);
     INFO(g.out << g.err);
     REQUIRE(g.rc == 0);
     const std::string args = "-m " + q(model);

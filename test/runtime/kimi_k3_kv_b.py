@@ -46,6 +46,7 @@ import argparse
 import numpy as np
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
+from gguf_finish import finish
 from kimi_k3_mutate import field_value  # the same metadata copy (this script's folder is on sys.path)
 
 
@@ -130,10 +131,7 @@ def main():
     if n_kv_b == 0:
         raise SystemExit(f"{args.src}: no attn_k_b tensor to convert")
 
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish(writer)
 
 
 if __name__ == "__main__":

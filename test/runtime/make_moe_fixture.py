@@ -16,6 +16,8 @@ import sys
 import numpy as np
 from gguf import GGUFReader, GGUFWriter, GGUFValueType, GGMLQuantizationType
 
+from gguf_finish import finish  # this script's folder is on sys.path
+
 N_EXPERTS = 4
 N_FF_EXP = 64
 
@@ -96,10 +98,7 @@ def main():
             writer.add_tensor(blk + "ffn_down_exps.weight", d)
     assert n_layer == sum(1 for t in reader.tensors if t.name.endswith(".ffn_norm.weight"))
 
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish(writer)
 
 
 if __name__ == "__main__":

@@ -118,6 +118,30 @@ RowStats compare_rows(const std::vector<float>& got, const std::vector<float>& w
   return s;
 }
 
+const std::vector<Deepseek4Variant>& deepseek4_variants() {
+  static const std::vector<Deepseek4Variant> v = {
+      {"ratios [128,4,0,4,128], 2 hash layers, 4 output groups, a layer without clamp", "{}", 3},
+      {"all CSA, no YaRN, rope over the whole head, hc_mult 3, 1 Sinkhorn pass, top-1 indexer, 1 output group, "
+       "window 3, top-1 routing without normalisation",
+       R"({"yarn": false, "n_rot": 64, "idx_dim": 64, "hc": 3, "sink_iters": 1, "norm": false, "scale": 1.0,
+           "idx_top_k": 1, "o_groups": 1, "n_swa": 3, "n_shared": 1, "n_used": 1, "ratios": [4, 4, 4],
+           "n_layer": 3, "hash": 0, "clamp": [0.5, 4.0, 1.0]})",
+       5},
+      {"every layer hash-routed, HCA between two window-only layers, 8 narrow heads",
+       R"({"n_layer": 3, "ratios": [0, 128, 0], "hash": 3, "clamp": [2.0, 2.0, 2.0], "n_swa": 64,
+           "head_dim": 32, "n_rot": 8, "n_head": 8, "o_groups": 2, "idx_top_k": 2})",
+       7},
+  };
+  return v;
+}
+
+RunResult write_deepseek4_variant(const Deepseek4Variant& v, const fs::path& vocab, const fs::path& model) {
+  std::string hp = v.hp;
+  std::replace(hp.begin(), hp.end(), '\n', ' ');
+  return run("python3 " + q(source_root() / "test" / "runtime" / "deepseek4_variant.py") + " " + q(model) +
+             " --vocab-from " + q(vocab) + " --seed " + std::to_string(v.seed) + " --hp " + q(hp));
+}
+
 std::string join_ids(const std::vector<int32_t>& ids) {
   std::string s;
   for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);

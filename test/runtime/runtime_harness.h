@@ -61,6 +61,20 @@ struct RowStats {
 RowStats compare_rows(const std::vector<float>& got, const std::vector<float>& want, size_t n_rows, int n_vocab,
                       double tol);
 
+// deepseek4_variant.py's random-weight deepseek4 models, which move the sizes and
+// layer patterns the oracle models fix: test_deepseek4.cpp checks them against
+// the float64 reference, test_deepseek4_cuda.cpp checks CUDA against the CPU.
+struct Deepseek4Variant {
+  const char* what;
+  const char* hp;  // JSON overrides of deepseek4_variant.py's defaults
+  int seed;
+};
+const std::vector<Deepseek4Variant>& deepseek4_variants();
+
+// Runs deepseek4_variant.py to write `v` as `model`, the tokenizer taken from
+// `vocab` (stories260K.gguf).
+RunResult write_deepseek4_variant(const Deepseek4Variant& v, const fs::path& vocab, const fs::path& model);
+
 // "1,2,3"
 std::string join_ids(const std::vector<int32_t>& ids);
 

@@ -22,7 +22,20 @@ namespace {
 
 constexpr size_t kVocab = 512;  // the oracle models' vocabulary (MANIFEST.md)
 
-std::optional<fs::path> oracle_dir() { return oracle_dir_with("deepseek4-f32.gguf"); }
+// ../shared/oracle with the deepseek4 models; when absent the test case is
+// recorded as skipped and the caller returns.
+std::optional<fs::path> oracle_dir() {
+  auto o = oracle_dir_with("deepseek4-f32.gguf");
+  if (!o) xpack::test::skip(xpack::test::Absent::kFixture, "../shared/oracle (deepseek4 models) not found");
+  return o;
+}
+
+// The oracle models, each with the logits it is compared with: the MXFP4 model's
+// are those of its dequantized form (exact arithmetic).
+const std::pair<const char*, const char*> kOracleModels[] = {
+    {"deepseek4-f32.gguf", "deepseek4-f32"},
+    {"deepseek4-mxfp4.gguf", "deepseek4-mxfp4-deq"},
+};
 
 // The sequence of one oracle run: prompt ids followed by llama.cpp's greedy ids.
 struct OracleRun {
@@ -88,6 +101,27 @@ std::vector<float> logits_of(const std::string& model_args, const std::vector<in
   return v;
 }
 
+// Greedy decode of n_gen tokens after `prompt`, one token per call: the logits of
+// every position, and the prompt followed by each generated row's greedy id (ties
+// to the lowest id).
+struct Decoded {
+  std::vector<float> rows;
+  std::vector<int32_t> ids;
+};
+Decoded decode(const std::string& model_args, const std::vector<int32_t>& prompt, size_t n_gen, const fs::path& out) {
+  RunResult r = run(q(xpack_run_exe()) + " " + model_args + " --prompt-ids " + join_ids(prompt) + " -n " +
+                    std::to_string(n_gen) + " --ignore-eos --logits-out " + q(out));
+  INFO(r.out << r.err);
+  REQUIRE(r.rc == 0);
+  Decoded d{read_f32(out), prompt};
+  REQUIRE(d.rows.size() == (prompt.size() + n_gen) * kVocab);
+  for (size_t k = 0; k < n_gen; ++k) {
+    const float* row = d.rows.data() + (prompt.size() - 1 + k) * kVocab;
+    d.ids.push_back(static_cast<int32_t>(std::max_element(row, row + kVocab) - row));
+  }
+  return d;
+}
+
 // Every row of one teacher-forced run against the oracle's sequential logits.
 void expect_oracle_rows(const fs::path& oracle, const std::string& model_args, const std::string& ref,
                         const fs::path& tmp) {
@@ -108,16 +142,9 @@ void expect_oracle_rows(const fs::path& oracle, const std::string& model_args, c
 
 TEST_CASE("deepseek4: teacher-forced logits match llama.cpp (F32 and MXFP4 experts, both prompts)") {
   auto oracle = oracle_dir();
-  if (!oracle) {
-    xpack::test::skip(xpack::test::Absent::kFixture, "../shared/oracle (deepseek4 models) not found");
-    return;
-  }
+  if (!oracle) return;
   xpack::test::TempDir tmp;
-  const std::pair<const char*, const char*> cases[] = {
-      {"deepseek4-f32.gguf", "deepseek4-f32"},
-      {"deepseek4-mxfp4.gguf", "deepseek4-mxfp4-deq"},
-  };
-  for (const auto& [file, ref] : cases) {
+  for (const auto& [file, ref] : kOracleModels) {
     for (const std::string prompt : {"short", "long"}) {
       const std::string model = file;
       CAPTURE(model);
@@ -130,17 +157,10 @@ TEST_CASE("deepseek4: teacher-forced logits match llama.cpp (F32 and MXFP4 exper
 
 TEST_CASE("deepseek4: the pack path streams experts and is bit-identical to the plain GGUF") {
   auto oracle = oracle_dir();
-  if (!oracle) {
-    xpack::test::skip(xpack::test::Absent::kFixture, "../shared/oracle (deepseek4 models) not found");
-    return;
-  }
+  if (!oracle) return;
   xpack::test::TempDir tmp;
-  const std::pair<const char*, const char*> cases[] = {
-      {"deepseek4-f32.gguf", "deepseek4-f32"},
-      {"deepseek4-mxfp4.gguf", "deepseek4-mxfp4-deq"},
-  };
   int i = 0;
-  for (const auto& [file, ref] : cases) {
+  for (const auto& [file, ref] : kOracleModels) {
     const std::string model = file;
     CAPTURE(model);
     const fs::path src = *oracle / "models" / file;
@@ -166,28 +186,17 @@ TEST_CASE("deepseek4: the pack path streams experts and is bit-identical to the 
 
 TEST_CASE("deepseek4: greedy decode through the compressed-KV state equals batch evaluation and llama.cpp") {
   auto oracle = oracle_dir();
-  if (!oracle) {
-    xpack::test::skip(xpack::test::Absent::kFixture, "../shared/oracle (deepseek4 models) not found");
-    return;
-  }
+  if (!oracle) return;
   xpack::test::TempDir tmp;
   for (const std::string ref : {"deepseek4-f32.short", "deepseek4-f32.long"}) {
     CAPTURE(ref);
     const OracleRun o = load_run(*oracle, ref);
     const std::string model = "-m " + q(*oracle / "models" / "deepseek4-f32.gguf") + " -t 2";
-    RunResult r = run(q(xpack_run_exe()) + " " + model + " --prompt-ids " + join_ids(o.prompt) + " -n " +
-                      std::to_string(o.gen.size()) + " --ignore-eos --logits-out " + q(tmp / "decode.f32"));
-    INFO(r.err);
-    REQUIRE(r.rc == 0);
+    const auto [decoded, ids] = decode(model, o.prompt, o.gen.size(), tmp / "decode.f32");
     const std::vector<int32_t> all = o.all();
-    const std::vector<float> decoded = read_f32(tmp / "decode.f32");
-    REQUIRE(decoded.size() == all.size() * kVocab);
 
-    // Greedy ids: row n_prompt-1+k picks gen[k] (ties to the lowest id).
-    for (size_t k = 0; k < o.gen.size(); ++k) {
-      const float* row = decoded.data() + (o.prompt.size() - 1 + k) * kVocab;
-      CHECK(std::max_element(row, row + kVocab) - row == o.gen[k]);
-    }
+    // Greedy ids: row n_prompt-1+k picks gen[k].
+    for (size_t k = 0; k < o.gen.size(); ++k) CHECK(ids[o.prompt.size() + k] == o.gen[k]);
     // The same ids as one batch: each decode step (one token on the state left
     // by earlier calls) matches the batch row.
     const std::vector<float> batch = logits_of(model, all, tmp / "batch.f32");
@@ -201,28 +210,14 @@ TEST_CASE("deepseek4: greedy decode through the compressed-KV state equals batch
 
 TEST_CASE("deepseek4: decoding every position one by one equals one batch (CSA, indexer and HCA blocks in decode)") {
   auto oracle = oracle_dir();
-  if (!oracle) {
-    xpack::test::skip(xpack::test::Absent::kFixture, "../shared/oracle (deepseek4 models) not found");
-    return;
-  }
+  if (!oracle) return;
   xpack::test::TempDir tmp;
   // From a single prompt token, 300 greedy steps: every 4:1 block, the indexer's
   // top-k once more than top_k blocks exist, and the 128:1 blocks at positions
   // 127 and 255 are all completed by single-token calls.
   const std::string model = "-m " + q(*oracle / "models" / "deepseek4-f32.gguf") + " -t 2";
-  const int n_gen = 300;
-  RunResult r = run(q(xpack_run_exe()) + " " + model + " --prompt-ids 1 -n " + std::to_string(n_gen) +
-                    " --ignore-eos --logits-out " + q(tmp / "decode.f32"));
-  INFO(r.err);
-  REQUIRE(r.rc == 0);
-  const std::vector<float> decoded = read_f32(tmp / "decode.f32");
-  REQUIRE(decoded.size() == size_t(n_gen + 1) * kVocab);
   // The fed ids: the prompt, then each row's greedy choice.
-  std::vector<int32_t> ids = {1};
-  for (int k = 0; k < n_gen; ++k) {
-    const float* row = decoded.data() + size_t(k) * kVocab;
-    ids.push_back(static_cast<int32_t>(std::max_element(row, row + kVocab) - row));
-  }
+  const auto [decoded, ids] = decode(model, {1}, 300, tmp / "decode.f32");
   const std::vector<float> batch = logits_of(model, ids, tmp / "batch.f32");
   const Diff d = diff_rows(decoded, batch, ids.size(), 1e-4);
   MESSAGE("decode from position 0 vs batch: max|diff| " << d.max << " over " << ids.size() << " rows");
@@ -241,7 +236,7 @@ TEST_CASE("deepseek4: other shapes and layer patterns agree with an independent 
   XPACK_REQUIRE_PYTHON_GGUF();
   xpack::test::TempDir tmp;
   const fs::path dir = source_root() / "test" / "runtime";
-  if (auto oracle = oracle_dir()) {
+  if (auto oracle = oracle_dir_with("deepseek4-f32.gguf")) {
     // The reference itself must reproduce llama.cpp where llama.cpp's logits exist.
     const std::string ref = "deepseek4-f32.short";
     const std::vector<int32_t> ids = load_run(*oracle, ref).all();
@@ -257,49 +252,18 @@ TEST_CASE("deepseek4: other shapes and layer patterns agree with an independent 
     xpack::test::skip(xpack::test::Absent::kFixture,
                       "(part) ../shared/oracle absent: the reference is not checked against llama.cpp");
   }
-  struct Variant {
-    const char* what;
-    const char* hp;  // JSON overrides of deepseek4_variant.py's defaults
-    int seed;
-  } variants[] = {
-      {"ratios [128,4,0,4,128], 2 hash layers, 4 output groups, a layer without clamp", "{}", 3},
-      {"all CSA, no YaRN, rope over the whole head, hc_mult 3, 1 Sinkhorn pass, top-1 indexer, 1 output group, "
-       "window 3, top-1 routing without normalisation",
-       R"({"yarn": false, "n_rot": 64, "idx_dim": 64, "hc": 3, "sink_iters": 1, "norm": false, "scale": 1.0,
-           "idx_top_k": 1, "o_groups": 1, "n_swa": 3, "n_shared": 1, "n_used": 1, "ratios": [4, 4, 4],
-           "n_layer": 3, "hash": 0, "clamp": [0.5, 4.0, 1.0]})",
-       5},
-      {"every layer hash-routed, HCA between two window-only layers, 8 narrow heads",
-       R"({"n_layer": 3, "ratios": [0, 128, 0], "hash": 3, "clamp": [2.0, 2.0, 2.0], "n_swa": 64,
-           "head_dim": 32, "n_rot": 8, "n_head": 8, "o_groups": 2, "idx_top_k": 2})",
-       7},
-  };
   int i = 0;
-  for (const Variant& v : variants) {
+  for (const Deepseek4Variant& v : deepseek4_variants()) {
     const std::string what = v.what;
     CAPTURE(what);
     const fs::path model = tmp / ("variant" + std::to_string(i++) + ".gguf");
-    std::string hp = v.hp;
-    std::replace(hp.begin(), hp.end(), '\n', ' ');
-    RunResult g = run("python3 " + q(dir / "deepseek4_variant.py") + " " + q(model) + " --vocab-from " + q(*vocab) +
-                      " --seed " + std::to_string(v.seed) + " --hp " + q(hp));
+    RunResult g = write_deepseek4_variant(v, *vocab, model);
     INFO(g.out << g.err);
     REQUIRE_MESSAGE(g.rc == 0, "deepseek4_variant.py failed (needs python3 with numpy and gguf)");
 
     // 160 positions: past the 128:1 block and many 4:1 blocks, all by decode.
-    const int n_gen = 159;
     const std::string args = "-m " + q(model) + " -t 2";
-    RunResult r = run(q(xpack_run_exe()) + " " + args + " --prompt-ids 1 -n " + std::to_string(n_gen) +
-                      " --ignore-eos --logits-out " + q(tmp / "decode.f32"));
-    INFO(r.out << r.err);
-    REQUIRE(r.rc == 0);
-    const std::vector<float> decoded = read_f32(tmp / "decode.f32");
-    REQUIRE(decoded.size() == size_t(n_gen + 1) * kVocab);
-    std::vector<int32_t> ids = {1};
-    for (int k = 0; k < n_gen; ++k) {
-      const float* row = decoded.data() + size_t(k) * kVocab;
-      ids.push_back(static_cast<int32_t>(std::max_element(row, row + kVocab) - row));
-    }
+    const auto [decoded, ids] = decode(args, {1}, 159, tmp / "decode.f32");
     const std::vector<float> batch = logits_of(args, ids, tmp / "batch.f32");
     CHECK(diff_rows(decoded, batch, ids.size(), 1e-4).first_bad < 0);
 
@@ -317,10 +281,7 @@ TEST_CASE("deepseek4: other shapes and layer patterns agree with an independent 
 
 TEST_CASE("deepseek4: damaged models fail with a message naming the problem") {
   auto oracle = oracle_dir();
-  if (!oracle) {
-    xpack::test::skip(xpack::test::Absent::kFixture, "../shared/oracle (deepseek4 models) not found");
-    return;
-  }
+  if (!oracle) return;
   XPACK_REQUIRE_PYTHON_GGUF();
   xpack::test::TempDir tmp;
   // The generic one-change GGUF rewriter (drop/cut a tensor, drop/set a key).
@@ -378,10 +339,7 @@ TEST_CASE("deepseek4: damaged models fail with a message naming the problem") {
 
 TEST_CASE("deepseek4: --json output parses when the generated text is not UTF-8") {
   auto oracle = oracle_dir();
-  if (!oracle) {
-    xpack::test::skip(xpack::test::Absent::kFixture, "../shared/oracle (deepseek4 models) not found");
-    return;
-  }
+  if (!oracle) return;
   RunResult r = run(q(xpack_run_exe()) + " -m " + q(*oracle / "models" / "deepseek4-f32.gguf") +
                     " -t 2 --prompt-ids 1,403,407 -n 30 --ignore-eos --json");
   REQUIRE_MESSAGE(r.rc == 0, r.err);
