@@ -10,6 +10,8 @@ import argparse
 import numpy as np
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
+from gguf_finish import finish  # this script's folder is on sys.path
+
 
 def field_value(field):
     vtype = GGUFValueType(field.types[0])
@@ -55,10 +57,7 @@ def main():
             data = np.ascontiguousarray(data[..., : int(cut_n)])
         writer.add_tensor(t.name, data, raw_dtype=t.tensor_type)
 
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish(writer)
 
 
 if __name__ == "__main__":
