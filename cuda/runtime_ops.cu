@@ -94,11 +94,12 @@ __global__ void scale_kernel(const float* x, float s, int64_t n, float* out) {
   GRID_STRIDE(i, n) out[i] = x[i] * s;
 }
 
+__device__ inline float unary_value(int kind, float v) {
+  return kind == 0 ? 1.0f / (1.0f + expf(-v)) : sqrtf(v > 20.0f ? v : log1pf(expf(v)));
+}
+
 __global__ void unary_kernel(int kind, const float* x, int64_t n, float* out) {
-  GRID_STRIDE(i, n) {
-    const float v = x[i];
-    out[i] = kind == 0 ? 1.0f / (1.0f + expf(-v)) : sqrtf(v > 20.0f ? v : log1pf(expf(v)));
-  }
+  GRID_STRIDE(i, n) out[i] = unary_value(kind, x[i]);
 }
 
 __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, float limit, float* out) {
@@ -184,12 +185,12 @@ __device__ inline bool top_k_better(float v, int64_t i, float bv, int64_t bi) {
   return bi < 0 || (i >= 0 && (v > bv || (v == bv && i < bi)));
 }
 
-__global__ void top_k_kernel(const float* scores, int64_t n, int64_t k, int32_t* ids) {
+// The block's k picks of s[0, n) into ids[0, k) (written by thread 0).
+__device__ void block_top_k(const float* s, int64_t n, int64_t k, int32_t* ids) {
   __shared__ float warp_v[32];
   __shared__ int64_t warp_i[32];
   __shared__ float pick_v;
   __shared__ int64_t pick_i;
-  const float* s = scores + int64_t(blockIdx.x) * n;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
   float prev_v = 0.0f;
   int64_t prev_i = -1;
@@ -227,13 +228,45 @@ __global__ void top_k_kernel(const float* scores, int64_t n, int64_t k, int32_t*
         }
       pick_v = v;
       pick_i = i;
-      ids[int64_t(blockIdx.x) * k + j] = static_cast<int32_t>(i);
+      ids[j] = static_cast<int32_t>(i);
     }
     __syncthreads();
     prev_v = pick_v;
     prev_i = pick_i;
     __syncthreads();  // pick_* is rewritten by the next pick
   }
+}
+
+__global__ void top_k_kernel(const float* scores, int64_t n, int64_t k, int32_t* ids) {
+  block_top_k(scores + int64_t(blockIdx.x) * n, n, k, ids + int64_t(blockIdx.x) * k);
+}
+
+// One block per row: the chain of Backend::route, each step the expression of
+// its own kernel (unary, add, top_k, take, normalize, scale), in the same order.
+__global__ void route_kernel(float* logits, int64_t n, int gate, const float* bias, bool select, int64_t k,
+                             bool normalize, float floor, float scale, int32_t* ids, float* weights) {
+  extern __shared__ float chosen_by[];  // the selection's scores, n of them
+  float* row = logits + int64_t(blockIdx.x) * n;
+  int32_t* row_ids = ids + int64_t(blockIdx.x) * k;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = gate >= 0 ? unary_value(gate, row[i]) : row[i];
+    row[i] = v;
+    if (select) chosen_by[i] = bias ? v + bias[i] : v;
+  }
+  __syncthreads();
+  if (select) block_top_k(chosen_by, n, k, row_ids);
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  float* w = weights + int64_t(blockIdx.x) * k;
+  for (int64_t j = 0; j < k; ++j) w[j] = row[row_ids[j]];
+  if (normalize) {
+    double sum = 0.0;
+    for (int64_t j = 0; j < k; ++j) sum += w[j];
+    const float denom = fmaxf(static_cast<float>(sum), floor);
+    for (int64_t j = 0; j < k; ++j) w[j] /= denom;
+  }
+  if (scale != 0.0f && scale != 1.0f)
+    for (int64_t j = 0; j < k; ++j) w[j] = w[j] * scale;
 }
 
 __global__ void take_kernel(const float* values, int64_t n, const int32_t* ids, int64_t k, int64_t rows, float* out) {
@@ -401,6 +434,17 @@ cudaError_t softmax_rows(float* x, int64_t width, int64_t rows, cudaStream_t str
 cudaError_t top_k(const float* scores, int64_t n, int64_t rows, int64_t k, int32_t* ids, cudaStream_t stream) {
   if (rows == 0 || k == 0) return cudaSuccess;
   top_k_kernel<<<unsigned(rows), kThreads, 0, stream>>>(scores, n, k, ids);
+  return launched();
+}
+
+int64_t route_max_experts() { return 48 * 1024 / int64_t(sizeof(float)); }
+
+cudaError_t route(float* logits, int64_t n, int64_t rows, int gate, const float* bias, bool select, int64_t k,
+                  bool normalize, float floor, float scale, int32_t* ids, float* weights, cudaStream_t stream) {
+  if (rows == 0 || k == 0) return cudaSuccess;
+  if (n > route_max_experts() || n > INT32_MAX) return cudaErrorInvalidValue;
+  route_kernel<<<unsigned(rows), kThreads, select ? size_t(n) * sizeof(float) : 0, stream>>>(
+      logits, n, gate, bias, select, k, normalize, floor, scale, ids, weights);
   return launched();
 }
 

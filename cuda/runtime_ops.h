@@ -73,6 +73,15 @@ cudaError_t take(const float* values, int64_t n, const int32_t* ids, int64_t k, 
 // In place, per row of k: x /= max(sum (double, left to right), floor).
 cudaError_t normalize_rows(float* x, int64_t k, int64_t rows, float floor, cudaStream_t stream);
 
+// Backend::route in one launch, a block per row: logits [rows][n] gated in
+// place (gate: -1 none, else unary's kind); with `select` ids [rows][k] = the
+// top k of logits + bias (bias: n floats or null), else ids are read; weights
+// [rows][k] = logits at ids, normalised (normalize_rows) and scaled (unless
+// scale is 0 or 1). cudaErrorInvalidValue when n exceeds route_max_experts().
+int64_t route_max_experts();
+cudaError_t route(float* logits, int64_t n, int64_t rows, int gate, const float* bias, bool select, int64_t k,
+                  bool normalize, float floor, float scale, int32_t* ids, float* weights, cudaStream_t stream);
+
 // Causal GQA core (Backend::attention). Scores of one (token, head) live in
 // shared memory when n_kv fits attention_smem_positions(), otherwise in
 // `scratch` (n * n_head * n_kv floats; may be null when they fit).

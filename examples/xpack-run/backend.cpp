@@ -17,6 +17,21 @@ void Backend::grouped_matmul(const std::vector<GroupedProblem>& problems, const 
   }
 }
 
+void Backend::route(const Tensor& logits, const RouteSpec& spec, const Tensor& ids, const Tensor& weights) {
+  if (spec.gate) unary(*spec.gate, logits, logits);
+  if (spec.select && spec.bias) {
+    // The bias only steers the selection; the weights are the logits' own.
+    const Tensor biased = empty(XPACK_TYPE_F32, logits.width(), logits.rows());
+    add(logits, *spec.bias, biased);
+    top_k(biased, ids);
+  } else if (spec.select) {
+    top_k(logits, ids);
+  }
+  take(logits, ids, weights);
+  if (spec.normalize) normalize_rows(weights, spec.floor);
+  if (spec.scale != 0.0f && spec.scale != 1.0f) scale(weights, spec.scale, weights);
+}
+
 void reserve_rows(Backend& be, Tensor& t, int64_t rows) {
   if (rows <= t.rows()) return;
   const int64_t old_rows = t.rows();

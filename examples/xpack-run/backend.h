@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "rope_yarn.h"
@@ -126,6 +127,22 @@ class Backend {
   virtual void take(const Tensor& values, const Tensor& ids, const Tensor& out) = 0;
   // In place, per row: x /= max(sum(x) (in double, left to right, then rounded to float), floor).
   virtual void normalize_rows(const Tensor& x, float floor) = 0;
+  // A router's selection after its product, as one operation (a GPU backend:
+  // one launch for a chain of up to six): in place, logits = gate(logits)
+  // (no gate: left as they are); with `select`, ids = top_k(logits + bias)
+  // (bias: one F32 row, or none), else ids as given (hash routing); weights =
+  // the (gated) logits at ids, then normalize_rows(floor) when `normalize`,
+  // then times `scale` unless it is 0 or 1. Bit for bit those operations in
+  // turn, which is what this default does.
+  struct RouteSpec {
+    std::optional<Unary> gate;
+    const Tensor* bias = nullptr;
+    bool select = true;
+    bool normalize = false;
+    float floor = 0.0f;
+    float scale = 1.0f;
+  };
+  virtual void route(const Tensor& logits, const RouteSpec& spec, const Tensor& ids, const Tensor& weights);
   // Causal grouped-query attention: q [n][n_head * D] at positions pos0 + t,
   // k and v [pos0 + n][n_head_kv * D] (every position so far), query head h
   // reading key head h / (n_head / n_head_kv); softmax(scale * q.k) . v into out [n][n_head * D].

@@ -44,6 +44,8 @@ std::string shape_key(const Tensor& w, int64_t n) {
 CudaBackend::State::~State() {
   cudaSetDevice(ordinal);
   cudaStreamSynchronize(stream);
+  pool.reset();
+  cudaStreamSynchronize(stream);
   cudaStreamDestroy(stream);
 }
 
@@ -63,8 +65,9 @@ CudaBackend::CudaBackend(int ordinal) : ordinal_(ordinal), state_(std::make_shar
   check_cuda(cudaSetDevice(ordinal), "cudaSetDevice");
   state_->ordinal = ordinal;
   check_cuda(cudaStreamCreateWithFlags(&state_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  // Temporaries are allocated and freed every layer: keep the pool's memory
-  // instead of handing it back to the driver at each synchronisation.
+  state_->pool = std::make_unique<CudaTensorPool>(state_->stream);
+  // Large tensors are allocated and freed every layer of a prompt: keep the
+  // stream pool's memory instead of handing it back at each synchronisation.
   cudaMemPool_t pool;
   check_cuda(cudaDeviceGetDefaultMemPool(&pool, ordinal), "cudaDeviceGetDefaultMemPool");
   uint64_t keep = UINT64_MAX;
@@ -88,13 +91,14 @@ Tensor CudaBackend::raw_alloc(uint32_t type, int64_t width, int64_t rows) {
   t.type = type;
   t.ne[0] = width;
   t.ne[1] = rows;
-  const size_t bytes = padded(t.nbytes());
-  void* p = nullptr;
-  check_cuda(cudaMallocAsync(&p, bytes, state_->stream), "cudaMallocAsync");
+  const size_t asked = t.nbytes(), bytes = CudaTensorPool::class_bytes(asked);
+  cudaError_t e = cudaSuccess;
+  void* p = state_->pool->acquire(asked, &e);
+  if (!p) check_cuda(e, ("allocation of " + std::to_string(asked) + " bytes").c_str());
   state_->tensor_bytes += bytes;
   std::shared_ptr<State> st = state_;
-  t.storage = std::shared_ptr<void>(p, [st, bytes](void* q) {
-    cudaFreeAsync(q, st->stream);  // stream order: after every enqueued user
+  t.storage = std::shared_ptr<void>(p, [st, asked, bytes](void* q) {
+    st->pool->release(q, asked);
     st->tensor_bytes -= bytes;
   });
   t.data = p;
@@ -104,7 +108,7 @@ Tensor CudaBackend::raw_alloc(uint32_t type, int64_t width, int64_t rows) {
 Tensor CudaBackend::alloc(uint32_t type, int64_t width, int64_t rows) {
   const OpProfile::Scope timed(profile_.get(), "alloc");
   Tensor t = raw_alloc(type, width, rows);
-  check_cuda(cudaMemsetAsync(t.data, 0, padded(t.nbytes()), state_->stream), "cudaMemsetAsync");
+  check_cuda(cudaMemsetAsync(t.data, 0, CudaTensorPool::class_bytes(t.nbytes()), state_->stream), "cudaMemsetAsync");
   return t;
 }
 
@@ -379,6 +383,23 @@ void CudaBackend::normalize_rows(const Tensor& x, float floor) {
   const OpProfile::Scope timed(profile_.get(), "normalize_rows");
   check_shape(is_f32(x), "normalize_rows needs F32");
   check_cuda(xpack::rt::normalize_rows(x.f32(), x.width(), x.rows(), floor, state_->stream), "normalize_rows");
+}
+
+void CudaBackend::route(const Tensor& logits, const RouteSpec& spec, const Tensor& ids, const Tensor& weights) {
+  const int64_t n = logits.width(), k = ids.width();
+  if (n > xpack::rt::route_max_experts()) {  // beyond one block's shared memory: the chain op by op
+    Backend::route(logits, spec, ids, weights);
+    return;
+  }
+  const OpProfile::Scope timed(profile_.get(), "route");
+  check_shape(is_f32(logits) && ids.type == XPACK_TYPE_I32 && is_f32(weights) && same_shape(ids, weights) &&
+                  ids.rows() == logits.rows() && k <= n,
+              "route shapes disagree");
+  check_shape(!spec.bias || (is_f32(*spec.bias) && spec.bias->numel() == n), "route: the bias is not one F32 row");
+  const int gate = !spec.gate ? -1 : *spec.gate == Unary::sigmoid ? 0 : 1;
+  check_cuda(xpack::rt::route(logits.f32(), n, logits.rows(), gate, spec.bias ? spec.bias->f32() : nullptr, spec.select,
+                              k, spec.normalize, spec.floor, spec.scale, ids.i32(), weights.f32(), state_->stream),
+             "route");
 }
 
 void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t n_head, int64_t n_head_kv,

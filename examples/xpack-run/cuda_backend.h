@@ -1,9 +1,9 @@
 // The CUDA backend: tensors in device memory, every operation enqueued on one
 // non-blocking compute stream. Trunk weights are uploaded once in their GGUF
-// block formats (cudaMalloc); activations and states come from the stream's
-// memory pool (cudaMallocAsync, zero-filled with cudaMemsetAsync) and are freed
-// in stream order (cudaFreeAsync), so a graph may drop a temporary as soon as
-// its users are enqueued. Matrix products go through cuda/quant_matmul.h's
+// block formats (cudaMalloc); activations and states come from the backend's
+// CudaTensorPool (zero-filled with cudaMemsetAsync by alloc(), not by empty()),
+// which reuses a released block for work enqueued after the release, so a graph
+// may drop a temporary as soon as its users are enqueued. Matrix products go through cuda/quant_matmul.h's
 // fp32 path (matvec up to 8 tokens, exactly dequantized tiles + SGEMM beyond);
 // the other operations are cuda/runtime_ops.h. The host waits only in
 // download() (and in get_rows of a quantized table, which reads the ids).
@@ -19,6 +19,7 @@
 
 #include "backend.h"
 #include "cuda_op_profile.h"
+#include "cuda_tensor_pool.h"
 #include "quant_matmul.h"
 
 namespace xrun {
@@ -59,15 +60,18 @@ class CudaBackend final : public Backend {
   void top_k(const Tensor& scores, const Tensor& ids) override;
   void take(const Tensor& values, const Tensor& ids, const Tensor& out) override;
   void normalize_rows(const Tensor& x, float floor) override;
+  void route(const Tensor& logits, const RouteSpec& spec, const Tensor& ids, const Tensor& weights) override;
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t n_head, int64_t n_head_kv,
                  int64_t pos0, float scale, const Tensor& out) override;
   void scatter_weighted(const Tensor& y, const Tensor& picks, const Tensor& weights,
                         const Tensor& per_pick) override;
   void sum_picks(const Tensor& per_pick, int64_t k, bool accumulate, const Tensor& out) override;
 
-  // Device bytes held: weight() uploads, other live tensors, the workspace.
+  // Device bytes held: weight() uploads, other live tensors, blocks the
+  // tensor pool keeps for reuse, the workspace.
   uint64_t weight_bytes() const { return state_->weight_bytes.load(); }
   uint64_t tensor_bytes() const { return state_->tensor_bytes.load(); }
+  uint64_t pooled_bytes() const { return state_->pool ? state_->pool->cached_bytes() : 0; }
   uint64_t workspace_bytes() const { return workspace_bytes_; }
   int ordinal() const { return ordinal_; }
 
@@ -81,6 +85,7 @@ class CudaBackend final : public Backend {
   struct State {
     int ordinal = 0;
     cudaStream_t stream = nullptr;
+    std::unique_ptr<CudaTensorPool> pool;  // on `stream`
     std::atomic<uint64_t> weight_bytes{0}, tensor_bytes{0};
     ~State();
   };

@@ -9,8 +9,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -197,6 +199,124 @@ TEST_CASE("cuda backend: top_k (ties to the lower index), take, get_rows, set_ro
   be.cpu.copy(dst.cpu.row_range(3, 2), cp.cpu);
   be.gpu.copy(dst.gpu.row_range(3, 2), cp.gpu);
   be.same(cp, 0.0, "copy of a row range");
+}
+
+TEST_CASE("cuda backend: route in one launch equals its chain of operations, bit for bit") {
+  if (!xpack::test::gpu::available()) return;
+  Backends be;
+  // Kimi-K3's 896 experts top-16 with a bias, deepseek4's 256 top-6, and hash
+  // routing (ids given): every form the models use.
+  struct Form {
+    int64_t experts, k;
+    std::optional<Unary> gate;
+    bool bias, select, normalize;
+    float scale;
+  };
+  const Form forms[] = {{896, 16, Unary::sigmoid, true, true, true, 2.827f},
+                        {256, 6, Unary::sqrt_softplus, true, true, true, 1.5f},
+                        {256, 6, Unary::sqrt_softplus, false, false, true, 1.5f},
+                        {64, 4, std::nullopt, false, true, false, 1.0f}};
+  for (const Form& f : forms) {
+    CAPTURE(f.experts);
+    CAPTURE(f.k);
+    const int64_t n = 5;
+    std::vector<float> lv = random_floats(size_t(f.experts * n), 11, 4.0f);
+    for (int64_t t = 0; t < n; ++t) lv[size_t(t * f.experts + 3)] = lv[size_t(t * f.experts + 17)] = 9.0f;  // a tie
+    const Tensor bias = be.gpu.upload(XPACK_TYPE_F32, random_floats(size_t(f.experts), 12, 0.1f).data(), f.experts, 1);
+    std::vector<int32_t> given(size_t(n * f.k));
+    for (size_t i = 0; i < given.size(); ++i) given[i] = int32_t((i * 37 + 5) % size_t(f.experts));
+    Backend::RouteSpec spec;
+    spec.gate = f.gate;
+    spec.bias = f.bias ? &bias : nullptr;
+    spec.select = f.select;
+    spec.normalize = f.normalize;
+    spec.floor = 6.103515625e-5f;
+    spec.scale = f.scale;
+    std::vector<float> logits[2], weights[2];
+    std::vector<int32_t> ids[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      const Tensor l = be.gpu.upload(XPACK_TYPE_F32, lv.data(), f.experts, n);
+      const Tensor i = be.gpu.upload(XPACK_TYPE_I32, given.data(), f.k, n);
+      const Tensor w = be.gpu.empty(XPACK_TYPE_F32, f.k, n);
+      if (fused)
+        be.gpu.route(l, spec, i, w);
+      else
+        be.gpu.Backend::route(l, spec, i, w);
+      logits[fused].resize(lv.size());
+      weights[fused].resize(given.size());
+      ids[fused].resize(given.size());
+      be.gpu.download(l, logits[fused].data());
+      be.gpu.download(w, weights[fused].data());
+      be.gpu.download(i, ids[fused].data());
+    }
+    CHECK(ids[1] == ids[0]);
+    CHECK(std::memcmp(weights[1].data(), weights[0].data(), weights[0].size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(logits[1].data(), logits[0].data(), logits[0].size() * sizeof(float)) == 0);
+    if (!f.select) CHECK(ids[1] == given);
+    if (f.select) {  // ties to the lower index, whatever the gate did to them
+      for (int64_t t = 0; t < n; ++t) {
+        const int32_t* r = ids[1].data() + t * f.k;
+        const auto at3 = std::find(r, r + f.k, 3), at17 = std::find(r, r + f.k, 17);
+        if (!f.bias && at17 != r + f.k) CHECK(at3 < at17);
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda backend: the tensor pool reuses a released block and keeps sizes apart") {
+  if (!xpack::test::gpu::available()) return;
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+  {
+    CudaTensorPool pool(stream);
+    // Classes: at most a quarter above the request, multiples of 256, fixed points.
+    for (size_t b : {size_t(0), size_t(1), size_t(256), size_t(4095), size_t(4097), size_t(5000), size_t(12345),
+                     size_t(1) << 20, (size_t(1) << 20) + 1, CudaTensorPool::kMaxPooledBytes,
+                     CudaTensorPool::kMaxPooledBytes + 1}) {
+      CAPTURE(b);
+      const size_t c = CudaTensorPool::class_bytes(b);
+      CHECK(c >= std::max<size_t>(b, 1));
+      CHECK(c % 256 == 0);
+      CHECK(CudaTensorPool::class_bytes(c) == c);
+      if (b > 4096) CHECK(double(c) <= 1.25 * double(b) + 256);
+    }
+    cudaError_t e = cudaSuccess;
+    void* a = pool.acquire(5000, &e);
+    REQUIRE(a != nullptr);
+    CHECK(e == cudaSuccess);
+    pool.release(a, 5000);
+    CHECK(pool.cached_bytes() == CudaTensorPool::class_bytes(5000));
+    void* b = pool.acquire(5100, &e);  // the same class
+    CHECK(b == a);
+    CHECK(pool.cached_bytes() == 0);
+    void* c = pool.acquire(100000, &e);  // another class: a block of its own
+    REQUIRE(c != nullptr);
+    CHECK(c != a);
+    // Work enqueued after a release may use the block at once: stream order.
+    std::vector<float> host(1250, 1.0f), back(1250, 0.0f);
+    REQUIRE(cudaMemcpyAsync(b, host.data(), 5000, cudaMemcpyHostToDevice, stream) == cudaSuccess);
+    pool.release(b, 5100);
+    void* again = pool.acquire(5000, &e);
+    CHECK(again == a);
+    REQUIRE(cudaMemcpyAsync(back.data(), again, 5000, cudaMemcpyDeviceToHost, stream) == cudaSuccess);
+    REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+    CHECK(back == host);
+    pool.release(again, 5000);
+    pool.release(c, 100000);
+    // Beyond the pooled sizes a block goes straight back.
+    void* big = pool.acquire(CudaTensorPool::kMaxPooledBytes + 1, &e);
+    REQUIRE(big != nullptr);
+    pool.release(big, CudaTensorPool::kMaxPooledBytes + 1);
+    CHECK(pool.cached_bytes() == CudaTensorPool::class_bytes(5000) + CudaTensorPool::class_bytes(100000));
+    pool.trim();
+    CHECK(pool.cached_bytes() == 0);
+    // A request the device cannot hold fails with the error, nothing thrown.
+    void* huge = pool.acquire(size_t(1) << 50, &e);
+    CHECK(huge == nullptr);
+    CHECK(e == cudaErrorMemoryAllocation);
+  }
+  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  cudaStreamDestroy(stream);
 }
 
 TEST_CASE("cuda backend: RoPE (normal, tail, YaRN, inverse, position step) and grouped-query causal attention") {

@@ -100,7 +100,7 @@ void Attention::forward(const Tensor& x, int64_t pos0, const Tensor& out) {
     const Tensor idx_w = be_.empty(kF32, ih, n);
     be_.matmul(idx_proj_, x, idx_w);
     be_.scale(idx_w, 1.0f / std::sqrt(static_cast<float>(id * ih)), idx_w);
-    chosen = be_.alloc(XPACK_TYPE_I32, hp_.idx_top_k, n);
+    chosen = be_.empty(XPACK_TYPE_I32, hp_.idx_top_k, n);  // every entry written (-1 padded)
     ops_.indexer_select(idx_q, idx_w, idx_compressor_->blocks(), ih, pos0, compressor_->ratio(), chosen);
   }
 

@@ -46,12 +46,17 @@ void Compressor::append(const Tensor& x, int64_t pos0) {
   const Tensor kv = be_.empty(XPACK_TYPE_F32, row_width_, n), score = be_.empty(XPACK_TYPE_F32, row_width_, n);
   be_.matmul(wkv_, x, kv);
   be_.matmul(wgate_, x, score);
-  // The learned absolute position bias depends on the offset inside a block.
-  std::vector<int32_t> offsets(static_cast<size_t>(n));
-  for (int64_t t = 0; t < n; ++t) offsets[size_t(t)] = static_cast<int32_t>((pos0 + t) % ratio_);
-  const Tensor ape = be_.empty(XPACK_TYPE_F32, row_width_, n);
-  be_.get_rows(ape_, be_.upload(XPACK_TYPE_I32, offsets.data(), 1, n), ape);
-  be_.add(score, ape, score);
+  // The learned absolute position bias depends on the offset inside a block:
+  // for positions within one block (a decode step) a row range of it.
+  if (pos0 % ratio_ + n <= ratio_) {
+    be_.add(score, ape_.row_range(pos0 % ratio_, n), score);
+  } else {
+    std::vector<int32_t> offsets(static_cast<size_t>(n));
+    for (int64_t t = 0; t < n; ++t) offsets[size_t(t)] = static_cast<int32_t>((pos0 + t) % ratio_);
+    const Tensor ape = be_.empty(XPACK_TYPE_F32, row_width_, n);
+    be_.get_rows(ape_, be_.upload(XPACK_TYPE_I32, offsets.data(), 1, n), ape);
+    be_.add(score, ape, score);
+  }
   kv_rows_.append(be_, kv);
   score_rows_.append(be_, score);
   next_pos_ += n;

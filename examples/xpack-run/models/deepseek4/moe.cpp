@@ -57,25 +57,21 @@ Routing MoeBlock::route(const Tensor& x, const Tensor& tokens, int64_t guess_wid
   const int64_t n = x.rows(), k = hp_.n_expert_used;
   const Tensor scores = be_.empty(XPACK_TYPE_F32, hp_.n_expert, n);
   be_.matmul(gate_inp_, x, scores);
-  be_.unary(Unary::sqrt_softplus, scores, scores);
-
   Routing r = make_routing(be_, n, k, guess_width);
-  if (hash_routed_) {
-    // Hash routing: the experts are a fixed function of the token id.
-    be_.get_rows(tid2eid_, tokens, r.ids);
-  } else {
-    // Learned routing: top-k of score + selection bias, best first.
-    const Tensor biased = be_.empty(XPACK_TYPE_F32, hp_.n_expert, n);
-    be_.add(scores, probs_bias_, biased);
-    be_.top_k(biased, r.ids);
-  }
-  // Weights use the unbiased scores of the chosen experts.
-  be_.take(scores, r.ids, r.weights);
-  // A floor on the sum keeps an all-zero score row finite (llama.cpp's fp16 min normal).
-  if (hp_.expert_weights_norm) be_.normalize_rows(r.weights, 6.103515625e-5f);
-  if (hp_.expert_weights_scale != 0.0f && hp_.expert_weights_scale != 1.0f) {
-    be_.scale(r.weights, hp_.expert_weights_scale, r.weights);
-  }
+  // Hash routing: the experts are a fixed function of the token id.
+  if (hash_routed_) be_.get_rows(tid2eid_, tokens, r.ids);
+  // Scores sqrt(softplus); learned routing picks the top k of score + selection
+  // bias, best first. The weights are the unbiased scores of the chosen
+  // experts, normalised (the floor on the sum keeps an all-zero row finite:
+  // llama.cpp's fp16 min normal) and scaled.
+  Backend::RouteSpec spec;
+  spec.gate = Unary::sqrt_softplus;
+  spec.select = !hash_routed_;
+  spec.bias = hash_routed_ ? nullptr : &probs_bias_;
+  spec.normalize = hp_.expert_weights_norm;
+  spec.floor = 6.103515625e-5f;
+  spec.scale = hp_.expert_weights_scale;
+  be_.route(scores, spec, r.ids, r.weights);
   return r;
 }
 

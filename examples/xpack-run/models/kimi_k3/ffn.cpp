@@ -77,27 +77,29 @@ LatentMoe::LatentMoe(const Weights& w, const Hparams& hp, Backend& be, KimiOps& 
 // Router: ids/weights [n][n_expert_used], ids in top-k order.
 Routing LatentMoe::route(const Tensor& x, int64_t guess_width) const {
   const int64_t n = x.rows(), NE = hp_.n_expert, K = hp_.n_expert_used;
-  const Tensor probs = be_.alloc(kF32, NE, n);
+  const Tensor probs = be_.empty(kF32, NE, n);
   be_.matmul(gate_inp_, x, probs);
+  Routing r = make_routing(be_, n, K, guess_width);
+  // The bias only steers the selection; the weights use the unbiased probabilities.
+  Backend::RouteSpec spec;
+  spec.bias = has_probs_b_ ? &probs_b_ : nullptr;
+  spec.normalize = hp_.weights_norm;
+  spec.floor = 6.103515625e-5f;  // ggml clamps to the smallest f16 normal
+  spec.scale = hp_.weights_scale;
   switch (hp_.gating) {
     case Gating::softmax: be_.softmax_rows(probs); break;
-    case Gating::sigmoid: be_.unary(Unary::sigmoid, probs, probs); break;
-    case Gating::softmax_weight: break;
-    case Gating::sqrt_softplus: be_.unary(Unary::sqrt_softplus, probs, probs); break;
+    case Gating::sigmoid: spec.gate = Unary::sigmoid; break;
+    case Gating::sqrt_softplus: spec.gate = Unary::sqrt_softplus; break;
+    case Gating::softmax_weight: {
+      // The chosen logits are softmaxed before the normalisation.
+      be_.route(probs, {std::nullopt, spec.bias}, r.ids, r.weights);
+      be_.softmax_rows(r.weights);
+      if (spec.normalize) be_.normalize_rows(r.weights, spec.floor);
+      if (spec.scale != 0.0f && spec.scale != 1.0f) be_.scale(r.weights, spec.scale, r.weights);
+      return r;
+    }
   }
-  Routing r = make_routing(be_, n, K, guess_width);
-  // the bias only steers the selection; the weights use the unbiased probabilities
-  if (has_probs_b_) {
-    const Tensor sel = be_.alloc(kF32, NE, n);
-    be_.add(probs, probs_b_, sel);
-    be_.top_k(sel, r.ids);
-  } else {
-    be_.top_k(probs, r.ids);
-  }
-  be_.take(probs, r.ids, r.weights);
-  if (hp_.gating == Gating::softmax_weight) be_.softmax_rows(r.weights);
-  if (hp_.weights_norm) be_.normalize_rows(r.weights, 6.103515625e-5f);  // ggml clamps to the smallest f16 normal
-  if (hp_.weights_scale != 0.0f && hp_.weights_scale != 1.0f) be_.scale(r.weights, hp_.weights_scale, r.weights);
+  be_.route(probs, spec, r.ids, r.weights);
   return r;
 }
 
@@ -121,11 +123,11 @@ void LatentMoe::forward(const Tensor& x, const Tensor& out, const NextGuess& nex
 
   Tensor z = x;
   if (hp_.has_latent) {
-    z = be_.alloc(kF32, L, n);
+    z = be_.empty(kF32, L, n);
     be_.matmul(routed_down_, x, z);
   }
   // The routed experts in the latent width, summed per token in top-k order.
-  const Tensor y = be_.alloc(kF32, L, n);
+  const Tensor y = be_.empty(kF32, L, n);  // every token's picks summed into it
   run_routed_experts(be_, *experts_, il_, z, r,
                      {[&](const ExpertWeights& ew) {
                         const std::string who = "kimi-k3: layer " + std::to_string(il_) + " expert " + std::to_string(ew.expert);
@@ -141,7 +143,7 @@ void LatentMoe::forward(const Tensor& x, const Tensor& out, const NextGuess& nex
     be_.copy(y, out);
 
   if (has_shared_) {
-    const Tensor sh = be_.alloc(kF32, hp_.n_embd, n);
+    const Tensor sh = be_.empty(kF32, hp_.n_embd, n);
     gated_ffn(be_, shared_, situ_, x, sh);
     be_.add(out, sh, out);
   }

@@ -60,20 +60,20 @@ void KdaLayer::forward(const Tensor& x, KdaState& st, const Tensor& out) const {
   Tensor qkv[3];
   const Tensor* proj[3] = {&wq_, &wk_, &wv_};
   for (int i = 0; i < 3; ++i) {
-    qkv[i] = be_.alloc(kF32, D, n);
+    qkv[i] = be_.empty(kF32, D, n);
     be_.matmul(*proj[i], x, qkv[i]);
     ops_.short_conv_silu(qkv[i], conv_w_[i], st.conv[i]);
   }
   const Tensor &q = qkv[0], &k = qkv[1], &v = qkv[2];
 
   // --- per-channel decay (log space), from the low-rank forget gate
-  const Tensor fa = be_.alloc(kF32, f_a_.rows(), n), g = be_.alloc(kF32, D, n);
+  const Tensor fa = be_.empty(kF32, f_a_.rows(), n), g = be_.empty(kF32, D, n);
   be_.matmul(f_a_, x, fa);
   be_.matmul(f_b_, fa, g);
   ops_.kda_gate(g, dt_bias_, a_, hd, hp_.has_gate_lower_bound, hp_.gate_lower_bound);
 
   // --- write strength, one per head
-  const Tensor beta = be_.alloc(kF32, H, n);
+  const Tensor beta = be_.empty(kF32, H, n);
   be_.matmul(beta_, x, beta);
   be_.unary(Unary::sigmoid, beta, beta);
 
@@ -92,7 +92,7 @@ void KdaLayer::forward(const Tensor& x, KdaState& st, const Tensor& out) const {
     ops_.delta_rule(q, k, v, g, beta, st.s, o);
 
   // --- per-head rms norm, full-rank sigmoid output gate, output projection
-  const Tensor gate = be_.alloc(kF32, D, n);
+  const Tensor gate = be_.empty(kF32, D, n);
   be_.matmul(g_, x, gate);
   const Tensor o_heads = o.reshaped(hd, n * H);
   be_.rms_norm(o_heads, &o_norm_, eps, o_heads);

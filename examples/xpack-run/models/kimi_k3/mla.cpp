@@ -89,9 +89,9 @@ void MlaLayer::forward(const Tensor& x, MlaCache& cache, const Tensor& out) cons
   const float eps = hp_.norm_eps;
 
   // --- queries
-  const Tensor q = be_.alloc(kF32, H * hk, n);
+  const Tensor q = be_.empty(kF32, H * hk, n);
   if (q_lora_) {
-    const Tensor qa = be_.alloc(kF32, hp_.q_lora_rank, n);
+    const Tensor qa = be_.empty(kF32, hp_.q_lora_rank, n);
     be_.matmul(wq_a_, x, qa);
     be_.rms_norm(qa, &q_a_norm_, eps, qa);
     be_.matmul(wq_b_, qa, q);
@@ -116,7 +116,7 @@ void MlaLayer::forward(const Tensor& x, MlaCache& cache, const Tensor& out) cons
 
   // --- K3's sigmoid output gate reads the normed layer input
   if (has_gate_) {
-    const Tensor gate = be_.alloc(kF32, H * hv, n);
+    const Tensor gate = be_.empty(kF32, H * hv, n);
     be_.matmul(gate_, x, gate);
     be_.unary(Unary::sigmoid, gate, gate);
     be_.mul(o, gate, o);

@@ -107,7 +107,7 @@ class KimiK3 final : public Model {
     const bool use_res = hp_.res_block_size > 0;
 
     // token embeddings
-    Tensor h = be_.alloc(kF32, E, n);
+    Tensor h = be_.empty(kF32, E, n);
     be_.get_rows(tok_embd_, be_.upload(XPACK_TYPE_I32, tokens, 1, n), h);
 
     std::vector<Tensor> ckpts;  // the banked checkpoints of this call, each [n][n_embd]
@@ -132,7 +132,7 @@ class KimiK3 final : public Model {
         l.mla->forward(normed, mla_cache_[il], sub);
       if (banked) {
         ckpts.push_back(h);  // the raw layer input, not the mix
-        h = be_.alloc(kF32, E, n);
+        h = be_.empty(kF32, E, n);
         be_.copy(sub, h);  // the stream restarts from the attention output
       } else {
         be_.add(h, sub, h);
@@ -145,7 +145,7 @@ class KimiK3 final : public Model {
       if (guesser_ && l.moe && il + 1 < hp_.n_layer && layers_[il + 1].moe) {
         next.router = &routers_[il + 1];
         if (guesser_->state() == GuessState::renormed) {
-          next.state = be_.alloc(kF32, E, n);
+          next.state = be_.empty(kF32, E, n);
           be_.rms_norm(ffn_in, &layers_[il + 1].ffn_norm, eps, next.state);
         }
       }
