@@ -80,6 +80,18 @@ class Backend {
   // Work enqueued from now on waits for `event` (cudaEvent_t), without
   // blocking the host. nullptr: nothing to wait for.
   virtual void wait_event(void* event) = 0;
+  // The work enqueued from here to the next download() is the stretch of an
+  // n-token step up to its next host round trip (a router's ids, the
+  // logits); `step_start`: the step's first stretch. A GPU backend may record
+  // the stretch and launch it as one CUDA graph, updated and replayed at the
+  // same place of later steps, instead of launching its kernels one by one
+  // (a few microseconds of host time each). The caller promises that no other
+  // stream waits on work of the stretch: an expert cache's release does, so
+  // call this once a layer's expert request is done. The CPU's: nothing.
+  virtual void capture_until_download(int64_t tokens, bool step_start) {
+    (void)tokens;
+    (void)step_start;
+  }
 
   // ---- operations ----
   // y[t][o] = sum_i w[o][i] * x[t][i]: w [ne1][ne0] in any GGUF type, x [n][ne0], y [n][ne1] (F32).

@@ -188,6 +188,10 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
            "--device cuda: time every operation of prefill and of decode on\n"
            "the GPU and on the host, and print a table per phase on stderr\n"
            "(where the step's time goes; the timing itself slows the run)");
+  app.flag("--no-cuda-graphs", &o.no_cuda_graphs,
+           "--device cuda: launch every kernel of a decode step on its own\n"
+           "instead of replaying the stretches between host round trips as\n"
+           "CUDA graphs (the same results; for comparison and debugging)");
   app.flag("--allow-buffered-io", &o.allow_buffered_io,
            "where the pack's filesystem refuses O_DIRECT (tmpfs, ramfs),\n"
            "read experts through the page cache instead of failing\n"
@@ -248,6 +252,7 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
   for (const auto& [given, flag] : {std::pair{policy_opt->count() > 0, "--cache-policy"}, {o.no_overlap, "--no-overlap"}})
     if (given && (o.pack_path.empty() || o.expert_reader != "cache"))
       return fail(std::string(flag) + " needs --pack and --expert-reader cache: it applies to the expert cache");
+  if (o.no_cuda_graphs && o.device != "cuda") return fail("--no-cuda-graphs needs --device cuda");
   if (o.profile_ops && o.device != "cuda")
     return fail("--profile-ops needs --device cuda: it times operations on the GPU's stream");
   if (o.profile_ops && (o.server || o.conversation))

@@ -72,6 +72,7 @@ CudaBackend::CudaBackend(int ordinal) : ordinal_(ordinal), state_(std::make_shar
   check_cuda(cudaDeviceGetDefaultMemPool(&pool, ordinal), "cudaDeviceGetDefaultMemPool");
   uint64_t keep = UINT64_MAX;
   check_cuda(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "cudaMemPoolSetAttribute");
+  check_cuda(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "cudaStreamCreate (allocations)");
   const int st = xk::context_create(&ctx_, 0);
   if (st != xk::kOk) throw ModelError(std::string("CUDA: matmul context: ") + xk::status_name(st));
   workspace_bytes_ = size_t(64) << 20;  // context_create's default
@@ -79,7 +80,17 @@ CudaBackend::CudaBackend(int ordinal) : ordinal_(ordinal), state_(std::make_shar
 
 CudaBackend::~CudaBackend() {
   cudaSetDevice(ordinal_);
+  if (capturing_) {  // an operation threw mid-stretch: its graph is dropped
+    cudaGraph_t g = nullptr;
+    cudaStreamEndCapture(state_->stream, &g);
+    if (g) cudaGraphDestroy(g);
+    state_->pool->end_capture();
+    cudaGetLastError();
+  }
   cudaStreamSynchronize(state_->stream);
+  for (const Replay& r : replays_) cudaGraphExecDestroy(r.exec);
+  for (const PinnedChunk& c : staging_) cudaFreeHost(c.p);
+  if (side_) cudaStreamDestroy(side_);
   profile_.reset();
   if (bounce_) cudaFreeHost(bounce_);
   xk::context_destroy(ctx_);
@@ -143,6 +154,12 @@ Tensor CudaBackend::upload(uint32_t type, const void* host, int64_t width, int64
   const OpProfile::Scope timed(profile_.get(), "upload");
   Tensor t = raw_alloc(type, width, rows);
   if (t.nbytes() == 0) return t;
+  if (capturing_) {  // a graph copies from memory that outlives the call, and only from pinned memory
+    check_cuda(cudaMemcpyAsync(t.data, stage_upload(host, t.nbytes()), t.nbytes(), cudaMemcpyHostToDevice,
+                               state_->stream),
+               "cudaMemcpyAsync (upload, captured)");
+    return t;
+  }
   check_cuda(cudaMemcpyAsync(t.data, host, t.nbytes(), cudaMemcpyHostToDevice, state_->stream), "cudaMemcpyAsync (upload)");
   // From pageable memory the copy has been staged when the call returns; from
   // pinned memory it has not, and the caller may reuse its buffer at once.
@@ -155,6 +172,7 @@ Tensor CudaBackend::upload(uint32_t type, const void* host, int64_t width, int64
 }
 
 void CudaBackend::download(const Tensor& src, void* host) {
+  if (capturing_) launch_capture();
   {
     const OpProfile::Scope timed(profile_.get(), "download");
     const size_t n = src.nbytes();
@@ -176,6 +194,7 @@ void CudaBackend::download(const Tensor& src, void* host) {
     }
     check_cuda(cudaStreamSynchronize(state_->stream), "cudaStreamSynchronize (download)");
     if (bounce) std::memcpy(host, bounce_, n);
+    staging_chunk_ = staging_used_ = 0;  // every staged upload has been copied
   }
   // After the scope: folding the step's events into the totals costs the host
   // about a microsecond an event, which inside the scope counted as download's.
@@ -197,7 +216,88 @@ void CudaBackend::wait_event(void* event) {
   const cudaError_t q = cudaEventQuery(static_cast<cudaEvent_t>(event));
   if (q == cudaSuccess) return;
   if (q != cudaErrorNotReady) check_cuda(q, "cudaEventQuery");
+  // A graph cannot wait on another stream's event: the stretch so far is
+  // launched, the wait enqueued, and the rest captured as a stretch of its own.
+  const bool resume = capturing_;
+  if (resume) launch_capture();
   check_cuda(cudaStreamWaitEvent(state_->stream, static_cast<cudaEvent_t>(event), 0), "cudaStreamWaitEvent");
+  if (resume) capture_until_download(capture_tokens_, false);
+}
+
+void CudaBackend::capture_until_download(int64_t tokens, bool step_start) {
+  if (!graphs_ || profile_ || capturing_ || tokens <= 0 || tokens > kMaxGraphTokens) return;
+  if (step_start) capture_place_ = 0;
+  // Relaxed: the pool may allocate on its side stream and wait for it meanwhile.
+  check_cuda(cudaStreamBeginCapture(state_->stream, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+  state_->pool->begin_capture(side_);
+  capturing_ = true;
+  capture_tokens_ = tokens;
+}
+
+void CudaBackend::launch_capture() {
+  capturing_ = false;
+  cudaGraph_t g = nullptr;
+  const cudaError_t e = cudaStreamEndCapture(state_->stream, &g);
+  if (e != cudaSuccess) {
+    if (g) cudaGraphDestroy(g);
+    state_->pool->end_capture();
+    check_cuda(e, "cudaStreamEndCapture");
+  }
+  const int place = capture_place_++;
+  size_t nodes = 0;
+  cudaError_t le = cudaGraphGetNodes(g, nullptr, &nodes);
+  cudaGraphExec_t exec = nullptr;
+  if (le == cudaSuccess && nodes > 0) {
+    for (size_t i = 0; i < replays_.size(); ++i) {
+      if (replays_[i].place != place || replays_[i].nodes != nodes) continue;
+      cudaGraphExecUpdateResultInfo info{};
+      if (cudaGraphExecUpdate(replays_[i].exec, g, &info) == cudaSuccess) {
+        exec = replays_[i].exec;
+        ++graph_counts_.updates;
+      } else {  // the same size, other kernels: replaced below
+        cudaGetLastError();
+        cudaGraphExecDestroy(replays_[i].exec);
+        replays_.erase(replays_.begin() + static_cast<std::ptrdiff_t>(i));
+      }
+      break;
+    }
+    if (!exec) {
+      le = cudaGraphInstantiate(&exec, g, 0);
+      if (le == cudaSuccess) {
+        ++graph_counts_.instantiations;
+        // A bounded set: places and sizes repeat from step to step.
+        if (replays_.size() >= 64) {
+          cudaGraphExecDestroy(replays_.front().exec);
+          replays_.erase(replays_.begin());
+        }
+        replays_.push_back({place, nodes, exec});
+      }
+    }
+    if (le == cudaSuccess) le = cudaGraphLaunch(exec, state_->stream);
+    if (le == cudaSuccess) ++graph_counts_.launches;
+  }
+  cudaGraphDestroy(g);
+  // After the launch: blocks the stretch released are freed behind its work.
+  state_->pool->end_capture();
+  check_cuda(le, "launching a step's CUDA graph");
+}
+
+const void* CudaBackend::stage_upload(const void* host, size_t n) {
+  const size_t need = (n + 255) / 256 * 256;
+  while (staging_chunk_ < staging_.size() && staging_used_ + need > staging_[staging_chunk_].bytes) {
+    ++staging_chunk_;
+    staging_used_ = 0;
+  }
+  if (staging_chunk_ == staging_.size()) {
+    PinnedChunk c{nullptr, std::max<size_t>(need, size_t(1) << 20)};
+    check_cuda(cudaMallocHost(&c.p, c.bytes), "cudaMallocHost (upload staging)");
+    staging_.push_back(c);
+    staging_used_ = 0;
+  }
+  void* at = static_cast<char*>(staging_[staging_chunk_].p) + staging_used_;
+  staging_used_ += need;
+  std::memcpy(at, host, n);
+  return at;
 }
 
 void CudaBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& y) {
@@ -444,7 +544,11 @@ void CudaBackend::enable_profile() {
 
 // ---- device_backend.h ----
 
-std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(0); }
+std::unique_ptr<Backend> make_cuda_backend(bool graphs) {
+  auto be = std::make_unique<CudaBackend>(0);
+  be->set_graphs(graphs);
+  return be;
+}
 
 std::string cuda_vram_plan(Backend& be, uint64_t expert_cache_bytes) {
   auto* cb = dynamic_cast<CudaBackend*>(&be);
@@ -460,6 +564,11 @@ std::string cuda_vram_plan(Backend& be, uint64_t expert_cache_bytes) {
          ", KV/state and norms " + mib(cb->tensor_bytes()) + " at load (KV caches grow with the sequence)" +
          ", workspace " + mib(cb->workspace_bytes()) + ", expert cache " + mib(expert_cache_bytes) + "; free " +
          mib(free_b) + " of " + mib(total_b);
+}
+
+CudaGraphCounts cuda_graph_counts(Backend& be) {
+  auto* cb = dynamic_cast<CudaBackend*>(&be);
+  return cb ? cb->graph_counts() : CudaGraphCounts{};
 }
 
 void cuda_profile_section(Backend& be, const std::string& name) {

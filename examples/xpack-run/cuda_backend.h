@@ -16,10 +16,12 @@
 
 #include <atomic>
 #include <memory>
+#include <vector>
 
 #include "backend.h"
 #include "cuda_op_profile.h"
 #include "cuda_tensor_pool.h"
+#include "device_backend.h"
 #include "quant_matmul.h"
 
 namespace xrun {
@@ -43,6 +45,7 @@ class CudaBackend final : public Backend {
 
   void* stream() override { return state_->stream; }
   void wait_event(void* event) override;
+  void capture_until_download(int64_t tokens, bool step_start) override;
 
   void matmul(const Tensor& w, const Tensor& x, const Tensor& y) override;
   void grouped_matmul(const std::vector<GroupedProblem>& problems, const Tensor& x, const Tensor& y) override;
@@ -75,6 +78,11 @@ class CudaBackend final : public Backend {
   uint64_t workspace_bytes() const { return workspace_bytes_; }
   int ordinal() const { return ordinal_; }
 
+  // CUDA graphs for the stretches of decode-sized steps (capture_until_download);
+  // on unless turned off here (--no-cuda-graphs) or while profiling.
+  void set_graphs(bool on) { graphs_ = on; }
+  CudaGraphCounts graph_counts() const { return graph_counts_; }
+
   // --profile-ops (cuda_op_profile.h): from now on every operation is timed.
   void enable_profile();
   // nullptr unless enabled; the model's own CUDA operations time themselves with it.
@@ -91,6 +99,12 @@ class CudaBackend final : public Backend {
   };
 
   Tensor raw_alloc(uint32_t type, int64_t width, int64_t rows);
+  // Ends the capture: the stretch's graph updated into (or instantiated as)
+  // the executable kept for its place in the step, and launched.
+  void launch_capture();
+  // Host bytes copied to pinned memory that stays untouched until the next
+  // download(): an upload's source while capturing.
+  const void* stage_upload(const void* host, size_t n);
 
   int ordinal_;
   std::shared_ptr<State> state_;
@@ -102,6 +116,28 @@ class CudaBackend final : public Backend {
   static constexpr size_t kMaxBounceBytes = size_t(64) << 20;
   void* bounce_ = nullptr;
   size_t bounce_bytes_ = 0;
+
+  // CUDA graphs: the capture in progress, and one executable per (place in
+  // the step, node count) seen, updated in place by later steps.
+  static constexpr int64_t kMaxGraphTokens = 8;  // the matvec path; larger batches go through cuBLAS
+  bool graphs_ = true;
+  bool capturing_ = false;
+  int64_t capture_tokens_ = 0;
+  int capture_place_ = 0;
+  cudaStream_t side_ = nullptr;  // allocations while capturing (CudaTensorPool::begin_capture)
+  struct Replay {
+    int place;
+    size_t nodes;
+    cudaGraphExec_t exec;
+  };
+  std::vector<Replay> replays_;
+  CudaGraphCounts graph_counts_;
+  struct PinnedChunk {
+    void* p;
+    size_t bytes;
+  };
+  std::vector<PinnedChunk> staging_;  // stage_upload's memory, reused after each download()
+  size_t staging_chunk_ = 0, staging_used_ = 0;
 };
 
 }  // namespace xrun

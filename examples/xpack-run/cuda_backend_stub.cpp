@@ -3,13 +3,14 @@
 
 namespace xrun {
 
-std::unique_ptr<Backend> make_cuda_backend() {
+std::unique_ptr<Backend> make_cuda_backend(bool) {
   throw ModelError(
       "--device cuda: this xpack-run was built without CUDA (configure with meson setup -Dcuda=enabled); "
       "use --device cpu");
 }
 
 std::string cuda_vram_plan(Backend&, uint64_t) { return ""; }
+CudaGraphCounts cuda_graph_counts(Backend&) { return {}; }
 void cuda_profile_section(Backend&, const std::string&) {}
 std::string cuda_profile_report(Backend&) { return ""; }
 

@@ -17,9 +17,11 @@ size_t CudaTensorPool::class_bytes(size_t bytes) {
 void* CudaTensorPool::acquire(size_t bytes, cudaError_t* error) {
   const size_t cb = class_bytes(bytes);
   *error = cudaSuccess;
-  if (cb <= kMaxPooledBytes) {
+  cudaStream_t side = nullptr;
+  {
     const std::lock_guard<std::mutex> lock(mu_);
-    auto it = free_.find(cb);
+    side = side_;
+    auto it = cb <= kMaxPooledBytes ? free_.find(cb) : free_.end();
     if (it != free_.end() && !it->second.empty()) {
       void* p = it->second.back();
       it->second.pop_back();
@@ -28,12 +30,19 @@ void* CudaTensorPool::acquire(size_t bytes, cudaError_t* error) {
     }
   }
   void* p = nullptr;
-  cudaError_t e = cudaMallocAsync(&p, cb, stream_);
-  if (e == cudaErrorMemoryAllocation) {
-    // The free lists may hold what this block needs.
-    cudaGetLastError();
-    trim();
+  cudaError_t e = cudaSuccess;
+  if (side) {
+    // Allocated on the side stream and finished before the graph that uses it is launched.
+    e = cudaMallocAsync(&p, cb, side);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(side);
+  } else {
     e = cudaMallocAsync(&p, cb, stream_);
+    if (e == cudaErrorMemoryAllocation) {
+      // The free lists may hold what this block needs.
+      cudaGetLastError();
+      trim();
+      e = cudaMallocAsync(&p, cb, stream_);
+    }
   }
   if (e != cudaSuccess) {
     cudaGetLastError();
@@ -46,11 +55,14 @@ void* CudaTensorPool::acquire(size_t bytes, cudaError_t* error) {
 void CudaTensorPool::release(void* p, size_t bytes) {
   if (!p) return;
   const size_t cb = class_bytes(bytes);
+  const std::lock_guard<std::mutex> lock(mu_);
   if (cb > kMaxPooledBytes) {
-    cudaFreeAsync(p, stream_);  // stream order: after every enqueued user
+    if (side_)
+      deferred_.push_back(p);  // its users are in the graph being captured
+    else
+      cudaFreeAsync(p, stream_);  // stream order: after every enqueued user
     return;
   }
-  const std::lock_guard<std::mutex> lock(mu_);
   free_[cb].push_back(p);
   cached_ += cb;
 }
@@ -68,6 +80,21 @@ void CudaTensorPool::trim() {
   cached_ = 0;
 }
 
-CudaTensorPool::~CudaTensorPool() { trim(); }
+void CudaTensorPool::begin_capture(cudaStream_t side) {
+  const std::lock_guard<std::mutex> lock(mu_);
+  side_ = side;
+}
+
+void CudaTensorPool::end_capture() {
+  const std::lock_guard<std::mutex> lock(mu_);
+  side_ = nullptr;
+  for (void* p : deferred_) cudaFreeAsync(p, stream_);
+  deferred_.clear();
+}
+
+CudaTensorPool::~CudaTensorPool() {
+  end_capture();
+  trim();
+}
 
 }  // namespace xrun

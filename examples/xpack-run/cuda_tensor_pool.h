@@ -10,8 +10,8 @@
 // before it. Memory that another stream reads must not come from here.
 //
 // Blocks come from the stream's pool (cudaMallocAsync) and go back to it only
-// when an allocation fails (trim, then one retry) or when the pool is
-// destroyed. Large blocks (a prompt's activations, grown KV caches) skip the
+// when an allocation fails (trim, then one retry; not while capturing) or when
+// the pool is destroyed. Large blocks (a prompt's activations, grown KV caches) skip the
 // free lists: their driver calls are small beside the work on them, and kept
 // they would hold memory that smaller sizes cannot use.
 #pragma once
@@ -34,7 +34,7 @@ class CudaTensorPool {
   CudaTensorPool& operator=(const CudaTensorPool&) = delete;
 
   // Blocks of at most this many bytes are kept for reuse.
-  static constexpr size_t kMaxPooledBytes = size_t(64) << 20;
+  static constexpr size_t kMaxPooledBytes = size_t(1) << 20;
 
   // The bytes acquire(bytes) really takes: 256-byte multiples up to 4 KiB,
   // then four classes per power of two (at most a quarter more than asked).
@@ -51,10 +51,20 @@ class CudaTensorPool {
   // Hands every free block back to the stream's pool. Thread-safe.
   void trim();
 
+  // While the compute stream is being captured into a CUDA graph nothing may
+  // be allocated or freed on it (that would become part of the graph): a new
+  // block is allocated on `side` (and waited for), and a large block released
+  // is kept until end_capture(), which frees it on the compute stream, after
+  // the graph's launch. Not thread-safe against acquire/release of other threads.
+  void begin_capture(cudaStream_t side);
+  void end_capture();
+
  private:
   cudaStream_t stream_;
+  cudaStream_t side_ = nullptr;  // non-null while capturing
   mutable std::mutex mu_;
   std::unordered_map<size_t, std::vector<void*>> free_;  // by class_bytes
+  std::vector<void*> deferred_;                          // large blocks released while capturing
   uint64_t cached_ = 0;
 };
 

@@ -11,15 +11,24 @@
 
 namespace xrun {
 
-// The CUDA backend on device 0. Throws ModelError naming what is missing: a
-// build without CUDA, no CUDA device (or no usable driver).
-std::unique_ptr<Backend> make_cuda_backend();
+// The CUDA backend on device 0, with CUDA graphs for decode steps unless
+// `graphs` is false (--no-cuda-graphs). Throws ModelError naming what is
+// missing: a build without CUDA, no CUDA device (or no usable driver).
+std::unique_ptr<Backend> make_cuda_backend(bool graphs = true);
 
 // What a CUDA backend holds in VRAM now, for the load-time plan on stderr:
 // trunk weights, other live tensors (KV caches, states), the matrix-product
 // workspace, the expert cache (`expert_cache_bytes`, held by libxpack), and the
 // device's free and total memory. "" for any other backend.
 std::string cuda_vram_plan(Backend& be, uint64_t expert_cache_bytes);
+
+// How often a CUDA backend launched a step's stretch as a CUDA graph, and how
+// many of those graphs were updates of a kept executable rather than new
+// ones. Zeros for any other backend.
+struct CudaGraphCounts {
+  int64_t launches = 0, updates = 0, instantiations = 0;
+};
+CudaGraphCounts cuda_graph_counts(Backend& be);
 
 // --profile-ops (cuda_op_profile.h) on a CUDA backend: cuda_profile_section
 // starts timing (or a new section of the table: "prefill", "decode"),

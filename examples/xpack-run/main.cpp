@@ -155,7 +155,7 @@ int run(const CliOptions& o) {
   std::unique_ptr<Backend> backend_owner;
   CpuBackend* cpu_backend = nullptr;
   if (cuda) {
-    backend_owner = make_cuda_backend();
+    backend_owner = make_cuda_backend(!o.no_cuda_graphs);
   } else {
     auto cpu = std::make_unique<CpuBackend>(o.threads);
     cpu_backend = cpu.get();
@@ -388,6 +388,10 @@ int run(const CliOptions& o) {
   j["expert_source"] = o.pack_path.empty() ? "gguf" : "pack";
   j["counters"] = counters();
   j["counters_prefill"] = counters_prefill;
+  if (cuda) {
+    const CudaGraphCounts g = cuda_graph_counts(backend);
+    j["cuda_graphs"] = {{"launches", g.launches}, {"updates", g.updates}, {"instantiations", g.instantiations}};
+  }
   // Byte tokens make the generated text ill-formed UTF-8 (a character split across
   // tokens, or a model emitting raw bytes). error_handler_t::replace writes each
   // maximal ill-formed subsequence as U+FFFD (as Python's decode('utf-8',

@@ -105,6 +105,8 @@ void run_routed_experts(Backend& be, ExpertSource& source, int layer, const Tens
     for (int i : g) request->release(i);
   }
   request.reset();
+  // The rest of the step up to the next router's ids: no expert in it.
+  be.capture_until_download(n, /*step_start=*/false);
   be.sum_picks(per_pick, k, accumulate, out);
 }
 

@@ -148,6 +148,48 @@ TEST_CASE("deepseek4 on CUDA: the pack streamed through a CUDA cache = resident 
   }
 }
 
+TEST_CASE("deepseek4 on CUDA: decode replayed as CUDA graphs = launched kernel by kernel, streamed and resident") {
+  if (!xpack::test::gpu::available()) return;
+  auto oracle = oracle_dir();
+  if (!oracle) return;
+  xpack::test::TempDir tmp;
+  for (int m = 0; m < 2; ++m) {
+    const std::string model = kModels[m];
+    CAPTURE(model);
+    const fs::path prefix = tmp / ("pack" + std::to_string(m));
+    RunResult b = run(q(xpack_build_exe()) + " " + q(*oracle / "models" / model) + " -o " + q(prefix));
+    INFO(b.out << b.err);
+    REQUIRE(b.rc == 0);
+    const std::string pack = "-m " + q(prefix.string() + ".trunk.gguf") + " --pack " + q(prefix.string() + ".xpack") +
+                             " --device cuda";
+    // 140 steps: 4:1 blocks complete every fourth step and the 128:1 one at
+    // position 127, so the stretches change shape and the KV caches grow.
+    const OracleRun o = load_run(*oracle, std::string(kRefs[m]) + ".short");
+    const std::string tail = " --prompt-ids " + join_ids(o.prompt) + " -n 140 --ignore-eos";
+    const char* names[] = {"streamed, graphs", "streamed, kernel by kernel", "resident, graphs",
+                           "resident, kernel by kernel"};
+    const std::string runs[] = {pack + " --cache-mib 0.25", pack + " --cache-mib 0.25 --no-cuda-graphs",
+                                pack + " --cache-mib 64", pack + " --cache-mib 64 --no-cuda-graphs"};
+    std::vector<float> logits[4];
+    json j[4];
+    for (int r = 0; r < 4; ++r) j[r] = run_logits(runs[r] + tail, tmp / ("g" + std::to_string(r) + ".f32"), &logits[r]);
+    for (int r = 1; r < 4; ++r) {
+      INFO(names[r] << " against " << names[0]);
+      CHECK(xpack::test::read_file(tmp / ("g" + std::to_string(r) + ".f32")) == xpack::test::read_file(tmp / "g0.f32"));
+    }
+    CHECK(j[0]["counters"]["cache_evictions"].get<uint64_t>() > 0);
+    for (int r : {0, 2}) {
+      INFO(names[r] << ": " << j[r]["cuda_graphs"].dump());
+      // Most stretches replay an executable kept from an earlier step.
+      CHECK(j[r]["cuda_graphs"]["launches"].get<int64_t>() >= 140);
+      CHECK(j[r]["cuda_graphs"]["updates"].get<int64_t>() > j[r]["cuda_graphs"]["instantiations"].get<int64_t>());
+    }
+    for (int r : {1, 3}) CHECK(j[r]["cuda_graphs"]["launches"].get<int64_t>() == 0);
+    MESSAGE(model << ": graphs " << j[0]["cuda_graphs"].dump() << " streamed, " << j[2]["cuda_graphs"].dump()
+                  << " resident; logits identical");
+  }
+}
+
 TEST_CASE("deepseek4 on CUDA: other shapes and layer patterns agree with the CPU") {
   if (!xpack::test::gpu::available()) return;
   auto vocab = stories260k();

@@ -313,3 +313,13 @@ TEST_CASE("xpack-run: --profile-ops is for one CUDA run") {
   refused({"-m", "x", "--device", "cuda", "--server", "--profile-ops"}, "not --server or -cnv");
   refused({"-m", "x", "--device", "cuda", "-cnv", "--profile-ops"}, "not --server or -cnv");
 }
+
+TEST_CASE("xpack-run: --no-cuda-graphs is for CUDA runs") {
+  auto p = parse({"-m", "x", "--prompt-ids", "1", "--device", "cuda"});
+  REQUIRE(!p.rc);
+  CHECK(!p.o.no_cuda_graphs);  // graphs by default
+  p = parse({"-m", "x", "--prompt-ids", "1", "--device", "cuda", "--no-cuda-graphs"});
+  REQUIRE(!p.rc);
+  CHECK(p.o.no_cuda_graphs);
+  refused({"-m", "x", "--prompt-ids", "1", "--no-cuda-graphs"}, "--no-cuda-graphs needs --device cuda");
+}

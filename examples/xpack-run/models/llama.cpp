@@ -155,6 +155,7 @@ class Llama final : public Model {
   void eval(const int32_t* tokens, int n, int pos0, float* logits, LogitRows rows) override {
     if (n <= 0) return;
     check_eval("llama", tokens, n, pos0, n_past_, p_.n_vocab);
+    be_.capture_until_download(n, /*step_start=*/true);
     const int64_t E = p_.n_embd;
     const Tensor ids = be_.upload(XPACK_TYPE_I32, tokens, 1, n);
     const Tensor x = be_.alloc(kF32, E, n), cur = be_.alloc(kF32, E, n), delta = be_.alloc(kF32, E, n);

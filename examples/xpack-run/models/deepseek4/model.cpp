@@ -93,6 +93,7 @@ class Deepseek4 final : public Model {
     if (hash_prefetch_)
       for (auto& b : blocks_) b->moe.prefetch_hash_experts(tokens, n);
     const int64_t d = hp_.n_embd, hc = hp_.hc_mult, width = hc * d;
+    be_.capture_until_download(n, /*step_start=*/true);
     const Tensor ids = be_.upload(XPACK_TYPE_I32, tokens, 1, n);
 
     // The residual stream starts as hc_mult identical copies of the embedding:

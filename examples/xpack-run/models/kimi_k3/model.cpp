@@ -102,6 +102,7 @@ class KimiK3 final : public Model {
   void eval(const int32_t* tokens, int n, int pos0, float* logits, LogitRows rows) override {
     if (n <= 0) return;
     check_eval("kimi-k3", tokens, n, pos0, n_past_, hp_.n_vocab);
+    be_.capture_until_download(n, /*step_start=*/true);
     const int64_t E = hp_.n_embd;
     const float eps = hp_.norm_eps;
     const bool use_res = hp_.res_block_size > 0;
