@@ -188,10 +188,11 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
            "--device cuda: time every operation of prefill and of decode on\n"
            "the GPU and on the host, and print a table per phase on stderr\n"
            "(where the step's time goes; the timing itself slows the run)");
-  app.flag("--no-cuda-graphs", &o.no_cuda_graphs,
-           "--device cuda: launch every kernel of a decode step on its own\n"
-           "instead of replaying the stretches between host round trips as\n"
-           "CUDA graphs (the same results; for comparison and debugging)");
+  app.flag("--cuda-graphs", &o.cuda_graphs,
+           "--device cuda: capture each stretch of a decode step between host\n"
+           "round trips as a CUDA graph and launch that, instead of each\n"
+           "kernel on its own (the same results; today slower: every step\n"
+           "captures and updates its graphs again, doc/xpack-run.md)");
   app.flag("--allow-buffered-io", &o.allow_buffered_io,
            "where the pack's filesystem refuses O_DIRECT (tmpfs, ramfs),\n"
            "read experts through the page cache instead of failing\n"
@@ -252,7 +253,7 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
   for (const auto& [given, flag] : {std::pair{policy_opt->count() > 0, "--cache-policy"}, {o.no_overlap, "--no-overlap"}})
     if (given && (o.pack_path.empty() || o.expert_reader != "cache"))
       return fail(std::string(flag) + " needs --pack and --expert-reader cache: it applies to the expert cache");
-  if (o.no_cuda_graphs && o.device != "cuda") return fail("--no-cuda-graphs needs --device cuda");
+  if (o.cuda_graphs && o.device != "cuda") return fail("--cuda-graphs needs --device cuda");
   if (o.profile_ops && o.device != "cuda")
     return fail("--profile-ops needs --device cuda: it times operations on the GPU's stream");
   if (o.profile_ops && (o.server || o.conversation))

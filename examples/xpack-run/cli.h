@@ -54,7 +54,7 @@ struct CliOptions {
   std::string prefetch_next_from = "moe-input";  // --prefetch-next-from: the state the guess routes
   std::string cache_policy = "adaptive";  // --cache-policy: the expert cache's eviction policy
   bool no_overlap = false;         // --no-overlap: a MoE layer computes once all its experts are in (baseline)
-  bool no_cuda_graphs = false;     // --no-cuda-graphs: every decode kernel launched on its own (CUDA)
+  bool cuda_graphs = false;        // --cuda-graphs: decode stretches launched as CUDA graphs (CUDA)
   bool profile_ops = false;        // --profile-ops: per-operation GPU and host time, a table on stderr (CUDA)
 };
 

@@ -78,8 +78,10 @@ class CudaBackend final : public Backend {
   uint64_t workspace_bytes() const { return workspace_bytes_; }
   int ordinal() const { return ordinal_; }
 
-  // CUDA graphs for the stretches of decode-sized steps (capture_until_download);
-  // on unless turned off here (--no-cuda-graphs) or while profiling.
+  // CUDA graphs for the stretches of decode-sized steps (capture_until_download)
+  // when turned on here (--cuda-graphs), except while profiling. Off by
+  // default: capturing and updating every step's graphs again costs the host
+  // more than launching their kernels one by one (doc/xpack-run.md).
   void set_graphs(bool on) { graphs_ = on; }
   CudaGraphCounts graph_counts() const { return graph_counts_; }
 
@@ -120,7 +122,7 @@ class CudaBackend final : public Backend {
   // CUDA graphs: the capture in progress, and one executable per (place in
   // the step, node count) seen, updated in place by later steps.
   static constexpr int64_t kMaxGraphTokens = 8;  // the matvec path; larger batches go through cuBLAS
-  bool graphs_ = true;
+  bool graphs_ = false;
   bool capturing_ = false;
   int64_t capture_tokens_ = 0;
   int capture_place_ = 0;

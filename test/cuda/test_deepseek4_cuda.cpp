@@ -168,8 +168,8 @@ TEST_CASE("deepseek4 on CUDA: decode replayed as CUDA graphs = launched kernel b
     const std::string tail = " --prompt-ids " + join_ids(o.prompt) + " -n 140 --ignore-eos";
     const char* names[] = {"streamed, graphs", "streamed, kernel by kernel", "resident, graphs",
                            "resident, kernel by kernel"};
-    const std::string runs[] = {pack + " --cache-mib 0.25", pack + " --cache-mib 0.25 --no-cuda-graphs",
-                                pack + " --cache-mib 64", pack + " --cache-mib 64 --no-cuda-graphs"};
+    const std::string runs[] = {pack + " --cache-mib 0.25 --cuda-graphs", pack + " --cache-mib 0.25",
+                                pack + " --cache-mib 64 --cuda-graphs", pack + " --cache-mib 64"};
     std::vector<float> logits[4];
     json j[4];
     for (int r = 0; r < 4; ++r) j[r] = run_logits(runs[r] + tail, tmp / ("g" + std::to_string(r) + ".f32"), &logits[r]);
