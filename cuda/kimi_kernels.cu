@@ -154,33 +154,51 @@ __global__ void delta_rule_kernel(const float* __restrict__ q, const float* __re
   for (int64_t i = 0; i < hd; ++i) Sg[i * hd + j] = S[i * hd + j];
 }
 
-// One block per (query token, head): absorbed query, scores over the causal
-// keys, softmax (sum in double), the latent mix, the value expansion.
+// One block per (query token, head), its 8 warps splitting every stage: the
+// absorbed query (a warp per latent column), the scores (a warp per key, the
+// lanes across the latent), softmax (sum in double), the latent mix (each warp
+// a share of the keys for every column, then the warps' partials summed in
+// warp order), the value expansion (a warp per output). A thread per key and a
+// thread per column over every key, in sequence, took 0.96 ms of a decode step
+// at 2048 tokens of context and 580 ms of a 2048-token prefill (H200).
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+constexpr int kMlaWarps = kThreads / 32;
+constexpr int kMlaCols = 16;  // latent columns a lane sums in the mix, per pass
+
 __global__ void mla_kernel(MlaArgs a) {
   extern __shared__ float smem[];
   const int64_t t = blockIdx.x, h = blockIdx.y, H = a.n_head, kv = a.kv, nope = a.nope, rope = a.rope;
   const int64_t hk = nope + rope, n_keys = a.pos0 + t + 1;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float* qa = smem;
   float* lt = qa + kv;
-  float* sc = lt + kv;
+  float* part = lt + kv;             // [kMlaWarps][kv]
+  float* sc = part + kMlaWarps * kv;  // [n_keys]
   const float* Q = a.q + (t * H + h) * hk;
-  for (int64_t c = threadIdx.x; c < kv; c += kThreads) {
+  for (int64_t c = warp; c < kv; c += kMlaWarps) {
     const float* wk = a.k_b + (h * kv + c) * nope;
     float s = 0.0f;
-    for (int64_t i = 0; i < nope; ++i) s += wk[i] * Q[i];
-    qa[c] = s;
+    for (int64_t i = lane; i < nope; i += 32) s += wk[i] * Q[i];
+    s = warp_sum(s);
+    if (lane == 0) qa[c] = s;
+  }
+  __syncthreads();
+  for (int64_t p = warp; p < n_keys; p += kMlaWarps) {
+    const float* c = a.latent + p * kv;
+    const float* kr = a.rope_key + p * rope;
+    float s = 0.0f;  // one dot over [latent | rope key]
+    for (int64_t i = lane; i < kv; i += 32) s += qa[i] * c[i];
+    for (int64_t i = lane; i < rope; i += 32) s += Q[nope + i] * kr[i];
+    s = warp_sum(s);
+    if (lane == 0) sc[p] = s * a.scale;
   }
   __syncthreads();
   float mx = -INFINITY;
-  for (int64_t p = threadIdx.x; p < n_keys; p += kThreads) {
-    const float* c = a.latent + p * kv;
-    const float* kr = a.rope_key + p * rope;
-    float s = 0.0f;  // one dot over [latent | rope key], continuing one sum
-    for (int64_t i = 0; i < kv; ++i) s += qa[i] * c[i];
-    for (int64_t i = 0; i < rope; ++i) s += Q[nope + i] * kr[i];
-    sc[p] = s * a.scale;
-    mx = fmaxf(mx, sc[p]);
-  }
+  for (int64_t p = threadIdx.x; p < n_keys; p += kThreads) mx = fmaxf(mx, sc[p]);
   mx = block_max(mx);
   double sum = 0.0;
   for (int64_t p = threadIdx.x; p < n_keys; p += kThreads) {
@@ -190,17 +208,33 @@ __global__ void mla_kernel(MlaArgs a) {
   const float inv = float(1.0 / block_sum(sum));
   for (int64_t p = threadIdx.x; p < n_keys; p += kThreads) sc[p] *= inv;
   __syncthreads();
+  for (int64_t c0 = 0; c0 < kv; c0 += 32 * kMlaCols) {
+    float acc[kMlaCols];
+    for (int j = 0; j < kMlaCols; ++j) acc[j] = 0.0f;
+    for (int64_t p = warp; p < n_keys; p += kMlaWarps) {
+      const float w = sc[p];
+      const float* row = a.latent + p * kv + c0 + lane;
+#pragma unroll
+      for (int j = 0; j < kMlaCols; ++j)
+        if (c0 + lane + 32 * j < kv) acc[j] += w * row[32 * j];
+    }
+#pragma unroll
+    for (int j = 0; j < kMlaCols; ++j)
+      if (c0 + lane + 32 * j < kv) part[warp * kv + c0 + lane + 32 * j] = acc[j];
+  }
+  __syncthreads();
   for (int64_t c = threadIdx.x; c < kv; c += kThreads) {
     float s = 0.0f;
-    for (int64_t p = 0; p < n_keys; ++p) s += sc[p] * a.latent[p * kv + c];
+    for (int w = 0; w < kMlaWarps; ++w) s += part[w * kv + c];
     lt[c] = s;
   }
   __syncthreads();
-  for (int64_t oi = threadIdx.x; oi < a.hv; oi += kThreads) {
+  for (int64_t oi = warp; oi < a.hv; oi += kMlaWarps) {
     const float* wv = a.v_b + (h * a.hv + oi) * kv;
     float s = 0.0f;
-    for (int64_t c = 0; c < kv; ++c) s += wv[c] * lt[c];
-    a.o[(t * H + h) * a.hv + oi] = s;
+    for (int64_t c = lane; c < kv; c += 32) s += wv[c] * lt[c];
+    s = warp_sum(s);
+    if (lane == 0) a.o[(t * H + h) * a.hv + oi] = s;
   }
 }
 
@@ -523,7 +557,7 @@ cudaError_t delta_rule_chunked(const float* q, const float* k, const float* v, c
 }
 
 int64_t mla_max_keys(int64_t kv) {
-  return std::max<int64_t>(0, (smem_optin() - kStaticSmem) / int64_t(sizeof(float)) - 2 * kv);
+  return std::max<int64_t>(0, (smem_optin() - kStaticSmem) / int64_t(sizeof(float)) - (2 + kMlaWarps) * kv);
 }
 
 cudaError_t mla_attention(const MlaArgs& a, cudaStream_t stream) {
@@ -531,7 +565,7 @@ cudaError_t mla_attention(const MlaArgs& a, cudaStream_t stream) {
       a.pos0 + a.n > mla_max_keys(a.kv) || a.n_head > 65535)
     return cudaErrorInvalidValue;
   if (a.n == 0) return cudaSuccess;
-  const int64_t bytes = (2 * a.kv + a.pos0 + a.n) * int64_t(sizeof(float));
+  const int64_t bytes = ((2 + kMlaWarps) * a.kv + a.pos0 + a.n) * int64_t(sizeof(float));
   if (bytes > 48 * 1024) {
     const cudaError_t e = cudaFuncSetAttribute(mla_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
     if (e != cudaSuccess) return e;
