@@ -45,6 +45,14 @@ std::optional<fs::path> oracle_dir() {
 const char* kModels[] = {"deepseek4-f32.gguf", "deepseek4-mxfp4.gguf"};
 const char* kRefs[] = {"deepseek4-f32", "deepseek4-mxfp4-deq"};
 
+// xpack-build SRC -o PREFIX (exit 0 REQUIREd): xpack-run's arguments for the pack.
+std::string packed(const fs::path& src, const fs::path& prefix) {
+  RunResult b = run(q(xpack_build_exe()) + " " + q(src) + " -o " + q(prefix));
+  INFO(b.out << b.err);
+  REQUIRE(b.rc == 0);
+  return "-m " + q(prefix.string() + ".trunk.gguf") + " --pack " + q(prefix.string() + ".xpack");
+}
+
 }  // namespace
 
 TEST_CASE("deepseek4 on CUDA: teacher-forced logits within 1e-3 of the CPU (F32 and MXFP4, both prompts)") {
@@ -122,11 +130,7 @@ TEST_CASE("deepseek4 on CUDA: the pack streamed through a CUDA cache = resident 
     const std::string model = kModels[m];
     CAPTURE(model);
     const fs::path src = *oracle / "models" / model;
-    const fs::path prefix = tmp / ("pack" + std::to_string(m));
-    RunResult b = run(q(xpack_build_exe()) + " " + q(src) + " -o " + q(prefix));
-    INFO(b.out << b.err);
-    REQUIRE(b.rc == 0);
-    const std::string pack = "-m " + q(prefix.string() + ".trunk.gguf") + " --pack " + q(prefix.string() + ".xpack");
+    const std::string pack = packed(src, tmp / ("pack" + std::to_string(m)));
     const std::vector<int32_t> ids = load_run(*oracle, std::string(kRefs[m]) + ".long").all();
     const std::string tail = " --prompt-ids " + join_ids(ids) + " -n 0";
     std::vector<float> streamed, resident, plain, cpu;
@@ -156,12 +160,7 @@ TEST_CASE("deepseek4 on CUDA: decode replayed as CUDA graphs = launched kernel b
   for (int m = 0; m < 2; ++m) {
     const std::string model = kModels[m];
     CAPTURE(model);
-    const fs::path prefix = tmp / ("pack" + std::to_string(m));
-    RunResult b = run(q(xpack_build_exe()) + " " + q(*oracle / "models" / model) + " -o " + q(prefix));
-    INFO(b.out << b.err);
-    REQUIRE(b.rc == 0);
-    const std::string pack = "-m " + q(prefix.string() + ".trunk.gguf") + " --pack " + q(prefix.string() + ".xpack") +
-                             " --device cuda";
+    const std::string pack = packed(*oracle / "models" / model, tmp / ("pack" + std::to_string(m))) + " --device cuda";
     // 140 steps: 4:1 blocks complete every fourth step and the 128:1 one at
     // position 127, so the stretches change shape and the KV caches grow.
     const OracleRun o = load_run(*oracle, std::string(kRefs[m]) + ".short");
