@@ -11,8 +11,8 @@ void RowWindow::reset(Backend& be) {
   start_ = first_ = end_ = 0;
 }
 
-void RowWindow::append(Backend& be, const Tensor& rows) {
-  const int64_t n = rows.rows(), count = end_ - first_;
+Tensor RowWindow::append_rows(Backend& be, int64_t n) {
+  const int64_t count = end_ - first_;
   if (start_ + count + n > buf_.rows()) {
     // Move the kept rows to the front of a buffer with room for twice as many.
     Tensor grown = be.alloc(XPACK_TYPE_F32, width_, std::max<int64_t>(2 * (count + n), 16));
@@ -20,8 +20,8 @@ void RowWindow::append(Backend& be, const Tensor& rows) {
     buf_ = grown;
     start_ = 0;
   }
-  be.copy(rows, buf_.row_range(start_ + count, n));
   end_ += n;
+  return buf_.row_range(start_ + count, n);
 }
 
 void RowWindow::drop_before(int64_t pos) {

@@ -1,8 +1,9 @@
 // Rows of consecutive positions [first(), end()) kept in one backend tensor:
 // per-sequence state that only needs its most recent rows (a sliding window
-// of keys, the rows a future compressed block still pools). Appending is a
-// backend copy (moving the kept rows to a new buffer when full), forgetting
-// only moves the start, so the rows never leave the device.
+// of keys, the rows a future compressed block still pools). New rows are
+// written in place by the operation that computes them (the kept rows move to
+// a new buffer when it is full), forgetting only moves the start, so the rows
+// never leave the device and are never copied but to grow.
 #pragma once
 
 #include <cstdint>
@@ -15,8 +16,9 @@ class RowWindow {
  public:
   explicit RowWindow(int64_t width = 1) : width_(width) {}
   void reset(Backend& be);
-  // rows [n][width] become positions end() .. end() + n - 1.
-  void append(Backend& be, const Tensor& rows);
+  // The rows [n][width] of positions end() .. end() + n - 1, which end() now
+  // includes: the caller writes them before reading view().
+  Tensor append_rows(Backend& be, int64_t n);
   // Forgets the rows of positions below pos.
   void drop_before(int64_t pos);
   // [end() - first()][width]: row r is position first() + r.

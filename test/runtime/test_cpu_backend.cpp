@@ -1,6 +1,7 @@
 // xpack-run's CPU backend, op by op, against plain double-precision references
 // written from each operation's contract in backend.h, and its refusals of shapes
-// that do not agree (the end-to-end tests only see whole models).
+// that do not agree (the end-to-end tests only see whole models); the helpers
+// written once over any backend (route's default chain, RowWindow) with it.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 
 #include "cpu_backend.h"
 #include "dequant.h"
+#include "row_window.h"
 #include "weights.h"
 #include "xpack/xpack.h"
 
@@ -224,4 +226,72 @@ TEST_CASE("cpu backend: the dispatcher's scatter_weighted and sum_picks, in rank
   be.sum_picks(per, 2, true, out);  // accumulate: twice the sum
   be.download(out, o);
   CHECK(o[0] == doctest::Approx(2 * (3 * 0.5 + 5 * 0.25)));
+}
+
+TEST_CASE("backend: route selects by logits + bias, weighs by the logits, normalises and scales; hash ids kept") {
+  CpuBackend be(1);
+  // Two rows of 5 experts, top 2. The bias moves expert 4 into row 0's picks
+  // although its gated score is the lowest of the two chosen.
+  const std::vector<float> logits = {0.0f, 2.0f, -1.0f, 1.0f, 0.5f,  //
+                                     3.0f, -2.0f, 0.0f, 1.0f, 2.5f};
+  const std::vector<float> bias = {0.0f, 0.0f, 0.0f, 0.0f, 1.0f};
+  const auto sigmoid = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
+  const Tensor b = be.upload(XPACK_TYPE_F32, bias.data(), 5, 1);
+  Backend::RouteSpec spec;
+  spec.gate = Unary::sigmoid;
+  spec.bias = &b;
+  spec.normalize = true;
+  spec.floor = 1e-6f;
+  spec.scale = 2.0f;
+  const Tensor l = be.upload(XPACK_TYPE_F32, logits.data(), 5, 2);
+  const Tensor ids = be.alloc(XPACK_TYPE_I32, 2, 2), w = be.alloc(XPACK_TYPE_F32, 2, 2);
+  be.route(l, spec, ids, w);
+  std::vector<int32_t> got_ids(4);
+  be.download(ids, got_ids.data());
+  // row 0: gated + bias = {.5, .88, .27, .73, 1.62}: experts 4, 1; row 1: {.95, .12, .5, .73, .92 + 1}: 4, 0.
+  CHECK(got_ids == std::vector<int32_t>{4, 1, 4, 0});
+  const double r0 = sigmoid(0.5) + sigmoid(2.0), r1 = sigmoid(2.5) + sigmoid(3.0);
+  check_close(download(be, w), {2 * sigmoid(0.5) / r0, 2 * sigmoid(2.0) / r0, 2 * sigmoid(2.5) / r1, 2 * sigmoid(3.0) / r1},
+              1e-6);
+  check_close(download(be, l), {sigmoid(0.0), sigmoid(2.0), sigmoid(-1.0), sigmoid(1.0), sigmoid(0.5), sigmoid(3.0),
+                                sigmoid(-2.0), sigmoid(0.0), sigmoid(1.0), sigmoid(2.5)},
+              1e-6);  // gated in place
+
+  // Hash routing: the ids are given, nothing gated, no scale.
+  const std::vector<int32_t> given = {2, 3, 0, 1};
+  const Tensor gi = be.upload(XPACK_TYPE_I32, given.data(), 2, 2);
+  const Tensor l2 = be.upload(XPACK_TYPE_F32, logits.data(), 5, 2);
+  Backend::RouteSpec hash;
+  hash.select = false;
+  hash.normalize = true;
+  hash.floor = 0.5f;  // row 0's sum (-1 + 1 = 0) is floored
+  be.route(l2, hash, gi, w);
+  std::vector<int32_t> kept(4);
+  be.download(gi, kept.data());
+  CHECK(kept == given);
+  check_close(download(be, w), {-1.0 / 0.5, 1.0 / 0.5, 3.0 / 1.0, -2.0 / 1.0}, 1e-6);
+  CHECK_THROWS_AS(be.route(l2, spec, be.alloc(XPACK_TYPE_I32, 6, 2), be.alloc(XPACK_TYPE_F32, 6, 2)), ModelError);
+}
+
+TEST_CASE("row window: rows written in place, kept across growth, forgotten from the front") {
+  CpuBackend be(1);
+  RowWindow win(3);
+  win.reset(be);
+  std::vector<float> all;
+  for (int64_t pos = 0; pos < 40;) {
+    const int64_t n = 1 + pos % 5;  // 1..5 rows at a time: the buffer grows several times
+    std::vector<float> rows(size_t(n * 3));
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = float(pos * 3) + float(i);
+    const Tensor dst = win.append_rows(be, n);
+    REQUIRE(dst.rows() == n);
+    be.copy(be.upload(XPACK_TYPE_F32, rows.data(), 3, n), dst);
+    all.insert(all.end(), rows.begin(), rows.end());
+    pos += n;
+    CHECK(win.end() == pos);
+    win.drop_before(pos - 7);  // keep the last 7 positions
+    const int64_t first = std::max<int64_t>(0, pos - 7);
+    CHECK(win.first() == first);
+    const std::vector<float> kept = download(be, win.view());
+    CHECK(kept == std::vector<float>(all.begin() + first * 3, all.end()));
+  }
 }

@@ -78,12 +78,11 @@ void Attention::forward(const Tensor& x, int64_t pos0, const Tensor& out) {
   be_.rms_norm(q_heads, nullptr, hp_.rms_eps, q_heads);
   be_.rope(q, rope_, pos0);
 
-  // --- the shared key/value vector of each new position ---
-  const Tensor kv = be_.empty(kF32, hd, n);
+  // --- the shared key/value vector of each new position, computed in its place in the window ---
+  const Tensor kv = raw_keys_.append_rows(be_, n);
   be_.matmul(wkv_, x, kv);
   be_.rms_norm(kv, &kv_norm_, hp_.rms_eps, kv);
   be_.rope(kv, rope_, pos0);
-  raw_keys_.append(be_, kv);
   next_pos_ += n;
 
   // --- compressed keys: every block completed by these positions ---

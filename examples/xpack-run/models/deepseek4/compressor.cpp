@@ -43,7 +43,8 @@ void Compressor::append(const Tensor& x, int64_t pos0) {
                      std::to_string(next_pos_));
   }
   const int64_t n = x.rows();
-  const Tensor kv = be_.empty(XPACK_TYPE_F32, row_width_, n), score = be_.empty(XPACK_TYPE_F32, row_width_, n);
+  // Computed in their places in the kept rows.
+  const Tensor kv = kv_rows_.append_rows(be_, n), score = score_rows_.append_rows(be_, n);
   be_.matmul(wkv_, x, kv);
   be_.matmul(wgate_, x, score);
   // The learned absolute position bias depends on the offset inside a block:
@@ -57,8 +58,6 @@ void Compressor::append(const Tensor& x, int64_t pos0) {
     be_.get_rows(ape_, be_.upload(XPACK_TYPE_I32, offsets.data(), 1, n), ape);
     be_.add(score, ape, score);
   }
-  kv_rows_.append(be_, kv);
-  score_rows_.append(be_, score);
   next_pos_ += n;
 
   // Every block whose last position has now been seen is final.
