@@ -94,16 +94,17 @@ class Deepseek4 final : public Model {
       for (auto& b : blocks_) b->moe.prefetch_hash_experts(tokens, n);
     const int64_t d = hp_.n_embd, hc = hp_.hc_mult, width = hc * d;
     be_.capture_until_download(n, /*step_start=*/true);
-    const Tensor ids = be_.upload(XPACK_TYPE_I32, tokens, 1, n);
-
     // The residual stream starts as hc_mult identical copies of the embedding:
     // copy h of token t is row t * hc + h of the stream seen as [n * hc][d].
-    std::vector<int32_t> repeated(static_cast<size_t>(n * hc));
-    for (int64_t i = 0; i < n * hc; ++i) repeated[size_t(i)] = tokens[i / hc];
-    const Tensor stream = be_.alloc(kF32, width, n);
-    be_.get_rows(token_embd_, be_.upload(XPACK_TYPE_I32, repeated.data(), 1, n * hc), stream.reshaped(d, n * hc));
+    // One upload: the ids (the hash layers' routing reads them), then the repeated ids.
+    std::vector<int32_t> lists(tokens, tokens + n);
+    for (int64_t i = 0; i < n * hc; ++i) lists.push_back(tokens[i / hc]);
+    const Tensor uploaded = be_.upload(XPACK_TYPE_I32, lists.data(), 1, n + n * hc);
+    const Tensor ids = uploaded.row_range(0, n);
+    const Tensor stream = be_.empty(kF32, width, n);
+    be_.get_rows(token_embd_, uploaded.row_range(n, n * hc), stream.reshaped(d, n * hc));
 
-    const Tensor x = be_.alloc(kF32, d, n), y = be_.alloc(kF32, d, n);
+    const Tensor x = be_.empty(kF32, d, n), y = be_.empty(kF32, d, n);  // hc pre and each block write them whole
     HcMixing mix;
     for (size_t il = 0; il < blocks_.size(); ++il) {
       Block& b = *blocks_[il];
