@@ -112,7 +112,8 @@ class KimiK3 final : public Model {
     be_.get_rows(tok_embd_, be_.upload(XPACK_TYPE_I32, tokens, 1, n), h);
 
     std::vector<Tensor> ckpts;  // the banked checkpoints of this call, each [n][n_embd]
-    const Tensor normed = be_.alloc(kF32, E, n), sub = be_.alloc(kF32, E, n), mixed = be_.alloc(kF32, E, n);
+    // Each written whole by the operation that fills it (rms_norm, a sub-layer's output product, res_mix).
+    const Tensor normed = be_.empty(kF32, E, n), sub = be_.empty(kF32, E, n), mixed = be_.empty(kF32, E, n);
     // Cross-layer residual attention: the input of a sub-layer mixes the
     // checkpoints and the current stream (the stream itself while none is banked).
     auto input_of = [&](const Tensor& score_w) -> Tensor {
