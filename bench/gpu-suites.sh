@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The CUDA and Python suites on the GPU machine in one command, with the oracle models
+# that cuda_deepseek4 and cuda_kimi_k3 need (../shared does not travel there).
+#
+# usage: bench/gpu-suites.sh --fixtures-to DIR     (here: copy the fixtures into DIR)
+#        bench/gpu-suites.sh [--fixtures DIR] [--build DIR] [--jobs N] [-- MESON_TEST_ARGS]
+#   --fixtures-to DIR: run on this machine; copies the deepseek4 and kimi-k3 oracle models
+#     and logits from ../shared/oracle into DIR (about 46 MB): name DIR (inside the checkout,
+#     git-ignored or excluded) in the device tool's carry, with .deps.
+#   --fixtures DIR: on the GPU machine, DIR from --fixtures-to: linked as ../shared/oracle
+#     (deepseek4) and named in XPACK_KIMI_FIXTURE_DIR (kimi-k3)
+#   --build DIR: the CUDA build (default build-gpu; configured with -Dcuda=enabled if new)
+#   --jobs N: tests at a time (default 4: the model tests each run xpack-run processes)
+#   after --: more arguments for meson test (e.g. a test name)
+# Installs .deps (bench/fetch-gpu-deps.sh fills it here) and the Python wheels, builds,
+# runs `meson test --suite cuda --suite python`, and prints each suite's result and the
+# failures' logs last. CUDA_MODULE_LOADING=EAGER unless set (kernels load at start, not
+# inside a timed step).
+set -uo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root" || exit 1
+fixtures="" build=build-gpu jobs=4 copy_to=""
+need() { [ $# -ge 2 ] || { echo "gpu-suites: $1 needs a value (--help)" >&2; exit 2; }; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --fixtures|--fixtures-to|--build|--jobs) need "$@" ;;&
+    --fixtures) fixtures="$2"; shift 2 ;;
+    --fixtures-to) copy_to="$2"; shift 2 ;;
+    --build) build="$2"; shift 2 ;;
+    --jobs) jobs="$2"; shift 2 ;;
+    --) shift; break ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu-suites: unknown argument $1 (--help)" >&2; exit 2 ;;
+  esac
+done
+[[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "gpu-suites: --jobs is a whole number >= 1, got '$jobs'" >&2; exit 2; }
+
+if [ -n "$copy_to" ]; then
+  src="$root/../shared/oracle"
+  [ -d "$src/models" ] || { echo "gpu-suites: $src not found (the fixtures come from ../shared)" >&2; exit 1; }
+  mkdir -p "$copy_to/models" "$copy_to/logits" || exit 1
+  cp "$src"/models/deepseek4-* "$src"/models/kimi-k3-f32.gguf "$src"/models/kimi-k3-q2k-q3k-0000?-of-00003.gguf \
+    "$copy_to/models/" &&
+    cp "$src"/logits/deepseek4-* "$src"/logits/kimi-k3-f32.{short,long}.json \
+      "$src"/logits/kimi-k3-q2k-q3k-deq.{short,long}.json "$copy_to/logits/" || exit 1
+  echo "gpu-suites: fixtures in $copy_to ($(du -sh "$copy_to" | cut -f1)); carry it with .deps"
+  exit 0
+fi
+
+t0=$(date +%s)
+say() { echo "gpu-suites [$(( $(date +%s) - t0 )) s]: $*"; }
+[ -f .deps/install-debs.sh ] || { echo "gpu-suites: no .deps (run bench/fetch-gpu-deps.sh here and carry .deps)" >&2; exit 1; }
+sh .deps/install-debs.sh > /tmp/gpu-suites-debs.log 2>&1 || { tail -5 /tmp/gpu-suites-debs.log; exit 1; }
+if ls .deps/wheels/*.whl > /dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --target /tmp/gpu-suites-site .deps/wheels/*.whl > /dev/null 2>&1 &&
+    export PYTHONPATH="/tmp/gpu-suites-site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+if [ -n "$fixtures" ]; then
+  fixtures="$(cd "$fixtures" && pwd)" || exit 1
+  if [ ! -e ../shared/oracle ]; then mkdir -p ../shared && ln -sfn "$fixtures" ../shared/oracle; fi
+  export XPACK_KIMI_FIXTURE_DIR="$fixtures"
+fi
+export CUDA_MODULE_LOADING="${CUDA_MODULE_LOADING:-EAGER}"
+log="$build/gpu-suites"
+mkdir -p "$log"
+if [ ! -f "$build/build.ninja" ]; then
+  meson setup "$build" -Dcuda=enabled > "$log/meson.log" 2>&1 || { tail -20 "$log/meson.log"; exit 1; }
+fi
+ninja -C "$build" > "$log/ninja.log" 2>&1 || { grep -B2 -A20 -m3 "FAILED" "$log/ninja.log"; exit 1; }
+say "built"
+meson test -C "$build" --no-rebuild --suite cuda --suite python --num-processes "$jobs" --print-errorlogs "$@" \
+  > "$log/test.log" 2>&1
+rc=$?
+say "tests done (meson test exit $rc)"
+grep -E "^ *[0-9]+/[0-9]+ " "$log/test.log"
+grep -E "^(Ok|Fail|Skipped|Timeout):" "$log/test.log" | tr -s ' ' | paste -sd ' '
+# Every failure's own lines: doctest's file:line ERROR / CHECK lines and the first of the rest.
+if [ $rc -ne 0 ]; then grep -E "ERROR|FAILED|CHECK|REQUIRE|Traceback|Error" "$log/test.log" | head -60; fi
+exit $rc
