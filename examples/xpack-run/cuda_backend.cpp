@@ -80,13 +80,7 @@ CudaBackend::CudaBackend(int ordinal) : ordinal_(ordinal), state_(std::make_shar
 
 CudaBackend::~CudaBackend() {
   cudaSetDevice(ordinal_);
-  if (capturing_) {  // an operation threw mid-stretch: its graph is dropped
-    cudaGraph_t g = nullptr;
-    cudaStreamEndCapture(state_->stream, &g);
-    if (g) cudaGraphDestroy(g);
-    state_->pool->end_capture();
-    cudaGetLastError();
-  }
+  drop_capture();
   cudaStreamSynchronize(state_->stream);
   for (const Replay& r : replays_) cudaGraphExecDestroy(r.exec);
   for (const PinnedChunk& c : staging_) cudaFreeHost(c.p);
@@ -225,6 +219,7 @@ void CudaBackend::wait_event(void* event) {
 }
 
 void CudaBackend::capture_until_download(int64_t tokens, bool step_start) {
+  if (step_start) drop_capture();
   if (!graphs_ || profile_ || capturing_ || tokens <= 0 || tokens > kMaxGraphTokens) return;
   if (step_start) capture_place_ = 0;
   // Relaxed: the pool may allocate on its side stream and wait for it meanwhile.
@@ -232,6 +227,16 @@ void CudaBackend::capture_until_download(int64_t tokens, bool step_start) {
   state_->pool->begin_capture(side_);
   capturing_ = true;
   capture_tokens_ = tokens;
+}
+
+void CudaBackend::drop_capture() {
+  if (!capturing_) return;
+  cudaGraph_t g = nullptr;
+  cudaStreamEndCapture(state_->stream, &g);
+  if (g) cudaGraphDestroy(g);
+  cudaGetLastError();
+  state_->pool->end_capture();
+  capturing_ = false;
 }
 
 void CudaBackend::launch_capture() {

@@ -104,6 +104,9 @@ class CudaBackend final : public Backend {
   // Ends the capture: the stretch's graph updated into (or instantiated as)
   // the executable kept for its place in the step, and launched.
   void launch_capture();
+  // Ends a capture that an operation's exception left open, launching nothing:
+  // at the next step's start and in the destructor.
+  void drop_capture();
   // Host bytes copied to pinned memory that stays untouched until the next
   // download(): an upload's source while capturing.
   const void* stage_upload(const void* host, size_t n);
