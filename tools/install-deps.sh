@@ -26,3 +26,11 @@ if ! python3 -c 'import openai' 2>/dev/null; then
   echo "install-deps: installing the openai Python package (tests only)"
   python3 -m pip install -q openai 2>/dev/null || python3 -m pip install -q --break-system-packages openai
 fi
+# The python suite runs pytest with the `python3` on PATH, which need not be Debian's
+# (a pyenv interpreter first on PATH does not see python3-pytest or python3-jinja2).
+for mod in pytest jinja2; do
+  if ! python3 -c "import $mod" 2>/dev/null; then
+    echo "install-deps: installing the $mod Python package for $(command -v python3) (tests only)"
+    python3 -m pip install -q "$mod" 2>/dev/null || python3 -m pip install -q --break-system-packages "$mod"
+  fi
+done
