@@ -740,32 +740,6 @@ __global__ void __launch_bounds__(kSplitThreads) matvec_split_kernel(const Group
   if (lane == 0) atomicExch(cnt, 0u);
 }
 
-// Blocks per SM of a kernel at a few dynamic shared-memory sizes, one cache per
-// kernel; the device is the current one (the runtime uses one). Entries are
-// (smem << 8 | blocks), blocks < 256; a full cache asks without keeping.
-struct OccupancyCache {
-  static constexpr int kEntries = 16;
-  std::atomic<uint64_t> entry[kEntries] = {};
-
-  template <typename Kernel>
-  int get(Kernel* k, size_t smem) {
-    for (auto& e : entry) {
-      uint64_t c = e.load(std::memory_order_relaxed);
-      if (c != 0 && (c >> 8) == smem) return int(c & 0xFF);
-      if (c != 0) continue;
-      int per_sm = 0;
-      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, kThreads, smem) != cudaSuccess || per_sm <= 0 ||
-          per_sm > 255)
-        return 0;
-      // Another thread may have taken this entry meanwhile: then the value is just not kept.
-      e.compare_exchange_strong(c, (uint64_t(smem) << 8) | uint64_t(per_sm), std::memory_order_relaxed);
-      return per_sm;
-    }
-    int per_sm = 0;
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, kThreads, smem) == cudaSuccess ? per_sm : 0;
-  }
-};
-
 // Multiprocessors of the current device, cached per device.
 inline int sm_count() {
   static std::atomic<int> cache[64];
@@ -866,11 +840,13 @@ cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const 
       auto* k = matvec_kernel<Ty, NT, R, true>;
       static const bool attr_ok =
           cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmemX)) == cudaSuccess;
-      // Occupancy per shared-memory size, cached: the query costs the host about
-      // what a launch does, and a model's products alternate between a few
-      // input widths (one entry alone was replaced at nearly every call).
-      static OccupancyCache occ;
-      const int per_sm = attr_ok ? occ.get(k, smem) : 0;
+      // Occupancy for this shared-memory size, cached (the query is not free per launch).
+      static std::atomic<uint64_t> occ{0};
+      const uint64_t c = occ.load(std::memory_order_relaxed);
+      int per_sm = (c >> 8) == smem ? int(c & 0xFF) : 0;
+      if (per_sm == 0 && attr_ok &&
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, kThreads, smem) == cudaSuccess)
+        occ.store((uint64_t(smem) << 8) | uint64_t(per_sm & 0xFF), std::memory_order_relaxed);
       const int sms = sm_count();
       if (attr_ok && per_sm > 0 && sms > 0) {
         const dim3 grid(unsigned(std::min(blocks, sms * per_sm)), unsigned(gp.n));
