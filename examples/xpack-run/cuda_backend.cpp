@@ -68,10 +68,10 @@ CudaBackend::CudaBackend(int ordinal) : ordinal_(ordinal), state_(std::make_shar
   state_->pool = std::make_unique<CudaTensorPool>(state_->stream);
   // Large tensors are allocated and freed every layer of a prompt: keep the
   // stream pool's memory instead of handing it back at each synchronisation.
-  cudaMemPool_t pool;
-  check_cuda(cudaDeviceGetDefaultMemPool(&pool, ordinal), "cudaDeviceGetDefaultMemPool");
+  cudaMemPool_t stream_pool;
+  check_cuda(cudaDeviceGetDefaultMemPool(&stream_pool, ordinal), "cudaDeviceGetDefaultMemPool");
   uint64_t keep = UINT64_MAX;
-  check_cuda(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "cudaMemPoolSetAttribute");
+  check_cuda(cudaMemPoolSetAttribute(stream_pool, cudaMemPoolAttrReleaseThreshold, &keep), "cudaMemPoolSetAttribute");
   check_cuda(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "cudaStreamCreate (allocations)");
   const int st = xk::context_create(&ctx_, 0);
   if (st != xk::kOk) throw ModelError(std::string("CUDA: matmul context: ") + xk::status_name(st));

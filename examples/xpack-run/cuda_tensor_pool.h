@@ -55,7 +55,7 @@ class CudaTensorPool {
   // be allocated or freed on it (that would become part of the graph): a new
   // block is allocated on `side` (and waited for), and a large block released
   // is kept until end_capture(), which frees it on the compute stream, after
-  // the graph's launch. Not thread-safe against acquire/release of other threads.
+  // the graph's launch. Thread-safe.
   void begin_capture(cudaStream_t side);
   void end_capture();
 
