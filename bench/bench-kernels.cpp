@@ -2,8 +2,9 @@
 // second of the cuda/quant_matmul.h kernels, for every weight type at the model
 // shapes, against a device-to-device cudaMemcpy measured in the same run.
 //
-//   bench-kernels [--quick] [--few-rows]   (prints one RESULT line per measurement)
+//   bench-kernels [--quick] [--few-rows] [--decode]   (one RESULT line per measurement)
 //   --few-rows: the copy and the few-row matrices only (a short device call)
+//   --decode: the copy, matvec and the grouped decode launches only (no prefill)
 //
 // kind=matvec is matvec() (no workspace: rows never split); kind=matvec-split is
 // the same product through matmul()'s context, which splits the rows of a matrix
@@ -24,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_app.h"
 #include "quant_matmul.h"
 
 namespace xk = xpack::kernels;
@@ -142,16 +144,16 @@ void report(const char* kind, uint32_t type, int64_t ne0, int64_t ne1, int n, co
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, few_only = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--quick") quick = true;
-    else if (a == "--few-rows") few_only = true;
-    else {
-      std::fprintf(stderr, "usage: bench-kernels [--quick] [--few-rows]\n");
-      return 2;
-    }
-  }
+  bool quick = false, few_only = false, decode_only = false;
+  xpack::cli::App app("bench-kernels", "bench-kernels [--quick] [--few-rows] [--decode]",
+                      "Microseconds per product and weight GB/s of the CUDA kernels (cuda/quant_matmul.h) for "
+                      "every weight type, against a device-to-device copy measured in the same run; one RESULT "
+                      "line per measurement.",
+                      "doc/benchmarks.md (\"Compute kernels\") has the results and how they were run.");
+  app.flag("--quick", &quick, "fewer repetitions (a short device call)");
+  app.flag("--few-rows", &few_only, "the copy and the few-row matrices only");
+  app.flag("--decode", &decode_only, "the copy, matvec and the grouped decode launches only (no prefill)");
+  if (auto rc = app.parse(argc, argv)) return *rc;
   int dev_count = 0;
   if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
     std::printf("SKIP: no CUDA device\n");
@@ -187,6 +189,9 @@ int main(int argc, char** argv) {
       {xk::kQ3_K, 3072, 3584, "kimi-expert-down"},
   };
   for (uint32_t t : all) shapes.push_back({t, 14336, 4096, "4096x14336"});
+  // Several times the 60 MB L2 for every type (Q2_K 176 MB, MXFP4 285 MB, F32 2.1 GB):
+  // decode only (the prefill rows would add minutes and nothing the shape above lacks).
+  for (uint32_t t : all) shapes.push_back({t, 16384, 32768, "large-16384x32768"});
   if (few_only) shapes.clear();
 
   xk::Context* ctx = nullptr;
@@ -217,11 +222,12 @@ int main(int argc, char** argv) {
       });
       report("matvec", sh.type, sh.ne0, sh.ne1, n, "cold", cold, double(wb), sh.what);
     }
+    const bool prefill = !decode_only && std::string(sh.what).rfind("large", 0) != 0;
     // 512 tokens: the default fp32 path (tensor cores where the type has them),
     // the fp32 tile path it replaced (for those types), the bf16 option.
     const bool has_mma = sh.type == xk::kMXFP4 || sh.type == xk::kQ8_0 || sh.type == xk::kQ2_K || sh.type == xk::kQ3_K;
     for (int variant : {0, 1, 2}) {
-      if (variant == 1 && !has_mma) continue;
+      if (!prefill || (variant == 1 && !has_mma)) continue;
       xk::MatmulOptions o{};
       o.size = sizeof o;
       o.precision = variant == 2 ? int(xk::kPrecisionBf16) : int(xk::kPrecisionFp32);
@@ -235,7 +241,7 @@ int main(int argc, char** argv) {
     }
     // 8 tokens through matmul's prefill path instead of the decode kernel (for
     // the types with a tensor-core path: where matvec_max_tokens should sit).
-    if (sh.type == xk::kMXFP4 || sh.type == xk::kQ8_0 || sh.type == xk::kQ2_K || sh.type == xk::kQ3_K) {
+    if (prefill && has_mma) {
       xk::MatmulOptions o{};
       o.size = sizeof o;
       o.matvec_max_tokens = 1;
@@ -249,7 +255,7 @@ int main(int argc, char** argv) {
     // A layer's routed experts in a prompt: as many experts as the weight copies
     // allow (<= 128) with `tokens` rows each, in one grouped_matmul (DeepSeek-V4
     // at 512 prompt tokens gives 256 experts 12 rows on average).
-    if (std::string(sh.what).find("expert") != std::string::npos) {
+    if (prefill && std::string(sh.what).find("expert") != std::string::npos) {
       // Each count as it runs by default and on the fp32 tile path (the baseline).
       for (int tokens : {4, 12, 24})
         for (int tiles : {0, 1}) {
@@ -301,6 +307,7 @@ int main(int argc, char** argv) {
   };
   for (uint32_t t : all)
     if (t != xk::kF32) few.push_back({t, 16384, 24, "few-rows"});
+  if (decode_only) few.clear();
   for (const Shape& sh : few) {
     const size_t wb = xk::row_bytes(sh.type, sh.ne0) * size_t(sh.ne1);
     const std::vector<void*> w = weight_copies(sh.type, wb, cold_bytes);

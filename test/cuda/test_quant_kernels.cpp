@@ -214,6 +214,39 @@ TEST_CASE("matvec: every type, 1..8 tokens, four row lengths, odd row counts") {
   }
 }
 
+// Tall matrices: the streaming kernel gives each warp several row groups (its
+// ring of shared-memory stages runs on from one row group into the next), and
+// 1792-input rows are 8, 12, 2 and 14 bytes past a 16-byte boundary for MXFP4,
+// Q2_K, Q3_K and Q6_K (the copy starts and ends inside a 16-byte piece) and end
+// in a partial chunk of 32 units for MXFP4 and Q8_0. 20001 rows: the last row
+// group is partial.
+TEST_CASE("matvec: tall matrices of every quantized type, rows at any 16-byte offset") {
+  std::mt19937 rng(12);
+  Stream st;
+  const int64_t ne0 = 1792, ne1 = 20001;
+  for (uint32_t type : kTypes) {
+    if (xk::block_elems(type) == 1) continue;
+    CAPTURE(xk::type_name(type));
+    const auto w = random_weights(type, ne0, ne1, rng);
+    const auto x = random_x(size_t(3 * ne0), rng);
+    DevBuf dw(w.size()), dx(x.size() * 4), dy(size_t(3 * ne1) * 4);
+    dw.put(w.data(), w.size());
+    dx.put(x.data(), x.size() * 4);
+    const Ref ref = reference(type, w, ne0, ne1, x.data(), 3);
+    for (int n : {1, 3}) {
+      CAPTURE(n);
+      dy.poison();
+      REQUIRE(xk::matvec(type, dw.p, ne0, ne1, dx.as<float>(), n, dy.as<float>(), st.s) == xk::kOk);
+      st.sync();
+      std::vector<float> got(size_t(n * ne1));
+      dy.get(got.data(), got.size() * 4);
+      Ref r{std::vector<double>(ref.y.begin(), ref.y.begin() + n * ne1),
+            std::vector<double>(ref.mag.begin(), ref.mag.begin() + n * ne1)};
+      CHECK(count_bad(got, r, kTolFp32, xk::type_name(type)) == 0);
+    }
+  }
+}
+
 TEST_CASE("matvec: float types with rows that are not whole 16-byte vectors") {
   std::mt19937 rng(3);
   Stream st;
