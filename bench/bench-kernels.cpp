@@ -2,9 +2,13 @@
 // second of the cuda/quant_matmul.h kernels, for every weight type at the model
 // shapes, against a device-to-device cudaMemcpy measured in the same run.
 //
-//   bench-kernels [--quick] [--few-rows] [--decode]   (one RESULT line per measurement)
+//   bench-kernels [--quick] [--few-rows] [--decode] [--legacy] [--type T] [--shape S]
+//   (one RESULT line per measurement)
 //   --few-rows: the copy and the few-row matrices only (a short device call)
 //   --decode: the copy, matvec and the grouped decode launches only (no prefill)
+//   --legacy: quantized decode through the earlier per-thread-load kernel (the baseline
+//     of the streaming kernel, doc/kernels.md)
+//   --type, --shape: only the shapes of that type / of that name (e.g. for ncu)
 //
 // kind=matvec is matvec() (no workspace: rows never split); kind=matvec-split is
 // the same product through matmul()'s context, which splits the rows of a matrix
@@ -144,8 +148,9 @@ void report(const char* kind, uint32_t type, int64_t ne0, int64_t ne1, int n, co
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, few_only = false, decode_only = false;
-  xpack::cli::App app("bench-kernels", "bench-kernels [--quick] [--few-rows] [--decode]",
+  bool quick = false, few_only = false, decode_only = false, legacy = false;
+  std::string only_type, only_shape;
+  xpack::cli::App app("bench-kernels", "bench-kernels [--quick] [--few-rows] [--decode] [--legacy] [--type T] [--shape S]",
                       "Microseconds per product and weight GB/s of the CUDA kernels (cuda/quant_matmul.h) for "
                       "every weight type, against a device-to-device copy measured in the same run; one RESULT "
                       "line per measurement.",
@@ -153,7 +158,12 @@ int main(int argc, char** argv) {
   app.flag("--quick", &quick, "fewer repetitions (a short device call)");
   app.flag("--few-rows", &few_only, "the copy and the few-row matrices only");
   app.flag("--decode", &decode_only, "the copy, matvec and the grouped decode launches only (no prefill)");
+  app.flag("--legacy", &legacy,
+           "quantized decode through the earlier kernel that loads each unit's bytes per thread (the baseline)");
+  app.text("--type", "T", &only_type, "only the shapes of this weight type (ggml's name: mxfp4, q2_K, ...)");
+  app.text("--shape", "S", &only_shape, "only the shapes of this name (as printed in shape=)");
   if (auto rc = app.parse(argc, argv)) return *rc;
+  xk::dev::set_matvec_stream_kernel(!legacy);
   int dev_count = 0;
   if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
     std::printf("SKIP: no CUDA device\n");
@@ -193,6 +203,10 @@ int main(int argc, char** argv) {
   // decode only (the prefill rows would add minutes and nothing the shape above lacks).
   for (uint32_t t : all) shapes.push_back({t, 16384, 32768, "large-16384x32768"});
   if (few_only) shapes.clear();
+  auto wanted = [&](const Shape& sh) {
+    return (only_type.empty() || only_type == xk::type_name(sh.type)) && (only_shape.empty() || only_shape == sh.what);
+  };
+  shapes.erase(std::remove_if(shapes.begin(), shapes.end(), [&](const Shape& sh) { return !wanted(sh); }), shapes.end());
 
   xk::Context* ctx = nullptr;
   st_ok(xk::context_create(&ctx, size_t(256) << 20), "context_create");
@@ -308,6 +322,7 @@ int main(int argc, char** argv) {
   for (uint32_t t : all)
     if (t != xk::kF32) few.push_back({t, 16384, 24, "few-rows"});
   if (decode_only) few.clear();
+  few.erase(std::remove_if(few.begin(), few.end(), [&](const Shape& sh) { return !wanted(sh); }), few.end());
   for (const Shape& sh : few) {
     const size_t wb = xk::row_bytes(sh.type, sh.ne0) * size_t(sh.ne1);
     const std::vector<void*> w = weight_copies(sh.type, wb, cold_bytes);

@@ -123,6 +123,13 @@ int grouped_matvec_scratch(const MatvecScratch* scratch, uint32_t type, int64_t 
                            const ExpertProblem* problems, int n_problems, const float* x, float* y,
                            int64_t n_rows, cudaStream_t stream);
 
+// Quantized types' decode through the streaming kernel (true, the default) or the
+// earlier one that loads each unit's bytes per thread (false): a switch for
+// bench-kernels' side-by-side runs, not for the runtime. The two differ in rounding
+// only (both within the bound). Thread safety: safe from any thread; launches
+// already enqueued keep the kernel they were given.
+void set_matvec_stream_kernel(bool on);
+
 }  // namespace dev
 
 // Dequantizes n_rows rows of W into fp32 out [n_rows][ne0], bit-identical to

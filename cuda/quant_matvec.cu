@@ -717,13 +717,23 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-template <class Ty, int NT, int R>
+// Warps per row group (1, 2 or 4): as many as the row has chunks, so that short rows
+// keep every warp busy on rows of its own and long ones are shared by the block. From
+// the type and ne0 only, so the order of every row's sum is too.
+template <class Ty>
+inline int stream_group_log2(int ne0) {
+  const int chunks = (ne0 / Ty::kUnit + 31) / 32;
+  return chunks >= 4 ? 2 : (chunks >= 2 ? 1 : 0);
+}
+
+template <class Ty, int NT, int R, bool kSmemX>
 __global__ void __launch_bounds__(kStreamThreads) matvec_stream_kernel(const GroupParams gp, int ne0, int ne1,
                                                                        size_t row_bytes,
                                                                        const float* __restrict__ x,
-                                                                       float* __restrict__ y) {
+                                                                       float* __restrict__ y, int g_log2) {
   extern __shared__ float4 smem4[];
-  constexpr int kU = Ty::kUnit, kXs = kU + 4;
+  __shared__ float red[2][kStreamWarps][R][NT];
+  constexpr int kU = Ty::kUnit;
   constexpr int kCB = chunk_bytes<Ty>(), kCS = chunk_stride<Ty>(), kS = stream_stages<Ty, R>();
   const int p = blockIdx.y;
   const uint8_t* W = gp.w[p];
@@ -733,12 +743,23 @@ __global__ void __launch_bounds__(kStreamThreads) matvec_stream_kernel(const Gro
   const int units = ne0 / kU;
   const int chunks = (units + 31) / 32;
   const int row_groups = (ne1 + R - 1) / R;
+  // G warps share a row group: warp `sub` of the G takes chunks sub, sub + G, ...
+  const int G = 1 << g_log2, sub = warp & (G - 1), slots = kStreamWarps >> g_log2;
+  const int slot = warp >> g_log2;
+  const int per_round = int(gridDim.x) * slots;  // row groups all blocks take per round
+  const int first = int(blockIdx.x) * slots;     // this block's first round's first row group
+  // Every warp of the block runs the same rounds (the barriers of G > 1 need it);
+  // a row group past the end is a round of no work.
+  const int rounds = first < row_groups ? (row_groups - 1 - first) / per_round + 1 : 0;
+  const int mine = (chunks - sub + G - 1) / G;  // >= 1: G <= chunks
+  const int items = rounds * mine;
 
-  // x, padded per unit (a multiple of 16 bytes in all), then the warps' rings.
+  // x (padded per unit as in matvec_kernel, a multiple of 16 bytes in all), then the rings.
+  constexpr int kXs = kSmemX ? kU + 4 : kU;
   float* xsm = reinterpret_cast<float*>(smem4);
-  uint8_t* ring = reinterpret_cast<uint8_t*>(xsm + size_t(NT) * size_t(units) * kXs) +
+  uint8_t* ring = reinterpret_cast<uint8_t*>(smem4) + (kSmemX ? size_t(NT) * size_t(units) * kXs * sizeof(float) : 0) +
                   size_t(warp) * (kS * R * kCS);
-  {
+  if constexpr (kSmemX) {
     const int quads = ne0 / 4;
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
@@ -749,29 +770,26 @@ __global__ void __launch_bounds__(kStreamThreads) matvec_stream_kernel(const Gro
         cp_async16(dst + (e / kU) * kXs + e % kU, src + e, 16);
       }
     }
-    cp_async_commit();
   }
+  cp_async_commit();  // the x group (empty without kSmemX): the oldest
 
-  // This warp's row groups: wid, wid + n_warps, ...; each is `chunks` items.
-  const int n_warps = int(gridDim.x) * kStreamWarps;
-  const int wid = int(blockIdx.x) * kStreamWarps + warp;
-  const int mine = wid < row_groups ? (row_groups - 1 - wid) / n_warps + 1 : 0;
-  const int items = mine * chunks;
-  // Item i's row r starts its chunk at row_src(i, r) in global memory.
-  auto chunk_src = [&](int k, int c, int r) {
-    const int o = min((wid + k * n_warps) * R + r, ne1 - 1);
+  auto item_rg = [&](int i) { return first + slot + (i / mine) * per_round; };
+  auto item_chunk = [&](int i) { return sub + (i % mine) * G; };
+  auto chunk_src = [&](int rg, int c, int r) {
+    const int o = min(rg * R + r, ne1 - 1);
     return W + size_t(o) * row_bytes + size_t(c) * kCB;
   };
-  // Every call commits one group (empty past the end), so "group i has landed" is
+  // Every call commits one group (empty for no work), so "item i has landed" is
   // always wait_group(kS - 1) after issuing item i + kS - 1.
   auto issue = [&](int i) {
-    if (i < items) {
-      const int k = i / chunks, c = i - k * chunks;
+    const int rg = item_rg(i);
+    if (i < items && rg < row_groups) {
+      const int c = item_chunk(i);
       const int len = int(min(size_t(kCB), row_bytes - size_t(c) * kCB));
       uint8_t* dst = ring + (i % kS) * (R * kCS);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        const uint8_t* src = chunk_src(k, c, r);
+        const uint8_t* src = chunk_src(rg, c, r);
         const uint8_t* end = src + len;
         // From the 16-byte boundary at or before src (inside W: W is 16-byte aligned).
         const uint8_t* a0 = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(src) & ~uintptr_t(15));
@@ -790,6 +808,9 @@ __global__ void __launch_bounds__(kStreamThreads) matvec_stream_kernel(const Gro
   cp_async_wait<kS - 1>();  // the oldest group, x, has landed for this thread ...
   __syncthreads();          // ... and for every thread
 
+  const float* xg[NT];  // each token's x in global memory (without kSmemX)
+#pragma unroll
+  for (int t = 0; t < NT; ++t) xg[t] = x + size_t(row0 + min(t, nt - 1)) * size_t(ne0);
   float acc[R][NT];
 #pragma unroll
   for (int r = 0; r < R; ++r)
@@ -799,29 +820,48 @@ __global__ void __launch_bounds__(kStreamThreads) matvec_stream_kernel(const Gro
     issue(i + kS - 1);
     cp_async_wait<kS - 1>();
     __syncwarp();  // every lane's pieces of item i are visible to the warp
-    const int k = i / chunks, c = i - k * chunks;
-    if (32 * c + lane < units) {
+    const int rg = item_rg(i), c = item_chunk(i);
+    if (rg < row_groups && 32 * c + lane < units) {
       const uint8_t* stage = ring + (i % kS) * (R * kCS);
       const uint8_t* rp[R];
 #pragma unroll
       for (int r = 0; r < R; ++r)
-        rp[r] = stage + r * kCS + (reinterpret_cast<uintptr_t>(chunk_src(k, c, r)) & 15);
+        rp[r] = stage + r * kCS + (reinterpret_cast<uintptr_t>(chunk_src(rg, c, r)) & 15);
       const float* xp[NT];
 #pragma unroll
-      for (int t = 0; t < NT; ++t) xp[t] = xsm + (size_t(t) * size_t(units) + size_t(32 * c)) * kXs;
+      for (int t = 0; t < NT; ++t)
+        xp[t] = kSmemX ? xsm + (size_t(t) * size_t(units) + size_t(32 * c)) * kXs : xg[t] + size_t(32 * c) * kU;
       Ty::template run<NT, R, SMem>(rp, lane, xp, acc, kXs);
     }
     __syncwarp();  // the stage is refilled by the next iteration's issue
-    if (c == chunks - 1) {
-      const int o0 = (wid + k * n_warps) * R;
+    if ((i + 1) % mine != 0) continue;
+    // The round's last chunk: each warp's lanes by the shuffle tree, then the G warps
+    // of the row group in warp order (a buffer per round parity: one barrier a round).
+    const int o0 = rg * R;
+    const int par = (i / mine) & 1;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) acc[r][t] += __shfl_xor_sync(0xFFFFFFFFu, acc[r][t], off);
+        if (G == 1) {
+          if (lane == 0 && o0 + r < ne1 && t < nt) y[size_t(row0 + t) * size_t(ne1) + size_t(o0 + r)] = acc[r][t];
+        } else if (lane == 0) {
+          red[par][warp][r][t] = acc[r][t];
+        }
+        acc[r][t] = 0.0f;
+      }
+    if (G == 1) continue;
+    __syncthreads();
+    if (sub == 0 && lane == 0 && rg < row_groups) {
 #pragma unroll
       for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
-#pragma unroll
-          for (int off = 16; off > 0; off >>= 1) acc[r][t] += __shfl_xor_sync(0xFFFFFFFFu, acc[r][t], off);
-          if (lane == 0 && o0 + r < ne1 && t < nt) y[size_t(row0 + t) * size_t(ne1) + size_t(o0 + r)] = acc[r][t];
-          acc[r][t] = 0.0f;
+          float sum = red[par][warp][r][t];
+          for (int k = 1; k < G; ++k) sum += red[par][warp + k][r][t];
+          if (o0 + r < ne1 && t < nt) y[size_t(row0 + t) * size_t(ne1) + size_t(o0 + r)] = sum;
         }
     }
   }
@@ -1045,15 +1085,18 @@ cudaError_t launch_split(const GroupParams& gp, int ne0, int ne1, size_t rb, con
   return cudaSuccess;
 }
 
-// The streaming kernel where x and the rings fit in a block's shared memory
-// (true, the launch's status in *err); false, nothing launched, where they do not.
-// One wave of blocks shared by the problems, and no more warps than row groups.
-template <class Ty, int NT, int R>
-bool launch_stream(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
-                   cudaStream_t stream, cudaError_t* err) {
-  const size_t smem = stream_x_bytes<Ty, NT>(ne0) + stream_ring_bytes<Ty, R>();
-  if (smem > kStreamSmemMax) return false;
-  auto* k = matvec_stream_kernel<Ty, NT, R>;
+// Whether quantized decode takes the streaming kernel (the default) or matvec_kernel:
+// bench-kernels --legacy measures the one against the other in the same run.
+std::atomic<bool> g_stream_kernel{true};
+
+// The streaming kernel, x staged in shared memory where it fits beside the rings and
+// read from global memory otherwise (the same sums either way). One wave of blocks
+// shared by the problems, and no more blocks than the row groups need. False, with
+// nothing launched, where the device cannot run it (too little shared memory).
+template <class Ty, int NT, int R, bool kSmemX>
+bool launch_stream_as(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y, size_t smem,
+                      cudaStream_t stream, cudaError_t* err) {
+  auto* k = matvec_stream_kernel<Ty, NT, R, kSmemX>;
   static const bool attr_ok =
       cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kStreamSmemMax)) == cudaSuccess;
   static OccupancyCache occ;
@@ -1063,13 +1106,24 @@ bool launch_stream(const GroupParams& gp, int ne0, int ne1, size_t rb, const flo
     (void)cudaGetLastError();
     return false;
   }
+  const int g_log2 = stream_group_log2<Ty>(ne0);
+  const int slots = kStreamWarps >> g_log2;
   const int row_groups = (ne1 + R - 1) / R;
-  const int want = (row_groups + kStreamWarps - 1) / kStreamWarps;
-  const int wave = std::max(1, (sms * per_sm + gp.n - 1) / gp.n);
+  const int want = (row_groups + slots - 1) / slots;
+  const int wave = std::max(1, sms * per_sm / gp.n);
   const dim3 grid(unsigned(std::min(want, wave)), unsigned(gp.n));
-  k<<<grid, kStreamThreads, smem, stream>>>(gp, ne0, ne1, rb, x, y);
+  k<<<grid, kStreamThreads, smem, stream>>>(gp, ne0, ne1, rb, x, y, g_log2);
   *err = cudaGetLastError();
   return true;
+}
+
+template <class Ty, int NT, int R>
+bool launch_stream(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
+                   cudaStream_t stream, cudaError_t* err) {
+  const size_t ring = stream_ring_bytes<Ty, R>(), with_x = ring + stream_x_bytes<Ty, NT>(ne0);
+  if (with_x <= kStreamSmemMax)
+    return launch_stream_as<Ty, NT, R, true>(gp, ne0, ne1, rb, x, y, with_x, stream, err);
+  return launch_stream_as<Ty, NT, R, false>(gp, ne0, ne1, rb, x, y, ring, stream, err);
 }
 
 template <class Ty, int NT>
@@ -1088,7 +1142,8 @@ cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const 
                           std::is_same_v<Ty, THalf<true>>;
   if constexpr (Ty::kUnit >= 32) {  // the quantized types
     cudaError_t e = cudaSuccess;
-    if (launch_stream<Ty, NT, R>(gp, ne0, ne1, rb, x, y, stream, &e)) return e;
+    if (g_stream_kernel.load(std::memory_order_relaxed) && launch_stream<Ty, NT, R>(gp, ne0, ne1, rb, x, y, stream, &e))
+      return e;
   }
   if constexpr (Ty::kUnit % 4 == 0 && !kFloat) {
     const size_t smem = size_t(NT) * size_t(units) * (Ty::kUnit + 4) * sizeof(float);
@@ -1198,6 +1253,8 @@ bool weight_aligned(uint32_t type, const void* w) {
 }
 
 }  // namespace
+
+void dev::set_matvec_stream_kernel(bool on) { g_stream_kernel.store(on, std::memory_order_relaxed); }
 
 int matvec(uint32_t type, const void* w, int64_t ne0, int64_t ne1, const float* x, int n_tokens,
            float* y, cudaStream_t stream) {
