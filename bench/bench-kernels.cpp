@@ -2,13 +2,13 @@
 // second of the cuda/quant_matmul.h kernels, for every weight type at the model
 // shapes, against a device-to-device cudaMemcpy measured in the same run.
 //
-//   bench-kernels [--quick] [--few-rows] [--decode] [--legacy] [--type T] [--shape S]
-//   (one RESULT line per measurement)
+//   bench-kernels [--quick] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem]
+//                 [--type T,...] [--shape S]     (one RESULT line per measurement)
 //   --few-rows: the copy and the few-row matrices only (a short device call)
 //   --decode: the copy, matvec and the grouped decode launches only (no prefill)
-//   --legacy: quantized decode through the earlier per-thread-load kernel (the baseline
-//     of the streaming kernel, doc/kernels.md)
-//   --type, --shape: only the shapes of that type / of that name (e.g. for ncu)
+//   --block-threads, --wave-per-problem: the decode kernel's layout (doc/kernels.md), to
+//     measure one against another in the same call
+//   --type, --shape: only the shapes of those types / of that name (e.g. for ncu)
 //
 // kind=matvec is matvec() (no workspace: rows never split); kind=matvec-split is
 // the same product through matmul()'s context, which splits the rows of a matrix
@@ -148,9 +148,12 @@ void report(const char* kind, uint32_t type, int64_t ne0, int64_t ne1, int n, co
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, few_only = false, decode_only = false, legacy = false;
+  bool quick = false, few_only = false, decode_only = false, wave_per_problem = false;
+  uint64_t block_threads = 512;
   std::string only_type, only_shape;
-  xpack::cli::App app("bench-kernels", "bench-kernels [--quick] [--few-rows] [--decode] [--legacy] [--type T] [--shape S]",
+  xpack::cli::App app("bench-kernels",
+                      "bench-kernels [--quick] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem] "
+                      "[--type T,...] [--shape S]",
                       "Microseconds per product and weight GB/s of the CUDA kernels (cuda/quant_matmul.h) for "
                       "every weight type, against a device-to-device copy measured in the same run; one RESULT "
                       "line per measurement.",
@@ -158,12 +161,17 @@ int main(int argc, char** argv) {
   app.flag("--quick", &quick, "fewer repetitions (a short device call)");
   app.flag("--few-rows", &few_only, "the copy and the few-row matrices only");
   app.flag("--decode", &decode_only, "the copy, matvec and the grouped decode launches only (no prefill)");
-  app.flag("--legacy", &legacy,
-           "quantized decode through the earlier kernel that loads each unit's bytes per thread (the baseline)");
-  app.text("--type", "T", &only_type, "only the shapes of this weight type (ggml's name: mxfp4, q2_K, ...)");
+  app.count("--block-threads", "N", &block_threads,
+            "threads per block of the decode kernel where x is staged in shared memory: 256 or 512 (default)", 256,
+            512);
+  app.flag("--wave-per-problem", &wave_per_problem,
+           "each problem of a grouped decode launch gets a wave of blocks (the earlier layout; default: one "
+           "wave shared by the launch)");
+  app.text("--type", "T,...", &only_type, "only the shapes of these weight types (ggml's names: mxfp4,q2_K,...)");
   app.text("--shape", "S", &only_shape, "only the shapes of this name (as printed in shape=)");
   if (auto rc = app.parse(argc, argv)) return *rc;
-  xk::dev::set_matvec_stream_kernel(!legacy);
+  if (block_threads != 256 && block_threads != 512) return app.usage_error("--block-threads: 256 or 512");
+  xk::dev::set_matvec_geometry(int(block_threads), !wave_per_problem);
   int dev_count = 0;
   if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
     std::printf("SKIP: no CUDA device\n");
@@ -204,7 +212,9 @@ int main(int argc, char** argv) {
   for (uint32_t t : all) shapes.push_back({t, 16384, 32768, "large-16384x32768"});
   if (few_only) shapes.clear();
   auto wanted = [&](const Shape& sh) {
-    return (only_type.empty() || only_type == xk::type_name(sh.type)) && (only_shape.empty() || only_shape == sh.what);
+    const std::string t = std::string(",") + xk::type_name(sh.type) + ",";
+    return (only_type.empty() || ("," + only_type + ",").find(t) != std::string::npos) &&
+           (only_shape.empty() || only_shape == sh.what);
   };
   shapes.erase(std::remove_if(shapes.begin(), shapes.end(), [&](const Shape& sh) { return !wanted(sh); }), shapes.end());
 

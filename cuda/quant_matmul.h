@@ -123,12 +123,12 @@ int grouped_matvec_scratch(const MatvecScratch* scratch, uint32_t type, int64_t 
                            const ExpertProblem* problems, int n_problems, const float* x, float* y,
                            int64_t n_rows, cudaStream_t stream);
 
-// Quantized types' decode through the streaming kernel (true, the default) or the
-// earlier one that loads each unit's bytes per thread (false): a switch for
-// bench-kernels' side-by-side runs, not for the runtime. The two differ in rounding
-// only (both within the bound). Thread safety: safe from any thread; launches
-// already enqueued keep the kernel they were given.
-void set_matvec_stream_kernel(bool on);
+// The decode kernel's layout where x is staged in shared memory: threads per block
+// (256 or 512; any other value means 256) and whether a launch's problems share one
+// wave of blocks (else each problem gets a wave). Defaults: 512, shared. Neither
+// changes any result, bit for bit; a switch for bench-kernels' side-by-side runs.
+// Thread safety: safe from any thread; launches already enqueued keep theirs.
+void set_matvec_geometry(int block_threads, bool shared_wave);
 
 }  // namespace dev
 

@@ -47,39 +47,6 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t s) {
   return r;
 }
 
-// Where a decoder reads a unit's bytes from: global memory through the
-// read-only path (the kernel that reads weights in place), or shared memory (the
-// streaming kernel, which copies whole 16-byte pieces there first). The same
-// decoders serve both, so both give the same bits for the same unit.
-struct GMem {
-  __device__ static uint32_t u8(const uint8_t* p) { return byte_at(p); }
-  __device__ static uint32_t u16(const uint8_t* p) { return ld16(p); }
-  __device__ static uint32_t u32(const uint8_t* p) { return ld32(p); }
-  __device__ static uint4 u128(const uint8_t* p) { return ld128(p); }
-  template <int N>
-  __device__ static void words(const uint8_t* p, uint32_t (&w)[N]) { ldwords<N>(p, w); }
-};
-struct SMem {
-  __device__ static uint32_t u8(const uint8_t* p) { return *p; }
-  __device__ static uint32_t u16(const uint8_t* p) { return *reinterpret_cast<const unsigned short*>(p); }
-  __device__ static uint32_t u32(const uint8_t* p) { return *reinterpret_cast<const unsigned int*>(p); }
-  __device__ static uint4 u128(const uint8_t* p) { return *reinterpret_cast<const uint4*>(p); }
-  // As ldwords: aligned words and a funnel shift (the copy is whole 16-byte
-  // pieces, so the extra word read for an unaligned p is inside it).
-  template <int N>
-  __device__ static void words(const uint8_t* p, uint32_t (&w)[N]) {
-    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-    const unsigned int* base = reinterpret_cast<const unsigned int*>(a & ~uintptr_t(3));
-    const unsigned sh = unsigned(a & 3) * 8;
-    uint32_t v[N + 1];
-#pragma unroll
-    for (int i = 0; i < N; ++i) v[i] = base[i];
-    v[N] = sh ? base[N] : 0u;
-#pragma unroll
-    for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(v[i], v[i + 1], sh);
-  }
-};
-
 // Four exact floats byte_k(v) - bias.
 __device__ __forceinline__ void unpack4(uint32_t v, float bias, float (&f)[4]) {
 #pragma unroll
@@ -202,8 +169,7 @@ struct TScalar {
 
 struct TQ8_0 {
   static constexpr int kUnit = 32;
-  static constexpr int kUnitBytes = 34;
-  template <int NT, int R, class M = GMem>
+  template <int NT, int R>
   __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
                              Acc<NT, R>& acc, int xs) {
     uint32_t q[R][8];
@@ -211,8 +177,8 @@ struct TQ8_0 {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const uint8_t* b = rp[r] + size_t(u) * 34;
-      d[r] = h2f(M::u16(b));
-      M::template words<8>(b + 2, q[r]);
+      d[r] = h2f(ld16(b));
+      ldwords<8>(b + 2, q[r]);
     }
     float s1[R][NT] = {};
     const int e = xs * u;
@@ -240,7 +206,6 @@ struct TQ8_0 {
 
 struct TMXFP4 {
   static constexpr int kUnit = 32;
-  static constexpr int kUnitBytes = 17;
   // Eight codes of a 32-bit word w (nibbles of bytes 4k..4k+3) as exact floats
   // kvalue(code), in the order (4k, 4k+16, 4k+1, 4k+17, 4k+2, 4k+18, 4k+3, 4k+19).
   // kvalue + 12 (0..24) comes from two byte tables by the code's low 3 bits (one
@@ -259,7 +224,7 @@ struct TMXFP4 {
       for (int k = 0; k < 4; ++k) f[4 * half + k] = magic_byte(v, k) - (kMagic + 12.0f);
     }
   }
-  template <int NT, int R, class M = GMem>
+  template <int NT, int R>
   __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
                              Acc<NT, R>& acc, int xs) {
     uint32_t q[R][4];
@@ -268,12 +233,12 @@ struct TMXFP4 {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const uint8_t* b = rp[r] + size_t(u) * 17;
-      const uint32_t e = M::u8(b);
+      const uint32_t e = byte_at(b);
       sc[r] = e8m0_half(e);
       // From e = 253 on, kvalue * 2^(e-128) can overflow to inf, as on the CPU;
       // only there the weights are formed one by one to give the CPU's inf/NaN.
       big[r] = e >= 253;
-      M::template words<4>(b + 1, q[r]);
+      ldwords<4>(b + 1, q[r]);
     }
     float s1[R][NT] = {};
     const int e0 = xs * u;
@@ -319,8 +284,7 @@ struct TMXFP4 {
 
 struct TQ2_K {
   static constexpr int kUnit = 128;
-  static constexpr int kUnitBytes = 42;
-  template <int NT, int R, class M = GMem>
+  template <int NT, int R>
   __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
                              Acc<NT, R>& acc, int xs) {
     const int blk = u >> 1, h = u & 1;
@@ -329,11 +293,11 @@ struct TQ2_K {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const uint8_t* b = rp[r] + size_t(blk) * 84;  // 4-byte aligned
-      sc[r][0] = M::u32(b + 8 * h);
-      sc[r][1] = M::u32(b + 8 * h + 4);
+      sc[r][0] = ld32(b + 8 * h);
+      sc[r][1] = ld32(b + 8 * h + 4);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) q[r][i] = M::u32(b + 16 + 32 * h + 4 * i);
-      const uint32_t dd = M::u32(b + 80);
+      for (int i = 0; i < 8; ++i) q[r][i] = ld32(b + 16 + 32 * h + 4 * i);
+      const uint32_t dd = ld32(b + 80);
       d[r] = h2f(dd);
       dm[r] = h2f(dd >> 16);
     }
@@ -378,8 +342,7 @@ struct TQ2_K {
 
 struct TQ3_K {
   static constexpr int kUnit = 128;
-  static constexpr int kUnitBytes = 55;
-  template <int NT, int R, class M = GMem>
+  template <int NT, int R>
   __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
                              Acc<NT, R>& acc, int xs) {
     const int blk = u >> 1, h = u & 1;
@@ -388,10 +351,10 @@ struct TQ3_K {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const uint8_t* b = rp[r] + size_t(blk) * 110;  // 2-byte aligned
-      M::template words<8>(b, hm[r]);
-      M::template words<8>(b + 32 + 32 * h, q[r]);
-      M::template words<3>(b + 96, sc[r]);
-      d[r] = h2f(M::u16(b + 108));
+      ldwords<8>(b, hm[r]);
+      ldwords<8>(b + 32 + 32 * h, q[r]);
+      ldwords<3>(b + 96, sc[r]);
+      d[r] = h2f(ld16(b + 108));
     }
     const int e0 = xs * u;
 #pragma unroll
@@ -438,8 +401,7 @@ template <bool kQ5>
 struct TQ45_K {
   static constexpr int kUnit = 64;
   static constexpr int kBlock = kQ5 ? 176 : 144;  // both multiples of 16
-  static constexpr int kUnitBytes = kBlock / 4;
-  template <int NT, int R, class M = GMem>
+  template <int NT, int R>
   __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
                              Acc<NT, R>& acc, int xs) {
     const int blk = u >> 2, p = u & 3;
@@ -448,18 +410,18 @@ struct TQ45_K {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const uint8_t* b = rp[r] + size_t(blk) * kBlock;
-      const uint4 a = M::u128(b);  // d, dmin, scales[12]
+      const uint4 a = ld128(b);  // d, dmin, scales[12]
       d[r] = h2f(a.x);
       dm[r] = h2f(a.x >> 16);
       sc[r][0] = a.y;
       sc[r][1] = a.z;
       sc[r][2] = a.w;
       const uint8_t* qs = b + (kQ5 ? 48 : 16) + 32 * p;
-      const uint4 q0 = M::u128(qs), q1 = M::u128(qs + 16);
+      const uint4 q0 = ld128(qs), q1 = ld128(qs + 16);
       q[r][0] = q0.x; q[r][1] = q0.y; q[r][2] = q0.z; q[r][3] = q0.w;
       q[r][4] = q1.x; q[r][5] = q1.y; q[r][6] = q1.z; q[r][7] = q1.w;
       if (kQ5) {
-        const uint4 h0 = M::u128(b + 16), h1 = M::u128(b + 32);
+        const uint4 h0 = ld128(b + 16), h1 = ld128(b + 32);
         qh[r][0] = h0.x; qh[r][1] = h0.y; qh[r][2] = h0.z; qh[r][3] = h0.w;
         qh[r][4] = h1.x; qh[r][5] = h1.y; qh[r][6] = h1.z; qh[r][7] = h1.w;
       }
@@ -510,8 +472,7 @@ struct TQ45_K {
 
 struct TQ6_K {
   static constexpr int kUnit = 128;
-  static constexpr int kUnitBytes = 105;
-  template <int NT, int R, class M = GMem>
+  template <int NT, int R>
   __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
                              Acc<NT, R>& acc, int xs) {
     const int blk = u >> 1, h = u & 1;
@@ -520,10 +481,10 @@ struct TQ6_K {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const uint8_t* b = rp[r] + size_t(blk) * 210;  // 2-byte aligned
-      M::template words<16>(b + 64 * h, ql[r]);
-      M::template words<8>(b + 128 + 32 * h, qh[r]);
-      M::template words<2>(b + 192 + 8 * h, sc[r]);
-      d[r] = h2f(M::u16(b + 208));
+      ldwords<16>(b + 64 * h, ql[r]);
+      ldwords<8>(b + 128 + 32 * h, qh[r]);
+      ldwords<2>(b + 192 + 8 * h, sc[r]);
+      d[r] = h2f(ld16(b + 208));
     }
     const int e0 = xs * u;
 #pragma unroll
@@ -569,8 +530,8 @@ constexpr int kThreads = 256;
 // floats, so 8 consecutive threads' 16-byte reads hit 8 different bank groups.
 constexpr size_t kMaxSmemX = 200 * 1024;
 
-template <class Ty, int NT, int R, bool kSmemX>
-__global__ void __launch_bounds__(kThreads) matvec_kernel(const GroupParams gp, int ne0, int ne1,
+template <class Ty, int NT, int R, bool kSmemX, int kBlock = kThreads>
+__global__ void __launch_bounds__(kBlock) matvec_kernel(const GroupParams gp, int ne0, int ne1,
                                                           size_t row_bytes, const float* __restrict__ x,
                                                           float* __restrict__ y, int tpr_log2) {
   extern __shared__ float4 xsm4[];
@@ -594,7 +555,7 @@ __global__ void __launch_bounds__(kThreads) matvec_kernel(const GroupParams gp, 
     for (int t = 0; t < NT; ++t) {
       const float4* src = reinterpret_cast<const float4*>(x + size_t(row0 + min(t, nt - 1)) * size_t(ne0));
       float* dst = xsm + size_t(t) * size_t(units) * kXs;
-      for (int i = threadIdx.x; i < quads; i += kThreads) {
+      for (int i = threadIdx.x; i < quads; i += kBlock) {
         const int e = 4 * i;
         *reinterpret_cast<float4*>(dst + (e / kU) * kXs + e % kU) = __ldg(src + i);
       }
@@ -608,7 +569,7 @@ __global__ void __launch_bounds__(kThreads) matvec_kernel(const GroupParams gp, 
     xs = kU;
   }
 
-  const int groups = kThreads >> tpr_log2;
+  const int groups = kBlock >> tpr_log2;
   const int row_groups = (ne1 + R - 1) / R;
   // Blocks loop over groups of rows, so a grid sized to the machine stages x once per block.
   for (int rg0 = blockIdx.x * groups; rg0 < row_groups; rg0 += gridDim.x * groups) {
@@ -633,7 +594,7 @@ __global__ void __launch_bounds__(kThreads) matvec_kernel(const GroupParams gp, 
         for (int off = 16; off > 0; off >>= 1) acc[r][t] += __shfl_xor_sync(0xFFFFFFFFu, acc[r][t], off);
 
     if (tpr > 32) {
-      __shared__ float red[kThreads / 32][R][NT];
+      __shared__ float red[kBlock / 32][R][NT];
       const int warp = threadIdx.x >> 5;
       if ((threadIdx.x & 31) == 0) {
 #pragma unroll
@@ -667,232 +628,6 @@ __global__ void __launch_bounds__(kThreads) matvec_kernel(const GroupParams gp, 
     }
   }
 }
-
-// ---- the streaming kernel: a warp's rows through shared memory ------------------
-//
-// In the kernel above each lane loads its own unit's bytes, so the loads of a warp
-// stride 17..105 bytes, one load instruction touches up to 27 cache lines, and few
-// bytes are in flight per thread: it reached 14-52 % of the copy bandwidth for the
-// quantized types (H200, doc/benchmarks.md). Here each warp streams its rows
-// through a private ring of shared-memory stages with cp.async, every lane copying
-// 16 contiguous bytes, kStages - 1 chunks ahead of the one it computes; the same
-// decoders then read their units from shared memory. A chunk is 32 units (whole
-// blocks) of R rows, one unit per lane, so a row group ends in the warp's shuffle
-// sum, without a block-wide barrier. Each row's sum (its lane's units in order,
-// then the shuffle tree) does not depend on the grid or on the launch's other
-// problems: grouped launches equal separate ones bit for bit.
-
-constexpr int kStreamWarps = 4;
-constexpr int kStreamThreads = 32 * kStreamWarps;
-// Opt-in dynamic shared memory per block (the H200 allows 227 KB).
-constexpr size_t kStreamSmemMax = 220 * 1024;
-
-template <class Ty>
-__host__ __device__ constexpr int chunk_bytes() { return 32 * Ty::kUnitBytes; }  // a multiple of 16 for every type
-// A row's chunk in shared memory: the 16-byte pieces that cover it (it may start
-// inside one), rounded up.
-template <class Ty>
-__host__ __device__ constexpr int chunk_stride() { return chunk_bytes<Ty>() + 32; }
-// Three stages of the larger chunks keep 2 x 5..7 KB per warp in flight already.
-template <class Ty, int R>
-__host__ __device__ constexpr int stream_stages() { return R * chunk_bytes<Ty>() <= 4608 ? 4 : 3; }
-template <class Ty, int R>
-__host__ __device__ constexpr size_t stream_ring_bytes() {
-  return size_t(kStreamWarps) * stream_stages<Ty, R>() * R * chunk_stride<Ty>();
-}
-template <class Ty, int NT>
-size_t stream_x_bytes(int ne0) {
-  return size_t(NT) * size_t(ne0 / Ty::kUnit) * (Ty::kUnit + 4) * sizeof(float);  // padded as matvec_kernel's
-}
-
-// cp.async of one 16-byte piece of which the first src_bytes (1..16) are read and
-// the rest zero-filled: the last piece of a row never reads past the row's end.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-// Warps per row group (1, 2 or 4): as many as the row has chunks, so that short rows
-// keep every warp busy on rows of its own and long ones are shared by the block. From
-// the type and ne0 only, so the order of every row's sum is too.
-template <class Ty>
-inline int stream_group_log2(int ne0) {
-  const int chunks = (ne0 / Ty::kUnit + 31) / 32;
-  return chunks >= 4 ? 2 : (chunks >= 2 ? 1 : 0);
-}
-
-template <class Ty, int NT, int R, bool kSmemX>
-__global__ void __launch_bounds__(kStreamThreads) matvec_stream_kernel(const GroupParams gp, int ne0, int ne1,
-                                                                       size_t row_bytes,
-                                                                       const float* __restrict__ x,
-                                                                       float* __restrict__ y, int g_log2) {
-  extern __shared__ float4 smem4[];
-  __shared__ float red[2][kStreamWarps][R][NT];
-  constexpr int kU = Ty::kUnit;
-  constexpr int kCB = chunk_bytes<Ty>(), kCS = chunk_stride<Ty>(), kS = stream_stages<Ty, R>();
-  const int p = blockIdx.y;
-  const uint8_t* W = gp.w[p];
-  const int row0 = gp.row[p];
-  const int nt = gp.ntok[p];
-  const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
-  const int units = ne0 / kU;
-  const int chunks = (units + 31) / 32;
-  const int row_groups = (ne1 + R - 1) / R;
-  // G warps share a row group: warp `sub` of the G takes chunks sub, sub + G, ...
-  const int G = 1 << g_log2, sub = warp & (G - 1), slots = kStreamWarps >> g_log2;
-  const int slot = warp >> g_log2;
-  const int per_round = int(gridDim.x) * slots;  // row groups all blocks take per round
-  const int first = int(blockIdx.x) * slots;     // this block's first round's first row group
-  // Every warp of the block runs the same rounds (the barriers of G > 1 need it);
-  // a row group past the end is a round of no work.
-  const int rounds = first < row_groups ? (row_groups - 1 - first) / per_round + 1 : 0;
-  const int mine = (chunks - sub + G - 1) / G;  // >= 1: G <= chunks
-  const int items = rounds * mine;
-
-  // x (padded per unit as in matvec_kernel, a multiple of 16 bytes in all), then the rings.
-  constexpr int kXs = kSmemX ? kU + 4 : kU;
-  float* xsm = reinterpret_cast<float*>(smem4);
-  uint8_t* ring = reinterpret_cast<uint8_t*>(smem4) + (kSmemX ? size_t(NT) * size_t(units) * kXs * sizeof(float) : 0) +
-                  size_t(warp) * (kS * R * kCS);
-  if constexpr (kSmemX) {
-    const int quads = ne0 / 4;
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      const float* src = x + size_t(row0 + min(t, nt - 1)) * size_t(ne0);
-      float* dst = xsm + size_t(t) * size_t(units) * kXs;
-      for (int i = int(threadIdx.x); i < quads; i += kStreamThreads) {
-        const int e = 4 * i;
-        cp_async16(dst + (e / kU) * kXs + e % kU, src + e, 16);
-      }
-    }
-  }
-  cp_async_commit();  // the x group (empty without kSmemX): the oldest
-
-  auto item_rg = [&](int i) { return first + slot + (i / mine) * per_round; };
-  auto item_chunk = [&](int i) { return sub + (i % mine) * G; };
-  auto chunk_src = [&](int rg, int c, int r) {
-    const int o = min(rg * R + r, ne1 - 1);
-    return W + size_t(o) * row_bytes + size_t(c) * kCB;
-  };
-  // Every call commits one group (empty for no work), so "item i has landed" is
-  // always wait_group(kS - 1) after issuing item i + kS - 1.
-  auto issue = [&](int i) {
-    const int rg = item_rg(i);
-    if (i < items && rg < row_groups) {
-      const int c = item_chunk(i);
-      const int len = int(min(size_t(kCB), row_bytes - size_t(c) * kCB));
-      uint8_t* dst = ring + (i % kS) * (R * kCS);
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const uint8_t* src = chunk_src(rg, c, r);
-        const uint8_t* end = src + len;
-        // From the 16-byte boundary at or before src (inside W: W is 16-byte aligned).
-        const uint8_t* a0 = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(src) & ~uintptr_t(15));
-        const int pieces = int((end - a0 + 15) >> 4);
-        for (int j = lane; j < pieces; j += 32) {
-          const uint8_t* s = a0 + 16 * j;
-          cp_async16(dst + r * kCS + 16 * j, s, int(min(ptrdiff_t(16), end - s)));
-        }
-      }
-    }
-    cp_async_commit();
-  };
-
-#pragma unroll
-  for (int i = 0; i < kS - 1; ++i) issue(i);
-  cp_async_wait<kS - 1>();  // the oldest group, x, has landed for this thread ...
-  __syncthreads();          // ... and for every thread
-
-  const float* xg[NT];  // each token's x in global memory (without kSmemX)
-#pragma unroll
-  for (int t = 0; t < NT; ++t) xg[t] = x + size_t(row0 + min(t, nt - 1)) * size_t(ne0);
-  float acc[R][NT];
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
-  for (int i = 0; i < items; ++i) {
-    issue(i + kS - 1);
-    cp_async_wait<kS - 1>();
-    __syncwarp();  // every lane's pieces of item i are visible to the warp
-    const int rg = item_rg(i), c = item_chunk(i);
-    if (rg < row_groups && 32 * c + lane < units) {
-      const uint8_t* stage = ring + (i % kS) * (R * kCS);
-      const uint8_t* rp[R];
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-        rp[r] = stage + r * kCS + (reinterpret_cast<uintptr_t>(chunk_src(rg, c, r)) & 15);
-      const float* xp[NT];
-#pragma unroll
-      for (int t = 0; t < NT; ++t)
-        xp[t] = kSmemX ? xsm + (size_t(t) * size_t(units) + size_t(32 * c)) * kXs : xg[t] + size_t(32 * c) * kU;
-      Ty::template run<NT, R, SMem>(rp, lane, xp, acc, kXs);
-    }
-    __syncwarp();  // the stage is refilled by the next iteration's issue
-    if ((i + 1) % mine != 0) continue;
-    // The round's last chunk: each warp's lanes by the shuffle tree, then the G warps
-    // of the row group in warp order (a buffer per round parity: one barrier a round).
-    const int o0 = rg * R;
-    const int par = (i / mine) & 1;
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int t = 0; t < NT; ++t) {
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) acc[r][t] += __shfl_xor_sync(0xFFFFFFFFu, acc[r][t], off);
-        if (G == 1) {
-          if (lane == 0 && o0 + r < ne1 && t < nt) y[size_t(row0 + t) * size_t(ne1) + size_t(o0 + r)] = acc[r][t];
-        } else if (lane == 0) {
-          red[par][warp][r][t] = acc[r][t];
-        }
-        acc[r][t] = 0.0f;
-      }
-    if (G == 1) continue;
-    __syncthreads();
-    if (sub == 0 && lane == 0 && rg < row_groups) {
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-          float sum = red[par][warp][r][t];
-          for (int k = 1; k < G; ++k) sum += red[par][warp + k][r][t];
-          if (o0 + r < ne1 && t < nt) y[size_t(row0 + t) * size_t(ne1) + size_t(o0 + r)] = sum;
-        }
-    }
-  }
-}
-
-// Blocks of one kernel per SM at a dynamic shared-memory size, remembered per size
-// (16 of them: shapes alternate between a few input widths, and the query costs the
-// host microseconds per launch). Lock-free; a lost race only repeats the query.
-struct OccupancyCache {
-  std::atomic<uint64_t> entry[16] = {};  // (smem + 1) << 8 | blocks; 0 = empty
-  template <class K>
-  int blocks(K* kernel, int threads, size_t smem) {
-    const uint64_t key = uint64_t(smem) + 1;
-    for (auto& e : entry) {
-      const uint64_t v = e.load(std::memory_order_relaxed);
-      if (v == 0) break;
-      if ((v >> 8) == key) return int(v & 0xFF);
-    }
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return 0;
-    }
-    const uint64_t v = (key << 8) | uint64_t(std::min(n, 255));
-    for (auto& e : entry) {
-      uint64_t cur = 0;
-      if (e.compare_exchange_strong(cur, v, std::memory_order_relaxed) || (cur >> 8) == key) break;
-    }
-    return n;
-  }
-};
 
 // Threads per row (log2) of the unsplit kernel: as many as the row has units, up to 128.
 inline int tpr_log2_for(int units) { return units >= 128 ? 7 : (units >= 64 ? 6 : 5); }
@@ -1085,45 +820,67 @@ cudaError_t launch_split(const GroupParams& gp, int ne0, int ne1, size_t rb, con
   return cudaSuccess;
 }
 
-// Whether quantized decode takes the streaming kernel (the default) or matvec_kernel:
-// bench-kernels --legacy measures the one against the other in the same run.
-std::atomic<bool> g_stream_kernel{true};
-
-// The streaming kernel, x staged in shared memory where it fits beside the rings and
-// read from global memory otherwise (the same sums either way). One wave of blocks
-// shared by the problems, and no more blocks than the row groups need. False, with
-// nothing launched, where the device cannot run it (too little shared memory).
-template <class Ty, int NT, int R, bool kSmemX>
-bool launch_stream_as(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y, size_t smem,
-                      cudaStream_t stream, cudaError_t* err) {
-  auto* k = matvec_stream_kernel<Ty, NT, R, kSmemX>;
-  static const bool attr_ok =
-      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kStreamSmemMax)) == cudaSuccess;
-  static OccupancyCache occ;
-  const int per_sm = attr_ok ? occ.blocks(k, kStreamThreads, smem) : 0;
-  const int sms = sm_count();
-  if (per_sm <= 0 || sms <= 0) {
-    (void)cudaGetLastError();
-    return false;
+// Blocks of one kernel per SM at a dynamic shared-memory size, remembered per size
+// (16 of them: shapes alternate between a few input widths, and the query costs the
+// host microseconds per launch). Lock-free; a lost race only repeats the query.
+struct OccupancyCache {
+  std::atomic<uint64_t> entry[16] = {};  // (smem + 1) << 8 | blocks; 0 = empty
+  template <class K>
+  int blocks(K* kernel, int threads, size_t smem) {
+    const uint64_t key = uint64_t(smem) + 1;
+    for (auto& e : entry) {
+      const uint64_t v = e.load(std::memory_order_relaxed);
+      if (v == 0) break;
+      if ((v >> 8) == key) return int(v & 0xFF);
+    }
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    const uint64_t v = (key << 8) | uint64_t(std::min(n, 255));
+    for (auto& e : entry) {
+      uint64_t cur = 0;
+      if (e.compare_exchange_strong(cur, v, std::memory_order_relaxed) || (cur >> 8) == key) break;
+    }
+    return n;
   }
-  const int g_log2 = stream_group_log2<Ty>(ne0);
-  const int slots = kStreamWarps >> g_log2;
-  const int row_groups = (ne1 + R - 1) / R;
-  const int want = (row_groups + slots - 1) / slots;
-  const int wave = std::max(1, sms * per_sm / gp.n);
-  const dim3 grid(unsigned(std::min(want, wave)), unsigned(gp.n));
-  k<<<grid, kStreamThreads, smem, stream>>>(gp, ne0, ne1, rb, x, y, g_log2);
-  *err = cudaGetLastError();
-  return true;
+};
+
+// How the staged-x kernel is laid out on the GPU; neither changes a result (each
+// row's sum is its own group's). bench-kernels measures them side by side.
+std::atomic<int> g_block{512};
+std::atomic<bool> g_shared_wave{true};
+struct Geometry {
+  int block;         // threads per block: 256 or 512
+  bool shared_wave;  // the problems of a launch share one wave of blocks (else one wave each)
+};
+inline Geometry geometry() {
+  return Geometry{g_block.load(std::memory_order_relaxed), g_shared_wave.load(std::memory_order_relaxed)};
 }
 
-template <class Ty, int NT, int R>
-bool launch_stream(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
-                   cudaStream_t stream, cudaError_t* err) {
-  const size_t ring = stream_ring_bytes<Ty, R>(), with_x = ring + stream_x_bytes<Ty, NT>(ne0);
-  if (with_x <= kStreamSmemMax)
-    return launch_stream_as<Ty, NT, R, true>(gp, ne0, ne1, rb, x, y, with_x, stream, err);
-  return launch_stream_as<Ty, NT, R, false>(gp, ne0, ne1, rb, x, y, ring, stream, err);
+// The kernel with x staged in shared memory, its blocks looping over row groups, as
+// many as fit on the GPU at once: one wave for the whole launch (each block then
+// stages x once for more rows: the problems of a grouped launch had made a wave each
+// of short-lived blocks), or one per problem. cudaErrorNotSupported, nothing
+// launched, where the device cannot run it.
+template <class Ty, int NT, int R, int kBlock>
+cudaError_t launch_smem_x(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
+                          size_t smem, const Geometry& g, cudaStream_t stream) {
+  auto* k = matvec_kernel<Ty, NT, R, true, kBlock>;
+  static const bool attr_ok =
+      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmemX)) == cudaSuccess;
+  static OccupancyCache occ;
+  const int per_sm = attr_ok ? occ.blocks(k, kBlock, smem) : 0;
+  const int sms = sm_count();
+  if (per_sm <= 0 || sms <= 0) return cudaErrorNotSupported;
+  const int tpr_log2 = tpr_log2_for(ne0 / Ty::kUnit);
+  const int rows_per_block = (kBlock >> tpr_log2) * R;
+  const int blocks = (ne1 + rows_per_block - 1) / rows_per_block;
+  const int wave = g.shared_wave ? std::max(1, sms * per_sm / gp.n) : sms * per_sm;
+  const dim3 grid(unsigned(std::min(blocks, wave)), unsigned(gp.n));
+  k<<<grid, kBlock, smem, stream>>>(gp, ne0, ne1, rb, x, y, tpr_log2);
+  return cudaGetLastError();
 }
 
 template <class Ty, int NT>
@@ -1140,25 +897,13 @@ cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const 
   // 47 % from shared memory, H200 2026-12-01).
   constexpr bool kFloat = std::is_same_v<Ty, TF32> || std::is_same_v<Ty, THalf<false>> ||
                           std::is_same_v<Ty, THalf<true>>;
-  if constexpr (Ty::kUnit >= 32) {  // the quantized types
-    cudaError_t e = cudaSuccess;
-    if (g_stream_kernel.load(std::memory_order_relaxed) && launch_stream<Ty, NT, R>(gp, ne0, ne1, rb, x, y, stream, &e))
-      return e;
-  }
   if constexpr (Ty::kUnit % 4 == 0 && !kFloat) {
     const size_t smem = size_t(NT) * size_t(units) * (Ty::kUnit + 4) * sizeof(float);
     if (smem <= kMaxSmemX) {
-      auto* k = matvec_kernel<Ty, NT, R, true>;
-      static const bool attr_ok =
-          cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmemX)) == cudaSuccess;
-      static OccupancyCache occ;
-      const int per_sm = attr_ok ? occ.blocks(k, kThreads, smem) : 0;
-      const int sms = sm_count();
-      if (attr_ok && per_sm > 0 && sms > 0) {
-        const dim3 grid(unsigned(std::min(blocks, sms * per_sm)), unsigned(gp.n));
-        k<<<grid, kThreads, smem, stream>>>(gp, ne0, ne1, rb, x, y, tpr_log2);
-        return cudaGetLastError();
-      }
+      const Geometry g = geometry();
+      const cudaError_t e = g.block == 512 ? launch_smem_x<Ty, NT, R, 512>(gp, ne0, ne1, rb, x, y, smem, g, stream)
+                                           : launch_smem_x<Ty, NT, R, kThreads>(gp, ne0, ne1, rb, x, y, smem, g, stream);
+      if (e != cudaErrorNotSupported) return e;
       (void)cudaGetLastError();  // fall back to x from global memory
     }
   }
@@ -1254,7 +999,10 @@ bool weight_aligned(uint32_t type, const void* w) {
 
 }  // namespace
 
-void dev::set_matvec_stream_kernel(bool on) { g_stream_kernel.store(on, std::memory_order_relaxed); }
+void dev::set_matvec_geometry(int block_threads, bool shared_wave) {
+  g_block.store(block_threads == 512 ? 512 : kThreads, std::memory_order_relaxed);
+  g_shared_wave.store(shared_wave, std::memory_order_relaxed);
+}
 
 int matvec(uint32_t type, const void* w, int64_t ne0, int64_t ne1, const float* x, int n_tokens,
            float* y, cudaStream_t stream) {
