@@ -149,7 +149,7 @@ void report(const char* kind, uint32_t type, int64_t ne0, int64_t ne1, int n, co
 
 int main(int argc, char** argv) {
   bool quick = false, few_only = false, decode_only = false, wave_per_problem = false;
-  uint64_t block_threads = 512;
+  uint64_t block_threads = 0;
   std::string only_type, only_shape;
   xpack::cli::App app("bench-kernels",
                       "bench-kernels [--quick] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem] "
@@ -162,15 +162,16 @@ int main(int argc, char** argv) {
   app.flag("--few-rows", &few_only, "the copy and the few-row matrices only");
   app.flag("--decode", &decode_only, "the copy, matvec and the grouped decode launches only (no prefill)");
   app.count("--block-threads", "N", &block_threads,
-            "threads per block of the decode kernel where x is staged in shared memory: 256 or 512 (default)", 256,
-            512);
+            "threads per block of the decode kernel where x is staged in shared memory: 256 or 512 (default: "
+            "chosen per launch)", 256, 512);
   app.flag("--wave-per-problem", &wave_per_problem,
            "each problem of a grouped decode launch gets a wave of blocks (the earlier layout; default: one "
            "wave shared by the launch)");
   app.text("--type", "T,...", &only_type, "only the shapes of these weight types (ggml's names: mxfp4,q2_K,...)");
   app.text("--shape", "S", &only_shape, "only the shapes of this name (as printed in shape=)");
   if (auto rc = app.parse(argc, argv)) return *rc;
-  if (block_threads != 256 && block_threads != 512) return app.usage_error("--block-threads: 256 or 512");
+  if (block_threads != 0 && block_threads != 256 && block_threads != 512)
+    return app.usage_error("--block-threads: 256 or 512");
   xk::dev::set_matvec_geometry(int(block_threads), !wave_per_problem);
   int dev_count = 0;
   if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {

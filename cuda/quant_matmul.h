@@ -124,9 +124,10 @@ int grouped_matvec_scratch(const MatvecScratch* scratch, uint32_t type, int64_t 
                            int64_t n_rows, cudaStream_t stream);
 
 // The decode kernel's layout where x is staged in shared memory: threads per block
-// (256 or 512; any other value means 256) and whether a launch's problems share one
-// wave of blocks (else each problem gets a wave). Defaults: 512, shared. Neither
-// changes any result, bit for bit; a switch for bench-kernels' side-by-side runs.
+// (256 or 512; any other value, the default: chosen per launch from the occupancy of
+// each) and whether a launch's problems share one wave of blocks (the default; else
+// each problem gets a wave). Neither changes any result, bit for bit; a switch for
+// bench-kernels' side-by-side runs.
 // Thread safety: safe from any thread; launches already enqueued keep theirs.
 void set_matvec_geometry(int block_threads, bool shared_wave);
 

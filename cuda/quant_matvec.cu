@@ -849,10 +849,10 @@ struct OccupancyCache {
 
 // How the staged-x kernel is laid out on the GPU; neither changes a result (each
 // row's sum is its own group's). bench-kernels measures them side by side.
-std::atomic<int> g_block{512};
+std::atomic<int> g_block{0};
 std::atomic<bool> g_shared_wave{true};
 struct Geometry {
-  int block;         // threads per block: 256 or 512
+  int block;         // threads per block: 256, 512, or 0: chosen per launch (launch_smem_x)
   bool shared_wave;  // the problems of a launch share one wave of blocks (else one wave each)
 };
 inline Geometry geometry() {
@@ -864,14 +864,22 @@ inline Geometry geometry() {
 // stages x once for more rows: the problems of a grouped launch had made a wave each
 // of short-lived blocks), or one per problem. cudaErrorNotSupported, nothing
 // launched, where the device cannot run it.
+// Resident blocks per SM of the staged-x kernel in blocks of kBlock threads (0: it
+// cannot run here).
 template <class Ty, int NT, int R, int kBlock>
-cudaError_t launch_smem_x(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
-                          size_t smem, const Geometry& g, cudaStream_t stream) {
+int smem_x_blocks_per_sm(size_t smem) {
   auto* k = matvec_kernel<Ty, NT, R, true, kBlock>;
   static const bool attr_ok =
       cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmemX)) == cudaSuccess;
   static OccupancyCache occ;
-  const int per_sm = attr_ok ? occ.blocks(k, kBlock, smem) : 0;
+  return attr_ok ? occ.blocks(k, kBlock, smem) : 0;
+}
+
+template <class Ty, int NT, int R, int kBlock>
+cudaError_t launch_smem_x(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
+                          size_t smem, const Geometry& g, cudaStream_t stream) {
+  auto* k = matvec_kernel<Ty, NT, R, true, kBlock>;
+  const int per_sm = smem_x_blocks_per_sm<Ty, NT, R, kBlock>(smem);
   const int sms = sm_count();
   if (per_sm <= 0 || sms <= 0) return cudaErrorNotSupported;
   const int tpr_log2 = tpr_log2_for(ne0 / Ty::kUnit);
@@ -900,7 +908,19 @@ cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const 
   if constexpr (Ty::kUnit % 4 == 0 && !kFloat) {
     const size_t smem = size_t(NT) * size_t(units) * (Ty::kUnit + 4) * sizeof(float);
     if (smem <= kMaxSmemX) {
-      const Geometry g = geometry();
+      Geometry g = geometry();
+      if (g.block == 0) {
+        // 512 threads where that keeps more warps resident (x is then staged once for
+        // more of them) and the launch still gives every SM a block. Measured on the
+        // H200 (doc/kernels.md): +15-18 % for MXFP4 and Q8_0 14336-wide rows, where
+        // 24 resident warps became 32; 0.7x for Q2_K/Q3_K experts (48 blocks for 132
+        // SMs) and 0.9x for large K-quant matrices whose registers allow no more warps.
+        const int b256 = smem_x_blocks_per_sm<Ty, NT, R, kThreads>(smem);
+        const int b512 = smem_x_blocks_per_sm<Ty, NT, R, 512>(smem);
+        const int rows512 = (512 >> tpr_log2) * R;
+        const long long blocks512 = (ne1 + rows512 - 1) / rows512 * (long long)gp.n;
+        g.block = 2 * b512 > b256 && blocks512 >= sm_count() ? 512 : kThreads;
+      }
       const cudaError_t e = g.block == 512 ? launch_smem_x<Ty, NT, R, 512>(gp, ne0, ne1, rb, x, y, smem, g, stream)
                                            : launch_smem_x<Ty, NT, R, kThreads>(gp, ne0, ne1, rb, x, y, smem, g, stream);
       if (e != cudaErrorNotSupported) return e;
@@ -1000,7 +1020,7 @@ bool weight_aligned(uint32_t type, const void* w) {
 }  // namespace
 
 void dev::set_matvec_geometry(int block_threads, bool shared_wave) {
-  g_block.store(block_threads == 512 ? 512 : kThreads, std::memory_order_relaxed);
+  g_block.store(block_threads == 512 || block_threads == kThreads ? block_threads : 0, std::memory_order_relaxed);
   g_shared_wave.store(shared_wave, std::memory_order_relaxed);
 }
 
