@@ -214,12 +214,11 @@ TEST_CASE("matvec: every type, 1..8 tokens, four row lengths, odd row counts") {
   }
 }
 
-// Tall matrices: the streaming kernel gives each warp several row groups (its
-// ring of shared-memory stages runs on from one row group into the next), and
-// 1792-input rows are 8, 12, 2 and 14 bytes past a 16-byte boundary for MXFP4,
-// Q2_K, Q3_K and Q6_K (the copy starts and ends inside a 16-byte piece) and end
-// in a partial chunk of 32 units for MXFP4 and Q8_0. 20001 rows: the last row
-// group is partial.
+// Tall matrices: the decode kernel's blocks loop over many row groups each (the grid
+// is one wave), in 256- or 512-thread blocks as the occupancy decides; rows of 1792
+// inputs end 8, 12, 2 and 14 bytes past a 16-byte boundary for MXFP4, Q2_K, Q3_K and
+// Q6_K; 20001 rows leave the last row group partial. Every forced layout (256 or 512
+// threads, one wave per launch or per problem) gives the default's bits.
 TEST_CASE("matvec: tall matrices of every quantized type, rows at any 16-byte offset") {
   std::mt19937 rng(12);
   Stream st;
@@ -243,6 +242,19 @@ TEST_CASE("matvec: tall matrices of every quantized type, rows at any 16-byte of
       Ref r{std::vector<double>(ref.y.begin(), ref.y.begin() + n * ne1),
             std::vector<double>(ref.mag.begin(), ref.mag.begin() + n * ne1)};
       CHECK(count_bad(got, r, kTolFp32, xk::type_name(type)) == 0);
+      for (const int threads : {256, 512})
+        for (const bool shared_wave : {false, true}) {
+          CAPTURE(threads);
+          CAPTURE(shared_wave);
+          xk::dev::set_matvec_geometry(threads, shared_wave);
+          dy.poison();
+          REQUIRE(xk::matvec(type, dw.p, ne0, ne1, dx.as<float>(), n, dy.as<float>(), st.s) == xk::kOk);
+          st.sync();
+          std::vector<float> again(got.size());
+          dy.get(again.data(), again.size() * 4);
+          CHECK(std::memcmp(again.data(), got.data(), got.size() * 4) == 0);
+        }
+      xk::dev::set_matvec_geometry(0, true);  // the defaults again
     }
   }
 }
