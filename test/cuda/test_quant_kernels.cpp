@@ -162,6 +162,42 @@ int count_bad(const std::vector<float>& got, const Ref& ref, double tol, const c
   return bad;
 }
 
+// A random matrix and n_tokens random rows of x, on the device, with the CPU reference.
+struct MatvecCase {
+  std::vector<uint8_t> w;
+  std::vector<float> x;
+  DevBuf dw, dx, dy;
+  Ref ref;
+  MatvecCase(uint32_t type, int64_t ne0, int64_t ne1, int n_tokens, std::mt19937& rng)
+      : w(random_weights(type, ne0, ne1, rng)),
+        x(random_x(size_t(n_tokens * ne0), rng)),
+        dw(w.size()),
+        dx(x.size() * 4),
+        dy(size_t(n_tokens * ne1) * 4),
+        ref(reference(type, w, ne0, ne1, x.data(), n_tokens)) {
+    dw.put(w.data(), w.size());
+    dx.put(x.data(), x.size() * 4);
+  }
+};
+
+// y = W x through matvec() at n tokens, the output poisoned first (an unwritten
+// output fails the comparisons).
+std::vector<float> matvec_y(const Stream& st, uint32_t type, const DevBuf& dw, int64_t ne0, int64_t ne1,
+                            const DevBuf& dx, int n, DevBuf& dy) {
+  dy.poison();
+  REQUIRE(xk::matvec(type, dw.p, ne0, ne1, dx.as<float>(), n, dy.as<float>(), st.s) == xk::kOk);
+  st.sync();
+  std::vector<float> got(size_t(n * ne1));
+  dy.get(got.data(), got.size() * 4);
+  return got;
+}
+
+// The first m outputs of a reference (its first tokens).
+Ref head(const Ref& ref, size_t m) {
+  return Ref{std::vector<double>(ref.y.begin(), ref.y.begin() + std::ptrdiff_t(m)),
+             std::vector<double>(ref.mag.begin(), ref.mag.begin() + std::ptrdiff_t(m))};
+}
+
 }  // namespace
 
 TEST_CASE("dequantize_rows equals the CPU decoders bit for bit") {
@@ -193,22 +229,11 @@ TEST_CASE("matvec: every type, 1..8 tokens, four row lengths, odd row counts") {
       const int64_t ne0 = units ? int64_t(units) * unit_elems(type) : 6656, ne1 = 37;
       CAPTURE(xk::type_name(type));
       CAPTURE(ne0);
-      const auto w = random_weights(type, ne0, ne1, rng);
-      const auto x = random_x(size_t(8 * ne0), rng);
-      DevBuf dw(w.size()), dx(x.size() * 4), dy(size_t(8 * ne1) * 4);
-      dw.put(w.data(), w.size());
-      dx.put(x.data(), x.size() * 4);
-      const Ref ref = reference(type, w, ne0, ne1, x.data(), 8);
+      MatvecCase c(type, ne0, ne1, 8, rng);
       for (int n = 1; n <= 8; ++n) {
         CAPTURE(n);
-        dy.poison();
-        REQUIRE(xk::matvec(type, dw.p, ne0, ne1, dx.as<float>(), n, dy.as<float>(), st.s) == xk::kOk);
-        st.sync();
-        std::vector<float> got(size_t(n * ne1));
-        dy.get(got.data(), got.size() * 4);
-        Ref r{std::vector<double>(ref.y.begin(), ref.y.begin() + n * ne1),
-              std::vector<double>(ref.mag.begin(), ref.mag.begin() + n * ne1)};
-        CHECK(count_bad(got, r, kTolFp32, xk::type_name(type)) == 0);
+        const auto got = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
+        CHECK(count_bad(got, head(c.ref, size_t(n * ne1)), kTolFp32, xk::type_name(type)) == 0);
       }
     }
   }
@@ -226,32 +251,17 @@ TEST_CASE("matvec: tall matrices of every quantized type, rows at any 16-byte of
   for (uint32_t type : kTypes) {
     if (xk::block_elems(type) == 1) continue;
     CAPTURE(xk::type_name(type));
-    const auto w = random_weights(type, ne0, ne1, rng);
-    const auto x = random_x(size_t(3 * ne0), rng);
-    DevBuf dw(w.size()), dx(x.size() * 4), dy(size_t(3 * ne1) * 4);
-    dw.put(w.data(), w.size());
-    dx.put(x.data(), x.size() * 4);
-    const Ref ref = reference(type, w, ne0, ne1, x.data(), 3);
+    MatvecCase c(type, ne0, ne1, 3, rng);
     for (int n : {1, 3}) {
       CAPTURE(n);
-      dy.poison();
-      REQUIRE(xk::matvec(type, dw.p, ne0, ne1, dx.as<float>(), n, dy.as<float>(), st.s) == xk::kOk);
-      st.sync();
-      std::vector<float> got(size_t(n * ne1));
-      dy.get(got.data(), got.size() * 4);
-      Ref r{std::vector<double>(ref.y.begin(), ref.y.begin() + n * ne1),
-            std::vector<double>(ref.mag.begin(), ref.mag.begin() + n * ne1)};
-      CHECK(count_bad(got, r, kTolFp32, xk::type_name(type)) == 0);
+      const auto got = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
+      CHECK(count_bad(got, head(c.ref, got.size()), kTolFp32, xk::type_name(type)) == 0);
       for (const int threads : {256, 512})
         for (const bool shared_wave : {false, true}) {
           CAPTURE(threads);
           CAPTURE(shared_wave);
           xk::dev::set_matvec_geometry(threads, shared_wave);
-          dy.poison();
-          REQUIRE(xk::matvec(type, dw.p, ne0, ne1, dx.as<float>(), n, dy.as<float>(), st.s) == xk::kOk);
-          st.sync();
-          std::vector<float> again(got.size());
-          dy.get(again.data(), again.size() * 4);
+          const auto again = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
           CHECK(std::memcmp(again.data(), got.data(), got.size() * 4) == 0);
         }
       xk::dev::set_matvec_geometry(0, true);  // the defaults again
@@ -471,9 +481,7 @@ TEST_CASE("matmul: prefill of 77 tokens (fp32 tiles, several tiles) and the bf16
     st.sync();
     std::vector<float> g3(size_t(3 * ne1));
     dy.get(g3.data(), g3.size() * 4);
-    Ref r3{std::vector<double>(ref.y.begin(), ref.y.begin() + 3 * ne1),
-           std::vector<double>(ref.mag.begin(), ref.mag.begin() + 3 * ne1)};
-    CHECK(count_bad(g3, r3, kTolFp32, xk::type_name(type)) == 0);
+    CHECK(count_bad(g3, head(ref, g3.size()), kTolFp32, xk::type_name(type)) == 0);
   }
   xk::context_destroy(big);
   xk::context_destroy(nullptr);
