@@ -859,11 +859,6 @@ inline Geometry geometry() {
   return Geometry{g_block.load(std::memory_order_relaxed), g_shared_wave.load(std::memory_order_relaxed)};
 }
 
-// The kernel with x staged in shared memory, its blocks looping over row groups, as
-// many as fit on the GPU at once: one wave for the whole launch (each block then
-// stages x once for more rows: the problems of a grouped launch had made a wave each
-// of short-lived blocks), or one per problem. cudaErrorNotSupported, nothing
-// launched, where the device cannot run it.
 // Resident blocks per SM of the staged-x kernel in blocks of kBlock threads (0: it
 // cannot run here).
 template <class Ty, int NT, int R, int kBlock>
@@ -875,6 +870,11 @@ int smem_x_blocks_per_sm(size_t smem) {
   return attr_ok ? occ.blocks(k, kBlock, smem) : 0;
 }
 
+// The kernel with x staged in shared memory, its blocks looping over row groups, as
+// many as fit on the GPU at once: one wave for the whole launch (each block then
+// stages x once for more rows: the problems of a grouped launch had made a wave each
+// of short-lived blocks), or one per problem. cudaErrorNotSupported, nothing
+// launched, where the device cannot run it.
 template <class Ty, int NT, int R, int kBlock>
 cudaError_t launch_smem_x(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
                           size_t smem, const Geometry& g, cudaStream_t stream) {
