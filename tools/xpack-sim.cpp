@@ -2,7 +2,10 @@
 // cache of N slots shared by all layers, once per eviction policy, and reports
 // hits, misses and hit rate per layer and in total. Belady's MIN is the offline
 // upper bound: the gap between it and the online policies is what a better
-// policy could still gain on this trace.
+// policy could still gain on this trace. The oracle LFU (the keys the whole trace
+// requests most kept) is the second reference: where requests are independent draws
+// from fixed popularities, no policy without lookahead does better, so what lies
+// between it and Belady only prefetch (knowing the next requests) can win.
 #include <cstdint>
 #include <cstdio>
 #include <optional>
@@ -40,15 +43,18 @@ int main(int argc, char** argv) {
   uint64_t capacity = 0;
   uint32_t top_k = 0;
   uint64_t host_capacity = 0;
-  std::string policies = "adaptive,lru,lfu,hybrid,decay,belady";
+  std::string policies = "adaptive,lru,lfu,hybrid,decay,oracle-lfu,belady";
   bool json = false;
   bool no_decode_protection = false;
-  cli::App app("xpack-sim", "xpack-sim --trace T.csv --capacity N [--policy adaptive,lru,lfu,hybrid,decay,belady]\n"
+  cli::App app("xpack-sim", "xpack-sim --trace T.csv --capacity N\n"
+                            "                 [--policy adaptive,lru,lfu,hybrid,decay,oracle-lfu,belady]\n"
                             "                 [--top-k K] [--host-capacity F] [--no-decode-protection] [--json]",
                kAbout, "exit status: 0 success, 1 unreadable trace or failed replay, 2 usage error");
   app.text("--trace", "PATH", &trace_path, "routing trace CSV with header 'step,layer,expert'")->required();
   app.count("--capacity", "N", &capacity, "cache slots (whole experts)", 1, UINT64_MAX)->required();
-  app.text("--policy", "LIST", &policies, "comma-separated policies (default adaptive,lru,lfu,hybrid,decay,belady)");
+  app.text("--policy", "LIST", &policies,
+           "comma-separated policies (default adaptive,lru,lfu,hybrid,decay,oracle-lfu,belady;\n"
+           "oracle-lfu and belady know the whole trace: references, not policies the cache runs)");
   app.count("--top-k", "K", &top_k, "routed experts per token (default: inferred)", 1, UINT32_MAX);
   app.count("--host-capacity", "F",  &host_capacity,
                              "host tier frames behind the slots, one spare (default 0 = none; else >= 2)", 0,
@@ -128,7 +134,7 @@ int main(int argc, char** argv) {
       p["per_layer"] = layers;
       out["policies"][name] = p;
     } else {
-      std::printf("policy %-8s capacity %llu: hits %llu misses %llu hit rate %.4f ",
+      std::printf("policy %-10s capacity %llu: hits %llu misses %llu hit rate %.4f ",
                   name, (unsigned long long)capacity, (unsigned long long)r->hits,
                   (unsigned long long)r->misses, r->hit_rate());
       if (belady_hits) std::printf("(%.3f of belady) ", of_belady);

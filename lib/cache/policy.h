@@ -23,9 +23,13 @@ constexpr Key make_key(uint32_t layer, uint32_t expert) {
 constexpr uint32_t key_layer(Key k) { return uint32_t(k >> 32); }
 constexpr uint32_t key_expert(Key k) { return uint32_t(k); }
 
-enum class PolicyKind { kLru, kLfu, kHybrid, kBelady, kDecay, kAdaptive };
+enum class PolicyKind { kLru, kLfu, kHybrid, kBelady, kDecay, kAdaptive, kOracleLfu };
 
-// "lru", "lfu", "hybrid", "belady", "decay", "adaptive".
+// Policies that need the whole trace in advance: the simulator's references, which
+// the cache refuses.
+constexpr bool is_offline(PolicyKind k) { return k == PolicyKind::kBelady || k == PolicyKind::kOracleLfu; }
+
+// "lru", "lfu", "hybrid", "belady", "decay", "adaptive", "oracle-lfu".
 Result<PolicyKind> parse_policy(std::string_view name);
 const char* policy_name(PolicyKind kind);
 
@@ -57,6 +61,9 @@ class EvictionPolicy {
   // Only Belady's MIN looks at the future: position of the next request of k
   // (UINT64_MAX for never). The simulator calls it before on_hit/on_insert.
   virtual void set_next_use(Key, uint64_t) {}
+  // Only the oracle LFU looks at the whole trace: the number of requests of k in it.
+  // The simulator calls it once per key before the replay.
+  virtual void set_trace_count(Key, uint64_t) {}
 };
 
 std::unique_ptr<EvictionPolicy> make_policy(PolicyKind kind);
@@ -77,5 +84,9 @@ std::unique_ptr<EvictionPolicy> make_decay_policy(double half_life = 1024);
 std::unique_ptr<EvictionPolicy> make_adaptive_policy();
 // Belady's MIN: the resident key whose next request is farthest in the future.
 std::unique_ptr<EvictionPolicy> make_belady_policy();
+// LFU by each key's request count over the whole trace (fewest first, ties least
+// recent first): the keys the trace requests most stay, as a policy that knew every
+// expert's popularity would keep them (policy_oracle_lfu.cpp).
+std::unique_ptr<EvictionPolicy> make_oracle_lfu_policy();
 
 }  // namespace xpack::cache

@@ -9,7 +9,9 @@ Result<PolicyKind> parse_policy(std::string_view name) {
   if (name == "belady" || name == "min") return PolicyKind::kBelady;
   if (name == "decay" || name == "lrfu") return PolicyKind::kDecay;
   if (name == "adaptive") return PolicyKind::kAdaptive;
-  return err(XPACK_E_INVALID_ARG, "unknown cache policy '{}' (lru, lfu, hybrid, belady, decay, adaptive)", name);
+  if (name == "oracle-lfu") return PolicyKind::kOracleLfu;
+  return err(XPACK_E_INVALID_ARG,
+             "unknown cache policy '{}' (lru, lfu, hybrid, belady, decay, adaptive, oracle-lfu)", name);
 }
 
 const char* policy_name(PolicyKind kind) {
@@ -20,6 +22,7 @@ const char* policy_name(PolicyKind kind) {
     case PolicyKind::kBelady: return "belady";
     case PolicyKind::kDecay: return "decay";
     case PolicyKind::kAdaptive: return "adaptive";
+    case PolicyKind::kOracleLfu: return "oracle-lfu";
   }
   return "?";
 }
@@ -36,6 +39,7 @@ std::unique_ptr<EvictionPolicy> make_policy(PolicyKind kind) {
     case PolicyKind::kBelady: return make_belady_policy();
     case PolicyKind::kDecay: return make_decay_policy();
     case PolicyKind::kAdaptive: return make_adaptive_policy();
+    case PolicyKind::kOracleLfu: return make_oracle_lfu_policy();
   }
   return nullptr;
 }

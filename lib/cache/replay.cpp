@@ -66,6 +66,13 @@ Result<ReplayResult> replay_trace(const std::vector<stats::TraceRecord>& trace,
   SlotDirectory dir(uint32_t(opts.capacity), make_policy(opts.policy), opts.protect_decode);
   HostTier host(uint32_t(opts.host_capacity));
   EvictionPolicy& policy = dir.policy();
+  if (opts.policy == PolicyKind::kOracleLfu) {
+    // Requests as the replay counts them: once per distinct key per group.
+    std::unordered_map<Key, uint64_t> count;
+    for (const Group& grp : groups)
+      for (Key k : grp.keys) ++count[k];
+    for (const auto& [k, n] : count) policy.set_trace_count(k, n);
+  }
   ReplayResult res;
   std::unordered_set<Key> group_keys;
   for (size_t g = 0; g < groups.size(); ++g) {

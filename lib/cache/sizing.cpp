@@ -12,8 +12,9 @@ Status check_options(const ObjectSource& src, const CacheOptions& opts) {
   if (src.read_bytes < src.object_bytes || src.read_bytes % 4096 != 0)
     return err(XPACK_E_MISALIGNED, "cache: read size {} must be a multiple of 4096 >= {}",
                src.read_bytes, src.object_bytes);
-  if (opts.policy == PolicyKind::kBelady)
-    return err(XPACK_E_INVALID_ARG, "cache: belady needs the future; it exists in xpack-sim only");
+  if (is_offline(opts.policy))
+    return err(XPACK_E_INVALID_ARG, "cache: {} needs the whole trace in advance; it exists in xpack-sim only",
+               policy_name(opts.policy));
   if (opts.staging_slots == 0 || opts.staging_slots > kMaxStagingBuffers)
     return err(XPACK_E_INVALID_ARG, "cache: staging_slots must be 1..{}", kMaxStagingBuffers);
   // The engine's limit, checked here too so that a bad value is refused before

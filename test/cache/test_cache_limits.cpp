@@ -161,6 +161,8 @@ TEST_CASE("check_options refuses what the cache cannot run with") {
   CacheOptions o;
   o.policy = PolicyKind::kBelady;
   CHECK(code(src, o) == XPACK_E_INVALID_ARG);
+  o.policy = PolicyKind::kOracleLfu;  // needs the whole trace too
+  CHECK(code(src, o) == XPACK_E_INVALID_ARG);
   o = {};
   o.staging_slots = 0;
   CHECK(code(src, o) == XPACK_E_INVALID_ARG);

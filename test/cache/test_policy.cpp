@@ -41,6 +41,11 @@ TEST_CASE("policy names parse and print") {
   CHECK(*parse_policy("decay") == PolicyKind::kDecay);
   CHECK(*parse_policy("lrfu") == PolicyKind::kDecay);
   CHECK(*parse_policy("adaptive") == PolicyKind::kAdaptive);
+  CHECK(*parse_policy("oracle-lfu") == PolicyKind::kOracleLfu);
+  CHECK(std::string(policy_name(PolicyKind::kOracleLfu)) == "oracle-lfu");
+  CHECK(is_offline(PolicyKind::kOracleLfu));
+  CHECK(is_offline(PolicyKind::kBelady));
+  CHECK_FALSE(is_offline(PolicyKind::kAdaptive));
   CHECK(std::string(policy_name(PolicyKind::kAdaptive)) == "adaptive");
   CHECK(std::string(policy_name(PolicyKind::kDecay)) == "decay");
   CHECK(parse_policy("").error().code == XPACK_E_INVALID_ARG);
@@ -74,6 +79,19 @@ TEST_CASE("sequence 1 2 1 3 2 4 2, capacity 2: the hybrid's count survives evict
   CHECK(run(t, 2, PolicyKind::kLfu).hits == 1);     // only the second 1
   CHECK(run(t, 2, PolicyKind::kHybrid).hits == 2);  // 2 comes back with count 2, keeps its slot
   CHECK(run(t, 2, PolicyKind::kBelady).hits == 3);
+}
+
+// Key 1 is requested every third time among pairs that never come back soon: LRU
+// keeps evicting it, the oracle LFU (counts of the whole trace: 1 five times, the
+// others twice) keeps it and lets the second slot churn.
+TEST_CASE("sequence 1 2 3 1 2 3 1 4 5 1 4 5 1, capacity 2: the oracle LFU keeps the trace's most requested key") {
+  auto t = decode_trace({1, 2, 3, 1, 2, 3, 1, 4, 5, 1, 4, 5, 1});
+  CHECK(run(t, 2, PolicyKind::kLru).hits == 0);
+  CHECK(run(t, 2, PolicyKind::kLfu).hits == 0);  // counts restart on re-entry: 1 never builds one
+  auto oracle = run(t, 2, PolicyKind::kOracleLfu);
+  CHECK(oracle.hits == 4);  // every request of 1 after the first
+  CHECK(oracle.misses == 9);
+  CHECK(run(t, 2, PolicyKind::kBelady).hits >= oracle.hits);
 }
 
 TEST_CASE("hybrid: victim choice step by step") {

@@ -31,6 +31,9 @@ TEST_CASE("xpack-sim --json reports per policy and per layer") {
   CHECK(j["policies"]["lfu"]["hits"] == 3);
   CHECK(j["policies"]["hybrid"]["hits"] == 3);
   CHECK(j["policies"]["belady"]["hits"] == 4);
+  // Keys 1 and 2 are requested 3 times, 3 twice, 4 and 5 once: kept in that order,
+  // this trace gives the oracle LFU Belady's 4 hits.
+  CHECK(j["policies"]["oracle-lfu"]["hits"] == 4);
   CHECK(j["policies"]["belady"]["hit_rate"].get<double>() == doctest::Approx(0.4));
   CHECK(j["policies"]["lru"]["of_belady"].get<double>() == doctest::Approx(0.5));  // 2 of MIN's 4 hits
   CHECK(j["policies"]["belady"]["of_belady"].get<double>() == doctest::Approx(1.0));
