@@ -173,6 +173,51 @@ int main(int argc, char** argv) {
   if (block_threads != 0 && block_threads != 256 && block_threads != 512)
     return app.usage_error("--block-threads: 256 or 512");
   xk::dev::set_matvec_geometry(int(block_threads), !wave_per_problem);
+  const uint32_t all[] = {xk::kF32, xk::kF16, xk::kBF16, xk::kQ8_0, xk::kQ4_K,
+                          xk::kQ5_K, xk::kQ6_K, xk::kQ2_K, xk::kQ3_K, xk::kMXFP4};
+  std::vector<Shape> shapes = {
+      {xk::kMXFP4, 4096, 2048, "ds4-expert-gate-up"},
+      {xk::kMXFP4, 2048, 4096, "ds4-expert-down"},
+      {xk::kQ2_K, 3584, 3072, "kimi-expert-gate-up"},
+      {xk::kQ3_K, 3072, 3584, "kimi-expert-down"},
+  };
+  for (uint32_t t : all) shapes.push_back({t, 14336, 4096, "4096x14336"});
+  // Several times the 60 MB L2 for every type (Q2_K 176 MB, MXFP4 285 MB, F32 2.1 GB):
+  // decode only (the prefill rows would add minutes and nothing the shape above lacks).
+  for (uint32_t t : all) shapes.push_back({t, 16384, 32768, "large-16384x32768"});
+  // Matrices of few rows at one token (DeepSeek-V4's hyper-connection weights,
+  // F32, and every other type at the same shape): matmul() through the context
+  // splits each row over more warps; the unsplit kernel (matvec(), which has no
+  // workspace) is the baseline in the same run.
+  std::vector<Shape> few = {
+      {xk::kF32, 16384, 24, "ds4-hc-24rows"},
+      {xk::kF32, 16384, 4, "ds4-hc-4rows"},
+  };
+  for (uint32_t t : all)
+    if (t != xk::kF32) few.push_back({t, 16384, 24, "few-rows"});
+  // A filter that names no type or shape is a typo, not an empty benchmark.
+  for (size_t pos = 0; !only_type.empty() && pos <= only_type.size();) {
+    const size_t comma = std::min(only_type.find(',', pos), only_type.size());
+    const std::string name = only_type.substr(pos, comma - pos);
+    if (std::none_of(std::begin(all), std::end(all), [&](uint32_t t) { return name == xk::type_name(t); }))
+      return app.usage_error("--type: unknown weight type '" + name + "' (f32, f16, bf16, q8_0, q4_K, q5_K, q6_K, "
+                             "q2_K, q3_K, mxfp4)");
+    pos = comma + 1;
+  }
+  if (!only_shape.empty() &&
+      std::none_of(shapes.begin(), shapes.end(), [&](const Shape& sh) { return only_shape == sh.what; }) &&
+      std::none_of(few.begin(), few.end(), [&](const Shape& sh) { return only_shape == sh.what; }))
+    return app.usage_error("--shape: no shape is named '" + only_shape + "' (see shape= in the output)");
+  if (few_only) shapes.clear();
+  if (decode_only) few.clear();
+  auto wanted = [&](const Shape& sh) {
+    const std::string t = std::string(",") + xk::type_name(sh.type) + ",";
+    return (only_type.empty() || ("," + only_type + ",").find(t) != std::string::npos) &&
+           (only_shape.empty() || only_shape == sh.what);
+  };
+  shapes.erase(std::remove_if(shapes.begin(), shapes.end(), [&](const Shape& sh) { return !wanted(sh); }), shapes.end());
+  few.erase(std::remove_if(few.begin(), few.end(), [&](const Shape& sh) { return !wanted(sh); }), few.end());
+
   int dev_count = 0;
   if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
     std::printf("SKIP: no CUDA device\n");
@@ -198,26 +243,6 @@ int main(int argc, char** argv) {
     CK(cudaFree(a));
     CK(cudaFree(b));
   }
-
-  const uint32_t all[] = {xk::kF32, xk::kF16, xk::kBF16, xk::kQ8_0, xk::kQ4_K,
-                          xk::kQ5_K, xk::kQ6_K, xk::kQ2_K, xk::kQ3_K, xk::kMXFP4};
-  std::vector<Shape> shapes = {
-      {xk::kMXFP4, 4096, 2048, "ds4-expert-gate-up"},
-      {xk::kMXFP4, 2048, 4096, "ds4-expert-down"},
-      {xk::kQ2_K, 3584, 3072, "kimi-expert-gate-up"},
-      {xk::kQ3_K, 3072, 3584, "kimi-expert-down"},
-  };
-  for (uint32_t t : all) shapes.push_back({t, 14336, 4096, "4096x14336"});
-  // Several times the 60 MB L2 for every type (Q2_K 176 MB, MXFP4 285 MB, F32 2.1 GB):
-  // decode only (the prefill rows would add minutes and nothing the shape above lacks).
-  for (uint32_t t : all) shapes.push_back({t, 16384, 32768, "large-16384x32768"});
-  if (few_only) shapes.clear();
-  auto wanted = [&](const Shape& sh) {
-    const std::string t = std::string(",") + xk::type_name(sh.type) + ",";
-    return (only_type.empty() || ("," + only_type + ",").find(t) != std::string::npos) &&
-           (only_shape.empty() || only_shape == sh.what);
-  };
-  shapes.erase(std::remove_if(shapes.begin(), shapes.end(), [&](const Shape& sh) { return !wanted(sh); }), shapes.end());
 
   xk::Context* ctx = nullptr;
   st_ok(xk::context_create(&ctx, size_t(256) << 20), "context_create");
@@ -322,18 +347,6 @@ int main(int argc, char** argv) {
     CK(cudaFree(x));
     CK(cudaFree(y));
   }
-  // Matrices of few rows at one token (DeepSeek-V4's hyper-connection weights,
-  // F32, and every other type at the same shape): matmul() through the context
-  // splits each row over more warps; the unsplit kernel (matvec(), which has no
-  // workspace) is the baseline in the same run.
-  std::vector<Shape> few = {
-      {xk::kF32, 16384, 24, "ds4-hc-24rows"},
-      {xk::kF32, 16384, 4, "ds4-hc-4rows"},
-  };
-  for (uint32_t t : all)
-    if (t != xk::kF32) few.push_back({t, 16384, 24, "few-rows"});
-  if (decode_only) few.clear();
-  few.erase(std::remove_if(few.begin(), few.end(), [&](const Shape& sh) { return !wanted(sh); }), few.end());
   for (const Shape& sh : few) {
     const size_t wb = xk::row_bytes(sh.type, sh.ne0) * size_t(sh.ne1);
     const std::vector<void*> w = weight_copies(sh.type, wb, cold_bytes);
