@@ -3,9 +3,9 @@
 // hits, misses and hit rate per layer and in total. Belady's MIN is the offline
 // upper bound: the gap between it and the online policies is what a better
 // policy could still gain on this trace. The oracle LFU (the keys the whole trace
-// requests most kept) is the second reference: where requests are independent draws
-// from fixed popularities, no policy without lookahead does better, so what lies
-// between it and Belady only prefetch (knowing the next requests) can win.
+// requests most kept) is the second reference: were requests independent draws from
+// fixed popularities, no policy without lookahead would do better, so it estimates
+// how much of that gap is left to prefetch (knowing the next requests).
 #include <cstdint>
 #include <cstdio>
 #include <optional>

@@ -1,9 +1,10 @@
 // LFU ranked by each key's request count over the whole trace, for the simulator
-// only. Where requests are independent draws from fixed popularities (the routing of
-// xpack-synth's --router-skew models, and nearly so a trained router's), keeping the
-// most requested keys is the best any policy without lookahead can do, so its hit
-// rate says how much of the distance to Belady's MIN a policy could still close and
-// how much only knowing the next requests (prefetch) can.
+// only. Were requests independent draws from fixed popularities, keeping the most
+// requested keys would be the best a policy without lookahead could do (in
+// expectation); real and synthetic routing reuse experts from token to token, which
+// recency can exploit, so it is a reference rather than a bound: its hit rate
+// estimates how much of the distance to Belady's MIN an eviction policy could close,
+// and how much is left to knowing the next requests (prefetch). doc/cache.md.
 #include <unordered_map>
 
 #include "cache/ranked_keys.h"
