@@ -196,12 +196,13 @@ int main(int argc, char** argv) {
   for (uint32_t t : all)
     if (t != xk::kF32) few.push_back({t, 16384, 24, "few-rows"});
   // A filter that names no type or shape is a typo, not an empty benchmark.
+  std::vector<std::string> types;
   for (size_t pos = 0; !only_type.empty() && pos <= only_type.size();) {
     const size_t comma = std::min(only_type.find(',', pos), only_type.size());
-    const std::string name = only_type.substr(pos, comma - pos);
-    if (std::none_of(std::begin(all), std::end(all), [&](uint32_t t) { return name == xk::type_name(t); }))
-      return app.usage_error("--type: unknown weight type '" + name + "' (f32, f16, bf16, q8_0, q4_K, q5_K, q6_K, "
-                             "q2_K, q3_K, mxfp4)");
+    types.push_back(only_type.substr(pos, comma - pos));
+    if (std::none_of(std::begin(all), std::end(all), [&](uint32_t t) { return types.back() == xk::type_name(t); }))
+      return app.usage_error("--type: unknown weight type '" + types.back() + "' (f32, f16, bf16, q8_0, q4_K, q5_K, "
+                             "q6_K, q2_K, q3_K, mxfp4)");
     pos = comma + 1;
   }
   if (!only_shape.empty() &&
@@ -211,8 +212,7 @@ int main(int argc, char** argv) {
   if (few_only) shapes.clear();
   if (decode_only) few.clear();
   auto wanted = [&](const Shape& sh) {
-    const std::string t = std::string(",") + xk::type_name(sh.type) + ",";
-    return (only_type.empty() || ("," + only_type + ",").find(t) != std::string::npos) &&
+    return (types.empty() || std::find(types.begin(), types.end(), xk::type_name(sh.type)) != types.end()) &&
            (only_shape.empty() || only_shape == sh.what);
   };
   shapes.erase(std::remove_if(shapes.begin(), shapes.end(), [&](const Shape& sh) { return !wanted(sh); }), shapes.end());
