@@ -305,4 +305,34 @@ int grouped_matmul(Context* ctx, uint32_t type, int64_t ne0, int64_t ne1,
   return kOk;
 }
 
+int shared_input_matmul(Context* ctx, uint32_t type, int64_t ne0, const SharedInputProduct* products,
+                        int n, const float* x, int n_tokens, const MatmulOptions* opts, cudaStream_t stream) {
+  Opts o;
+  if (const int st = read_opts(opts, &o); st != kOk) return st;
+  if (!ctx || !products || n <= 0 || n > kMaxSharedInputProducts || !x || n_tokens < 1) return kErrArgument;
+  for (int i = 0; i < n; ++i) {
+    if (const int st = check_shape(type, ne0, products[i].ne1); st != kOk) return st;
+    if (!products[i].w || !products[i].y) return kErrArgument;
+  }
+  // One launch for the products matmul() would give to the unsplit decode kernel
+  // (for the float types: on its vector path, which their own calls would take).
+  const dev::MatvecScratch sc = scratch_of(ctx);
+  const bool decode = uses_matvec(type, o, n_tokens);
+  const bool is_float = type == kF32 || type == kF16 || type == kBF16;
+  SharedInputProduct batch[kMaxSharedInputProducts];
+  int n_batch = 0;
+  for (int i = 0; i < n; ++i) {
+    const SharedInputProduct& p = products[i];
+    const bool vec = !is_float || (ne0 % 8 == 0 && aligned16(p.w) && aligned16(x));
+    if (decode && vec && !dev::matvec_splits(&sc, type, ne0, p.ne1)) {
+      batch[n_batch++] = p;
+    } else if (const int st = matmul(ctx, type, p.w, ne0, p.ne1, x, n_tokens, p.y, opts, stream); st != kOk) {
+      return st;
+    }
+  }
+  if (n_batch == 1) return matmul(ctx, type, batch[0].w, ne0, batch[0].ne1, x, n_tokens, batch[0].y, opts, stream);
+  if (n_batch > 1) return dev::shared_input_matvec(type, ne0, batch, n_batch, x, n_tokens, stream);
+  return kOk;
+}
+
 }  // namespace xpack::kernels

@@ -94,6 +94,18 @@ constexpr int kMaxGroupedProblems = 128;
 int grouped_matvec(uint32_t type, int64_t ne0, int64_t ne1, const ExpertProblem* problems,
                    int n_problems, const float* x, float* y, int64_t n_rows, cudaStream_t stream);
 
+// One of several products of the same input x (shared_input_matmul): W (ne0 x ne1
+// of the call's type) applied to x, written to y [n_tokens][ne1].
+struct SharedInputProduct {
+  const void* w;
+  int64_t ne1;
+  float* y;
+};
+
+// Most products one shared_input_matmul call takes (DeepSeek-V4's attention
+// reads its layer input with 7, Kimi-K3's KDA with 6).
+constexpr int kMaxSharedInputProducts = 16;
+
 // ---- internal: the decode kernels with a context's scratch (quant_matmul.cu) ----
 namespace dev {
 
@@ -122,6 +134,19 @@ constexpr size_t kMatvecSplitCounters = size_t(kMaxGroupedProblems) * (kMatvecSp
 int grouped_matvec_scratch(const MatvecScratch* scratch, uint32_t type, int64_t ne0, int64_t ne1,
                            const ExpertProblem* problems, int n_problems, const float* x, float* y,
                            int64_t n_rows, cudaStream_t stream);
+
+// Whether grouped_matvec_scratch() would split the rows of a (type, ne0, ne1)
+// matrix with this scratch (for the float types: on their 16-byte vector path,
+// w and x 16-byte aligned and ne0 % 8 == 0). Thread safety: safe from any thread.
+bool matvec_splits(const MatvecScratch* scratch, uint32_t type, int64_t ne0, int64_t ne1);
+
+// The unsplit decode kernel over products of one x (x rows [0, n_tokens)) in ONE
+// launch, each product in its own rows of the grid; each output equals
+// grouped_matvec() of its product alone, bit for bit. `products` is a host
+// array of 1..kMaxSharedInputProducts; no y may overlap x or another y.
+// Thread safety: safe from any thread.
+int shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduct* products, int n,
+                        const float* x, int n_tokens, cudaStream_t stream);
 
 // The decode kernel's layout where x is staged in shared memory: threads per block
 // (256 or 512; any other value, the default: chosen per launch from the occupancy of
@@ -195,6 +220,15 @@ int matmul(Context* ctx, uint32_t type, const void* w, int64_t ne0, int64_t ne1,
 int grouped_matmul(Context* ctx, uint32_t type, int64_t ne0, int64_t ne1,
                    const ExpertProblem* problems, int n_problems, const float* x, float* y,
                    int64_t n_rows, const MatmulOptions* opts, cudaStream_t stream);
+
+// y_i = W_i x for products of one type and input width (the projections a layer
+// makes of its normed input): those matmul() would give to the decode kernel
+// unsplit go through ONE launch, the others through matmul() each. Each output
+// equals matmul() of its product alone, bit for bit. `products` is a host array
+// of 1..kMaxSharedInputProducts; no y may overlap x or another y.
+// Thread safety: as matmul().
+int shared_input_matmul(Context* ctx, uint32_t type, int64_t ne0, const SharedInputProduct* products,
+                        int n, const float* x, int n_tokens, const MatmulOptions* opts, cudaStream_t stream);
 
 // ---- the pieces of a routed-experts dispatcher --------------------------------
 

@@ -31,6 +31,11 @@ struct GroupParams {
   const uint8_t* w[kMaxGroupedProblems];
   int32_t row[kMaxGroupedProblems];
   int32_t ntok[kMaxGroupedProblems];
+  // Products of one input (shared_input_matvec): problem p has ne1[p] rows and
+  // writes y[p]; 0: the launch's ne1 and y for every problem (experts).
+  int shared;
+  float* y[kMaxSharedInputProducts];
+  int32_t ne1[kMaxSharedInputProducts];
 };
 
 // x is read from shared memory (staged) or from global memory: a plain load,
@@ -540,6 +545,10 @@ __global__ void __launch_bounds__(kBlock) matvec_kernel(const GroupParams gp, in
   const uint8_t* W = gp.w[p];
   const int row0 = gp.row[p];
   const int nt = gp.ntok[p];
+  if (gp.shared) {  // ne1 was the largest product's: blocks past this one's rows skip the loop
+    ne1 = gp.ne1[p];
+    y = gp.y[p];
+  }
   const int tpr = 1 << tpr_log2;
   const int grp = threadIdx.x >> tpr_log2;
   const int lane = threadIdx.x & (tpr - 1);
@@ -1059,6 +1068,62 @@ int dev::grouped_matvec_scratch(const MatvecScratch* scratch, uint32_t type, int
     nt_max = std::max(nt_max, p.n_tokens);
   }
   return launch(type, ne0, ne1, gp, nt_max, x, y, scratch, stream);
+}
+
+namespace dev {
+namespace {
+template <class Ty>
+bool splits(const MatvecScratch* sc, int64_t ne0, int64_t ne1) {
+  if (!sc) return false;
+  const Split sp = split_plan<Ty>(int(ne0), int(ne1));
+  return sp.chunks > 1 && split_fits(sc, int(ne1), sp);
+}
+}  // namespace
+}  // namespace dev
+
+bool dev::matvec_splits(const MatvecScratch* sc, uint32_t type, int64_t ne0, int64_t ne1) {
+  if (check_shape(type, ne0, ne1) != kOk) return false;
+  const bool vec = ne0 % 8 == 0;
+  switch (type) {
+    case kF32: return vec ? splits<TF32>(sc, ne0, ne1) : splits<TScalar<kF32>>(sc, ne0, ne1);
+    case kF16: return vec ? splits<THalf<false>>(sc, ne0, ne1) : splits<TScalar<kF16>>(sc, ne0, ne1);
+    case kBF16: return vec ? splits<THalf<true>>(sc, ne0, ne1) : splits<TScalar<kBF16>>(sc, ne0, ne1);
+    case kQ8_0: return splits<TQ8_0>(sc, ne0, ne1);
+    case kMXFP4: return splits<TMXFP4>(sc, ne0, ne1);
+    case kQ2_K: return splits<TQ2_K>(sc, ne0, ne1);
+    case kQ3_K: return splits<TQ3_K>(sc, ne0, ne1);
+    case kQ4_K: return splits<TQ45_K<false>>(sc, ne0, ne1);
+    case kQ5_K: return splits<TQ45_K<true>>(sc, ne0, ne1);
+    case kQ6_K: return splits<TQ6_K>(sc, ne0, ne1);
+    default: return false;
+  }
+}
+
+int dev::shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduct* products, int n,
+                             const float* x, int n_tokens, cudaStream_t stream) {
+  if (!products || n <= 0 || n > kMaxSharedInputProducts || !x || n_tokens < 1 || n_tokens > kMaxMatvecTokens)
+    return kErrArgument;
+  int64_t ne1_max = 0;
+  for (int i = 0; i < n; ++i) {
+    if (const int st = check_shape(type, ne0, products[i].ne1); st != kOk) return st;
+    if (!products[i].w || !products[i].y) return kErrArgument;
+    ne1_max = std::max(ne1_max, products[i].ne1);
+  }
+  const uintptr_t xa = is_float_type(type) && ne0 % 8 != 0 ? 4 : 16;
+  if (!aligned(x, xa)) return kErrAlignment;
+  dev::GroupParams gp{};
+  gp.n = n;
+  gp.shared = 1;
+  for (int i = 0; i < n; ++i) {
+    const SharedInputProduct& p = products[i];
+    if (!weight_aligned(type, p.w) || !aligned(p.y, 4)) return kErrAlignment;
+    gp.w[i] = static_cast<const uint8_t*>(p.w);
+    gp.row[i] = 0;
+    gp.ntok[i] = n_tokens;
+    gp.y[i] = p.y;
+    gp.ne1[i] = int32_t(p.ne1);
+  }
+  return launch(type, ne0, ne1_max, gp, n_tokens, x, products[0].y, nullptr, stream);
 }
 
 }  // namespace xpack::kernels

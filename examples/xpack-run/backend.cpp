@@ -17,6 +17,11 @@ void Backend::grouped_matmul(const std::vector<GroupedProblem>& problems, const 
   }
 }
 
+// The reference form: one matmul per product.
+void Backend::shared_input_matmul(const Tensor& x, const std::vector<Product>& products) {
+  for (const Product& p : products) matmul(*p.w, x, *p.y);
+}
+
 void Backend::route(const Tensor& logits, const RouteSpec& spec, const Tensor& ids, const Tensor& weights) {
   if (spec.gate) unary(*spec.gate, logits, logits);
   if (spec.select && spec.bias) {

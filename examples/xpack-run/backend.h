@@ -106,6 +106,15 @@ class Backend {
     int64_t row = 0, rows = 0;
   };
   virtual void grouped_matmul(const std::vector<GroupedProblem>& problems, const Tensor& x, const Tensor& y);
+  // The products one input feeds (a layer's projections of its normed input):
+  // *p.y = *p.w x for each p (a GPU backend: one launch per weight type where x
+  // is decode-sized). Each y equals matmul(*p.w, x, *p.y) alone, bit for bit;
+  // no y may overlap x or another y.
+  struct Product {
+    const Tensor* w;
+    const Tensor* y;
+  };
+  virtual void shared_input_matmul(const Tensor& x, const std::vector<Product>& products);
   // out[r] = table[ids[r]]: table any GGUF type, ids I32 [n], out [n][table
   // width], F32 (dequantized), or I32 from an I32 table.
   virtual void get_rows(const Tensor& table, const Tensor& ids, const Tensor& out) = 0;

@@ -359,6 +359,43 @@ void CudaBackend::grouped_matmul(const std::vector<GroupedProblem>& problems, co
   }
 }
 
+void CudaBackend::shared_input_matmul(const Tensor& x, const std::vector<Product>& products) {
+  const int64_t n = x.rows();
+  if (n == 0 || n > xk::kMaxMatvecTokens || products.size() < 2 || !is_f32(x) ||
+      reinterpret_cast<uintptr_t>(x.data) % 16 != 0) {  // nothing to share a launch: matmul each
+    Backend::shared_input_matmul(x, products);
+    return;
+  }
+  const OpProfile::Scope timed(profile_.get(), "shared_input_matmul",
+                               profile_ ? shape_key(*products.front().w, n) + " x" + std::to_string(products.size())
+                                        : std::string());
+  // One call per weight type, in the order each type first appears.
+  std::vector<bool> done(products.size(), false);
+  std::vector<xk::SharedInputProduct> ps;
+  for (size_t i = 0; i < products.size(); ++i) {
+    if (done[i]) continue;
+    const uint32_t type = products[i].w->type;
+    ps.clear();
+    for (size_t j = i; j < products.size(); ++j) {
+      const Tensor &w = *products[j].w, &y = *products[j].y;
+      if (done[j] || w.type != type) continue;
+      check_shape(is_f32(y) && x.width() == w.width() && y.width() == w.rows() && y.rows() == n,
+                  "shared_input_matmul shapes disagree");
+      if (ps.size() == size_t(xk::kMaxSharedInputProducts)) break;  // the rest: a later call
+      done[j] = true;
+      if (w.rows() > 0) ps.push_back({w.data, w.rows(), y.f32()});
+    }
+    if (ps.empty()) continue;
+    const int st = xk::shared_input_matmul(ctx_, type, x.width(), ps.data(), static_cast<int>(ps.size()), x.f32(),
+                                           static_cast<int>(n), nullptr, state_->stream);
+    if (st != xk::kOk) {
+      throw ModelError("CUDA products of one input (" + std::to_string(ps.size()) + " type-" + std::to_string(type) +
+                       " weights of " + std::to_string(x.width()) + " inputs): " + xk::status_name(st) +
+                       (st == xk::kErrType ? " (this weight type is not implemented on CUDA yet)" : ""));
+    }
+  }
+}
+
 void CudaBackend::get_rows(const Tensor& table, const Tensor& ids, const Tensor& out) {
   const OpProfile::Scope timed(profile_.get(), "get_rows");
   const bool ints = out.type == XPACK_TYPE_I32;

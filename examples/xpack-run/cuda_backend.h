@@ -49,6 +49,7 @@ class CudaBackend final : public Backend {
 
   void matmul(const Tensor& w, const Tensor& x, const Tensor& y) override;
   void grouped_matmul(const std::vector<GroupedProblem>& problems, const Tensor& x, const Tensor& y) override;
+  void shared_input_matmul(const Tensor& x, const std::vector<Product>& products) override;
   void get_rows(const Tensor& table, const Tensor& ids, const Tensor& out) override;
   void set_rows(const Tensor& src, const Tensor& ids, const Tensor& dst) override;
   void rms_norm(const Tensor& x, const Tensor* weight, float eps, const Tensor& y) override;

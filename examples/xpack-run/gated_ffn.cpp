@@ -8,8 +8,7 @@ void gated_ffn(Backend& be, const GatedMatrices& m, const GateActivation& act, c
   const int64_t d_ff = m.gate.rows(), n = x.rows();
   const Tensor g = be.empty(XPACK_TYPE_F32, d_ff, n);
   const Tensor u = be.empty(XPACK_TYPE_F32, d_ff, n);
-  be.matmul(m.gate, x, g);
-  be.matmul(m.up, x, u);
+  be.shared_input_matmul(x, {{&m.gate, &g}, {&m.up, &u}});
   act(g, u);
   be.matmul(m.down, g, y);
 }

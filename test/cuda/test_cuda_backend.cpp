@@ -390,6 +390,36 @@ TEST_CASE("cuda backend: matmul and grouped_matmul (each expert's rows = its mat
   std::vector<Backend::GroupedProblem> mixed = {{ws[0].gpu, 0, 2}, {f32w.gpu, 2, 1}};
   CHECK_THROWS_AS(be.gpu.grouped_matmul(mixed, x.gpu, grouped.gpu), ModelError);
 
+  // Products of one input: two Q8_0 weights and one F32 (two launches), each
+  // output its matmul alone, bit for bit, at 1 token (the shared launch) and at
+  // 6 (matmul each); the CPU's within the fp32 bound; a shape that disagrees
+  // is refused.
+  for (const int64_t n : {int64_t(1), int64_t(6)}) {
+    CAPTURE(n);
+    const Both xs = be.up(random_floats(size_t(ne0 * n), 25 + uint32_t(n)), ne0);
+    const Both* wsel[3] = {&ws[0], &f32w, &ws[2]};
+    Both shared[3] = {be.alloc(XPACK_TYPE_F32, ne1, n), be.alloc(XPACK_TYPE_F32, ne1, n), be.alloc(XPACK_TYPE_F32, ne1, n)};
+    std::vector<Backend::Product> pcpu, pgpu;
+    for (int i = 0; i < 3; ++i) {
+      pcpu.push_back({&wsel[i]->cpu, &shared[i].cpu});
+      pgpu.push_back({&wsel[i]->gpu, &shared[i].gpu});
+    }
+    be.cpu.shared_input_matmul(xs.cpu, pcpu);
+    be.gpu.shared_input_matmul(xs.gpu, pgpu);
+    for (int i = 0; i < 3; ++i) {
+      be.same(shared[i], 1e-5, "shared_input_matmul");
+      Both one = be.alloc(XPACK_TYPE_F32, ne1, n);
+      be.gpu.matmul(wsel[i]->gpu, xs.gpu, one.gpu);
+      std::vector<float> sa(size_t(ne1 * n)), sb(size_t(ne1 * n));
+      be.gpu.download(shared[i].gpu, sa.data());
+      be.gpu.download(one.gpu, sb.data());
+      CHECK(std::memcmp(sa.data(), sb.data(), sa.size() * 4) == 0);
+    }
+    const Both narrow = be.alloc(XPACK_TYPE_F32, ne1 - 1, n);
+    std::vector<Backend::Product> wrong = {{&ws[0].gpu, &shared[0].gpu}, {&ws[1].gpu, &narrow.gpu}};
+    CHECK_THROWS_AS(be.gpu.shared_input_matmul(xs.gpu, wrong), ModelError);
+  }
+
   // The dispatcher's scatter and rank-order sum: 3 tokens x k = 2 picks.
   const int64_t d = 40, k = 2;
   const Both ys = be.up(random_floats(size_t(d * 6), 23), d);

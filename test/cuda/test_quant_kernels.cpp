@@ -690,6 +690,93 @@ TEST_CASE("grouped_matmul of few-row problems equals separate matmul bit for bit
   for (xk::Context* c : ctxs) xk::context_destroy(c);
 }
 
+// shared_input_matmul over products of one x with different row counts (24
+// rows, which the default workspace splits for the types with 32- or 8-element
+// units, so that product goes through matmul(); 1, 5, 130 and 1000 rows in the
+// one launch) equals matmul() of each alone, bit for bit, at 1, 2, 3 and 8
+// tokens (3 and 8: the tensor-core path for the types that have one), for every
+// type; and its bad input is refused.
+TEST_CASE("shared_input_matmul equals matmul of each product alone, bit for bit") {
+  std::mt19937 rng(12);
+  Stream st;
+  xk::Context* ctx = nullptr;
+  REQUIRE(xk::context_create(&ctx, 0) == xk::kOk);
+  const int64_t rows[] = {24, 1, 5, 130, 1000};
+  const int np = 5;
+  for (uint32_t type : kTypes) {
+    CAPTURE(xk::type_name(type));
+    const int64_t ne0 = 8192;
+    std::vector<std::vector<uint8_t>> hw;
+    std::vector<std::unique_ptr<DevBuf>> ws;
+    for (int i = 0; i < np; ++i) {
+      hw.push_back(random_weights(type, ne0, rows[i], rng));
+      ws.push_back(std::make_unique<DevBuf>(hw.back().size()));
+      ws.back()->put(hw.back().data(), hw.back().size());
+    }
+    const auto x = random_x(size_t(8) * size_t(ne0), rng);
+    DevBuf dx(x.size() * 4);
+    dx.put(x.data(), x.size() * 4);
+    for (const int n : {1, 2, 3, 8}) {
+      CAPTURE(n);
+      std::vector<std::unique_ptr<DevBuf>> ys, seps;
+      std::vector<xk::SharedInputProduct> ps;
+      for (int i = 0; i < np; ++i) {
+        ys.push_back(std::make_unique<DevBuf>(size_t(n * rows[i]) * 4));
+        seps.push_back(std::make_unique<DevBuf>(size_t(n * rows[i]) * 4));
+        ys.back()->poison();
+        seps.back()->poison();
+        ps.push_back({ws[size_t(i)]->p, rows[i], ys.back()->as<float>()});
+      }
+      REQUIRE(xk::shared_input_matmul(ctx, type, ne0, ps.data(), np, dx.as<float>(), n, nullptr, st.s) == xk::kOk);
+      for (int i = 0; i < np; ++i)
+        REQUIRE(xk::matmul(ctx, type, ws[size_t(i)]->p, ne0, rows[i], dx.as<float>(), n, seps[size_t(i)]->as<float>(),
+                           nullptr, st.s) == xk::kOk);
+      st.sync();
+      for (int i = 0; i < np; ++i) {
+        CAPTURE(rows[i]);
+        const size_t m = size_t(n * rows[i]);
+        const auto a = fetch(*ys[size_t(i)], m), b = fetch(*seps[size_t(i)], m);
+        CHECK(std::memcmp(a.data(), b.data(), m * 4) == 0);
+      }
+      // Against the CPU reference too: one product is enough to catch a wrong
+      // row or output mapping that the comparison above would share.
+      const Ref ref = reference(type, hw[3], ne0, rows[3], x.data(), n);
+      CHECK(count_bad(fetch(*ys[3], size_t(n * rows[3])), ref, kTolFp32, xk::type_name(type)) == 0);
+    }
+  }
+  // Bad input: nothing launched, nothing written.
+  DevBuf dw(1 << 20), dx(1 << 20), dy(1 << 16);
+  check_cuda(cudaMemset(dw.p, 0, dw.n));
+  check_cuda(cudaDeviceSynchronize());
+  dy.poison();
+  float* x = dx.as<float>();
+  float* y = dy.as<float>();
+  xk::SharedInputProduct ok[2] = {{dw.p, 4, y}, {dw.p, 8, y + 64}};
+  CHECK(xk::shared_input_matmul(nullptr, xk::kQ8_0, 64, ok, 2, x, 1, nullptr, st.s) == xk::kErrArgument);
+  CHECK(xk::shared_input_matmul(ctx, xk::kQ8_0, 64, nullptr, 2, x, 1, nullptr, st.s) == xk::kErrArgument);
+  CHECK(xk::shared_input_matmul(ctx, xk::kQ8_0, 64, ok, 0, x, 1, nullptr, st.s) == xk::kErrArgument);
+  CHECK(xk::shared_input_matmul(ctx, xk::kQ8_0, 64, ok, xk::kMaxSharedInputProducts + 1, x, 1, nullptr, st.s) ==
+        xk::kErrArgument);
+  CHECK(xk::shared_input_matmul(ctx, xk::kQ8_0, 64, ok, 2, nullptr, 1, nullptr, st.s) == xk::kErrArgument);
+  CHECK(xk::shared_input_matmul(ctx, xk::kQ8_0, 64, ok, 2, x, 0, nullptr, st.s) == xk::kErrArgument);
+  CHECK(xk::shared_input_matmul(ctx, 99u, 64, ok, 2, x, 1, nullptr, st.s) == xk::kErrType);
+  CHECK(xk::shared_input_matmul(ctx, xk::kQ8_0, 48, ok, 2, x, 1, nullptr, st.s) == xk::kErrShape);
+  xk::SharedInputProduct bad[2] = {ok[0], ok[1]};
+  bad[1].ne1 = 0;
+  CHECK(xk::shared_input_matmul(ctx, xk::kQ8_0, 64, bad, 2, x, 1, nullptr, st.s) == xk::kErrShape);
+  bad[1] = ok[1];
+  bad[1].y = nullptr;
+  CHECK(xk::shared_input_matmul(ctx, xk::kQ8_0, 64, bad, 2, x, 1, nullptr, st.s) == xk::kErrArgument);
+  bad[1] = ok[1];
+  bad[1].w = dw.as<uint8_t>() + 2;
+  CHECK(xk::shared_input_matmul(ctx, xk::kQ8_0, 64, bad, 2, x, 1, nullptr, st.s) == xk::kErrAlignment);
+  CHECK(xk::shared_input_matmul(ctx, xk::kQ8_0, 64, ok, 2, x + 1, 1, nullptr, st.s) == xk::kErrAlignment);
+  st.sync();
+  const auto after = fetch(dy, dy.n / 4);
+  CHECK(std::all_of(after.begin(), after.end(), [](float v) { return std::isnan(v); }));
+  xk::context_destroy(ctx);
+}
+
 TEST_CASE("bad input is refused and writes nothing") {
   Stream st;
   DevBuf dw(1 << 20), dx(1 << 20), dy(1 << 16);

@@ -67,37 +67,46 @@ void Attention::forward(const Tensor& x, int64_t pos0, const Tensor& out) {
                      std::to_string(next_pos_));
   }
   const int64_t n = x.rows(), hd = hp_.head_dim, nh = hp_.n_head;
+  const bool csa = kind_ == AttnKind::kCsa;
+  const int64_t ih = hp_.idx_n_head, id = hp_.idx_head_dim;
 
-  // --- queries: low-rank projection, per-head RMS norm, rotated tail ---
+  // --- every projection of the input, in one call: the query's low rank, the
+  // shared key/value vector of each new position (in its place in the window),
+  // the compressors' rows, the indexer's head weights ---
   const Tensor qr = be_.empty(kF32, hp_.q_lora_rank, n);
-  be_.matmul(wq_a_, x, qr);
+  const Tensor kv = raw_keys_.append_rows(be_, n);
+  const Tensor idx_w = csa ? be_.empty(kF32, ih, n) : Tensor{};
+  std::vector<Backend::Product> from_x = {{&wq_a_, &qr}, {&wkv_, &kv}};
+  if (compressor_) compressor_->project(pos0, n, from_x);
+  if (idx_compressor_) idx_compressor_->project(pos0, n, from_x);
+  if (csa) from_x.push_back({&idx_proj_, &idx_w});
+  be_.shared_input_matmul(x, from_x);
+
+  // --- queries: normed low rank, up-projection (with the indexer's queries),
+  // per-head RMS norm, rotated tail ---
   be_.rms_norm(qr, &q_a_norm_, hp_.rms_eps, qr);
   const Tensor q = be_.empty(kF32, nh * hd, n);
-  be_.matmul(wq_b_, qr, q);
+  const Tensor idx_q = csa ? be_.empty(kF32, ih * id, n) : Tensor{};
+  std::vector<Backend::Product> from_qr = {{&wq_b_, &q}};
+  if (csa) from_qr.push_back({&idx_q_b_, &idx_q});
+  be_.shared_input_matmul(qr, from_qr);
   const Tensor q_heads = q.reshaped(hd, n * nh);
   be_.rms_norm(q_heads, nullptr, hp_.rms_eps, q_heads);
   be_.rope(q, rope_, pos0);
 
-  // --- the shared key/value vector of each new position, computed in its place in the window ---
-  const Tensor kv = raw_keys_.append_rows(be_, n);
-  be_.matmul(wkv_, x, kv);
+  // --- the new keys ---
   be_.rms_norm(kv, &kv_norm_, hp_.rms_eps, kv);
   be_.rope(kv, rope_, pos0);
   next_pos_ += n;
 
   // --- compressed keys: every block completed by these positions ---
-  if (compressor_) compressor_->append(x, pos0);
-  if (idx_compressor_) idx_compressor_->append(x, pos0);
+  if (compressor_) compressor_->append();
+  if (idx_compressor_) idx_compressor_->append();
 
   // --- lightning indexer: the compressed blocks each query attends to (CSA) ---
   Tensor chosen;
-  if (kind_ == AttnKind::kCsa) {
-    const int64_t ih = hp_.idx_n_head, id = hp_.idx_head_dim;
-    const Tensor idx_q = be_.empty(kF32, ih * id, n);
-    be_.matmul(idx_q_b_, qr, idx_q);
+  if (csa) {
     be_.rope(idx_q, idx_rope_, pos0);
-    const Tensor idx_w = be_.empty(kF32, ih, n);
-    be_.matmul(idx_proj_, x, idx_w);
     be_.scale(idx_w, 1.0f / std::sqrt(static_cast<float>(id * ih)), idx_w);
     chosen = be_.empty(XPACK_TYPE_I32, hp_.idx_top_k, n);  // every entry written (-1 padded)
     ops_.indexer_select(idx_q, idx_w, idx_compressor_->blocks(), ih, pos0, compressor_->ratio(), chosen);

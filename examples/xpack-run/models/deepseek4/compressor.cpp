@@ -31,22 +31,30 @@ Compressor::Compressor(const Weights& w, const Hparams& hp, Backend& be, Ds4Ops&
 
 void Compressor::reset() {
   next_pos_ = 0;
+  kv_new_ = score_new_ = Tensor{};
   kv_rows_.reset(be_);
   score_rows_.reset(be_);
   blocks_ = be_.alloc(XPACK_TYPE_F32, width_, 0);
   n_blocks_ = 0;
 }
 
-void Compressor::append(const Tensor& x, int64_t pos0) {
-  if (pos0 != next_pos_) {
+void Compressor::project(int64_t pos0, int64_t n, std::vector<Backend::Product>& from_x) {
+  if (pos0 != next_pos_ || kv_new_.data) {
     throw ModelError("compressor: position " + std::to_string(pos0) + " does not continue the sequence at " +
-                     std::to_string(next_pos_));
+                     std::to_string(next_pos_) + (kv_new_.data ? " (the previous positions were not appended)" : ""));
   }
-  const int64_t n = x.rows();
   // Computed in their places in the kept rows.
-  const Tensor kv = kv_rows_.append_rows(be_, n), score = score_rows_.append_rows(be_, n);
-  be_.matmul(wkv_, x, kv);
-  be_.matmul(wgate_, x, score);
+  pos0_ = pos0;
+  kv_new_ = kv_rows_.append_rows(be_, n);
+  score_new_ = score_rows_.append_rows(be_, n);
+  from_x.push_back({&wkv_, &kv_new_});
+  from_x.push_back({&wgate_, &score_new_});
+}
+
+void Compressor::append() {
+  const int64_t pos0 = pos0_, n = score_new_.rows();
+  const Tensor score = score_new_;
+  kv_new_ = score_new_ = Tensor{};
   // The learned absolute position bias depends on the offset inside a block:
   // for positions within one block (a decode step) a row range of it.
   if (pos0 % ratio_ + n <= ratio_) {

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "../../backend.h"
 #include "../../row_window.h"
@@ -33,9 +34,13 @@ class Compressor {
   Compressor(const Weights& w, const Hparams& hp, Backend& be, Ds4Ops& ops, const std::string& prefix,
              int64_t ratio, int64_t width, bool overlap);
 
-  // x: the attention input of positions pos0 .. pos0+n-1 ([n][n_embd]),
-  // continuing the positions appended so far. Completes every block it can.
-  void append(const Tensor& x, int64_t pos0);
+  // Positions pos0 .. pos0+n-1, continuing those appended so far, in two
+  // steps: project() adds the products of the attention input x that fill
+  // their value and score rows to `from_x` (the layer makes all its
+  // projections of x in one call); once those have run, append() completes
+  // every block it can.
+  void project(int64_t pos0, int64_t n, std::vector<Backend::Product>& from_x);
+  void append();
 
   int64_t ratio() const { return ratio_; }
   int64_t n_blocks() const { return n_blocks_; }
@@ -55,6 +60,8 @@ class Compressor {
   RopeSpec rope_;
 
   int64_t next_pos_ = 0;  // positions appended so far
+  int64_t pos0_ = 0;      // the projected positions' first
+  Tensor kv_new_, score_new_;  // their rows, between project() and append()
   RowWindow kv_rows_, score_rows_;  // the rows a future block still pools
   Tensor blocks_;  // [capacity][width], the first n_blocks_ finished
   int64_t n_blocks_ = 0;

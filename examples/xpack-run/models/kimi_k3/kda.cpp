@@ -56,25 +56,23 @@ void KdaLayer::forward(const Tensor& x, KdaState& st, const Tensor& out) const {
   const int64_t n = x.rows(), D = hp_.d_inner, H = hp_.n_head, hd = hp_.kda_head_dim;
   const float eps = hp_.norm_eps;
 
-  // --- q, k, v: projection, then a short causal convolution with its own state
-  Tensor qkv[3];
-  const Tensor* proj[3] = {&wq_, &wk_, &wv_};
-  for (int i = 0; i < 3; ++i) {
-    qkv[i] = be_.empty(kF32, D, n);
-    be_.matmul(*proj[i], x, qkv[i]);
-    ops_.short_conv_silu(qkv[i], conv_w_[i], st.conv[i]);
-  }
-  const Tensor &q = qkv[0], &k = qkv[1], &v = qkv[2];
+  // --- every projection of the input, in one call: q, k, v, the forget
+  // gate's low rank, the write strengths, the output gate
+  const Tensor q = be_.empty(kF32, D, n), k = be_.empty(kF32, D, n), v = be_.empty(kF32, D, n);
+  const Tensor fa = be_.empty(kF32, f_a_.rows(), n), beta = be_.empty(kF32, H, n), gate = be_.empty(kF32, D, n);
+  be_.shared_input_matmul(x, {{&wq_, &q}, {&wk_, &k}, {&wv_, &v}, {&f_a_, &fa}, {&beta_, &beta}, {&g_, &gate}});
+
+  // --- q, k, v: a short causal convolution with its own state
+  ops_.short_conv_silu(q, conv_w_[0], st.conv[0]);
+  ops_.short_conv_silu(k, conv_w_[1], st.conv[1]);
+  ops_.short_conv_silu(v, conv_w_[2], st.conv[2]);
 
   // --- per-channel decay (log space), from the low-rank forget gate
-  const Tensor fa = be_.empty(kF32, f_a_.rows(), n), g = be_.empty(kF32, D, n);
-  be_.matmul(f_a_, x, fa);
+  const Tensor g = be_.empty(kF32, D, n);
   be_.matmul(f_b_, fa, g);
   ops_.kda_gate(g, dt_bias_, a_, hd, hp_.has_gate_lower_bound, hp_.gate_lower_bound);
 
   // --- write strength, one per head
-  const Tensor beta = be_.empty(kF32, H, n);
-  be_.matmul(beta_, x, beta);
   be_.unary(Unary::sigmoid, beta, beta);
 
   // --- unit-length queries and keys; the 1/sqrt(d) scale goes on q
@@ -92,8 +90,6 @@ void KdaLayer::forward(const Tensor& x, KdaState& st, const Tensor& out) const {
     ops_.delta_rule(q, k, v, g, beta, st.s, o);
 
   // --- per-head rms norm, full-rank sigmoid output gate, output projection
-  const Tensor gate = be_.empty(kF32, D, n);
-  be_.matmul(g_, x, gate);
   const Tensor o_heads = o.reshaped(hd, n * H);
   be_.rms_norm(o_heads, &o_norm_, eps, o_heads);
   be_.unary(Unary::sigmoid, gate, gate);

@@ -88,25 +88,30 @@ void MlaLayer::forward(const Tensor& x, MlaCache& cache, const Tensor& out) cons
   const int64_t rope = hp_.qk_rope;
   const float eps = hp_.norm_eps;
 
-  // --- queries
+  // --- every projection of the input, in one call: the query (or its low
+  // rank), the new positions' latent and rope-part key (in their places in the
+  // cache), K3's output gate
+  const int64_t pos0 = cache.n;
+  reserve_rows(be_, cache.latent, pos0 + n);
+  reserve_rows(be_, cache.rope_key, pos0 + n);
   const Tensor q = be_.empty(kF32, H * hk, n);
+  const Tensor qa = q_lora_ ? be_.empty(kF32, hp_.q_lora_rank, n) : Tensor{};
+  const Tensor latent = cache.latent.row_range(pos0, n), rope_key = cache.rope_key.row_range(pos0, n);
+  const Tensor gate = has_gate_ ? be_.empty(kF32, H * hv, n) : Tensor{};
+  std::vector<Backend::Product> from_x = {{&wkv_latent_, &latent}};
+  from_x.push_back(q_lora_ ? Backend::Product{&wq_a_, &qa} : Backend::Product{&wq_, &q});
+  if (rope > 0) from_x.push_back({&wkv_rope_, &rope_key});
+  if (has_gate_) from_x.push_back({&gate_, &gate});
+  be_.shared_input_matmul(x, from_x);
+
+  // --- queries
   if (q_lora_) {
-    const Tensor qa = be_.empty(kF32, hp_.q_lora_rank, n);
-    be_.matmul(wq_a_, x, qa);
     be_.rms_norm(qa, &q_a_norm_, eps, qa);
     be_.matmul(wq_b_, qa, q);
-  } else {
-    be_.matmul(wq_, x, q);
   }
 
   // --- the new positions' latent (normed) and rope-part key, appended to the cache
-  const int64_t pos0 = cache.n;
-  reserve_rows(be_, cache.latent, pos0 + n);
-  const Tensor latent = cache.latent.row_range(pos0, n);
-  be_.matmul(wkv_latent_, x, latent);
   be_.rms_norm(latent, &kv_a_norm_, eps, latent);
-  reserve_rows(be_, cache.rope_key, pos0 + n);
-  if (rope > 0) be_.matmul(wkv_rope_, x, cache.rope_key.row_range(pos0, n));
   cache.n = pos0 + n;
 
   // --- per head: absorb W_kb into the query, attend over the latents, expand with W_vb
@@ -116,8 +121,6 @@ void MlaLayer::forward(const Tensor& x, MlaCache& cache, const Tensor& out) cons
 
   // --- K3's sigmoid output gate reads the normed layer input
   if (has_gate_) {
-    const Tensor gate = be_.empty(kF32, H * hv, n);
-    be_.matmul(gate_, x, gate);
     be_.unary(Unary::sigmoid, gate, gate);
     be_.mul(o, gate, o);
   }
