@@ -154,30 +154,38 @@ __global__ void delta_rule_kernel(const float* __restrict__ q, const float* __re
   for (int64_t i = 0; i < hd; ++i) Sg[i * hd + j] = S[i * hd + j];
 }
 
-// One block per (query token, head), its 8 warps splitting every stage: the
+// One block per (query token, head), its 32 warps splitting every stage: the
 // absorbed query (a warp per latent column), the scores (a warp per key, the
 // lanes across the latent), softmax (sum in double), the latent mix (each warp
-// a share of the keys for every column, then the warps' partials summed in
-// warp order), the value expansion (a warp per output). A thread per key and a
-// thread per column over every key, in sequence, took 0.96 ms of a decode step
-// at 2048 tokens of context and 580 ms of a 2048-token prefill (H200).
+// a share of the keys for every column; warp w + 16's partials added to warp
+// w's, then those 16 summed in warp order), the value expansion (a warp per
+// output). A thread per key and a thread per column over every key, in
+// sequence, took 0.96 ms of a decode step at 2048 tokens of context and 580 ms
+// of a 2048-token prefill; 8 warps per block still added 1.9 ms to a 3-layer
+// decode step from 512 to 4096 tokens of context (H200): a decode step has
+// one block per head, too few to hide the keys' load latency with 8 warps.
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
 
-constexpr int kMlaWarps = kThreads / 32;
+constexpr int kMlaThreads = 1024;
+constexpr int kMlaWarps = kMlaThreads / 32;
+// Rows of partial sums the mix keeps in shared memory (half the warps: the
+// upper half's are folded into the lower half's first), so the keys that fit
+// are as many as with 16 warps.
+constexpr int kMlaPartRows = kMlaWarps / 2;
 constexpr int kMlaCols = 16;  // latent columns a lane sums in the mix, per pass
 
-__global__ void mla_kernel(MlaArgs a) {
+__global__ void __launch_bounds__(kMlaThreads) mla_kernel(MlaArgs a) {
   extern __shared__ float smem[];
   const int64_t t = blockIdx.x, h = blockIdx.y, H = a.n_head, kv = a.kv, nope = a.nope, rope = a.rope;
   const int64_t hk = nope + rope, n_keys = a.pos0 + t + 1;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float* qa = smem;
   float* lt = qa + kv;
-  float* part = lt + kv;             // [kMlaWarps][kv]
-  float* sc = part + kMlaWarps * kv;  // [n_keys]
+  float* part = lt + kv;                // [kMlaPartRows][kv]
+  float* sc = part + kMlaPartRows * kv;  // [n_keys]
   const float* Q = a.q + (t * H + h) * hk;
   for (int64_t c = warp; c < kv; c += kMlaWarps) {
     const float* wk = a.k_b + (h * kv + c) * nope;
@@ -198,15 +206,15 @@ __global__ void mla_kernel(MlaArgs a) {
   }
   __syncthreads();
   float mx = -INFINITY;
-  for (int64_t p = threadIdx.x; p < n_keys; p += kThreads) mx = fmaxf(mx, sc[p]);
+  for (int64_t p = threadIdx.x; p < n_keys; p += kMlaThreads) mx = fmaxf(mx, sc[p]);
   mx = block_max(mx);
   double sum = 0.0;
-  for (int64_t p = threadIdx.x; p < n_keys; p += kThreads) {
+  for (int64_t p = threadIdx.x; p < n_keys; p += kMlaThreads) {
     sc[p] = expf(sc[p] - mx);
     sum += sc[p];
   }
   const float inv = float(1.0 / block_sum(sum));
-  for (int64_t p = threadIdx.x; p < n_keys; p += kThreads) sc[p] *= inv;
+  for (int64_t p = threadIdx.x; p < n_keys; p += kMlaThreads) sc[p] *= inv;
   __syncthreads();
   for (int64_t c0 = 0; c0 < kv; c0 += 32 * kMlaCols) {
     float acc[kMlaCols];
@@ -218,14 +226,23 @@ __global__ void mla_kernel(MlaArgs a) {
       for (int j = 0; j < kMlaCols; ++j)
         if (c0 + lane + 32 * j < kv) acc[j] += w * row[32 * j];
     }
+    const int prow = warp % kMlaPartRows;
+    if (warp >= kMlaPartRows) {
 #pragma unroll
-    for (int j = 0; j < kMlaCols; ++j)
-      if (c0 + lane + 32 * j < kv) part[warp * kv + c0 + lane + 32 * j] = acc[j];
+      for (int j = 0; j < kMlaCols; ++j)
+        if (c0 + lane + 32 * j < kv) part[prow * kv + c0 + lane + 32 * j] = acc[j];
+    }
+    __syncthreads();
+    if (warp < kMlaPartRows) {
+#pragma unroll
+      for (int j = 0; j < kMlaCols; ++j)
+        if (c0 + lane + 32 * j < kv) part[prow * kv + c0 + lane + 32 * j] += acc[j];
+    }
+    __syncthreads();
   }
-  __syncthreads();
-  for (int64_t c = threadIdx.x; c < kv; c += kThreads) {
+  for (int64_t c = threadIdx.x; c < kv; c += kMlaThreads) {
     float s = 0.0f;
-    for (int w = 0; w < kMlaWarps; ++w) s += part[w * kv + c];
+    for (int w = 0; w < kMlaPartRows; ++w) s += part[w * kv + c];
     lt[c] = s;
   }
   __syncthreads();
@@ -557,7 +574,7 @@ cudaError_t delta_rule_chunked(const float* q, const float* k, const float* v, c
 }
 
 int64_t mla_max_keys(int64_t kv) {
-  return std::max<int64_t>(0, (smem_optin() - kStaticSmem) / int64_t(sizeof(float)) - (2 + kMlaWarps) * kv);
+  return std::max<int64_t>(0, (smem_optin() - kStaticSmem) / int64_t(sizeof(float)) - (2 + kMlaPartRows) * kv);
 }
 
 cudaError_t mla_attention(const MlaArgs& a, cudaStream_t stream) {
@@ -565,12 +582,12 @@ cudaError_t mla_attention(const MlaArgs& a, cudaStream_t stream) {
       a.pos0 + a.n > mla_max_keys(a.kv) || a.n_head > 65535)
     return cudaErrorInvalidValue;
   if (a.n == 0) return cudaSuccess;
-  const int64_t bytes = ((2 + kMlaWarps) * a.kv + a.pos0 + a.n) * int64_t(sizeof(float));
+  const int64_t bytes = ((2 + kMlaPartRows) * a.kv + a.pos0 + a.n) * int64_t(sizeof(float));
   if (bytes > 48 * 1024) {
     const cudaError_t e = cudaFuncSetAttribute(mla_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
     if (e != cudaSuccess) return e;
   }
-  mla_kernel<<<dim3(unsigned(a.n), unsigned(a.n_head)), kThreads, size_t(bytes), stream>>>(a);
+  mla_kernel<<<dim3(unsigned(a.n), unsigned(a.n_head)), kMlaThreads, size_t(bytes), stream>>>(a);
   return launched();
 }
 
