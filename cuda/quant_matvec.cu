@@ -1,5 +1,6 @@
 // Decode kernels: y = W x for 1..8 tokens over GGUF blocks as stored, one
-// launch for one matrix or for a whole group of experts.
+// launch for one matrix, for a whole group of experts, or for the products of
+// one input (each of its own rows and output: GroupParams::shared).
 //
 // Shape of the work: a group of `tpr` threads (32, 64 or 128, chosen from the row
 // length) owns R consecutive rows; its threads walk the rows' "units" (a block, or
