@@ -163,6 +163,8 @@ def brief(runs_path):
          if r["prefill_s"] and r["decode_s"] and r["n_decode"] else "no timings")
     if r.get("vram_peak_mib") is not None:
         s += f", VRAM peak {r['vram_peak_mib']} of {r['vram_total_mib']} MiB"
+    if r.get("decode_host_wait_s") is not None and r["decode_s"]:
+        s += f", host waiting for the GPU {100 * r['decode_host_wait_s'] / r['decode_s']:.0f} % of decode"
     return s
 
 
@@ -225,6 +227,10 @@ def summarize(meta_path, runs_path, outdir):
             row["ours_decode_ms"] = 1e3 * r["decode_s"] / r["n_decode"] if r["n_decode"] else None
             row["ours_decode_tok_s"] = r["n_decode"] / r["decode_s"] if r["decode_s"] else None
             row["ours_decode_steps"] = r["n_decode"]
+            # The share of decode the host spent waiting for the GPU: near 1 the GPU sets
+            # the step time; near 0 the host does (building and enqueueing the steps).
+            if r.get("decode_host_wait_s") is not None and r["decode_s"]:
+                row["ours_decode_host_wait_share"] = r["decode_host_wait_s"] / r["decode_s"]
             row["ours_load_s"] = r["load_s"]
         if r is not None:
             for k in ("fitted", "vram_peak_mib", "vram_total_mib", "vram_plan", "experts_preloaded",
@@ -290,6 +296,10 @@ def table(summary):
         print("decode ms/token more than at D=%d: " % rows[0]["context"] + ", ".join(
             f"D={r['context']}: ours {fmt(r['ours_decode_ms_over_first'])}, llama.cpp {fmt(r['llama_decode_ms_over_first'])}"
             for r in rows[1:]))
+    waits = [r for r in rows if r.get("ours_decode_host_wait_share") is not None]
+    if waits:
+        print("ours, the host waiting for the GPU (share of decode; near 0: the host sets the step time): " +
+              ", ".join(f"D={r['context']}: {100 * r['ours_decode_host_wait_share']:.0f} %" for r in waits))
     plans = [r.get("ours_vram_plan") for r in rows if r.get("ours_vram_plan")]
     if plans:
         print(f"VRAM plan at load (D={rows[0]['context']}): {plans[0]['line']}")

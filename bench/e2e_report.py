@@ -53,6 +53,9 @@ def parse_run(cfg, prompt, rc, out_path, err_path, t_start):
         total, pre = j.get("counters", {}), j.get("counters_prefill", {})
         run["counters"] = total
         run["decode_counters"] = {k: total[k] - pre[k] for k in CUMULATIVE if k in total and k in pre}
+        # On CUDA: how long the host waited for the GPU during the decode (the rest is the host's own).
+        if "cuda_host_wait" in j:
+            run["decode_host_wait_s"] = j["cuda_host_wait"]["decode_s"]
         return run
     err = open(err_path, errors="replace").read()
     def grab(pattern):

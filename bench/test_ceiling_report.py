@@ -38,12 +38,15 @@ def gstr(s):
     return struct.pack("<Q", len(b)) + b
 
 
-def ours_json(d, tokens, prefill_s, decode_s, misses=0):
+def ours_json(d, tokens, prefill_s, decode_s, misses=0, host_wait_s=None):
     counters = {"cache_hits": 100, "cache_misses": 5 + misses, "pack_reads": 7 + misses}
     prefill = {"cache_hits": 40, "cache_misses": 5, "pack_reads": 7}
-    return json.dumps({"prompt_ids": list(range(3, 3 + d)), "gen_ids": [5] * tokens, "finish_reason": "length",
-                       "n_ctx": 1048576, "load_s": 2.0, "prefill_s": prefill_s, "decode_s": decode_s,
-                       "counters": counters, "counters_prefill": prefill})
+    j = {"prompt_ids": list(range(3, 3 + d)), "gen_ids": [5] * tokens, "finish_reason": "length",
+         "n_ctx": 1048576, "load_s": 2.0, "prefill_s": prefill_s, "decode_s": decode_s,
+         "counters": counters, "counters_prefill": prefill}
+    if host_wait_s is not None:  # a CUDA run's
+        j["cuda_host_wait"] = {"prefill_s": 0.4, "decode_s": host_wait_s}
+    return json.dumps(j)
 
 
 PLAN = ("xpack-run: 1536 experts preloaded\nxpack-run: VRAM plan (cuda:0): trunk 1900.50 MiB, KV/state and norms "
@@ -81,7 +84,7 @@ with tempfile.TemporaryDirectory() as tmp:
     check(report("--bogus").returncode == 2 and report("--help").returncode == 0, "usage errors exit 2, --help 0")
 
     # --- ours: 512 well (VRAM sampled), 2048 with decode misses, 4096 failed (no JSON)
-    open(j("o512.out"), "w").write(ours_json(512, 8, 0.5, 0.08) + "\n")
+    open(j("o512.out"), "w").write(ours_json(512, 8, 0.5, 0.08, host_wait_s=0.02) + "\n")
     open(j("o512.err"), "w").write(PLAN)
     open(j("o512.vram"), "w").write("1000, 143771\n30000, 143771\n25000, 143771\n")
     open(j("o2048.out"), "w").write(ours_json(2048, 8, 2.0, 0.1, misses=3) + "\n")
@@ -100,6 +103,8 @@ with tempfile.TemporaryDirectory() as tmp:
     check(runs[0]["vram_plan"]["trunk_mib"] == 1900.5 and runs[0]["vram_plan"]["free_mib"] == 120000.0 and
           runs[0]["experts_preloaded"] == 1536, "VRAM plan and preload count parsed")
     check(runs[1]["decode_cache_misses"] == 3 and runs[1]["decode_pack_reads"] == 3, "decode misses = total - prefill")
+    check(runs[0]["decode_host_wait_s"] == 0.02 and "decode_host_wait_s" not in runs[1],
+          "the host's wait for the GPU in decode, where the run reports one")
     check("error" in runs[2] and not runs[2]["fitted"] and "out of memory" in runs[2]["stderr_tail"], "4096 failed, its tail kept")
     one = report("--brief", j("runs.jsonl")).stdout
     check(one.startswith("FAILED (rc 1)"), "--brief says the last run failed: " + one)
@@ -124,6 +129,8 @@ with tempfile.TemporaryDirectory() as tmp:
           "prefill 512 / 0.5 s against pp512")
     check(abs(row[512]["ours_decode_ms"] - 10) < 1e-9 and abs(row[512]["decode_ratio"] - 1.0) < 1e-9,
           "decode 10 ms/token against tg at depth 512")
+    check(abs(row[512]["ours_decode_host_wait_share"] - 0.25) < 1e-9 and "ours_decode_host_wait_share" not in row[2048],
+          "host wait share 0.02 of 0.08 s at 512, none reported at 2048")
     check(abs(row[2048]["ours_decode_ms_over_first"] - 2.5) < 1e-9 and abs(row[2048]["llama_decode_ms_over_first"] - 2.5) < 1e-9,
           "the step's growth with the context, both sides")
     check(row[4096]["llama_tg_tok_s"] is None and row[4096]["llama_pp_tok_s"] == 1500.0 and
@@ -139,6 +146,8 @@ with tempfile.TemporaryDirectory() as tmp:
     check("FAILED llama-bench tg (rc 136): llama-bench tg exited with 136 (killed by SIGFPE)" in r.stdout and
           "failed to create context" in r.stdout, "llama's failure, its signal and its tail")
     check("WARNING ours D=2048: 3 cache misses" in r.stdout, "decode misses flagged")
+    check("the host waiting for the GPU (share of decode; near 0: the host sets the step time): D=512: 25 %" in r.stdout,
+          "the host's wait share printed where reported")
     # llama.cpp not built: a failure that says why.
     os.makedirs(j("nb", "logs"))
     meta["llama"] = False

@@ -2,6 +2,7 @@
 // shape check (the CPU backend's) and one enqueue on the compute stream.
 #include "cuda_backend.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -159,7 +160,7 @@ Tensor CudaBackend::upload(uint32_t type, const void* host, int64_t width, int64
   // pinned memory it has not, and the caller may reuse its buffer at once.
   cudaPointerAttributes attr{};
   if (cudaPointerGetAttributes(&attr, host) == cudaSuccess && attr.type == cudaMemoryTypeHost) {
-    check_cuda(cudaStreamSynchronize(state_->stream), "cudaStreamSynchronize (upload)");
+    sync_stream("cudaStreamSynchronize (upload)");
   }
   cudaGetLastError();  // an unregistered pointer may leave an error there on old runtimes
   return t;
@@ -186,13 +187,20 @@ void CudaBackend::download(const Tensor& src, void* host) {
       check_cuda(cudaMemcpyAsync(bounce ? bounce_ : host, src.data, n, cudaMemcpyDeviceToHost, state_->stream),
                  "cudaMemcpyAsync (download)");
     }
-    check_cuda(cudaStreamSynchronize(state_->stream), "cudaStreamSynchronize (download)");
+    sync_stream("cudaStreamSynchronize (download)");
     if (bounce) std::memcpy(host, bounce_, n);
     staging_chunk_ = staging_used_ = 0;  // every staged upload has been copied
   }
   // After the scope: folding the step's events into the totals costs the host
   // about a microsecond an event, which inside the scope counted as download's.
   if (profile_) profile_->collect();
+}
+
+void CudaBackend::sync_stream(const char* what) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const cudaError_t e = cudaStreamSynchronize(state_->stream);
+  host_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  check_cuda(e, what);
 }
 
 void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
@@ -611,6 +619,11 @@ std::string cuda_vram_plan(Backend& be, uint64_t expert_cache_bytes) {
 CudaGraphCounts cuda_graph_counts(Backend& be) {
   auto* cb = dynamic_cast<CudaBackend*>(&be);
   return cb ? cb->graph_counts() : CudaGraphCounts{};
+}
+
+double cuda_host_wait_s(Backend& be) {
+  auto* cb = dynamic_cast<CudaBackend*>(&be);
+  return cb ? cb->host_wait_s() : 0.0;
 }
 
 void cuda_profile_section(Backend& be, const std::string& name) {

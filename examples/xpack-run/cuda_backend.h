@@ -85,6 +85,9 @@ class CudaBackend final : public Backend {
   // more than launching their kernels one by one (doc/xpack-run.md).
   void set_graphs(bool on) { graphs_ = on; }
   CudaGraphCounts graph_counts() const { return graph_counts_; }
+  // Seconds the host has waited for the GPU in download() and upload()
+  // (cudaStreamSynchronize), from the start.
+  double host_wait_s() const { return host_wait_s_; }
 
   // --profile-ops (cuda_op_profile.h): from now on every operation is timed.
   void enable_profile();
@@ -122,6 +125,9 @@ class CudaBackend final : public Backend {
   static constexpr size_t kMaxBounceBytes = size_t(64) << 20;
   void* bounce_ = nullptr;
   size_t bounce_bytes_ = 0;
+  double host_wait_s_ = 0;  // host_wait_s()
+  // cudaStreamSynchronize on the compute stream, its time added to host_wait_s_.
+  void sync_stream(const char* what);
 
   // CUDA graphs: the capture in progress, and one executable per (place in
   // the step, node count) seen, updated in place by later steps.

@@ -11,6 +11,7 @@ std::unique_ptr<Backend> make_cuda_backend(bool) {
 
 std::string cuda_vram_plan(Backend&, uint64_t) { return ""; }
 CudaGraphCounts cuda_graph_counts(Backend&) { return {}; }
+double cuda_host_wait_s(Backend&) { return 0.0; }
 void cuda_profile_section(Backend&, const std::string&) {}
 std::string cuda_profile_report(Backend&) { return ""; }
 

@@ -30,6 +30,13 @@ struct CudaGraphCounts {
 };
 CudaGraphCounts cuda_graph_counts(Backend& be);
 
+// Seconds the host has spent waiting for a CUDA backend's GPU (its downloads:
+// a step's router ids and logits), from the backend's start; 0 without one.
+// Over a decode, the rest of the time is the host's own (building and
+// enqueueing the step), so a small share means the host, not the GPU, sets
+// the step time.
+double cuda_host_wait_s(Backend& be);
+
 // --profile-ops (cuda_op_profile.h) on a CUDA backend: cuda_profile_section
 // starts timing (or a new section of the table: "prefill", "decode"),
 // cuda_profile_report is the table. Without a CUDA backend: no-op and "".

@@ -303,6 +303,7 @@ int run(const CliOptions& o) {
   const LogitRows prompt_rows = o.logits_out.empty() ? LogitRows::last : LogitRows::all;
   std::vector<float> logits((prompt_rows == LogitRows::all ? prompt.size() : 1) * size_t(n_vocab));
   if (o.profile_ops) cuda_profile_section(backend, "prefill");
+  const double wait_at_prefill = cuda_host_wait_s(backend);
   auto t_prefill = std::chrono::steady_clock::now();
   model->eval(prompt.data(), static_cast<int>(prompt.size()), 0, logits.data(), prompt_rows);
   const double prefill_s = seconds_since(t_prefill);
@@ -322,6 +323,7 @@ int run(const CliOptions& o) {
   const bool stream_text = !o.json && codec;
   std::vector<float> row(logits.end() - n_vocab, logits.end());
   if (o.profile_ops) cuda_profile_section(backend, "decode");
+  const double wait_at_decode = cuda_host_wait_s(backend);
   auto t_decode = std::chrono::steady_clock::now();
   int n_decoded = 0;
   for (int i = 0; i < n_predict; ++i) {
@@ -350,6 +352,7 @@ int run(const CliOptions& o) {
     ++n_decoded;
   }
   const double decode_s = seconds_since(t_decode);
+  const double wait_at_end = cuda_host_wait_s(backend);
   if (codec) {
     const std::string tail = stops.flush();
     text += tail;
@@ -391,6 +394,7 @@ int run(const CliOptions& o) {
   if (cuda) {
     const CudaGraphCounts g = cuda_graph_counts(backend);
     j["cuda_graphs"] = {{"launches", g.launches}, {"updates", g.updates}, {"instantiations", g.instantiations}};
+    j["cuda_host_wait"] = {{"prefill_s", wait_at_decode - wait_at_prefill}, {"decode_s", wait_at_end - wait_at_decode}};
   }
   // Byte tokens make the generated text ill-formed UTF-8 (a character split across
   // tokens, or a model emitting raw bytes). error_handler_t::replace writes each

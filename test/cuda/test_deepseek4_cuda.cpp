@@ -184,6 +184,16 @@ TEST_CASE("deepseek4 on CUDA: decode replayed as CUDA graphs = launched kernel b
       CHECK(j[r]["cuda_graphs"]["updates"].get<int64_t>() > j[r]["cuda_graphs"]["instantiations"].get<int64_t>());
     }
     for (int r : {1, 3}) CHECK(j[r]["cuda_graphs"]["launches"].get<int64_t>() == 0);
+    // The host's wait for the GPU: within each phase's own time (the run's router
+    // ids and logits are downloaded every step, so a decode waits at least once).
+    for (int r = 0; r < 4; ++r) {
+      INFO(names[r] << ": " << j[r]["cuda_host_wait"].dump());
+      const double wp = j[r]["cuda_host_wait"]["prefill_s"].get<double>(), wd = j[r]["cuda_host_wait"]["decode_s"].get<double>();
+      CHECK(wp >= 0.0);
+      CHECK(wp <= j[r]["prefill_s"].get<double>());
+      CHECK(wd > 0.0);
+      CHECK(wd <= j[r]["decode_s"].get<double>());
+    }
     MESSAGE(model << ": graphs " << j[0]["cuda_graphs"].dump() << " streamed, " << j[2]["cuda_graphs"].dump()
                   << " resident; logits identical");
   }
