@@ -198,9 +198,10 @@ class Llama final : public Model {
   void attention(LlamaBlock& b, const Tensor& cur, int pos0, const Tensor& out) {
     const int64_t n = cur.rows(), q_w = p_.n_head * p_.head_dim, kv_w = p_.n_head_kv * p_.head_dim;
     const Tensor q = be_.alloc(kF32, q_w, n), k = be_.alloc(kF32, kv_w, n), v = be_.alloc(kF32, kv_w, n);
-    project(b.wq, b.bq, cur, q);
-    project(b.wk, b.bk, cur, k);
-    project(b.wv, b.bv, cur, v);
+    be_.shared_input_matmul(cur, {{&b.wq, &q}, {&b.wk, &k}, {&b.wv, &v}});
+    if (b.bq) be_.add(q, *b.bq, q);
+    if (b.bk) be_.add(k, *b.bk, k);
+    if (b.bv) be_.add(v, *b.bv, v);
     be_.rope(q, rope_, pos0);
     be_.rope(k, rope_, pos0);
     const int64_t n_kv = pos0 + n;
