@@ -377,6 +377,9 @@ void CudaBackend::shared_input_matmul(const Tensor& x, const std::vector<Product
   const OpProfile::Scope timed(profile_.get(), "shared_input_matmul",
                                profile_ ? shape_key(*products.front().w, n) + " x" + std::to_string(products.size())
                                         : std::string());
+  for (const Product& p : products)  // all before any launch: a refusal leaves every y as it was
+    check_shape(is_f32(*p.y) && x.width() == p.w->width() && p.y->width() == p.w->rows() && p.y->rows() == n,
+                "shared_input_matmul shapes disagree");
   // One call per weight type, in the order each type first appears.
   std::vector<bool> done(products.size(), false);
   std::vector<xk::SharedInputProduct> ps;
@@ -387,8 +390,6 @@ void CudaBackend::shared_input_matmul(const Tensor& x, const std::vector<Product
     for (size_t j = i; j < products.size(); ++j) {
       const Tensor &w = *products[j].w, &y = *products[j].y;
       if (done[j] || w.type != type) continue;
-      check_shape(is_f32(y) && x.width() == w.width() && y.width() == w.rows() && y.rows() == n,
-                  "shared_input_matmul shapes disagree");
       if (ps.size() == size_t(xk::kMaxSharedInputProducts)) break;  // the rest: a later call
       done[j] = true;
       if (w.rows() > 0) ps.push_back({w.data, w.rows(), y.f32()});
