@@ -9,6 +9,11 @@ void gated_ffn(Backend& be, const GatedMatrices& m, const GateActivation& act, c
   const Tensor g = be.empty(XPACK_TYPE_F32, d_ff, n);
   const Tensor u = be.empty(XPACK_TYPE_F32, d_ff, n);
   be.shared_input_matmul(x, {{&m.gate, &g}, {&m.up, &u}});
+  gated_ffn_down(be, m, act, g, u, y);
+}
+
+void gated_ffn_down(Backend& be, const GatedMatrices& m, const GateActivation& act, const Tensor& g, const Tensor& u,
+                    const Tensor& y) {
   act(g, u);
   be.matmul(m.down, g, y);
 }

@@ -22,6 +22,12 @@ using GateActivation = std::function<void(const Tensor& g, const Tensor& u)>;
 // y [n][d_out] from x [n][d_in].
 void gated_ffn(Backend& be, const GatedMatrices& m, const GateActivation& act, const Tensor& x, const Tensor& y);
 
+// Its second half, for a caller that made g = gate · x and u = up · x together
+// with other products of x (Backend::shared_input_matmul): y = down · act(g, u);
+// g is overwritten.
+void gated_ffn_down(Backend& be, const GatedMatrices& m, const GateActivation& act, const Tensor& g, const Tensor& u,
+                    const Tensor& y);
+
 // An expert's matrices, checked against d_in x d_ff -> d_out; `who` names the
 // expert in the ModelError thrown when a role is missing or misshapen.
 GatedMatrices expert_matrices(const ExpertWeights& w, int64_t d_in, int64_t d_ff, int64_t d_out, const std::string& who);

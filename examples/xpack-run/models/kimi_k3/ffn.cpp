@@ -15,6 +15,7 @@
 // runs over all of its tokens as one matrix product; the weighted results are
 // added back per token in top-k order.
 #include <algorithm>
+#include <vector>
 
 #include "kimi_k3.h"
 #include "xpack/xpack.h"
@@ -121,10 +122,26 @@ void LatentMoe::forward(const Tensor& x, const Tensor& out, const NextGuess& nex
   // Right behind this layer's router, ahead of its ids' download (next_layer_guess.h).
   if (guess) next.guesser->enqueue(be_, next, r);
 
-  Tensor z = x;
+  // The routed experts' input in the latent width and the shared experts'
+  // gate and up: products of x, in one call. The shared experts' output is
+  // then computed ahead of the routed ones' and added after them, as before.
+  Tensor z = x, sg, su, sh;
+  std::vector<Backend::Product> from_x;
   if (hp_.has_latent) {
     z = be_.empty(kF32, L, n);
-    be_.matmul(routed_down_, x, z);
+    from_x.push_back({&routed_down_, &z});
+  }
+  if (has_shared_) {
+    sg = be_.empty(kF32, shared_.gate.rows(), n);
+    su = be_.empty(kF32, shared_.up.rows(), n);
+    from_x.push_back({&shared_.gate, &sg});
+    from_x.push_back({&shared_.up, &su});
+  }
+  be_.shared_input_matmul(x, from_x);
+  if (has_shared_) {
+    sh = be_.empty(kF32, hp_.n_embd, n);
+    gated_ffn_down(be_, shared_, situ_, sg, su, sh);
+    sg = su = Tensor{};
   }
   // The routed experts in the latent width, summed per token in top-k order.
   const Tensor y = be_.empty(kF32, L, n);  // every token's picks summed into it
@@ -142,11 +159,7 @@ void LatentMoe::forward(const Tensor& x, const Tensor& out, const NextGuess& nex
   else
     be_.copy(y, out);
 
-  if (has_shared_) {
-    const Tensor sh = be_.empty(kF32, hp_.n_embd, n);
-    gated_ffn(be_, shared_, situ_, x, sh);
-    be_.add(out, sh, out);
-  }
+  if (has_shared_) be_.add(out, sh, out);
 }
 
 }  // namespace xrun::kimi_k3
