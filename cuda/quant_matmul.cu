@@ -1,9 +1,10 @@
 // Prefill: the tensor-core path of quant_mma.h for the types it takes, otherwise
 // tiles of W dequantized exactly (fp32, or bf16 as an explicit option) into a
-// workspace and multiplied by cuBLAS.
+// workspace and multiplied by cuBLAS; float_gemm, cuBLAS over activations.
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <climits>
 #include <new>
 
 #include "quant_blocks.cuh"
@@ -333,6 +334,24 @@ int shared_input_matmul(Context* ctx, uint32_t type, int64_t ne0, const SharedIn
   if (n_batch == 1) return matmul(ctx, type, batch[0].w, ne0, batch[0].ne1, x, n_tokens, batch[0].y, opts, stream);
   if (n_batch > 1) return dev::shared_input_matvec(type, ne0, batch, n_batch, x, n_tokens, stream);
   return kOk;
+}
+
+int float_gemm(Context* ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const float* a, int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b,
+               float beta, float* c, int64_t ldc, int64_t stride_c, int batch, cudaStream_t stream) {
+  if (!ctx || !a || !b || !c) return kErrArgument;
+  if (m < 0 || n < 0 || k <= 0 || batch < 0 || stride_a < 0 || stride_b < 0 || stride_c < 0) return kErrArgument;
+  if (m == 0 || n == 0 || batch == 0) return kOk;
+  const auto fits = [](int64_t v) { return v <= INT_MAX; };
+  if (!fits(m) || !fits(n) || !fits(k) || !fits(lda) || !fits(ldb) || !fits(ldc)) return kErrArgument;
+  if (lda < (trans_a ? m : k) || ldb < (trans_b ? k : n) || ldc < n) return kErrArgument;
+  if (cublasSetStream(ctx->blas, stream) != CUBLAS_STATUS_SUCCESS) return kErrCublas;
+  // cuBLAS is column-major: a row-major X is its column-major X^T, so the
+  // product is computed as C^T = op(B)^T op(A)^T, the operands swapped.
+  const cublasStatus_t bs = cublasSgemmStridedBatched(
+      ctx->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, int(n), int(m), int(k),
+      &alpha, b, int(ldb), stride_b, a, int(lda), stride_a, &beta, c, int(ldc), stride_c, batch);
+  return bs == CUBLAS_STATUS_SUCCESS ? kOk : kErrCublas;
 }
 
 }  // namespace xpack::kernels

@@ -230,6 +230,23 @@ int grouped_matmul(Context* ctx, uint32_t type, int64_t ne0, int64_t ne1,
 int shared_input_matmul(Context* ctx, uint32_t type, int64_t ne0, const SharedInputProduct* products,
                         int n, const float* x, int n_tokens, const MatmulOptions* opts, cudaStream_t stream);
 
+// Products of fp32 activations with each other (attention's scores and mixes),
+// which no weight type describes: ROW-MAJOR strided-batched SGEMM on the
+// context's cuBLAS handle (its default math mode: plain fp32, no TF32),
+//   C_b = alpha * op(A_b) * op(B_b) + beta * C_b  for b < batch,
+// with A_b = a + b * stride_a (likewise B_b, C_b), op(X) = X^T where trans_x;
+// op(A_b) is m x k, op(B_b) k x n, C_b m x n. Each matrix is stored row after
+// row, its leading dimension the elements from one row to the next: lda >= k
+// (>= m with trans_a), ldb >= n (>= k with trans_b), ldc >= n. With beta == 0,
+// C is not read (it may hold anything). Strides may be 0 (one matrix for every
+// batch); the batches' C must not overlap. m, n or batch == 0: nothing to do.
+// kErrArgument: a null pointer, a negative size or stride, k == 0, a size or
+// leading dimension over INT_MAX, a leading dimension under its row's width.
+// Thread safety: as matmul().
+int float_gemm(Context* ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const float* a, int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b,
+               float beta, float* c, int64_t ldc, int64_t stride_c, int batch, cudaStream_t stream);
+
 // ---- the pieces of a routed-experts dispatcher --------------------------------
 
 // dst[r] = src[rows[r]] for r < n_rows (rows of ne0 floats); rows is a DEVICE array.

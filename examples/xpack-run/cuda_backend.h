@@ -94,6 +94,10 @@ class CudaBackend final : public Backend {
   // nullptr unless enabled; the model's own CUDA operations time themselves with it.
   OpProfile* profile() { return profile_.get(); }
 
+  // The kernels' context, for model operations that run cuBLAS products
+  // (kernels::float_gemm) on the compute stream.
+  xpack::kernels::Context* kernels_context() { return ctx_; }
+
  private:
   // Outlives the backend while tensors do: their deleters free on its stream.
   struct State {

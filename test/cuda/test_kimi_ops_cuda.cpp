@@ -5,10 +5,12 @@
 // short convolutions continuing their state across calls (also with fewer
 // tokens than taps), the delta rule at the model's head_dim (its state over
 // 48 KiB of shared memory) carried across calls, the chunked delta rule against
-// the recurrent step (and a timing of both at Kimi-K3's dims), MLA with a
-// position offset, more keys than a block has threads and no rope part, and the
-// CUDA kernels' limits refused with a message. Without a CUDA device every case
-// is skipped (exit 77).
+// the recurrent step (and a timing of both at Kimi-K3's dims), MLA on both of
+// its paths (the one-kernel path under 16 query tokens, the batched prefill of
+// cuBLAS products from 16 on, over two chunks of tokens and past the kernel's
+// key limit) with a position offset, more keys than a block has threads and no
+// rope part, and the CUDA kernels' limits refused with a message. Without a
+// CUDA device every case is skipped (exit 77).
 #include <doctest/doctest.h>
 
 #include <cuda_runtime_api.h>
@@ -422,16 +424,24 @@ TEST_CASE("kimi ops on CUDA: time of the chunked delta rule and the recurrent st
   }
 }
 
-TEST_CASE("kimi ops on CUDA: absorbed MLA attention equals the CPU (offsets, many keys, no rope part)") {
+TEST_CASE("kimi ops on CUDA: absorbed MLA attention, by the kernel and by the batched prefill, equals the CPU "
+          "(offsets, many keys, no rope part)") {
   if (!xpack::test::gpu::available()) return;
   Fixture f;
   struct Shape {
     int64_t H, nope, rope, kv, hv, pos0, n;
   } shapes[] = {
+      // under 16 query tokens: the one-kernel path
       {4, 32, 16, 64, 32, 0, 7},     // the oracle models' MLA, a prefill from position 0
       {4, 32, 16, 64, 32, 7, 1},     // then one decode step
       {2, 128, 64, 512, 128, 290, 3},  // Kimi-K3's widths, more keys than threads per block
       {3, 24, 0, 40, 16, 5, 2},      // nope-only (no rope-part key)
+      // 16 or more: the batched prefill (cuBLAS products around the causal softmax)
+      {4, 32, 16, 64, 32, 0, 40},       // from position 0
+      {2, 128, 64, 512, 128, 290, 300},  // Kimi-K3's widths at an offset, two chunks (256 + 44 tokens)
+      {3, 24, 0, 40, 16, 5, 20},        // no rope part
+      // more positions than the kernel's shared memory holds: the batched path has no such limit
+      {2, 32, 16, 64, 32, xpack::rt::kimi::mla_max_keys(64), 16},
   };
   uint32_t seed = 100;
   for (const Shape& s : shapes) {

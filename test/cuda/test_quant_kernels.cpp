@@ -1,7 +1,8 @@
 // The CUDA compute kernels (cuda/quant_matmul.h) against the CPU: every weight
 // type on random blocks (random quant bytes, sane random fp16 scales), the CPU
 // reference being xpack-run's exact decoder (dequant.cpp) followed by a dot
-// product in double. Without a CUDA device the program exits 77 (SKIP).
+// product in double; float_gemm (products of two fp32 activations) against a
+// host loop. Without a CUDA device the program exits 77 (SKIP).
 //
 // Tolerance (fp32 paths): |y - ref| <= 1e-5 * sum_i |w_i * x_i| per output, the
 // sum of magnitudes being the scale of the rounding errors of an fp32 dot product.
@@ -747,6 +748,64 @@ TEST_CASE("shared_input_matmul equals matmul of each product alone, bit for bit"
   xk::context_destroy(ctx);
 }
 
+// float_gemm against a host loop in double: every transpose combination, rows
+// padded past their width, two batches with a gap between them, beta 0 (C is
+// NaN before: not read) and beta 0.5 (added to C); nothing outside each C_b's
+// m x n elements is written.
+TEST_CASE("float_gemm: row-major strided batches equal a host loop") {
+  std::mt19937 rng(21);
+  Stream st;
+  xk::Context* ctx = nullptr;
+  REQUIRE(xk::context_create(&ctx, 0) == xk::kOk);
+  const int64_t m = 5, n = 3, k = 7;
+  const int batch = 2;
+  const float alpha = 1.5f;
+  for (const bool ta : {false, true})
+    for (const bool tb : {false, true})
+      for (const float beta : {0.0f, 0.5f}) {
+        CAPTURE(ta);
+        CAPTURE(tb);
+        CAPTURE(beta);
+        // as stored: A is k x m with trans_a (else m x k), B n x k with trans_b (else k x n)
+        const int64_t lda = (ta ? m : k) + 2, ldb = (tb ? k : n) + 3, ldc = n + 1;
+        const int64_t sa = (ta ? k : m) * lda + 5, sb = (tb ? n : k) * ldb + 1, sc = m * ldc + 2;
+        const auto A = random_x(size_t(sa * batch), rng), B = random_x(size_t(sb * batch), rng);
+        auto C0 = random_x(size_t(sc * batch), rng);
+        if (beta == 0.0f) std::memset(C0.data(), 0xFF, C0.size() * 4);
+        DevBuf da(A.size() * 4), db(B.size() * 4), dc(C0.size() * 4);
+        da.put(A.data(), A.size() * 4);
+        db.put(B.data(), B.size() * 4);
+        dc.put(C0.data(), C0.size() * 4);
+        REQUIRE(xk::float_gemm(ctx, ta, tb, m, n, k, alpha, da.as<float>(), lda, sa, db.as<float>(), ldb, sb, beta,
+                               dc.as<float>(), ldc, sc, batch, st.s) == xk::kOk);
+        st.sync();
+        const auto C = fetch(dc, C0.size());
+        int bad = 0, touched = 0;
+        for (int b = 0; b < batch; ++b)
+          for (int64_t e = 0; e < sc; ++e) {
+            const int64_t i = e / ldc, j = e % ldc;
+            const size_t at = size_t(b * sc + e);
+            if (i >= m || j >= n) {
+              touched += std::memcmp(&C[at], &C0[at], 4) != 0;
+              continue;
+            }
+            double sum = 0, mag = 0;
+            for (int64_t l = 0; l < k; ++l) {
+              const double av = A[size_t(b * sa + (ta ? l * lda + i : i * lda + l))];
+              const double bv = B[size_t(b * sb + (tb ? j * ldb + l : l * ldb + j))];
+              sum += av * bv;
+              mag += std::fabs(av * bv);
+            }
+            const double c0 = beta == 0.0f ? 0.0 : double(C0[at]);
+            const double want = alpha * sum + beta * c0;
+            bad += !(std::fabs(double(C[at]) - want) <= kTolFp32 * (alpha * mag + std::fabs(beta * c0)));
+          }
+        CHECK(bad == 0);
+        CHECK(touched == 0);
+      }
+  xk::context_destroy(ctx);
+}
+
 TEST_CASE("bad input is refused and writes nothing") {
   Stream st;
   DevBuf dw(1 << 20), dx(1 << 20), dy(1 << 16);
@@ -821,6 +880,30 @@ TEST_CASE("bad input is refused and writes nothing") {
   bad[1].w = dw.as<uint8_t>() + 2;
   CHECK(xk::shared_input_matmul(ctx, xk::kQ8_0, 64, bad, 2, x, 1, nullptr, st.s) == xk::kErrAlignment);
   CHECK(xk::shared_input_matmul(ctx, xk::kQ8_0, 64, ok, 2, x + 1, 1, nullptr, st.s) == xk::kErrAlignment);
+  // float_gemm (here y = x * x^T, 4 x 4 of width 8, with trans_b): pointers,
+  // sizes, strides, leading dimensions; an empty product does nothing.
+  const auto fgemm = [&](xk::Context* c, const float* a, const float* b, float* out, int64_t m, int64_t n, int64_t k,
+                         int64_t lda, int64_t ldb, int64_t ldc, int64_t stride, int batch) {
+    return xk::float_gemm(c, false, true, m, n, k, 1.0f, a, lda, stride, b, ldb, stride, 0.0f, out, ldc, stride,
+                          batch, st.s);
+  };
+  CHECK(fgemm(nullptr, x, x, y, 4, 4, 8, 8, 8, 4, 0, 1) == xk::kErrArgument);
+  CHECK(fgemm(ctx, nullptr, x, y, 4, 4, 8, 8, 8, 4, 0, 1) == xk::kErrArgument);
+  CHECK(fgemm(ctx, x, nullptr, y, 4, 4, 8, 8, 8, 4, 0, 1) == xk::kErrArgument);
+  CHECK(fgemm(ctx, x, x, nullptr, 4, 4, 8, 8, 8, 4, 0, 1) == xk::kErrArgument);
+  CHECK(fgemm(ctx, x, x, y, -1, 4, 8, 8, 8, 4, 0, 1) == xk::kErrArgument);
+  CHECK(fgemm(ctx, x, x, y, 4, -1, 8, 8, 8, 4, 0, 1) == xk::kErrArgument);
+  CHECK(fgemm(ctx, x, x, y, 4, 4, 0, 8, 8, 4, 0, 1) == xk::kErrArgument);
+  CHECK(fgemm(ctx, x, x, y, 4, 4, -8, 8, 8, 4, 0, 1) == xk::kErrArgument);
+  CHECK(fgemm(ctx, x, x, y, 4, 4, 8, 8, 8, 4, 0, -1) == xk::kErrArgument);
+  CHECK(fgemm(ctx, x, x, y, 4, 4, 8, 8, 8, 4, -16, 2) == xk::kErrArgument);
+  CHECK(fgemm(ctx, x, x, y, 4, 4, 8, 7, 8, 4, 0, 1) == xk::kErrArgument);   // lda < k
+  CHECK(fgemm(ctx, x, x, y, 4, 4, 8, 8, 7, 4, 0, 1) == xk::kErrArgument);   // ldb < k (trans_b)
+  CHECK(fgemm(ctx, x, x, y, 4, 4, 8, 8, 8, 3, 0, 1) == xk::kErrArgument);   // ldc < n
+  CHECK(fgemm(ctx, x, x, y, 4, 4, 8, int64_t(1) << 31, 8, 4, 0, 1) == xk::kErrArgument);  // over int
+  CHECK(fgemm(ctx, x, x, y, int64_t(1) << 31, 4, 8, 8, 8, 4, 0, 1) == xk::kErrArgument);
+  CHECK(fgemm(ctx, x, x, y, 0, 4, 8, 8, 8, 4, 0, 1) == xk::kOk);
+  CHECK(fgemm(ctx, x, x, y, 4, 4, 8, 8, 8, 4, 0, 0) == xk::kOk);
   xk::context_destroy(ctx);
   CHECK(xk::situ_mul(x, x, 4, 0.0f, 1.0f, y, st.s) == xk::kErrArgument);
   CHECK(xk::gather_rows(nullptr, 4, nullptr, 1, y, st.s) == xk::kErrArgument);

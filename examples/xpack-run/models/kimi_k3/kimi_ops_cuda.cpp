@@ -1,10 +1,12 @@
 // kimi-k3's own operations on the CUDA backend: the CPU versions' shape checks
 // (kimi_ops.h), then kernel launches of cuda/kimi_kernels.h (situ: the MoE
-// dispatcher's situ_mul) on the backend's compute stream. Nothing here waits
-// for the device or reads device memory on the host: the KDA state and the MLA
-// cache stay on the GPU.
+// dispatcher's situ_mul; MLA over a prompt: cuBLAS products through
+// kernels::float_gemm around one softmax kernel) on the backend's compute
+// stream. Nothing here waits for the device or reads device memory on the host:
+// the KDA state and the MLA cache stay on the GPU.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -31,7 +33,22 @@ void check_cuda(cudaError_t e, const char* what) {
   }
 }
 
+void check_kernels(int st, const char* what) {
+  if (st != xpack::kernels::kOk)
+    throw ModelError(std::string("CUDA: kimi-k3 ") + what + ": " + xpack::kernels::status_name(st));
+}
+
 bool is_f32(const Tensor& t) { return t.type == XPACK_TYPE_F32; }
+
+// MLA takes its batched path (cuBLAS products, mla_batched) from this many query
+// tokens on: at decode sizes the one-kernel path is one launch against six.
+constexpr int64_t kMlaBatchTokens = 16;
+// The batched path's scores per chunk of query tokens: 64 Mi floats (256 MiB).
+constexpr int64_t kScoreBudgetFloats = int64_t(64) << 20;
+// A chunk's tokens all score its last token's keys (the later ones zeroed by the
+// softmax): over an n-token prompt that is n * chunk / 2 wasted scores per head
+// against the n^2 / 2 needed, kept small by this cap.
+constexpr int64_t kMlaMaxChunkTokens = 256;
 
 class CudaKimiOps final : public KimiOps {
  public:
@@ -42,8 +59,7 @@ class CudaKimiOps final : public KimiOps {
     check(is_f32(g) && is_f32(u) && g.numel() == u.numel(), "situ shapes disagree");
     check(beta > 0.0f, "situ: beta must be positive");
     const int st = xpack::kernels::situ_mul(g.f32(), u.f32(), g.numel(), beta, linear_beta, g.f32(), cs());
-    if (st != xpack::kernels::kOk)
-      throw ModelError(std::string("CUDA: kimi-k3 situ: ") + xpack::kernels::status_name(st));
+    check_kernels(st, "situ");
   }
 
   void res_mix(const Tensor& cur, const std::vector<Tensor>& ckpts, const Tensor& score_w, float eps,
@@ -135,6 +151,10 @@ class CudaKimiOps final : public KimiOps {
               latent.rows() == rope_key.rows() && latent.rows() >= pos0 + n && o.rows() == n && is_f32(q) &&
               is_f32(latent) && is_f32(rope_key) && is_f32(k_b) && is_f32(v_b) && is_f32(o),
           "mla_attention shapes disagree");
+    if (n >= kMlaBatchTokens) {
+      mla_batched(q, latent, rope_key, k_b, v_b, H, pos0, scale, o);
+      return;
+    }
     const int64_t max_keys = k::mla_max_keys(kv);
     check(pos0 + n <= max_keys, "mla_attention: " + std::to_string(pos0 + n) + " positions are over the CUDA kernel's " +
                                     std::to_string(max_keys) + " (the scores must fit in shared memory)");
@@ -158,6 +178,54 @@ class CudaKimiOps final : public KimiOps {
 
  private:
   cudaStream_t cs() { return static_cast<cudaStream_t>(be_.stream()); }
+
+  // mla_attention over a prompt, per chunk of m query tokens [t0, t0 + m) whose
+  // K = pos0 + t0 + m keys are those its last token sees: each head's absorbed
+  // queries QA [m][H][kv], the scores S [m * H][K] of every (token, head) in one
+  // product (its latent part, then its rope part added), their causal softmax,
+  // the latent mix LT [m * H][kv] = S latent, each head's value expansion into o.
+  // No key limit: the scores live in global memory, a chunk's in at most
+  // kScoreBudgetFloats (more only where one token's H rows alone are more).
+  void mla_batched(const Tensor& q, const Tensor& latent, const Tensor& rope_key, const Tensor& k_b,
+                   const Tensor& v_b, int64_t H, int64_t pos0, float scale, const Tensor& o) {
+    namespace xk = xpack::kernels;
+    const int64_t n = q.rows(), kv = latent.width(), rope = rope_key.width(), nope = k_b.width();
+    const int64_t hk = nope + rope, hv = o.width() / H, max_keys = pos0 + n;
+    const int64_t chunk = std::clamp<int64_t>(kScoreBudgetFloats / (H * max_keys), 1, kMlaMaxChunkTokens);
+    const int64_t m_max = std::min(chunk, n);
+    // one set for every chunk, freed in stream order after the last product
+    const Tensor qa = be_.empty(XPACK_TYPE_F32, kv, m_max * H);
+    const Tensor sc = be_.empty(XPACK_TYPE_F32, max_keys, m_max * H);  // a chunk's [m * H][K]
+    const Tensor lt = be_.empty(XPACK_TYPE_F32, kv, m_max * H);
+    xk::Context* ctx = be_.kernels_context();
+    const cudaStream_t s = cs();
+    for (int64_t t0 = 0; t0 < n; t0 += chunk) {
+      const int64_t m = std::min(chunk, n - t0), K = pos0 + t0 + m, rows = m * H;
+      const float* qc = q.f32() + t0 * H * hk;  // row t * H + h: token t0 + t, head h
+      // per head h: QA[t][h] = k_b(h) q_nope[t][h], the head's rows H * hk apart in q, H * kv in QA
+      if (nope > 0)
+        check_kernels(xk::float_gemm(ctx, false, true, m, kv, nope, 1.0f, qc, H * hk, hk, k_b.f32(), nope, kv * nope,
+                                     0.0f, qa.f32(), H * kv, kv, int(H), s),
+                      "mla_attention absorbed query");
+      else  // no nope part: the CPU's empty sums
+        check_cuda(cudaMemsetAsync(qa.f32(), 0, size_t(rows * kv) * sizeof(float), s), "mla_attention absorbed query");
+      check_kernels(xk::float_gemm(ctx, false, true, rows, K, kv, scale, qa.f32(), kv, 0, latent.f32(), kv, 0, 0.0f,
+                                   sc.f32(), K, 0, 1, s),
+                    "mla_attention scores");
+      if (rope > 0)
+        check_kernels(xk::float_gemm(ctx, false, true, rows, K, rope, scale, qc + nope, hk, 0, rope_key.f32(), rope, 0,
+                                     1.0f, sc.f32(), K, 0, 1, s),
+                      "mla_attention rope scores");
+      check_cuda(k::mla_causal_softmax(sc.f32(), rows, K, H, pos0 + t0 + 1, s), "mla_attention softmax");
+      check_kernels(xk::float_gemm(ctx, false, false, rows, kv, K, 1.0f, sc.f32(), K, 0, latent.f32(), kv, 0, 0.0f,
+                                   lt.f32(), kv, 0, 1, s),
+                    "mla_attention latent mix");
+      // per head h: o[t][h] = v_b(h) LT[t][h]
+      check_kernels(xk::float_gemm(ctx, false, true, m, hv, kv, 1.0f, lt.f32(), H * kv, kv, v_b.f32(), kv, hv * kv,
+                                   0.0f, o.f32() + t0 * H * hv, H * hv, hv, int(H), s),
+                    "mla_attention value expansion");
+    }
+  }
 
   CudaBackend& be_;
 };
