@@ -20,6 +20,10 @@ constexpr int kAttnDims = 256;
 constexpr int64_t kRedBytes = int64_t(kAttnWarps) * kAttnDims * sizeof(float);
 // Dynamic shared memory without the opt-in, less the attention's static reduction buffer.
 constexpr int64_t kSmemBytes = 48 * 1024 - kRedBytes - 1024;
+// Attention of fewer (token, head) jobs than this splits each query's keys: an
+// H200 (132 SMs) holds four 512-thread blocks per SM at once.
+constexpr int64_t kSplitBelowJobs = 4 * 132;
+constexpr int64_t kMaxSplits = 16;
 
 unsigned grid_for(int64_t n) {
   return unsigned(std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, 132 * 16)));
@@ -193,45 +197,64 @@ __global__ void compress_pool_kernel(const float* kv, const float* score, int64_
 
 // ---- attention --------------------------------------------------------------
 
-// One block per (token, head). Keys: the raw window, then the chosen (or all
-// visible) blocks; each score is one warp's dot (lanes over the head dims, so a
-// key's row is read in coalesced runs; a thread-per-key dot read 512 scattered
-// floats per thread and was most of a long prompt's attention); the softmax
-// takes the sink logit into its max and denominator. The weighted sum of the
-// values is spread the same way: warp w sums keys w, w + warps, ... (lanes over
-// the dims), then the warps' partial sums are added in warp order. One thread
-// per output dim summing every key in turn was 180-330 us per decode step's
-// layer (H200, --profile-ops).
-__global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttentionArgs a, float* scratch, int64_t max_keys) {
-  extern __shared__ float smem[];
+// Query t's chosen blocks, -1 dropped and the order kept, listed by warp 0 into
+// `listed` with one ballot per 32 entries (thread 0 alone, one entry after
+// another, took most of a decode step's attention on the indexer's layers);
+// every thread of the block gets the count.
+__device__ int list_chosen(const AttentionArgs& a, int64_t t, int* listed) {
   __shared__ int n_listed;
+  const int lane = threadIdx.x & 31;
+  if (threadIdx.x < 32) {
+    int m = 0;
+    for (int64_t j0 = 0; j0 < a.n_chosen; j0 += 32) {
+      const int64_t j = j0 + lane;
+      const int32_t b = j < a.n_chosen ? a.chosen[t * a.n_chosen + j] : -1;
+      const unsigned keep = __ballot_sync(0xFFFFFFFFu, b >= 0);
+      if (b >= 0) listed[m + __popc(keep & ((1u << lane) - 1u))] = b;
+      m += __popc(keep);
+    }
+    if (lane == 0) n_listed = m;
+  }
+  __syncthreads();
+  return n_listed;
+}
+
+// Block (job, split) with job = token * n_head + head. Keys: the raw window,
+// then the chosen (or all visible) blocks; each score is one warp's dot (lanes
+// over the head dims, so a key's row is read in coalesced runs; a thread-per-key
+// dot read 512 scattered floats per thread and was most of a long prompt's
+// attention). The weighted sum of the values is spread the same way: warp w
+// sums keys w, w + warps, ... (lanes over the dims), then the warps' partial
+// sums are added in warp order. One thread per output dim summing every key in
+// turn was 180-330 us per decode step's layer (H200, --profile-ops).
+//
+// With one split the block owns all of its query's keys: the softmax takes the
+// sink logit into its max and denominator and the output is final. With more
+// (a decode step has one block per head, too few for 132 SMs), split s takes
+// an equal share of the keys and leaves its max, its sum of exponentials and
+// its unnormalised values in `part` for attention_combine_kernel.
+__global__ void __launch_bounds__(kAttnThreads)
+    attention_kernel(AttentionArgs a, float* scratch, int64_t max_keys, float* part) {
+  extern __shared__ float smem[];
   __shared__ float red[kAttnWarps][kAttnDims];
   const int64_t job = blockIdx.x, t = job / a.n_head, h = job % a.n_head, hd = a.head_dim;
+  const int n_split = int(gridDim.y), split = int(blockIdx.y);
   const int64_t pos = a.pos0 + t;
   const int64_t raw_lo = max(a.raw_first, pos - a.window + 1), n_raw = pos - raw_lo + 1;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int* listed = reinterpret_cast<int*>(smem);  // the chosen blocks, -1 dropped, in order
   float* score = scratch ? scratch + job * max_keys : smem + a.n_chosen;
-  if (a.chosen) {
-    if (threadIdx.x == 0) {
-      int m = 0;
-      for (int64_t j = 0; j < a.n_chosen; ++j) {
-        const int32_t b = a.chosen[t * a.n_chosen + j];
-        if (b >= 0) listed[m++] = b;
-      }
-      n_listed = m;
-    }
-    __syncthreads();
-  }
+  const int64_t n_listed = a.chosen ? list_chosen(a, t, listed) : 0;
   const int64_t n_block_keys = a.chosen ? n_listed : (a.blocks ? visible_blocks(pos, a.ratio, a.n_blocks) : 0);
-  const int64_t n_keys = n_raw + n_block_keys;
+  const int64_t n_keys = n_raw + n_block_keys, per = (n_keys + n_split - 1) / n_split;
+  const int64_t j_lo = min(n_keys, split * per), j_hi = min(n_keys, j_lo + per);
   auto key = [&](int64_t j) -> const float* {
     if (j < n_raw) return a.raw + (raw_lo - a.raw_first + j) * hd;
     const int64_t b = a.chosen ? listed[j - n_raw] : j - n_raw;
     return a.blocks + b * hd;
   };
   const float* qh = a.q + t * a.n_head * hd + h * hd;
-  for (int64_t j = warp; j < n_keys; j += kAttnWarps) {
+  for (int64_t j = j_lo + warp; j < j_hi; j += kAttnWarps) {
     const float* kj = key(j);
     float d = 0.0f;
     for (int64_t i = lane; i < hd; i += 32) d = __fmaf_rn(qh[i], kj[i], d);
@@ -239,26 +262,32 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttentionArgs a
     if (lane == 0) score[j] = d * a.scale;
   }
   __syncthreads();
+  const bool whole = n_split == 1;
   const float sink = a.sinks[h];
-  float m = sink;
-  for (int64_t j = threadIdx.x; j < n_keys; j += blockDim.x) m = fmaxf(m, score[j]);
+  float m = whole ? sink : -INFINITY;
+  for (int64_t j = j_lo + threadIdx.x; j < j_hi; j += blockDim.x) m = fmaxf(m, score[j]);
   m = block_max(m);
   double s = 0.0;
-  for (int64_t j = threadIdx.x; j < n_keys; j += blockDim.x) {
+  for (int64_t j = j_lo + threadIdx.x; j < j_hi; j += blockDim.x) {
     const float e = expf(score[j] - m);
     score[j] = e;
     s += e;
   }
-  s = block_sum(s) + static_cast<double>(expf(sink - m));
-  const float inv = static_cast<float>(1.0 / s);
+  s = block_sum(s);
+  if (whole) s += static_cast<double>(expf(sink - m));
+  const float inv = whole ? static_cast<float>(1.0 / s) : 1.0f;
   __syncthreads();
-  float* oh = a.out + t * a.n_head * hd + h * hd;
+  float* oh = whole ? a.out + job * hd : part + (job * n_split + split) * (hd + 2) + 2;
+  if (!whole && threadIdx.x == 0) {
+    oh[-2] = m;
+    oh[-1] = static_cast<float>(s);
+  }
   constexpr int kPerLane = kAttnDims / 32;
   for (int64_t d0 = 0; d0 < hd; d0 += kAttnDims) {
     float acc[kPerLane];
 #pragma unroll
     for (int q = 0; q < kPerLane; ++q) acc[q] = 0.0f;
-    for (int64_t j = warp; j < n_keys; j += kAttnWarps) {
+    for (int64_t j = j_lo + warp; j < j_hi; j += kAttnWarps) {
       const float p = score[j] * inv;
       const float* kj = key(j) + d0;
 #pragma unroll
@@ -276,6 +305,56 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttentionArgs a
       oh[d0 + i] = o;
     }
     __syncthreads();  // red is rewritten by the next pass
+  }
+}
+
+// One block per (token, head): the splits' partial softmaxes joined with the
+// sink logit, as one softmax over all the keys would be (in split order).
+__global__ void attention_combine_kernel(const float* part, int n_split, int64_t hd, int64_t n_head,
+                                         const float* sinks, float* out) {
+  const int64_t job = blockIdx.x, stride = hd + 2;
+  const float* p = part + job * n_split * stride;
+  const float sink = sinks[job % n_head];
+  float m = sink;
+  for (int s = 0; s < n_split; ++s) m = fmaxf(m, p[s * stride]);
+  double sum = static_cast<double>(expf(sink - m));
+  for (int s = 0; s < n_split; ++s) sum += static_cast<double>(p[s * stride + 1]) * expf(p[s * stride] - m);
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+    float o = 0.0f;
+    for (int s = 0; s < n_split; ++s) o += p[s * stride + 2 + d] * expf(p[s * stride] - m);
+    out[job * hd + d] = o * inv;
+  }
+}
+
+// ---- a prompt's attention as products: each query's keys in one matrix ----
+
+// Keys one block of the gather copies; the grid's second dimension covers a
+// query's max_keys with these.
+constexpr int64_t kGatherKeys = 32;
+
+// Block (tl, y) copies keys [y * kGatherKeys, ...) of query t0 + tl, in
+// attention_kernel's order, zeros after its last one.
+__global__ void attention_gather_kernel(AttentionArgs a, int64_t t0, int64_t max_keys, float* keys, int32_t* counts) {
+  extern __shared__ int listed[];
+  const int64_t tl = blockIdx.x, t = t0 + tl, pos = a.pos0 + t, hd = a.head_dim;
+  const int64_t raw_lo = max(a.raw_first, pos - a.window + 1), n_raw = pos - raw_lo + 1;
+  const int64_t n_listed = a.chosen ? list_chosen(a, t, listed) : 0;
+  const int64_t n_block_keys = a.chosen ? n_listed : (a.blocks ? visible_blocks(pos, a.ratio, a.n_blocks) : 0);
+  const int64_t n_keys = n_raw + n_block_keys;
+  if (blockIdx.y == 0 && threadIdx.x == 0) counts[tl] = int32_t(n_keys);
+  const int64_t j0 = int64_t(blockIdx.y) * kGatherKeys, j1 = min(j0 + kGatherKeys, max_keys);
+  float* dst = keys + (tl * max_keys + j0) * hd;
+  for (int64_t e = threadIdx.x; e < (j1 - j0) * hd; e += blockDim.x) {
+    const int64_t j = j0 + e / hd, i = e % hd;
+    float v = 0.0f;
+    if (j < n_raw) {
+      v = a.raw[(raw_lo - a.raw_first + j) * hd + i];
+    } else if (j < n_keys) {
+      const int64_t b = a.chosen ? listed[j - n_raw] : j - n_raw;
+      v = a.blocks[b * hd + i];
+    }
+    dst[e] = v;
   }
 }
 
@@ -331,12 +410,43 @@ bool attention_fits_smem(const AttentionArgs& a) {
   return int64_t(attention_smem(a, attention_max_keys(a))) <= kSmemBytes;
 }
 
-cudaError_t attention(const AttentionArgs& a, float* scratch, cudaStream_t cs) {
+bool attention_gather_fits(const AttentionArgs& a) {
+  return int64_t(a.n_chosen) * int64_t(sizeof(int)) <= kSmemBytes && attention_max_keys(a) / kGatherKeys < 65535;
+}
+
+cudaError_t attention_gather(const AttentionArgs& a, int64_t t0, int64_t m, float* keys, int32_t* counts,
+                             cudaStream_t cs) {
+  if (m == 0) return cudaSuccess;
+  if (!attention_gather_fits(a) || t0 < 0 || m < 0 || t0 + m > a.n || m > 65535) return cudaErrorInvalidValue;
+  const int64_t max_keys = attention_max_keys(a);
+  const dim3 grid(unsigned(m), unsigned((max_keys + kGatherKeys - 1) / kGatherKeys));
+  attention_gather_kernel<<<grid, kThreads, size_t(a.chosen ? a.n_chosen : 0) * sizeof(int), cs>>>(a, t0, max_keys,
+                                                                                                   keys, counts);
+  return launched();
+}
+
+int attention_splits(const AttentionArgs& a) {
+  // Up to one wave of blocks, each with a share of at least 32 keys (two per warp).
+  if (a.n * a.n_head >= kSplitBelowJobs) return 1;
+  return int(std::clamp<int64_t>(attention_max_keys(a) / 32, 1,
+                                 std::min<int64_t>(kMaxSplits, kSplitBelowJobs / std::max<int64_t>(1, a.n * a.n_head))));
+}
+
+cudaError_t attention(const AttentionArgs& a, float* scratch, float* part, cudaStream_t cs) {
   if (a.n == 0) return cudaSuccess;
   const int64_t max_keys = attention_max_keys(a);
   if (!scratch && !attention_fits_smem(a)) return cudaErrorInvalidValue;
+  const int n_split = attention_splits(a);
+  if (n_split > 1 && !part) return cudaErrorInvalidValue;
   const size_t smem = scratch ? size_t(a.n_chosen) * sizeof(int) : attention_smem(a, max_keys);
-  attention_kernel<<<unsigned(a.n * a.n_head), kAttnThreads, smem, cs>>>(a, scratch, max_keys);
+  attention_kernel<<<dim3(unsigned(a.n * a.n_head), unsigned(n_split)), kAttnThreads, smem, cs>>>(a, scratch, max_keys,
+                                                                                                  part);
+  if (n_split > 1) {
+    const cudaError_t e = launched();
+    if (e != cudaSuccess) return e;
+    attention_combine_kernel<<<unsigned(a.n * a.n_head), kThreads, 0, cs>>>(part, n_split, a.head_dim, a.n_head,
+                                                                            a.sinks, a.out);
+  }
   return launched();
 }
 

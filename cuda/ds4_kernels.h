@@ -67,8 +67,22 @@ struct AttentionArgs {
 // The most keys a query of `a` may see (window + chosen or all blocks), and
 // whether their scores fit in shared memory; when not, attention() needs a
 // scratch of n * n_head * attention_max_keys(a) floats.
+// A launch of few (token, head) pairs (decode) splits each query's keys over
+// attention_splits(a) blocks, whose partial softmaxes a second kernel joins:
+// then `part` must hold n * n_head * attention_splits(a) * (head_dim + 2)
+// floats (may be null when attention_splits(a) is 1).
 int64_t attention_max_keys(const AttentionArgs& a);
 bool attention_fits_smem(const AttentionArgs& a);
-cudaError_t attention(const AttentionArgs& a, float* scratch, cudaStream_t cs);
+int attention_splits(const AttentionArgs& a);
+cudaError_t attention(const AttentionArgs& a, float* scratch, float* part, cudaStream_t cs);
+// A prompt's attention as products (the caller's): the keys each query of
+// tokens [t0, t0 + m) of `a` sees, in attention()'s order (window, then the
+// chosen or visible blocks), copied to keys [m][attention_max_keys(a)][head_dim]
+// with zeros after a query's last key, and their number to counts[m] (device).
+// attention_gather_fits() says whether the chosen list fits the kernel's shared
+// memory (else cudaErrorInvalidValue).
+bool attention_gather_fits(const AttentionArgs& a);
+cudaError_t attention_gather(const AttentionArgs& a, int64_t t0, int64_t m, float* keys, int32_t* counts,
+                             cudaStream_t cs);
 
 }  // namespace xpack::rt::ds4

@@ -255,24 +255,6 @@ __global__ void __launch_bounds__(kMlaThreads) mla_kernel(MlaArgs a) {
   }
 }
 
-// One block per score row. The exponentials are taken again in the last pass
-// rather than stored in the second: the same values, one write of the row fewer.
-// The sum is in double, as in mla_kernel and the CPU's softmax_row: the
-// normaliser is theirs to within double rounding whatever order the block adds in.
-__global__ void __launch_bounds__(kThreads) mla_softmax_kernel(float* __restrict__ s, int64_t ld, int64_t n_head,
-                                                               int64_t first_visible) {
-  float* row = s + int64_t(blockIdx.x) * ld;
-  const int64_t n_keys = first_visible + int64_t(blockIdx.x) / n_head;
-  float mx = -INFINITY;
-  for (int64_t p = threadIdx.x; p < n_keys; p += kThreads) mx = fmaxf(mx, row[p]);
-  mx = block_max(mx);
-  double sum = 0.0;
-  for (int64_t p = threadIdx.x; p < n_keys; p += kThreads) sum += double(expf(row[p] - mx));
-  const float inv = float(1.0 / block_sum(sum));
-  for (int64_t p = threadIdx.x; p < n_keys; p += kThreads) row[p] = expf(row[p] - mx) * inv;
-  for (int64_t p = n_keys + threadIdx.x; p < ld; p += kThreads) row[p] = 0.0f;
-}
-
 }  // namespace
 
 cudaError_t res_mix(const float* cur, const float* const* ckpts, int n_ckpts, const float* score_w, int64_t n,
@@ -606,16 +588,6 @@ cudaError_t mla_attention(const MlaArgs& a, cudaStream_t stream) {
     if (e != cudaSuccess) return e;
   }
   mla_kernel<<<dim3(unsigned(a.n), unsigned(a.n_head)), kMlaThreads, size_t(bytes), stream>>>(a);
-  return launched();
-}
-
-cudaError_t mla_causal_softmax(float* s, int64_t rows, int64_t ld, int64_t n_head, int64_t first_visible,
-                               cudaStream_t stream) {
-  if (rows < 0 || rows > INT32_MAX || n_head <= 0 || first_visible < 1 ||
-      (rows > 0 && first_visible + (rows - 1) / n_head > ld))
-    return cudaErrorInvalidValue;
-  if (rows == 0) return cudaSuccess;
-  mla_softmax_kernel<<<unsigned(rows), kThreads, 0, stream>>>(s, ld, n_head, first_visible);
   return launched();
 }
 

@@ -81,14 +81,4 @@ struct MlaArgs {
 int64_t mla_max_keys(int64_t kv);
 cudaError_t mla_attention(const MlaArgs& a, cudaStream_t stream);
 
-// MLA's batched prefill (kimi_ops_cuda.cpp: the absorbed query, the scores, the
-// latent mix and the value expansion as cuBLAS products) between its score and
-// mix products: in place on scores s [rows][ld], row r = t * n_head + h (query
-// token t of the chunk, head h), whose first first_visible + t columns are its
-// causal keys (first_visible: the keys of the chunk's first token), softmax over
-// those (sum in double), every later column up to ld set to 0 so that the mix
-// may multiply whole rows. One block per row.
-cudaError_t mla_causal_softmax(float* s, int64_t rows, int64_t ld, int64_t n_head, int64_t first_visible,
-                               cudaStream_t stream);
-
 }  // namespace xpack::rt::kimi

@@ -177,6 +177,32 @@ __device__ void block_softmax(float* r, int64_t n) {
 
 __global__ void softmax_kernel(float* x, int64_t width) { block_softmax(x + int64_t(blockIdx.x) * width, width); }
 
+// Row r of a batched attention's scores (r = group * n_head + head): the first
+// visible(r) columns are the keys, an optional sink logit per head joins the
+// max and the denominator (as attention_kernel's and the CPU's), and the
+// columns after the keys are zeroed because the product with the values that
+// follows reads whole rows.
+__global__ void masked_softmax_kernel(float* s, int64_t ld, int64_t n_head, const int32_t* counts,
+                                      int64_t first_count, const float* sinks) {
+  const int64_t r = blockIdx.x, g = r / n_head;
+  float* row = s + r * ld;
+  const int64_t n = min(ld, counts ? int64_t(counts[g]) : first_count + g);
+  const float sink = sinks ? sinks[r % n_head] : -INFINITY;
+  float m = sink;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, row[i]);
+  m = block_max(m);
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const float e = expf(row[i] - m);
+    row[i] = e;
+    sum += e;
+  }
+  sum = block_sum(sum);
+  if (sinks) sum += static_cast<double>(expf(sink - m));
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t i = threadIdx.x; i < ld; i += blockDim.x) row[i] = i < n ? row[i] * inv : 0.0f;
+}
+
 // One block per row. Pick j is the best element ordered after pick j-1
 // (value descending, index ascending): each thread keeps its best eligible
 // element, then the block reduces. One thread per row scanned every element
@@ -428,6 +454,14 @@ cudaError_t rope(float* x, int64_t width, int64_t rows, int64_t head_dim, int64_
 cudaError_t softmax_rows(float* x, int64_t width, int64_t rows, cudaStream_t stream) {
   if (rows == 0 || width == 0) return cudaSuccess;
   softmax_kernel<<<unsigned(rows), kThreads, 0, stream>>>(x, width);
+  return launched();
+}
+
+cudaError_t masked_softmax_rows(float* s, int64_t ld, int64_t rows, int64_t n_head, const int32_t* counts,
+                                int64_t first_count, const float* sinks, cudaStream_t stream) {
+  if (rows == 0 || ld == 0) return cudaSuccess;
+  if (n_head <= 0 || rows > INT32_MAX) return cudaErrorInvalidValue;
+  masked_softmax_kernel<<<unsigned(rows), kThreads, 0, stream>>>(s, ld, n_head, counts, first_count, sinks);
   return launched();
 }
 

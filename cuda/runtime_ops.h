@@ -65,6 +65,14 @@ cudaError_t rope(float* x, int64_t width, int64_t rows, int64_t head_dim, int64_
 
 // In place, per row: exp(x - max) / sum.
 cudaError_t softmax_rows(float* x, int64_t width, int64_t rows, cudaStream_t stream);
+// In place, the scores of a batched attention: row r (of `ld` columns) belongs to
+// group g = r / n_head (a query token) and head r % n_head, and its first
+// counts[g] columns (counts: a DEVICE array; null: first_count + g, a causal
+// prompt) are its keys: exp(x - max) / sum over them, with the head's sink
+// logit (sinks: n_head floats, or null for none) in the max and the sum; every
+// later column is set to 0.
+cudaError_t masked_softmax_rows(float* s, int64_t ld, int64_t rows, int64_t n_head, const int32_t* counts,
+                                int64_t first_count, const float* sinks, cudaStream_t stream);
 // ids[r][j]: the k largest of scores[r], largest first, ties to the lower index.
 cudaError_t top_k(const float* scores, int64_t n, int64_t rows, int64_t k, int32_t* ids, cudaStream_t stream);
 // out[r][j] = values[r][ids[r][j]].

@@ -3,7 +3,8 @@
 // never reach: hc_mult 1..8 and 1 or 20 Sinkhorn passes, pooling windows that
 // start mid-sequence, an indexer over thousands of blocks with exact score ties
 // (the choice must be the CPU's, index for index), attention whose scores do not
-// fit in shared memory (the scratch path), -1 padded choices; and the refusals
+// fit in shared memory (the scratch path), -1 padded choices, a prompt's
+// attention as batched products over chunks of queries; and the refusals
 // (hc_mult 9, a pooled row already dropped, a query without its own key).
 // Without a CUDA device every case is skipped (exit 77).
 #include <doctest/doctest.h>
@@ -377,4 +378,77 @@ TEST_CASE("ds4 ops on CUDA: attention with sinks over window, all blocks, chosen
   CHECK_THROWS_AS(p.gops->attention(q.g, raw.g.row_range(0, raw_rows - 1), raw_first, window, nullptr, ratio, nullptr,
                                     sinks.g, pos0, out.g),
                   ModelError);
+}
+
+TEST_CASE("ds4 ops on CUDA: a decode step's attention with its keys split over blocks (DeepSeek-V4's dims)") {
+  if (!xpack::test::gpu::available()) return;
+  Pair p;
+  const int64_t nh = 64, hd = 512, window = 128, ratio = 4, n_blocks = 700;
+  const int64_t pos0 = 2900, raw_first = pos0 - window + 1, raw_rows = window;
+  auto raw = p.f32(random_floats(size_t(raw_rows * hd), 80), hd, raw_rows);
+  auto blocks = p.f32(random_floats(size_t(n_blocks * hd), 81), hd, n_blocks);
+  std::vector<float> sk = random_floats(size_t(nh), 82, 2.0f);
+  auto sinks = p.f32(sk, nh);
+  for (int64_t n : {int64_t(1), int64_t(2)}) {
+    CAPTURE(n);
+    const int64_t qp = pos0 - n + 1;  // the last query's own key is the last raw row
+    auto q = p.f32(random_floats(size_t(n * nh * hd), 83, 0.1f), nh * hd, n);
+    // every visible block (a 128:1 layer's shape), then 512 chosen with holes (a 4:1 layer's)
+    auto out = p.zeros(kF32, nh * hd, n);
+    p.cops->attention(q.c, raw.c, raw_first, window, &blocks.c, ratio, nullptr, sinks.c, qp, out.c);
+    p.gops->attention(q.g, raw.g, raw_first, window, &blocks.g, ratio, nullptr, sinks.g, qp, out.g);
+    CHECK(p.rel_diff(out) <= 1e-5);
+    std::vector<int32_t> ch(size_t(n * 512));
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t j = 0; j < 512; ++j) ch[size_t(t * 512 + j)] = j % 9 == 4 ? -1 : int32_t(j + t);
+    auto chosen = p.i32(ch, 512, n);
+    auto out2 = p.zeros(kF32, nh * hd, n);
+    p.cops->attention(q.c, raw.c, raw_first, window, &blocks.c, ratio, &chosen.c, sinks.c, qp, out2.c);
+    p.gops->attention(q.g, raw.g, raw_first, window, &blocks.g, ratio, &chosen.g, sinks.g, qp, out2.g);
+    CHECK(p.rel_diff(out2) <= 1e-5);
+  }
+}
+
+TEST_CASE("ds4 ops on CUDA: a prompt's attention as products (window only, all blocks in chunks, chosen blocks)") {
+  if (!xpack::test::gpu::available()) return;
+  Pair p;
+  const int64_t nh = 4, hd = 40, window = 6, ratio = 4;
+  const auto sinks = p.f32({0.5f, -2.0f, 3.0f, 0.0f}, nh);
+  // 16 tokens take the products; 300 from position 0 (a query's first keys are
+  // few) and from far in (20001 visible blocks: the chunks hold 76 queries).
+  struct Case {
+    int64_t n, pos0, n_blocks;
+  } cases[] = {{16, 0, 0}, {300, 0, 37}, {300, 20000 * ratio, 20001}, {40, 9, 0}};
+  uint32_t seed = 60;
+  for (const Case& c : cases) {
+    CAPTURE(c.n);
+    CAPTURE(c.pos0);
+    CAPTURE(c.n_blocks);
+    const int64_t raw_first = std::max<int64_t>(0, c.pos0 - window + 1), raw_rows = c.pos0 + c.n - raw_first;
+    auto q = p.f32(random_floats(size_t(c.n * nh * hd), seed++, 0.5f), nh * hd, c.n);
+    auto raw = p.f32(random_floats(size_t(raw_rows * hd), seed++), hd, raw_rows);
+    const int64_t nb = std::max<int64_t>(1, c.n_blocks);
+    auto blocks = p.f32(random_floats(size_t(nb * hd), seed++), hd, nb);
+    const Tensor bc = blocks.c.row_range(0, c.n_blocks), bg = blocks.g.row_range(0, c.n_blocks);
+    auto out = p.zeros(kF32, nh * hd, c.n);
+    p.cops->attention(q.c, raw.c, raw_first, window, c.n_blocks ? &bc : nullptr, ratio, nullptr, sinks.c, c.pos0,
+                      out.c);
+    p.gops->attention(q.g, raw.g, raw_first, window, c.n_blocks ? &bg : nullptr, ratio, nullptr, sinks.g, c.pos0,
+                      out.g);
+    CHECK(p.rel_diff(out) <= 1e-5);
+  }
+  // Chosen blocks, -1 padded at the end for some queries and in the middle for others.
+  const int64_t n = 50, m = 45, n_blocks = 200, pos0 = 4 * n_blocks;
+  const int64_t raw_first = pos0 - window + 1, raw_rows = n + window - 1;
+  auto q = p.f32(random_floats(size_t(n * nh * hd), 70, 0.5f), nh * hd, n);
+  auto raw = p.f32(random_floats(size_t(raw_rows * hd), 71), hd, raw_rows);
+  auto blocks = p.f32(random_floats(size_t(n_blocks * hd), 72), hd, n_blocks);
+  std::vector<int32_t> ch(size_t(n * m), -1);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t j = 0; j < m - t % 7; ++j) ch[size_t(t * m + j)] = (t % 3 == 0 && j % 5 == 2) ? -1 : int32_t(4 * j + t % 4);
+  auto chosen = p.i32(ch, m, n);
+  auto out = p.zeros(kF32, nh * hd, n);
+  p.cops->attention(q.c, raw.c, raw_first, window, &blocks.c, ratio, &chosen.c, sinks.c, pos0, out.c);
+  p.gops->attention(q.g, raw.g, raw_first, window, &blocks.g, ratio, &chosen.g, sinks.g, pos0, out.g);
+  CHECK(p.rel_diff(out) <= 1e-5);
 }

@@ -14,6 +14,7 @@
 #include "kimi_kernels.h"
 #include "kimi_ops.h"
 #include "quant_matmul.h"
+#include "runtime_ops.h"
 #include "xpack/xpack.h"
 
 namespace xrun::kimi_k3 {
@@ -216,7 +217,8 @@ class CudaKimiOps final : public KimiOps {
         check_kernels(xk::float_gemm(ctx, false, true, rows, K, rope, scale, qc + nope, hk, 0, rope_key.f32(), rope, 0,
                                      1.0f, sc.f32(), K, 0, 1, s),
                       "mla_attention rope scores");
-      check_cuda(k::mla_causal_softmax(sc.f32(), rows, K, H, pos0 + t0 + 1, s), "mla_attention softmax");
+      check_cuda(xpack::rt::masked_softmax_rows(sc.f32(), K, rows, H, nullptr, pos0 + t0 + 1, nullptr, s),
+                 "mla_attention softmax");
       check_kernels(xk::float_gemm(ctx, false, false, rows, kv, K, 1.0f, sc.f32(), K, 0, latent.f32(), kv, 0, 0.0f,
                                    lt.f32(), kv, 0, 1, s),
                     "mla_attention latent mix");
