@@ -20,6 +20,27 @@ Routing make_routing(Backend& be, int64_t n, int64_t k, int64_t guess_width) {
   return r;
 }
 
+namespace {
+
+// Decode-sized groups whose gate and up weights agree in type and shape take one
+// grouped launch for both: a decode step's 6 (DeepSeek-V4) or 16 (Kimi-K3)
+// experts are too few problems to fill a GPU in a launch of their own, and a
+// launch fewer is one host enqueue fewer per MoE layer. Larger groups (a
+// prompt) keep two launches rather than gather their rows twice.
+constexpr int64_t kFusedGateUpRows = 128;
+
+bool fused_gate_up(const std::vector<Backend::GroupedProblem>& gate, const std::vector<Backend::GroupedProblem>& up,
+                   int64_t m) {
+  if (2 * m > kFusedGateUpRows) return false;
+  const Tensor& w0 = gate.front().w;
+  for (const auto* list : {&gate, &up})
+    for (const Backend::GroupedProblem& p : *list)
+      if (p.w.type != w0.type || p.w.width() != w0.width() || p.w.rows() != w0.rows()) return false;
+  return true;
+}
+
+}  // namespace
+
 void run_routed_experts(Backend& be, ExpertSource& source, int layer, const Tensor& x, const Routing& routing,
                         const ExpertFfn& ffn, bool accumulate, const Tensor& out, NextLayerGuesser* guesser) {
   const int64_t n = x.rows(), k = routing.ids.width(), d = out.width();
@@ -69,11 +90,21 @@ void run_routed_experts(Backend& be, ExpertSource& source, int layer, const Tens
       }
     }
   }
-  // One upload for both lists (tokens, then picks): a copy per list per layer costs a launch each.
+  // One upload for the lists (tokens, picks, then each group's tokens twice over
+  // for fused_gate_up): a copy per list per layer costs a launch each.
   const int64_t m_all = static_cast<int64_t>(picks.size());
-  tokens.insert(tokens.end(), picks.begin(), picks.end());
-  const Tensor lists = be.upload(XPACK_TYPE_I32, tokens.data(), 1, 2 * m_all);
+  std::vector<int32_t> lists_host = tokens;
+  lists_host.insert(lists_host.end(), picks.begin(), picks.end());
+  for (const auto& g : groups) {
+    if (g.empty()) continue;
+    const auto from = tokens.begin() + first[size_t(g.front())];
+    int64_t m = 0;
+    for (int i : g) m += count[size_t(i)];
+    for (int twice = 0; twice < 2; ++twice) lists_host.insert(lists_host.end(), from, from + m);
+  }
+  const Tensor lists = be.upload(XPACK_TYPE_I32, lists_host.data(), 1, 4 * m_all);
   const Tensor tokens_t = lists.row_range(0, m_all), picks_t = lists.row_range(m_all, m_all);
+  const Tensor doubled_t = lists.row_range(2 * m_all, 2 * m_all);
   const Tensor per_pick = be.empty(XPACK_TYPE_F32, d, n * k);
 
   for (const auto& g : groups) {
@@ -92,12 +123,30 @@ void run_routed_experts(Backend& be, ExpertSource& source, int layer, const Tens
       m += rows;
     }
     const int64_t d_ff = gate.front().w.rows();
-    const Tensor xs = be.empty(XPACK_TYPE_F32, x.width(), m);
-    be.get_rows(x, tokens_t.row_range(r0, m), xs);
-    const Tensor gs = be.empty(XPACK_TYPE_F32, d_ff, m);
-    const Tensor us = be.empty(XPACK_TYPE_F32, d_ff, m);
-    be.grouped_matmul(gate, xs, gs);
-    be.grouped_matmul(up, xs, us);
+    Tensor gs, us;
+    if (fused_gate_up(gate, up, m)) {
+      // The group's rows gathered twice: the gate's problems read the first m,
+      // the up's the next m, all in one grouped launch (each output row is its
+      // problem's product alone, bit for bit, as with two launches).
+      const Tensor xs = be.empty(XPACK_TYPE_F32, x.width(), 2 * m);
+      be.get_rows(x, doubled_t.row_range(2 * r0, 2 * m), xs);
+      std::vector<Backend::GroupedProblem> both = gate;
+      for (Backend::GroupedProblem p : up) {
+        p.row += m;
+        both.push_back(p);
+      }
+      const Tensor gu = be.empty(XPACK_TYPE_F32, d_ff, 2 * m);
+      be.grouped_matmul(both, xs, gu);
+      gs = gu.row_range(0, m);
+      us = gu.row_range(m, m);
+    } else {
+      const Tensor xs = be.empty(XPACK_TYPE_F32, x.width(), m);
+      be.get_rows(x, tokens_t.row_range(r0, m), xs);
+      gs = be.empty(XPACK_TYPE_F32, d_ff, m);
+      us = be.empty(XPACK_TYPE_F32, d_ff, m);
+      be.grouped_matmul(gate, xs, gs);
+      be.grouped_matmul(up, xs, us);
+    }
     ffn.act(gs, us);
     const Tensor ys = be.empty(XPACK_TYPE_F32, d, m);
     be.grouped_matmul(down, gs, ys);

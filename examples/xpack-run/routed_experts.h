@@ -8,7 +8,8 @@
 // resident ones are computed first, as one group, while the others are still
 // loading; each missed expert follows as its own group once loaded. A group is
 // one gather, grouped products (Backend::grouped_matmul: one launch for all
-// its decode-sized experts on a GPU), one activation and one scatter, so a
+// its decode-sized experts on a GPU; a decode-sized group's gate and up share
+// one launch, its rows gathered twice), one activation and one scatter, so a
 // decode step that hits costs the same few launches for top-8 as for top-1.
 // Each group's work waits on its experts' ready events, and each expert is
 // released on the compute stream as soon as its work is enqueued, so a layer
