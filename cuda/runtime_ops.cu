@@ -116,12 +116,13 @@ __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, flo
 
 // One block per row: thread 0 advances theta by repeated multiplication (as
 // ggml does), then each pair's cos/sin and the rotation run in parallel.
-__global__ void rope_kernel(float* x, int64_t width, int64_t head_dim, int64_t offset, RopeParams p, int64_t pos0,
-                            int64_t pos_step, float sin_sign) {
-  extern __shared__ float cache[];  // n_dims: cos, sin per pair
+// cache[2j], cache[2j + 1]: cos and sin (times the magnitude, sin by sin_sign)
+// of pair j's angle at position `pos`, as rope_yarn_cache computes them. Every
+// thread of the block calls it.
+__device__ void rope_angles(float* cache, const RopeParams& p, int64_t pos, float sin_sign) {
   const int half = p.n_dims / 2;
   if (threadIdx.x == 0) {
-    float theta = static_cast<float>(pos0 + int64_t(blockIdx.x) * pos_step);
+    float theta = static_cast<float>(pos);
     for (int j = 0; j < half; ++j) {
       cache[2 * j] = theta;
       theta *= p.theta_scale;
@@ -145,6 +146,13 @@ __global__ void rope_kernel(float* x, int64_t width, int64_t head_dim, int64_t o
     cache[i0 + 1] = sinf(angle) * mscale * sin_sign;
   }
   __syncthreads();
+}
+
+__global__ void rope_kernel(float* x, int64_t width, int64_t head_dim, int64_t offset, RopeParams p, int64_t pos0,
+                            int64_t pos_step, float sin_sign) {
+  extern __shared__ float cache[];  // n_dims: cos, sin per pair
+  const int half = p.n_dims / 2;
+  rope_angles(cache, p, pos0 + int64_t(blockIdx.x) * pos_step, sin_sign);
   float* row = x + int64_t(blockIdx.x) * width;
   const int64_t n_heads = width / head_dim;
   for (int64_t e = threadIdx.x; e < n_heads * half; e += blockDim.x) {
@@ -155,6 +163,40 @@ __global__ void rope_kernel(float* x, int64_t width, int64_t head_dim, int64_t o
     const float x0 = v[0], x1 = v[1];
     v[0] = x0 * c - x1 * s;
     v[1] = x0 * s + x1 * c;
+  }
+}
+
+// One block per row, a warp per head: rms_norm_kernel's expressions on each
+// head (its squares summed in double by the warp), then rope_kernel's rotation
+// of the n_dims dims from `offset` on, each pair read once and written once.
+__global__ void rms_norm_rope_kernel(float* x, const float* w, int64_t width, int64_t head_dim, int64_t offset,
+                                     float eps, RopeParams p, int64_t pos0) {
+  extern __shared__ float cache[];  // n_dims: cos, sin per pair
+  rope_angles(cache, p, pos0 + int64_t(blockIdx.x), 1.0f);
+  float* row = x + int64_t(blockIdx.x) * width;
+  const int lane = threadIdx.x & 31, warps = int(blockDim.x >> 5);
+  for (int64_t h = threadIdx.x >> 5; h < width / head_dim; h += warps) {
+    float* v = row + h * head_dim;
+    double s = 0.0;
+    for (int64_t i = lane; i < head_dim; i += 32) s += static_cast<double>(v[i] * v[i]);
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xFFFFFFFFu, s, o);
+    const float scale = 1.0f / sqrtf(static_cast<float>(s / static_cast<double>(head_dim)) + eps);
+    __syncwarp();  // every lane has read its squares
+    for (int64_t i0 = 2 * lane; i0 < head_dim; i0 += 64) {
+      float a = v[i0] * scale, b = v[i0 + 1] * scale;
+      if (w) {
+        a = a * w[i0];
+        b = b * w[i0 + 1];
+      }
+      if (i0 >= offset && i0 < offset + p.n_dims) {
+        const float c = cache[i0 - offset], sn = cache[i0 - offset + 1];
+        const float r0 = a * c - b * sn;
+        b = a * sn + b * c;
+        a = r0;
+      }
+      v[i0] = a;
+      v[i0 + 1] = b;
+    }
   }
 }
 
@@ -448,6 +490,16 @@ cudaError_t rope(float* x, int64_t width, int64_t rows, int64_t head_dim, int64_
   if (rows == 0 || p.n_dims == 0) return cudaSuccess;
   rope_kernel<<<unsigned(rows), 128, size_t(p.n_dims) * sizeof(float), stream>>>(
       x, width, head_dim, offset, p, pos0, pos_step, inverse ? -1.0f : 1.0f);
+  return launched();
+}
+
+cudaError_t rms_norm_rope(float* x, const float* w, int64_t width, int64_t rows, int64_t head_dim, int64_t offset,
+                          float eps, const RopeParams& p, int64_t pos0, cudaStream_t stream) {
+  if (head_dim <= 0 || head_dim % 2 || offset % 2 || width % head_dim || offset + p.n_dims > head_dim)
+    return cudaErrorInvalidValue;
+  if (rows == 0 || width == 0) return cudaSuccess;
+  rms_norm_rope_kernel<<<unsigned(rows), 512, size_t(p.n_dims) * sizeof(float), stream>>>(x, w, width, head_dim,
+                                                                                           offset, eps, p, pos0);
   return launched();
 }
 

@@ -63,6 +63,12 @@ struct RopeParams {
 cudaError_t rope(float* x, int64_t width, int64_t rows, int64_t head_dim, int64_t offset, const RopeParams& p,
                  int64_t pos0, int64_t pos_step, bool inverse, cudaStream_t stream);
 
+// In place, per row: every head_dim-wide head normed as rms_norm() does (w:
+// head_dim floats or null), then rotated as rope() at position pos0 + row.
+// head_dim and offset must be even (cudaErrorInvalidValue otherwise).
+cudaError_t rms_norm_rope(float* x, const float* w, int64_t width, int64_t rows, int64_t head_dim, int64_t offset,
+                          float eps, const RopeParams& p, int64_t pos0, cudaStream_t stream);
+
 // In place, per row: exp(x - max) / sum.
 cudaError_t softmax_rows(float* x, int64_t width, int64_t rows, cudaStream_t stream);
 // In place, the scores of a batched attention: row r (of `ld` columns) belongs to

@@ -2,6 +2,7 @@
 #include "backend.h"
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "dequant.h"
@@ -20,6 +21,16 @@ void Backend::grouped_matmul(const std::vector<GroupedProblem>& problems, const 
 // The reference form: one matmul per product.
 void Backend::shared_input_matmul(const Tensor& x, const std::vector<Product>& products) {
   for (const Product& p : products) matmul(*p.w, x, *p.y);
+}
+
+// The reference form: the norm over the heads seen as rows, then the rotation.
+void Backend::rms_norm_rope(const Tensor& x, const Tensor* weight, float eps, const RopeSpec& spec, int64_t pos0) {
+  if (spec.head_dim <= 0 || x.width() % spec.head_dim != 0)
+    throw ModelError("rms_norm_rope: width " + std::to_string(x.width()) + " is not whole heads of " +
+                     std::to_string(spec.head_dim));
+  const Tensor heads = x.reshaped(spec.head_dim, x.numel() / spec.head_dim);
+  rms_norm(heads, weight, eps, heads);
+  rope(x, spec, pos0);
 }
 
 void Backend::route(const Tensor& logits, const RouteSpec& spec, const Tensor& ids, const Tensor& weights) {

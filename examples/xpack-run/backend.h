@@ -137,6 +137,10 @@ class Backend {
   // (by the inverse rotation with `inverse`).
   virtual void rope(const Tensor& x, const RopeSpec& spec, int64_t pos0, int64_t pos_step = 1,
                     bool inverse = false) = 0;
+  // In place: every spec.head_dim-wide head of x normed as rms_norm does
+  // (weight: one head's width of F32, or nullptr), then rope(x, spec, pos0)
+  // (a GPU backend: one launch where the two are two).
+  virtual void rms_norm_rope(const Tensor& x, const Tensor* weight, float eps, const RopeSpec& spec, int64_t pos0);
   // out = silu(min(gate, limit)) * clamp(up, -limit, limit); limit <= 1e-6: no
   // clamp (plain SwiGLU). out may be gate.
   virtual void swiglu(const Tensor& gate, const Tensor& up, float limit, const Tensor& out) = 0;

@@ -40,6 +40,26 @@ std::string shape_key(const Tensor& w, int64_t n) {
          (n <= 8 ? " n" + std::to_string(n) : " batch");
 }
 
+// rope()'s per-call constants exactly as rope_yarn_cache computes them on the CPU.
+xpack::rt::RopeParams rope_params(const RopeSpec& spec) {
+  const RopeYarn& a = spec.angles;
+  xpack::rt::RopeParams p{};
+  p.n_dims = a.n_dims;
+  p.theta_scale = std::pow(a.freq_base, -2.0f / static_cast<float>(a.n_dims));
+  p.freq_scale = a.freq_scale;
+  p.ext_factor = a.ext_factor;
+  p.attn_factor = a.attn_factor;
+  p.mscale_ext = a.attn_factor;
+  if (a.ext_factor != 0.0f) {
+    const float start = std::floor(rope_detail::yarn_corr_dim(a.n_dims, a.n_ctx_orig, a.beta_fast, a.freq_base));
+    const float end = std::ceil(rope_detail::yarn_corr_dim(a.n_dims, a.n_ctx_orig, a.beta_slow, a.freq_base));
+    p.corr0 = std::max(0.0f, start);
+    p.corr1 = std::min(static_cast<float>(a.n_dims - 1), end);
+    p.mscale_ext *= 1.0f + 0.1f * std::log(1.0f / a.freq_scale);
+  }
+  return p;
+}
+
 }  // namespace
 
 CudaBackend::State::~State() {
@@ -479,25 +499,20 @@ void CudaBackend::rope(const Tensor& x, const RopeSpec& spec, int64_t pos0, int6
   const int64_t D = spec.head_dim, n_dims = spec.angles.n_dims;
   check_shape(is_f32(x) && D > 0 && x.width() % D == 0 && n_dims <= D && n_dims % 2 == 0,
               "rope: width is not whole heads");
-  // The per-call constants exactly as rope_yarn_cache computes them on the CPU.
-  const RopeYarn& a = spec.angles;
-  xpack::rt::RopeParams p{};
-  p.n_dims = a.n_dims;
-  p.theta_scale = std::pow(a.freq_base, -2.0f / static_cast<float>(a.n_dims));
-  p.freq_scale = a.freq_scale;
-  p.ext_factor = a.ext_factor;
-  p.attn_factor = a.attn_factor;
-  p.mscale_ext = a.attn_factor;
-  if (a.ext_factor != 0.0f) {
-    const float start = std::floor(rope_detail::yarn_corr_dim(a.n_dims, a.n_ctx_orig, a.beta_fast, a.freq_base));
-    const float end = std::ceil(rope_detail::yarn_corr_dim(a.n_dims, a.n_ctx_orig, a.beta_slow, a.freq_base));
-    p.corr0 = std::max(0.0f, start);
-    p.corr1 = std::min(static_cast<float>(a.n_dims - 1), end);
-    p.mscale_ext *= 1.0f + 0.1f * std::log(1.0f / a.freq_scale);
-  }
-  check_cuda(xpack::rt::rope(x.f32(), x.width(), x.rows(), D, spec.tail ? D - n_dims : 0, p, pos0, pos_step, inverse,
-                             state_->stream),
+  check_cuda(xpack::rt::rope(x.f32(), x.width(), x.rows(), D, spec.tail ? D - n_dims : 0, rope_params(spec), pos0,
+                             pos_step, inverse, state_->stream),
              "rope");
+}
+
+void CudaBackend::rms_norm_rope(const Tensor& x, const Tensor* weight, float eps, const RopeSpec& spec, int64_t pos0) {
+  const int64_t D = spec.head_dim, n_dims = spec.angles.n_dims;
+  if (D <= 0 || D % 2 != 0) return Backend::rms_norm_rope(x, weight, eps, spec, pos0);  // the kernel takes pairs
+  const OpProfile::Scope timed(profile_.get(), "rms_norm_rope");
+  check_shape(is_f32(x) && x.width() % D == 0 && n_dims <= D && n_dims % 2 == 0, "rms_norm_rope: width is not whole heads");
+  check_shape(!weight || (is_f32(*weight) && weight->numel() == D), "rms_norm_rope weight is not one head of F32");
+  check_cuda(xpack::rt::rms_norm_rope(x.f32(), weight ? weight->f32() : nullptr, x.width(), x.rows(), D,
+                                      spec.tail ? D - n_dims : 0, eps, rope_params(spec), pos0, state_->stream),
+             "rms_norm_rope");
 }
 
 void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, float limit, const Tensor& out) {

@@ -59,6 +59,7 @@ class CudaBackend final : public Backend {
   void scale(const Tensor& x, float s, const Tensor& out) override;
   void unary(Unary f, const Tensor& x, const Tensor& out) override;
   void rope(const Tensor& x, const RopeSpec& spec, int64_t pos0, int64_t pos_step, bool inverse) override;
+  void rms_norm_rope(const Tensor& x, const Tensor* weight, float eps, const RopeSpec& spec, int64_t pos0) override;
   void swiglu(const Tensor& gate, const Tensor& up, float limit, const Tensor& out) override;
   void softmax_rows(const Tensor& x) override;
   void top_k(const Tensor& scores, const Tensor& ids) override;

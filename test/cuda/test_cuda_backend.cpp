@@ -319,7 +319,7 @@ TEST_CASE("cuda backend: the tensor pool reuses a released block and keeps sizes
   cudaStreamDestroy(stream);
 }
 
-TEST_CASE("cuda backend: RoPE (normal, tail, YaRN, inverse, position step) and grouped-query causal attention") {
+TEST_CASE("cuda backend: RoPE (normal, tail, YaRN, inverse, position step), norm + RoPE, grouped-query causal attention") {
   if (!xpack::test::gpu::available()) return;
   Backends be;
   const int64_t head = 32, n_head = 4, n = 6;
@@ -344,6 +344,25 @@ TEST_CASE("cuda backend: RoPE (normal, tail, YaRN, inverse, position step) and g
       be.same(x, 1e-5, spec->tail ? "rope tail YaRN" : "rope normal");
     }
   }
+  // The norm of each head and its rotation in one launch against the CPU's rms_norm then
+  // rope: 4 heads without a weight, one head with one (DeepSeek-V4's queries and key).
+  for (const RopeSpec* spec : {&plain, &yarn}) {
+    Both x = be.up(xv, head * n_head);
+    be.cpu.rms_norm_rope(x.cpu, nullptr, 1e-6f, *spec, 3000);
+    be.gpu.rms_norm_rope(x.gpu, nullptr, 1e-6f, *spec, 3000);
+    be.same(x, 1e-5, spec->tail ? "rms_norm_rope tail YaRN" : "rms_norm_rope normal");
+    const Both w = be.up(random_floats(size_t(head), 15), head);
+    Both one = be.up(std::vector<float>(xv.begin(), xv.begin() + head * n), head);
+    be.cpu.rms_norm_rope(one.cpu, &w.cpu, 1e-6f, *spec, 7);
+    be.gpu.rms_norm_rope(one.gpu, &w.gpu, 1e-6f, *spec, 7);
+    be.same(one, 1e-5, "rms_norm_rope with a weight");
+  }
+  Both odd = be.up(xv, head * n_head);
+  CHECK_THROWS_AS(be.gpu.rms_norm_rope(odd.gpu, nullptr, 1e-6f, [&] {
+    RopeSpec s = plain;
+    s.head_dim = 24;  // 128 is not whole heads of 24
+    return s;
+  }(), 0), ModelError);
 
   // 4 query heads over 2 KV heads, 6 new positions after 5 cached ones.
   const int64_t n_kv = 2, pos0 = 5;

@@ -90,13 +90,10 @@ void Attention::forward(const Tensor& x, int64_t pos0, const Tensor& out) {
   std::vector<Backend::Product> from_qr = {{&wq_b_, &q}};
   if (csa) from_qr.push_back({&idx_q_b_, &idx_q});
   be_.shared_input_matmul(qr, from_qr);
-  const Tensor q_heads = q.reshaped(hd, n * nh);
-  be_.rms_norm(q_heads, nullptr, hp_.rms_eps, q_heads);
-  be_.rope(q, rope_, pos0);
+  be_.rms_norm_rope(q, nullptr, hp_.rms_eps, rope_, pos0);
 
   // --- the new keys ---
-  be_.rms_norm(kv, &kv_norm_, hp_.rms_eps, kv);
-  be_.rope(kv, rope_, pos0);
+  be_.rms_norm_rope(kv, &kv_norm_, hp_.rms_eps, rope_, pos0);
   next_pos_ += n;
 
   // --- compressed keys: every block completed by these positions ---
