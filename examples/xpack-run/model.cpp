@@ -40,7 +40,7 @@ void check_eval(const char* arch, const int32_t* tokens, int n, int pos0, int64_
 
 void download_logits(Backend& be, const Tensor& output, const Tensor& x, float* logits, LogitRows rows) {
   const int64_t n = x.rows(), first = rows == LogitRows::last ? n - 1 : 0;
-  const Tensor out = be.alloc(XPACK_TYPE_F32, output.rows(), n - first);
+  const Tensor out = be.empty(XPACK_TYPE_F32, output.rows(), n - first);  // the products write every row
   // The last row is always its own product, so the sampled token does not depend
   // on whether the other rows were asked for (a batch may take another kernel).
   if (n - 1 > first) be.matmul(output, x.row_range(first, n - 1 - first), out.row_range(0, n - 1 - first));

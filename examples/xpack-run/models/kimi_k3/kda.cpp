@@ -82,7 +82,7 @@ void KdaLayer::forward(const Tensor& x, KdaState& st, const Tensor& out) const {
   be_.l2_norm(k_heads, eps, k_heads);
 
   // --- gated delta rule, one state matrix per head: chunked for a prefill
-  const Tensor o = be_.alloc(kF32, D, n);
+  const Tensor o = be_.empty(kF32, D, n);  // the delta rule writes every element
   const int64_t chunk = ops_.delta_rule_chunk(hd);
   if (chunk > 0 && n >= chunk)
     ops_.delta_rule_chunked(q, k, v, g, beta, st.s, o, chunk);

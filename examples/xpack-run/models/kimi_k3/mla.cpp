@@ -115,7 +115,7 @@ void MlaLayer::forward(const Tensor& x, MlaCache& cache, const Tensor& out) cons
   cache.n = pos0 + n;
 
   // --- per head: absorb W_kb into the query, attend over the latents, expand with W_vb
-  const Tensor o = be_.alloc(kF32, H * hv, n);
+  const Tensor o = be_.empty(kF32, H * hv, n);  // every element written
   ops_.mla_attention(q, cache.latent.row_range(0, cache.n), cache.rope_key.row_range(0, cache.n), k_b_, v_b_, H, pos0,
                      1.0f / std::sqrt(static_cast<float>(hk)), o);
 
