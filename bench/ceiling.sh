@@ -30,6 +30,8 @@
 # same names in --dir): a warm machine builds nothing. Everything runs in e2e.sh's memory
 # cgroup (ram-ratio x model bytes). OUT/ceiling.json holds the numbers
 # (bench/ceiling_report.py), OUT/logs.tar.gz every run's output; the table is printed last.
+# The results name the tree measured: XPACK_TREE=<commit> when the checkout's .git is not the
+# tree's (the device tool's copy), else HEAD's hash, with "+changes" when files differ from it.
 set -uo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -133,7 +135,7 @@ json.dump({"arch": "$arch", "preset": "$preset", "layers": $layers, "model_bytes
            "contexts": [int(d) for d in "$contexts".split(",")], "tokens": $tokens, "reps": $reps, "vocab": $vocab,
            "device": "$device", "synth_args": "$synth_args", "gpu": "$gpu", "llama": "$use_llama" == "yes",
            "cuda_module_loading": "$CUDA_MODULE_LOADING",
-           "git": os.popen("git -C $root rev-parse --short HEAD 2>/dev/null").read().strip()}, open(sys.argv[1], "w"), indent=1)
+           "git": "$(e2e_tree)"}, open(sys.argv[1], "w"), indent=1)
 EOF
 
 # --- ours: one process per context length

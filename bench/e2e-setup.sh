@@ -8,6 +8,21 @@
 # The functions read the caller's variables: root, dir, out (logs go to $out/logs), build,
 # tarball, arch, preset, layers, synth_args, ram_ratio; and call its say().
 
+# The tree the numbers come from, for the results' "git" field: $XPACK_TREE when set, else
+# HEAD's short hash with "+changes" when tracked files differ from it (the device tool's copy
+# of a checkout has the working tree's files beside a .git that may be older: without the
+# mark its hash would name a tree that was not measured).
+e2e_tree() {
+  if [ -n "${XPACK_TREE:-}" ]; then echo "$XPACK_TREE"; return; fi
+  local head
+  head=$(git -C "$root" rev-parse --short HEAD 2>/dev/null) || { echo unknown; return; }
+  if [ -n "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null | head -1)" ]; then
+    echo "$head+changes"
+  else
+    echo "$head"
+  fi
+}
+
 # llama.cpp from the tarball, in $dir/llama.cpp/SUBDIR, with GGML_CUDA=CUDA (ON: for sm_90,
 # as on the GPU machine). Nothing is done when every TARGET is built already.
 # usage: e2e_build_llama SUBDIR ON|OFF TARGET...

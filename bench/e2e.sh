@@ -36,6 +36,8 @@
 # (built llama.cpp, the model, its pack) are not redone, so a second call on a warm machine
 # continues. The summary (bench/e2e_report.py) is printed last and written to
 # OUT/summary.json; OUT/runs.jsonl has one line per run, OUT/logs/ every run's output.
+# The results name the tree measured: XPACK_TREE=<commit> when the checkout's .git is not the
+# tree's (the device tool's copy), else HEAD's hash, with "+changes" when files differ from it.
 set -uo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -126,7 +128,7 @@ json.dump({"arch": "$arch", "preset": "$preset", "layers": $layers, "model_bytes
            "ram_ratio": $ram_ratio, "cache_ratio": $cache_ratio, "cache_mib": $cache_mib, "cache_at_top_k_floor": $cache_floor,
            "vram_ratio": $vram_ratio, "ngl_bp": $ngl_bp, "prompts": $prompts, "tokens": $tokens,
            "configs": "$configs", "device": "$device", "synth_args": "$synth_args", "config_budget_s": $budget, "gpu": os.popen("nvidia-smi --query-gpu=name --format=csv,noheader").read().strip(),
-           "git": os.popen("git -C $root rev-parse --short HEAD 2>/dev/null").read().strip()}, open(sys.argv[1], "w"), indent=1)
+           "git": "$(e2e_tree)"}, open(sys.argv[1], "w"), indent=1)
 EOF
 
 mapfile -t texts < <(grep -v '^#' "$root/bench/e2e-prompts.txt" | grep -v '^$')
