@@ -58,7 +58,10 @@ void KdaLayer::forward(const Tensor& x, KdaState& st, const Tensor& out) const {
 
   // --- every projection of the input, in one call: q, k, v, the forget
   // gate's low rank, the write strengths, the output gate
-  const Tensor q = be_.empty(kF32, D, n), k = be_.empty(kF32, D, n), v = be_.empty(kF32, D, n);
+  // q, k and v in one allocation, in that order, so that q and k are one range
+  // of rows for their norm below
+  const Tensor qkv = be_.empty(kF32, D, 3 * n);
+  const Tensor q = qkv.row_range(0, n), k = qkv.row_range(n, n), v = qkv.row_range(2 * n, n);
   const Tensor fa = be_.empty(kF32, f_a_.rows(), n), beta = be_.empty(kF32, H, n), gate = be_.empty(kF32, D, n);
   be_.shared_input_matmul(x, {{&wq_, &q}, {&wk_, &k}, {&wv_, &v}, {&f_a_, &fa}, {&beta_, &beta}, {&g_, &gate}});
 
@@ -76,10 +79,9 @@ void KdaLayer::forward(const Tensor& x, KdaState& st, const Tensor& out) const {
   be_.unary(Unary::sigmoid, beta, beta);
 
   // --- unit-length queries and keys; the 1/sqrt(d) scale goes on q
-  const Tensor q_heads = q.reshaped(hd, n * H), k_heads = k.reshaped(hd, n * H);
-  be_.l2_norm(q_heads, eps, q_heads);
+  const Tensor qk_heads = qkv.row_range(0, 2 * n).reshaped(hd, 2 * n * H), q_heads = q.reshaped(hd, n * H);
+  be_.l2_norm(qk_heads, eps, qk_heads);
   be_.scale(q_heads, 1.0f / std::sqrt(static_cast<float>(hd)), q_heads);
-  be_.l2_norm(k_heads, eps, k_heads);
 
   // --- gated delta rule, one state matrix per head: chunked for a prefill
   const Tensor o = be_.empty(kF32, D, n);  // the delta rule writes every element
