@@ -1,7 +1,8 @@
 // The routed-experts dispatcher (routed_experts.h) over a scripted expert
 // source on the CPU backend: the weighted sum against a double reference, the
 // result independent of which experts were resident (bit for bit), every
-// requested expert got and released exactly once, resident ones first, and a
+// requested expert got and released exactly once, resident ones first, gate and
+// up in one product or two by the group's size with the same bits, and a
 // failure in the middle of a layer still gives the request back.
 #include <doctest/doctest.h>
 
@@ -184,6 +185,38 @@ TEST_CASE("routed experts: the weighted sum of every pick, whichever experts are
     }
     if (first.empty()) first = y;
     CHECK(y == first);  // bit for bit
+  }
+}
+
+// A group of more than 64 rows (a prompt's resident experts) runs gate and up as
+// two grouped products; a decode-sized group (each missed expert alone here) as
+// one over its rows gathered twice. Either way each row is its own product.
+TEST_CASE("routed experts: a prompt-sized group and decode-sized groups give the same bits") {
+  CpuBackend be(2);
+  Batch b;
+  b.n = 40;
+  b.k = 3;
+  b.x = random_floats(size_t(b.n * kIn), 17);
+  std::mt19937 rng(5);
+  for (int64_t t = 0; t < b.n; ++t) {
+    std::vector<int32_t> e = {0, 1, 2, 3, 4, 5};
+    std::shuffle(e.begin(), e.end(), rng);
+    for (int64_t j = 0; j < b.k; ++j) {
+      b.ids.push_back(e[size_t(j)]);
+      b.weights.push_back(0.2f + 0.1f * float(j));
+    }
+  }
+  const std::vector<float> zeros(size_t(b.n * kOut), 0.0f);
+  std::vector<float> first;
+  for (const std::set<int>& resident : {std::set<int>{0, 1, 2, 3, 4, 5}, std::set<int>{}, std::set<int>{1, 4}}) {
+    CAPTURE(resident.size());
+    Log log;
+    ScriptedSource src(be, resident, log);
+    const std::vector<float> y = run(be, src, b, silu_ffn(be), false, zeros);
+    const std::vector<double> want = reference(src, b);
+    for (size_t i = 0; i < y.size(); ++i) CHECK(std::abs(double(y[i]) - want[i]) <= 1e-5 * (1.0 + std::abs(want[i])));
+    if (first.empty()) first = y;
+    CHECK(y == first);
   }
 }
 
