@@ -204,16 +204,6 @@ bool uses_mma(uint32_t type, const Opts& o, const float* x, const void* w) {
 int gemm(Context* ctx, uint32_t type, const void* w, int64_t ne0, int64_t ne1, const float* x,
          int n_tokens, float* y, const Opts& o, cudaStream_t stream) {
   const bool bf16 = o.precision == kPrecisionBf16;
-  if (type == kF32 && !bf16) {
-    // Already fp32 rows: cuBLAS reads them in place (a tile copy would be the
-    // same bytes again through the workspace).
-    if (cublasSetStream(ctx->blas, stream) != CUBLAS_STATUS_SUCCESS) return kErrCublas;
-    const float one = 1.0f, zero = 0.0f;
-    return cublasSgemm(ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, int(ne1), n_tokens, int(ne0), &one,
-                       static_cast<const float*>(w), int(ne0), x, int(ne0), &zero, y, int(ne1)) == CUBLAS_STATUS_SUCCESS
-               ? kOk
-               : kErrCublas;
-  }
   const size_t elt = bf16 ? 2 : 4;
   const size_t x_bytes = bf16 ? ((size_t(n_tokens) * size_t(ne0) * 2 + 255) & ~size_t(255)) : 0;
   if (ctx->workspace_bytes < x_bytes + size_t(ne0) * elt) return kErrWorkspace;
