@@ -201,11 +201,9 @@ __global__ void rms_norm_rope_kernel(float* x, const float* w, int64_t width, in
 }
 
 // In place over r[0, n), by the whole block: exp(r - max) / sum, the sum in double
-// (the CPU's softmax_rows, and the attention scores'). A finite `sink` logit
-// joins the max and the sum (attention sinks: it only absorbs mass), and
-// r[n, zero_to) is set to 0.
-__device__ void block_softmax(float* r, int64_t n, float sink = -INFINITY, int64_t zero_to = 0) {
-  float m = sink;
+// (the CPU's softmax_rows, and the attention scores').
+__device__ void block_softmax(float* r, int64_t n) {
+  float m = -INFINITY;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, r[i]);
   m = block_max(m);
   double s = 0.0;
@@ -215,21 +213,36 @@ __device__ void block_softmax(float* r, int64_t n, float sink = -INFINITY, int64
     s += e;
   }
   s = block_sum(s);
-  if (sink != -INFINITY) s += static_cast<double>(expf(sink - m));
   const float inv = static_cast<float>(1.0 / s);
-  for (int64_t i = threadIdx.x; i < max(n, zero_to); i += blockDim.x) r[i] = i < n ? r[i] * inv : 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) r[i] *= inv;
 }
 
 __global__ void softmax_kernel(float* x, int64_t width) { block_softmax(x + int64_t(blockIdx.x) * width, width); }
 
 // Row r of a batched attention's scores (r = group * n_head + head): the first
-// counts[group] (or first_count + group) columns are its keys, the rest are
-// zeroed because the product with the values that follows reads whole rows.
+// visible(r) columns are the keys, an optional sink logit per head joins the
+// max and the denominator (as attention_kernel's and the CPU's), and the
+// columns after the keys are zeroed because the product with the values that
+// follows reads whole rows.
 __global__ void masked_softmax_kernel(float* s, int64_t ld, int64_t n_head, const int32_t* counts,
                                       int64_t first_count, const float* sinks) {
   const int64_t r = blockIdx.x, g = r / n_head;
+  float* row = s + r * ld;
   const int64_t n = min(ld, counts ? int64_t(counts[g]) : first_count + g);
-  block_softmax(s + r * ld, n, sinks ? sinks[r % n_head] : -INFINITY, ld);
+  const float sink = sinks ? sinks[r % n_head] : -INFINITY;
+  float m = sink;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, row[i]);
+  m = block_max(m);
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const float e = expf(row[i] - m);
+    row[i] = e;
+    sum += e;
+  }
+  sum = block_sum(sum);
+  if (sinks) sum += static_cast<double>(expf(sink - m));
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t i = threadIdx.x; i < ld; i += blockDim.x) row[i] = i < n ? row[i] * inv : 0.0f;
 }
 
 // One block per row. Pick j is the best element ordered after pick j-1
