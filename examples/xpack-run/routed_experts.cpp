@@ -29,9 +29,11 @@ namespace {
 // prompt) keep two launches rather than gather their rows twice.
 constexpr int64_t kFusedGateUpRows = 128;
 
+bool decode_sized(int64_t m) { return 2 * m <= kFusedGateUpRows; }
+
 bool fused_gate_up(const std::vector<Backend::GroupedProblem>& gate, const std::vector<Backend::GroupedProblem>& up,
                    int64_t m) {
-  if (2 * m > kFusedGateUpRows) return false;
+  if (!decode_sized(m)) return false;
   const Tensor& w0 = gate.front().w;
   for (const auto* list : {&gate, &up})
     for (const Backend::GroupedProblem& p : *list)
@@ -90,24 +92,28 @@ void run_routed_experts(Backend& be, ExpertSource& source, int layer, const Tens
       }
     }
   }
-  // One upload for the lists (tokens, picks, then each group's tokens twice over
-  // for fused_gate_up): a copy per list per layer costs a launch each.
+  // One upload for the lists (tokens, picks, then each decode-sized group's
+  // tokens twice over for fused_gate_up, at doubled_at[group]): a copy per list
+  // per layer costs a launch each.
   const int64_t m_all = static_cast<int64_t>(picks.size());
   std::vector<int32_t> lists_host = tokens;
   lists_host.insert(lists_host.end(), picks.begin(), picks.end());
-  for (const auto& g : groups) {
-    if (g.empty()) continue;
-    const auto from = tokens.begin() + first[size_t(g.front())];
+  std::vector<int64_t> doubled_at(groups.size(), -1);
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    if (groups[gi].empty()) continue;
     int64_t m = 0;
-    for (int i : g) m += count[size_t(i)];
+    for (int i : groups[gi]) m += count[size_t(i)];
+    if (!decode_sized(m)) continue;
+    doubled_at[gi] = static_cast<int64_t>(lists_host.size());
+    const auto from = tokens.begin() + first[size_t(groups[gi].front())];
     for (int twice = 0; twice < 2; ++twice) lists_host.insert(lists_host.end(), from, from + m);
   }
-  const Tensor lists = be.upload(XPACK_TYPE_I32, lists_host.data(), 1, 4 * m_all);
+  const Tensor lists = be.upload(XPACK_TYPE_I32, lists_host.data(), 1, static_cast<int64_t>(lists_host.size()));
   const Tensor tokens_t = lists.row_range(0, m_all), picks_t = lists.row_range(m_all, m_all);
-  const Tensor doubled_t = lists.row_range(2 * m_all, 2 * m_all);
   const Tensor per_pick = be.empty(XPACK_TYPE_F32, d, n * k);
 
-  for (const auto& g : groups) {
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const std::vector<int>& g = groups[gi];
     if (g.empty()) continue;
     const int64_t r0 = first[size_t(g.front())];
     int64_t m = 0;
@@ -129,7 +135,7 @@ void run_routed_experts(Backend& be, ExpertSource& source, int layer, const Tens
       // the up's the next m, all in one grouped launch (each output row is its
       // problem's product alone, bit for bit, as with two launches).
       const Tensor xs = be.empty(XPACK_TYPE_F32, x.width(), 2 * m);
-      be.get_rows(x, doubled_t.row_range(2 * r0, 2 * m), xs);
+      be.get_rows(x, lists.row_range(doubled_at[gi], 2 * m), xs);
       std::vector<Backend::GroupedProblem> both = gate;
       for (Backend::GroupedProblem p : up) {
         p.row += m;
