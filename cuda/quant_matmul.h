@@ -185,7 +185,7 @@ struct MatmulOptions {
 
 // Owns a cuBLAS handle and a device workspace for the dequantized tiles (and
 // the decode kernels' partial sums where they split rows, with 512 KiB of
-// counters beside it).
+// counters beside it), and 32 MiB that cuBLAS gets as its own workspace.
 struct Context;
 
 // workspace_bytes: 0 = 64 MiB. Allocates with cudaMalloc (once, here); waits

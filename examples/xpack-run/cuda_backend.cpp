@@ -96,7 +96,7 @@ CudaBackend::CudaBackend(int ordinal) : ordinal_(ordinal), state_(std::make_shar
   check_cuda(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "cudaStreamCreate (allocations)");
   const int st = xk::context_create(&ctx_, 0);
   if (st != xk::kOk) throw ModelError(std::string("CUDA: matmul context: ") + xk::status_name(st));
-  workspace_bytes_ = size_t(64) << 20;  // context_create's default
+  workspace_bytes_ = (size_t(64) << 20) + (size_t(32) << 20);  // context_create's default and cuBLAS's own
 }
 
 CudaBackend::~CudaBackend() {

@@ -454,12 +454,22 @@ TEST_CASE("matmul: prefill of 77 tokens (fp32 tiles, several tiles) and the bf16
     xk::Context* small = nullptr;
     REQUIRE(xk::context_create(&small, size_t(ne0) * 4 * 7) == xk::kOk);
     std::vector<float> got(size_t(n * ne1));
+    // F32 weights are read in place unless fp32_tiles forces the tiles; the
+    // second stream makes the context hand cuBLAS its stream and workspace again.
+    xk::MatmulOptions tiles{};
+    tiles.size = sizeof tiles;
+    tiles.fp32_tiles = 1;
+    Stream other;
     for (xk::Context* c : {big, small}) {
-      dy.poison();
-      REQUIRE(xk::matmul(c, type, dw.p, ne0, ne1, dx.as<float>(), n, dy.as<float>(), nullptr, st.s) == xk::kOk);
-      st.sync();
-      dy.get(got.data(), got.size() * 4);
-      CHECK(count_bad(got, ref, kTolFp32, xk::type_name(type)) == 0);
+      for (const xk::MatmulOptions* opt : {static_cast<const xk::MatmulOptions*>(nullptr), static_cast<const xk::MatmulOptions*>(&tiles)}) {
+        for (cudaStream_t s : {st.s, other.s}) {
+          dy.poison();
+          REQUIRE(xk::matmul(c, type, dw.p, ne0, ne1, dx.as<float>(), n, dy.as<float>(), opt, s) == xk::kOk);
+          REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+          dy.get(got.data(), got.size() * 4);
+          CHECK(count_bad(got, ref, kTolFp32, xk::type_name(type)) == 0);
+        }
+      }
     }
     xk::context_destroy(small);
     xk::MatmulOptions o{};
