@@ -2,7 +2,9 @@
 // shared memory and activations split into three exact bf16 terms.
 //
 // Shape of the work: a block of 4 warps owns 64 output rows x 32 tokens of one
-// problem (grid: row tiles x problems x token tiles). Every 256 inputs it loads
+// problem (grid: row tiles x problems x token tiles), or, for problems of at
+// most 16 tokens (a prompt's typical expert), 128 rows x 16 tokens: the warps
+// then all multiply, and each step's split activations serve twice the rows. Every 256 inputs it loads
 // the 64 rows' byte windows (coalesced, one window ahead); per step of 64
 // inputs it decodes the rows' two 32-input chunks into bf16 (one thread per row
 // chunk), splits the 32 tokens' 64 activations into hi/mid/lo bf16 (one thread
@@ -20,7 +22,7 @@ namespace dev {
 
 namespace {
 
-constexpr int kRows = 64, kTokens = 32, kStep = 64, kThreads = 128;
+constexpr int kStep = 64, kThreads = 128;
 // Weights are fetched 256 inputs (8 blocks) per row at a time, as 16-byte
 // aligned loads of the byte window that holds them: a warp then reads runs of
 // contiguous bytes (a block-per-thread load of 17- or 34-byte blocks touched a
@@ -235,10 +237,28 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <uint32_t T>
+// The block's shared memory (dynamic: the 128-row tiles of the scaled types
+// need more than the 48 KiB a static array may have).
+template <uint32_t T, int WM>
+struct Tile {
+  using B = Block<T>;
+  static constexpr int kRows = 32 * WM, kTokens = 16 * (4 / WM);
+  static constexpr size_t kWs = 0;                                                // bf16 [kRows][kLd]
+  static constexpr size_t kXs = kWs + sizeof(__nv_bfloat16) * kRows * kLd;        // bf16 [3][kTokens][kLd]
+  static constexpr size_t kRaw = kXs + sizeof(__nv_bfloat16) * 3 * kTokens * kLd;  // u32 [kRows][kRowWords]
+  static constexpr size_t kScale = kRaw + sizeof(uint32_t) * kRows * B::kRowWords;  // f32 [kRows][2]
+  static constexpr size_t kMinsAt = kScale + sizeof(float) * kRows * (kStep / 32);  // f32 [kRows or 1][4]
+  static constexpr size_t kXsum = kMinsAt + sizeof(float) * (B::kMins ? kRows : 1) * (kStep / 16);
+  static constexpr size_t kBytes = kXsum + sizeof(float) * (B::kMins ? kTokens : 1) * (kStep / 16);
+};
+
+// WM: warps along the rows (2: 64 rows x 32 tokens; 4: 128 rows x 16 tokens).
+template <uint32_t T, int WM>
 __global__ void __launch_bounds__(kThreads) mma_kernel(Problems ps, int64_t ne0, int64_t ne1, size_t rb,
                                                        const float* __restrict__ x, float* __restrict__ y) {
   using B = Block<T>;
+  using L = Tile<T, WM>;
+  constexpr int kRows = L::kRows, kTokens = L::kTokens;
   const int p = blockIdx.y;
   const int ntok = ps.ntok[p];
   const int tok0 = blockIdx.z * kTokens;
@@ -247,16 +267,17 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(Problems ps, int64_t ne0,
   const uint8_t* __restrict__ w = ps.w[p];
   const float* __restrict__ xp = x + (int64_t(ps.row[p]) + tok0) * ne0;
 
-  __shared__ __align__(16) __nv_bfloat16 ws[kRows][kLd];
-  __shared__ __align__(16) __nv_bfloat16 xs[3][kTokens][kLd];
-  __shared__ float scale[kRows][kStep / 32];
+  extern __shared__ __align__(16) uint8_t smem[];
+  auto ws = reinterpret_cast<__nv_bfloat16(*)[kLd]>(smem + L::kWs);
+  auto xs = reinterpret_cast<__nv_bfloat16(*)[kTokens][kLd]>(smem + L::kXs);
+  auto scale = reinterpret_cast<float(*)[kStep / 32]>(smem + L::kScale);
   // Types with mins: dmin * min per row and 16-input sub-block of the step, and
   // each token's sums of x over those sub-blocks.
-  __shared__ float mins[B::kMins ? kRows : 1][kStep / 16];
-  __shared__ float xsum[B::kMins ? kTokens : 1][kStep / 16];
+  auto mins = reinterpret_cast<float(*)[kStep / 16]>(smem + L::kMinsAt);
+  auto xsum = reinterpret_cast<float(*)[kStep / 16]>(smem + L::kXsum);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wm = warp & 1, wn = warp >> 1;  // this warp: rows 32*wm.., tokens 16*wn..
+  const int wm = warp % WM, wn = warp / WM;  // this warp: rows 32*wm.., tokens 16*wn..
   // Token columns past the problem's end are zeros: their products are skipped
   // (a warp-uniform test), which is most of the work of a 12-token expert.
   const bool live0 = tok0 + 16 * wn < ntok, live1 = tok0 + 16 * wn + 8 < ntok;
@@ -265,7 +286,7 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(Problems ps, int64_t ne0,
   // c % kWinChunks), so consecutive threads read consecutive 16 bytes of a row.
   constexpr int kChunks = kRows * B::kWinChunks;
   constexpr int kPerThread = (kChunks + kThreads - 1) / kThreads;
-  __shared__ __align__(16) uint32_t wraw[kRows][B::kRowWords];
+  auto wraw = reinterpret_cast<uint32_t(*)[B::kRowWords]>(smem + L::kRaw);
   const size_t total = rb * size_t(ne1);
   uint4 wreg[kPerThread];
   auto fetch = [&](int64_t k0) {
@@ -299,13 +320,15 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(Problems ps, int64_t ne0,
     }
   };
 
-  // Decode roles: thread -> (row, block lb of each 64-input step). Activations:
-  // thread -> (token, block c of the step, half h): inputs 8h..8h+7 and
-  // 16+8h..16+8h+7 of the block, stored as the pairs (t, t + 16).
+  // Decode roles: thread -> (row, block lb of each 64-input step), kDecodes of
+  // them (rows lr, lr + kThreads / 2, ...). Activations: thread -> (token, block c
+  // of the step, half h): inputs 8h..8h+7 and 16+8h..16+8h+7 of the block, stored
+  // as the pairs (t, t + 16); with 16 tokens the upper half of the threads has none.
+  constexpr int kDecodes = 2 * kRows / kThreads;
   const int lr = tid >> 1, lb = tid & 1;
   const int xt = tid >> 2, xc = (tid >> 1) & 1, xh = tid & 1;
-  const bool row_ok = row0 + lr < ne1;
-  const bool tok_ok = tok0 + xt < ntok;
+  const bool x_role = xt < kTokens;
+  const bool tok_ok = x_role && tok0 + xt < ntok;
   const int64_t n_blocks = ne0 / 32;
   const float* xrow = xp + int64_t(tok_ok ? xt : 0) * ne0;
 
@@ -335,24 +358,26 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(Problems ps, int64_t ne0,
       if (k0 + kFetch < ne0) fetch(k0 + kFetch);  // in flight for the next 4 steps
       __syncthreads();
     }
-    {  // weights -> bf16 in shared memory
+#pragma unroll
+    for (int d = 0; d < kDecodes; ++d) {  // weights -> bf16 in shared memory
+      const int r = lr + d * (kThreads / 2);
       const int64_t blk = k0 / 32 + lb;
       uint32_t v[16];
       float s = 0.0f, dm[2] = {0.0f, 0.0f};
-      if (row_ok && blk < n_blocks) {
-        const int off = int((size_t(row0 + lr) * rb + size_t(k0 / kFetch) * B::kWinBytes) & 15);
-        s = B::chunk(&wraw[lr][0], off, int(blk % kFetchBlocks), v, dm);
+      if (row0 + r < ne1 && blk < n_blocks) {
+        const int off = int((size_t(row0 + r) * rb + size_t(k0 / kFetch) * B::kWinBytes) & 15);
+        s = B::chunk(&wraw[r][0], off, int(blk % kFetchBlocks), v, dm);
       } else {
 #pragma unroll
         for (int i = 0; i < 16; ++i) v[i] = 0u;
       }
-      uint4* dst = reinterpret_cast<uint4*>(&ws[lr][lb * 32]);
+      uint4* dst = reinterpret_cast<uint4*>(&ws[r][lb * 32]);
 #pragma unroll
       for (int i = 0; i < 4; ++i) dst[i] = make_uint4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
-      if constexpr (B::kScaled) scale[lr][lb] = s;
+      if constexpr (B::kScaled) scale[r][lb] = s;
       if constexpr (B::kMins) {
-        mins[lr][2 * lb] = dm[0];
-        mins[lr][2 * lb + 1] = dm[1];
+        mins[r][2 * lb] = dm[0];
+        mins[r][2 * lb + 1] = dm[1];
       }
     }
     {  // activations -> three bf16 terms in shared memory
@@ -375,16 +400,18 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(Problems ps, int64_t ne0,
           hi = ((xr[2].x + xr[2].y) + (xr[2].z + xr[2].w)) + ((xr[3].x + xr[3].y) + (xr[3].z + xr[3].w));
         }
         const float lo2 = __shfl_xor_sync(0xFFFFFFFFu, lo, 1), hi2 = __shfl_xor_sync(0xFFFFFFFFu, hi, 1);
-        if (xh == 0) {
+        if (x_role && xh == 0) {
           xsum[xt][2 * xc] = lo + lo2;
           xsum[xt][2 * xc + 1] = hi + hi2;
         }
       }
+      if (x_role) {
 #pragma unroll
-      for (int m = 0; m < 3; ++m) {
-        uint4* dst = reinterpret_cast<uint4*>(&xs[m][xt][32 * xc + 16 * xh]);
-        dst[0] = make_uint4(t[m][0], t[m][1], t[m][2], t[m][3]);
-        dst[1] = make_uint4(t[m][4], t[m][5], t[m][6], t[m][7]);
+        for (int m = 0; m < 3; ++m) {
+          uint4* dst = reinterpret_cast<uint4*>(&xs[m][xt][32 * xc + 16 * xh]);
+          dst[0] = make_uint4(t[m][0], t[m][1], t[m][2], t[m][3]);
+          dst[1] = make_uint4(t[m][4], t[m][5], t[m][6], t[m][7]);
+        }
       }
     }
     __syncthreads();
@@ -461,24 +488,45 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(Problems ps, int64_t ne0,
       }
 }
 
+template <uint32_t T, int WM>
+int launch_tiles(int64_t ne0, int64_t ne1, const Problems& ps, int max_tok, const float* x, float* y,
+                 cudaStream_t stream) {
+  using L = Tile<T, WM>;
+  const int64_t row_tiles = (ne1 + L::kRows - 1) / L::kRows;
+  const int64_t tok_tiles = (max_tok + L::kTokens - 1) / L::kTokens;
+  if (row_tiles > 0x7FFFFFFF || tok_tiles > 65535) return kErrShape;
+  if (L::kBytes > 48 * 1024 &&
+      cudaFuncSetAttribute(mma_kernel<T, WM>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(L::kBytes)) !=
+          cudaSuccess)
+    return kErrCuda;
+  const dim3 grid{unsigned(row_tiles), unsigned(ps.n), unsigned(tok_tiles)};
+  mma_kernel<T, WM><<<grid, kThreads, L::kBytes, stream>>>(ps, ne0, ne1, row_bytes(T, ne0), x, y);
+  return cudaGetLastError() == cudaSuccess ? kOk : kErrCuda;
+}
+
+// Problems of up to 16 tokens in one launch of 128 x 16 tiles, the others in
+// one of 64 x 32 tiles; which tile a problem gets depends on its own token
+// count only, so its outputs do not depend on the rest of the launch.
 template <uint32_t T>
 int launch(int64_t ne0, int64_t ne1, const ExpertProblem* problems, int n, const float* x, float* y,
            cudaStream_t stream) {
-  Problems ps{};
-  ps.n = n;
-  int max_tok = 0;
+  constexpr int kFewTokens = Tile<T, 4>::kTokens;
+  Problems few{}, many{};
+  int max_few = 0, max_many = 0;
   for (int i = 0; i < n; ++i) {
-    ps.w[i] = static_cast<const uint8_t*>(problems[i].w);
-    ps.row[i] = problems[i].row;
-    ps.ntok[i] = problems[i].n_tokens;
-    max_tok = max_tok > problems[i].n_tokens ? max_tok : problems[i].n_tokens;
+    const ExpertProblem& p = problems[i];
+    Problems& ps = p.n_tokens <= kFewTokens ? few : many;
+    int& max_tok = p.n_tokens <= kFewTokens ? max_few : max_many;
+    ps.w[ps.n] = static_cast<const uint8_t*>(p.w);
+    ps.row[ps.n] = p.row;
+    ps.ntok[ps.n] = p.n_tokens;
+    ++ps.n;
+    max_tok = max_tok > p.n_tokens ? max_tok : p.n_tokens;
   }
-  const int64_t row_tiles = (ne1 + kRows - 1) / kRows;
-  const int64_t tok_tiles = (max_tok + kTokens - 1) / kTokens;
-  if (row_tiles > 0x7FFFFFFF || tok_tiles > 65535) return kErrShape;
-  const dim3 grid{unsigned(row_tiles), unsigned(n), unsigned(tok_tiles)};
-  mma_kernel<T><<<grid, kThreads, 0, stream>>>(ps, ne0, ne1, row_bytes(T, ne0), x, y);
-  return cudaGetLastError() == cudaSuccess ? kOk : kErrCuda;
+  if (few.n > 0)
+    if (const int st = launch_tiles<T, 4>(ne0, ne1, few, max_few, x, y, stream); st != kOk) return st;
+  if (many.n > 0) return launch_tiles<T, 2>(ne0, ne1, many, max_many, x, y, stream);
+  return kOk;
 }
 
 }  // namespace

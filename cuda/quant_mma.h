@@ -30,7 +30,8 @@ namespace xpack::kernels::dev {
 bool mma_supports(uint32_t type);
 
 // y rows [p.row, p.row + p.n_tokens) = W_p x rows, for n problems (<= 128) of
-// any token count in ONE launch. x [n_rows][ne0], y [n_rows][ne1], ne0 a whole
+// any token count in one launch per tile shape (two at most: problems of up
+// to 16 tokens get 128-row x 16-token tiles, the others 64 x 32). x [n_rows][ne0], y [n_rows][ne1], ne0 a whole
 // number of blocks, x and every w 16-byte aligned. Each output depends on its
 // problem alone (the same bits whatever else is in the launch). Arguments are
 // checked by the caller.

@@ -379,8 +379,9 @@ TEST_CASE("matmul on tensor cores: fp32 bound at odd shapes, grouped = separate 
     for (const int64_t ne0 : {int64_t(xk::block_elems(type) == 32 ? 96 : 768), int64_t(4096)}) {
       CAPTURE(ne0);
       const int64_t ne1 = 130;
-      const int counts[] = {40, 9, 3, 77, 32, 33};
-      const int np = 6;
+      // Both tile shapes (up to 16 tokens: 128 x 16; more: 64 x 32) at their edges.
+      const int counts[] = {40, 9, 3, 77, 16, 33, 17, 4};
+      const int np = 8;
       std::vector<std::vector<uint8_t>> hw;
       std::vector<std::unique_ptr<DevBuf>> ws;
       std::vector<xk::ExpertProblem> probs;
