@@ -9,6 +9,7 @@
 
 #include "quant_blocks.cuh"
 #include "quant_matmul.h"
+#include "f32_gemm.h"
 #include "quant_mma.h"
 
 namespace xpack::kernels {
@@ -94,10 +95,8 @@ namespace {
 constexpr size_t kBlasWorkspaceBytes = size_t(32) << 20;
 
 // cublasSetStream drops any workspace the handle was given and falls back to
-// cuBLAS's default pool, whose products were seen to hold the host for as long as
-// the GPU ran them (an fp32 router product of a prompt: 49 ms of host time for 20
-// of GPU): the stream and a workspace of the context's own are set together, and
-// only when the stream changes.
+// cuBLAS's default pool: the stream and a workspace of the context's own are set
+// together (as PyTorch does for its handles), and only when the stream changes.
 bool bind_blas(Context* c, cudaStream_t stream) {
   if (c->blas_bound && c->blas_stream == stream) return true;
   if (cublasSetStream(c->blas, stream) != CUBLAS_STATUS_SUCCESS ||
@@ -233,14 +232,9 @@ int gemm(Context* ctx, uint32_t type, const void* w, int64_t ne0, int64_t ne1, c
          int n_tokens, float* y, const Opts& o, cudaStream_t stream) {
   const bool bf16 = o.precision == kPrecisionBf16;
   if (type == kF32 && !bf16 && !o.tiles) {
-    // Already fp32 rows: cuBLAS reads them in place (a tile copy would be the
-    // same bytes again through the workspace).
-    if (!bind_blas(ctx, stream)) return kErrCublas;
-    const float one = 1.0f, zero = 0.0f;
-    return cublasSgemm(ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, int(ne1), n_tokens, int(ne0), &one,
-                       static_cast<const float*>(w), int(ne0), x, int(ne0), &zero, y, int(ne1)) == CUBLAS_STATUS_SUCCESS
-               ? kOk
-               : kErrCublas;
+    // Already fp32 rows: read in place by the fp32 kernel (f32_gemm.h says why not cuBLAS).
+    return dev::f32_gemm(static_cast<const float*>(w), ne0, ne1, x, n_tokens, y, static_cast<float*>(ctx->workspace),
+                         ctx->workspace_bytes, stream);
   }
   const size_t elt = bf16 ? 2 : 4;
   const size_t x_bytes = bf16 ? ((size_t(n_tokens) * size_t(ne0) * 2 + 255) & ~size_t(255)) : 0;
