@@ -204,6 +204,12 @@ class CacheExperts final : public CacheExpertSource {
     void release(int i) override {
       source->check(xpack_cache_release_expert(source->cache_, ticket, static_cast<size_t>(i), compute_stream), layer);
     }
+    // Deferred entries take the slots of released ones (xpack_cache_release_expert).
+    bool waits_for_released() const override {
+      for (const xpack_expert_slot& e : entries)
+        if (e.slot == XPACK_SLOT_DEFERRED) return true;
+      return false;
+    }
 
     CacheExperts* source;
     int layer;

@@ -68,6 +68,7 @@ void run_routed_experts(Backend& be, ExpertSource& source, int layer, const Tens
   const int n_experts = static_cast<int>(experts.size());
   if (guesser) guesser->score(layer, experts);
   std::unique_ptr<ExpertRequest> request = source.acquire(layer, experts.data(), n_experts, be.stream());
+  const bool early_release = request->waits_for_released();
   // After this layer's own acquire, so its demand reads are queued first.
   if (guessed) guesser->issue(source, routing.guess_layer, ids.data() + n * k, n);
 
@@ -157,7 +158,8 @@ void run_routed_experts(Backend& be, ExpertSource& source, int layer, const Tens
     const Tensor ys = be.empty(XPACK_TYPE_F32, d, m);
     be.grouped_matmul(down, gs, ys);
     be.scatter_weighted(ys, picks_t.row_range(r0, m), routing.weights, per_pick);
-    for (int i : g) request->release(i);
+    if (early_release)
+      for (int i : g) request->release(i);
   }
   request.reset();
   // The rest of the step up to the next router's ids: no expert in it.

@@ -45,7 +45,9 @@ struct Log {
 
 class ScriptedSource final : public ExpertSource {
  public:
-  ScriptedSource(CpuBackend& be, std::set<int> resident, Log& log) : resident_(std::move(resident)), log_(log) {
+  // waits: what its requests say of waits_for_released().
+  ScriptedSource(CpuBackend& be, std::set<int> resident, Log& log, bool waits = true)
+      : resident_(std::move(resident)), log_(log), waits_(waits) {
     for (int e = 0; e < kExperts; ++e) {
       host_.push_back({random_floats(kFf * kIn, 100 + e), random_floats(kFf * kIn, 200 + e),
                        random_floats(kOut * kFf, 300 + e)});
@@ -82,12 +84,14 @@ class ScriptedSource final : public ExpertSource {
       held[size_t(i)] = false;
       src.log_.released.push_back(i);
     }
+    bool waits_for_released() const override { return src.waits_; }
     ScriptedSource& src;
     std::vector<int> ids;
     std::vector<bool> held;
   };
   std::set<int> resident_;
   Log& log_;
+  bool waits_;
   std::vector<HostExpert> host_;
   std::vector<ExpertWeights> weights_;
 };
@@ -185,6 +189,26 @@ TEST_CASE("routed experts: the weighted sum of every pick, whichever experts are
     }
     if (first.empty()) first = y;
     CHECK(y == first);  // bit for bit
+  }
+}
+
+// A request none of whose experts waits for another's memory is released whole
+// at its end, not expert by expert: the same result, no per-expert release.
+TEST_CASE("routed experts: no release one by one where no expert waits for another's memory") {
+  CpuBackend be(2);
+  const Batch b = make_batch();
+  const std::vector<float> zeros(size_t(b.n * kOut), 0.0f);
+  for (const std::set<int>& resident : {std::set<int>{}, std::set<int>{0, 2, 3, 4, 5}, std::set<int>{2, 4}}) {
+    CAPTURE(resident.size());
+    Log waits_log, whole_log;
+    ScriptedSource waits(be, resident, waits_log, true), whole(be, resident, whole_log, false);
+    const std::vector<float> a = run(be, waits, b, silu_ffn(be), false, zeros);
+    const std::vector<float> c = run(be, whole, b, silu_ffn(be), false, zeros);
+    CHECK(a == c);
+    CHECK(waits_log.released.size() == 5);
+    CHECK(whole_log.released.empty());
+    CHECK(whole_log.got.size() == 5);
+    CHECK(whole_log.requests_destroyed == 1);
   }
 }
 
