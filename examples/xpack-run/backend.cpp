@@ -2,6 +2,7 @@
 #include "backend.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,19 @@ void Backend::shared_input_matmul(const Tensor& x, const std::vector<Product>& p
 }
 
 // The reference form: the norm over the heads seen as rows, then the rotation.
+void Backend::start_download(const Tensor& src) {
+  download_started_ = false;
+  started_bytes_.resize(src.nbytes());
+  download(src, started_bytes_.data());
+  download_started_ = true;
+}
+
+void Backend::finish_download(void* host) {
+  if (!download_started_) throw ModelError("backend: finish_download without start_download");
+  download_started_ = false;
+  if (!started_bytes_.empty()) std::memcpy(host, started_bytes_.data(), started_bytes_.size());
+}
+
 void Backend::rms_norm_rope(const Tensor& x, const Tensor* weight, float eps, const RopeSpec& spec, int64_t pos0) {
   if (spec.head_dim <= 0 || x.width() % spec.head_dim != 0)
     throw ModelError("rms_norm_rope: width " + std::to_string(x.width()) + " is not whole heads of " +

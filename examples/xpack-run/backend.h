@@ -70,6 +70,14 @@ class Backend {
   // Copies src's bytes to host memory once the work before it is done: the
   // only way results reach the host.
   virtual void download(const Tensor& src, void* host) = 0;
+  // download() in two halves, so that work enqueued between them (a MoE layer's
+  // shared expert, behind its router's ids) runs while the host waits:
+  // start_download orders the copy of src after the work enqueued so far, and
+  // finish_download waits for that copy alone and writes its bytes to host
+  // (src's size): src as it was at the start. One at a time; a start drops an
+  // unfinished one. The default downloads at the start: no overlap.
+  virtual void start_download(const Tensor& src);
+  virtual void finish_download(void* host);
   // dst = src (same type and element count).
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;
 
@@ -182,6 +190,11 @@ class Backend {
   // out[t] = per_pick[t*k] + ... + per_pick[t*k + k-1], in rank order; with
   // `accumulate`, that sum + out[t].
   virtual void sum_picks(const Tensor& per_pick, int64_t k, bool accumulate, const Tensor& out) = 0;
+
+ private:
+  // The default halves: start_download's bytes until finish_download.
+  std::vector<uint8_t> started_bytes_;
+  bool download_started_ = false;
 };
 
 // Grows `t` ([rows][width]) to hold at least `rows` rows, keeping its

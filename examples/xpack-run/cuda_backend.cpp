@@ -108,6 +108,8 @@ CudaBackend::~CudaBackend() {
   if (side_) cudaStreamDestroy(side_);
   profile_.reset();
   if (bounce_) cudaFreeHost(bounce_);
+  if (early_) cudaFreeHost(early_);
+  if (early_done_) cudaEventDestroy(early_done_);
   xk::context_destroy(ctx_);
 }
 
@@ -214,6 +216,35 @@ void CudaBackend::download(const Tensor& src, void* host) {
   // After the scope: folding the step's events into the totals costs the host
   // about a microsecond an event, which inside the scope counted as download's.
   if (profile_) profile_->collect();
+}
+
+void CudaBackend::start_download(const Tensor& src) {
+  const size_t n = src.nbytes();
+  // Profiled or captured stretches, and large tensors, take download() at the finish.
+  early_started_ = false;  // one left unfinished by an exception is dropped
+  if (profile_ || capturing_ || n == 0 || n > kMaxEarlyBytes) {
+    Backend::start_download(src);
+    return;
+  }
+  if (!early_) check_cuda(cudaMallocHost(&early_, kMaxEarlyBytes), "cudaMallocHost (early download buffer)");
+  if (!early_done_) check_cuda(cudaEventCreateWithFlags(&early_done_, cudaEventDisableTiming), "cudaEventCreate");
+  check_cuda(cudaMemcpyAsync(early_, src.data, n, cudaMemcpyDeviceToHost, state_->stream), "cudaMemcpyAsync (download)");
+  check_cuda(cudaEventRecord(early_done_, state_->stream), "cudaEventRecord (download)");
+  early_bytes_ = n;
+  early_started_ = true;
+}
+
+void CudaBackend::finish_download(void* host) {
+  if (!early_started_) {
+    Backend::finish_download(host);
+    return;
+  }
+  early_started_ = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  const cudaError_t e = cudaEventSynchronize(early_done_);
+  host_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  check_cuda(e, "cudaEventSynchronize (download)");
+  std::memcpy(host, early_, early_bytes_);
 }
 
 void CudaBackend::sync_stream(const char* what) {

@@ -41,6 +41,8 @@ class CudaBackend final : public Backend {
   Tensor weight(const WeightTensor& w) override;
   Tensor upload(uint32_t type, const void* host, int64_t width, int64_t rows) override;
   void download(const Tensor& src, void* host) override;
+  void start_download(const Tensor& src) override;
+  void finish_download(void* host) override;
   void copy(const Tensor& src, const Tensor& dst) override;
 
   void* stream() override { return state_->stream; }
@@ -130,6 +132,13 @@ class CudaBackend final : public Backend {
   static constexpr size_t kMaxBounceBytes = size_t(64) << 20;
   void* bounce_ = nullptr;
   size_t bounce_bytes_ = 0;
+  // start_download's copy: its own pinned buffer (kMaxEarlyBytes) and the
+  // event recorded behind it, which finish_download waits for.
+  static constexpr size_t kMaxEarlyBytes = size_t(1) << 20;
+  void* early_ = nullptr;
+  size_t early_bytes_ = 0;  // the started copy's size
+  bool early_started_ = false;
+  cudaEvent_t early_done_ = nullptr;
   double host_wait_s_ = 0;  // host_wait_s()
   // cudaStreamSynchronize on the compute stream, its time added to host_wait_s_.
   void sync_stream(const char* what);

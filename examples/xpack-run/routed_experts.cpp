@@ -44,7 +44,8 @@ bool fused_gate_up(const std::vector<Backend::GroupedProblem>& gate, const std::
 }  // namespace
 
 void run_routed_experts(Backend& be, ExpertSource& source, int layer, const Tensor& x, const Routing& routing,
-                        const ExpertFfn& ffn, bool accumulate, const Tensor& out, NextLayerGuesser* guesser) {
+                        const ExpertFfn& ffn, bool accumulate, const Tensor& out, NextLayerGuesser* guesser,
+                        const std::function<void()>& meanwhile) {
   const int64_t n = x.rows(), k = routing.ids.width(), d = out.width();
   if (routing.ids.rows() != n || out.rows() != n || routing.weights.numel() != n * k) {
     throw ModelError("routed experts of layer " + std::to_string(layer) + ": routing and batch disagree");
@@ -57,7 +58,9 @@ void run_routed_experts(Backend& be, ExpertSource& source, int layer, const Tens
   }
   // The layer's one host synchronisation; with a guess, its ids come in the same download.
   std::vector<int32_t> ids(static_cast<size_t>(guessed ? routing.id_block.numel() : n * k));
-  be.download(guessed ? routing.id_block : routing.ids, ids.data());
+  be.start_download(guessed ? routing.id_block : routing.ids);
+  if (meanwhile) meanwhile();
+  be.finish_download(ids.data());
 
   // The picks (t * k + j) of each expert, experts in ascending id order; the
   // request lists them in that order, and a routing trace records it.

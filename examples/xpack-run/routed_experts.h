@@ -58,8 +58,13 @@ struct ExpertFfn {
 // itself with `accumulate`). Every picked expert is computed. With a guesser,
 // a guess made for this layer is scored against its routing, and the one
 // routing.guess carries is handed to the source after this layer's acquire.
+// `meanwhile` (if given) enqueues work that does not need the routing (a
+// shared expert) between the start of the ids' download and the host's wait for
+// it, so that the GPU computes it while the host reads the ids and acquires the
+// experts; it is enqueued before any routed expert, so `accumulate` adds onto
+// what it wrote to out.
 void run_routed_experts(Backend& be, ExpertSource& source, int layer, const Tensor& x, const Routing& routing,
                         const ExpertFfn& ffn, bool accumulate, const Tensor& out,
-                        NextLayerGuesser* guesser = nullptr);
+                        NextLayerGuesser* guesser = nullptr, const std::function<void()>& meanwhile = {});
 
 }  // namespace xrun

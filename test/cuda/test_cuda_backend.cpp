@@ -263,6 +263,25 @@ TEST_CASE("cuda backend: route in one launch equals its chain of operations, bit
   }
 }
 
+TEST_CASE("cuda backend: a download in two halves gives the bytes as they were at its start, small or large") {
+  if (!xpack::test::gpu::available()) return;
+  CudaBackend be(0);
+  // 1000 floats take the pinned early copy; 600k (2.4 MB) the plain download at the start.
+  for (const size_t n : {size_t(1000), size_t(600000)}) {
+    CAPTURE(n);
+    const std::vector<float> v = random_floats(n, 11);
+    const Tensor t = be.upload(XPACK_TYPE_F32, v.data(), int64_t(n), 1);
+    std::vector<float> got(n, 0.0f);
+    be.start_download(t);
+    be.scale(t, 2.0f, t);  // enqueued between the halves, on the source itself
+    be.finish_download(got.data());
+    CHECK(std::memcmp(got.data(), v.data(), n * 4) == 0);
+    be.download(t, got.data());  // and the work between them did run
+    CHECK(got[0] == 2.0f * v[0]);
+    CHECK_THROWS_AS(be.finish_download(got.data()), ModelError);
+  }
+}
+
 TEST_CASE("cuda backend: the tensor pool reuses a released block and keeps sizes apart") {
   if (!xpack::test::gpu::available()) return;
   cudaStream_t stream = nullptr;

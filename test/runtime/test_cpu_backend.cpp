@@ -206,6 +206,24 @@ TEST_CASE("cpu backend: rope then its inverse gives the input back; causal atten
   CHECK(att[3] == doctest::Approx(6.0 * (1 - p1) + 8.0 * p1));
 }
 
+TEST_CASE("backend: a download in two halves gives the bytes as they were at its start") {
+  CpuBackend be(1);
+  const float v[3] = {1.5f, -2.0f, 3.25f};
+  const Tensor t = be.upload(XPACK_TYPE_F32, v, 3, 1);
+  float got[3] = {0, 0, 0};
+  CHECK_THROWS_AS(be.finish_download(got), ModelError);  // nothing started
+  be.start_download(t);
+  be.scale(t, 2.0f, t);  // work between the halves, writing the source itself
+  be.finish_download(got);
+  CHECK(std::memcmp(got, v, sizeof v) == 0);
+  CHECK_THROWS_AS(be.finish_download(got), ModelError);  // one finish per start
+  // A start left unfinished is dropped by the next.
+  be.start_download(t);
+  be.start_download(be.upload(XPACK_TYPE_F32, v, 3, 1));
+  be.finish_download(got);
+  CHECK(std::memcmp(got, v, sizeof v) == 0);
+}
+
 TEST_CASE("cpu backend: the dispatcher's scatter_weighted and sum_picks, in rank order") {
   CpuBackend be(1);
   // Two tokens, k = 2: picks (t, j) -> t * 2 + j; rows of width 2 computed out of order.

@@ -100,15 +100,16 @@ void MoeBlock::forward(const Tensor& x, const Tensor& tokens, const Tensor& out,
   // Right behind this layer's router, ahead of its ids' download (next_layer_guess.h).
   if (guess) next.guesser->enqueue(be_, next, r);
   const int64_t d = hp_.n_embd, ff = hp_.n_ff_exp;
-  gated_ffn(be_, shared_, swiglu_shexp_, x, out);
-  // The routed sum (in rank order, as llama.cpp adds its expert views) goes on top of the shared expert.
+  // The shared expert while the host waits for the routing's ids; the routed
+  // sum (in rank order, as llama.cpp adds its expert views) goes on top of it.
+  const auto shared = [&] { gated_ffn(be_, shared_, swiglu_shexp_, x, out); };
   run_routed_experts(be_, *experts_, static_cast<int>(layer_), x, r,
                      {[&](const ExpertWeights& ew) {
                         const std::string who = "layer " + std::to_string(layer_) + " expert " + std::to_string(ew.expert);
                         return expert_matrices(ew, d, ff, d, who);
                       },
                       swiglu_exp_},
-                     /*accumulate=*/true, out, next.guesser);
+                     /*accumulate=*/true, out, next.guesser, shared);
 }
 
 }  // namespace xrun::ds4

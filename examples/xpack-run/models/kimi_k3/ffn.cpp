@@ -138,11 +138,13 @@ void LatentMoe::forward(const Tensor& x, const Tensor& out, const NextGuess& nex
     from_x.push_back({&shared_.up, &su});
   }
   be_.shared_input_matmul(x, from_x);
-  if (has_shared_) {
+  // The shared experts' rest while the host waits for the routing's ids.
+  const auto shared = [&] {
+    if (!has_shared_) return;
     sh = be_.empty(kF32, hp_.n_embd, n);
     gated_ffn_down(be_, shared_, situ_, sg, su, sh);
     sg = su = Tensor{};
-  }
+  };
   // The routed experts in the latent width, summed per token in top-k order.
   const Tensor y = be_.empty(kF32, L, n);  // every token's picks summed into it
   run_routed_experts(be_, *experts_, il_, z, r,
@@ -151,7 +153,7 @@ void LatentMoe::forward(const Tensor& x, const Tensor& out, const NextGuess& nex
                         return expert_matrices(ew, L, F, L, who);
                       },
                       situ_},
-                     /*accumulate=*/false, y, next.guesser);
+                     /*accumulate=*/false, y, next.guesser, shared);
 
   if (has_routed_norm_) be_.rms_norm(y, &routed_norm_, hp_.norm_eps, y);
   if (hp_.has_latent)
