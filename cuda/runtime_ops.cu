@@ -379,22 +379,12 @@ __global__ void attention_kernel(const float* __restrict__ q, const float* __res
   }
 }
 
-__global__ void scatter_weighted_kernel(const float* y, int64_t d, const int32_t* picks, int64_t m,
-                                        const float* weights, float* per_pick) {
-  GRID_STRIDE(i, m * d) {
-    const int64_t r = i / d, c = i - r * d;
-    const int32_t p = picks[r];
-    per_pick[int64_t(p) * d + c] = y[i] * weights[p];
-  }
-}
-
-__global__ void sum_picks_kernel(const float* per_pick, int64_t d, int64_t k, int64_t n_tokens, bool accumulate,
-                                 float* out) {
+__global__ void combine_picks_kernel(const float* ys, int64_t d, const int32_t* rows, const float* weights, int64_t k,
+                                     int64_t n_tokens, bool accumulate, float* out) {
   GRID_STRIDE(i, n_tokens * d) {
     const int64_t t = i / d, c = i - t * d;
-    const float* p = per_pick + t * k * d + c;
-    float acc = p[0];
-    for (int64_t j = 1; j < k; ++j) acc += p[j * d];
+    float acc = ys[int64_t(rows[t * k]) * d + c] * weights[t * k];
+    for (int64_t j = 1; j < k; ++j) acc += ys[int64_t(rows[t * k + j]) * d + c] * weights[t * k + j];
     out[i] = accumulate ? acc + out[i] : acc;
   }
 }
@@ -570,17 +560,11 @@ cudaError_t attention(const float* q, const float* k, const float* v, int64_t n,
   return launched();
 }
 
-cudaError_t scatter_weighted(const float* y, int64_t d, const int32_t* picks, int64_t m, const float* weights,
-                             float* per_pick, cudaStream_t stream) {
-  if (m * d == 0) return cudaSuccess;
-  scatter_weighted_kernel<<<grid_for(m * d), kThreads, 0, stream>>>(y, d, picks, m, weights, per_pick);
-  return launched();
-}
-
-cudaError_t sum_picks(const float* per_pick, int64_t d, int64_t k, int64_t n_tokens, bool accumulate, float* out,
-                      cudaStream_t stream) {
+cudaError_t combine_picks(const float* ys, int64_t d, const int32_t* rows, const float* weights, int64_t k,
+                          int64_t n_tokens, bool accumulate, float* out, cudaStream_t stream) {
   if (n_tokens * d == 0) return cudaSuccess;
-  sum_picks_kernel<<<grid_for(n_tokens * d), kThreads, 0, stream>>>(per_pick, d, k, n_tokens, accumulate, out);
+  combine_picks_kernel<<<grid_for(n_tokens * d), kThreads, 0, stream>>>(ys, d, rows, weights, k, n_tokens, accumulate,
+                                                                       out);
   return launched();
 }
 

@@ -7,7 +7,7 @@
 // by operation: the same float expressions (runtime_ops.cu is compiled without
 // FMA contraction), sums of squares and softmax denominators in double, and the
 // same sequential orders where the CPU's order is part of the contract
-// (normalize_rows, sum_picks, attention's weighted sum). Only the parallel
+// (normalize_rows, combine_picks, attention's weighted sum). Only the parallel
 // double-precision reductions and the device's expf/cosf/sinf (<= 2 ulp) differ.
 //
 // Every function enqueues on `stream`, returns at once and reports a launch
@@ -103,11 +103,9 @@ int64_t attention_smem_positions();
 cudaError_t attention(const float* q, const float* k, const float* v, int64_t n, int64_t n_head, int64_t n_head_kv,
                       int64_t head_dim, int64_t pos0, float scale, float* out, float* scratch, cudaStream_t stream);
 
-// per_pick[picks[r]] = y[r] * weights[picks[r]] for r < m (rows of d).
-cudaError_t scatter_weighted(const float* y, int64_t d, const int32_t* picks, int64_t m, const float* weights,
-                             float* per_pick, cudaStream_t stream);
-// out[t] = per_pick[t*k] + ... + per_pick[t*k+k-1] (rank order) (+ out[t] with accumulate).
-cudaError_t sum_picks(const float* per_pick, int64_t d, int64_t k, int64_t n_tokens, bool accumulate, float* out,
-                      cudaStream_t stream);
+// out[t] = ys[rows[t*k]] * weights[t*k] + ... (rank order, each product
+// rounded) (+ out[t] with accumulate), rows of d.
+cudaError_t combine_picks(const float* ys, int64_t d, const int32_t* rows, const float* weights, int64_t k,
+                          int64_t n_tokens, bool accumulate, float* out, cudaStream_t stream);
 
 }  // namespace xpack::rt

@@ -183,13 +183,12 @@ class Backend {
                          int64_t pos0, float scale, const Tensor& out) = 0;
 
   // ---- routed experts (the dispatcher's gather / scatter) ----
-  // per_pick[picks[r]] = y[r] * weights[picks[r]]: picks I32 [m] index the
-  // (token, rank) pairs t * k + j of a routing; weights F32 [n * k] (any shape).
-  virtual void scatter_weighted(const Tensor& y, const Tensor& picks, const Tensor& weights,
-                                const Tensor& per_pick) = 0;
-  // out[t] = per_pick[t*k] + ... + per_pick[t*k + k-1], in rank order; with
-  // `accumulate`, that sum + out[t].
-  virtual void sum_picks(const Tensor& per_pick, int64_t k, bool accumulate, const Tensor& out) = 0;
+  // out[t] = ys[rows[t*k]] * weights[t*k] + ... + ys[rows[t*k+k-1]] * weights[t*k+k-1],
+  // each product rounded, added in rank order; with `accumulate`, that sum +
+  // out[t]. rows I32 [n * k]: the row of ys (F32 [m][d]) computed for each
+  // (token, rank) pair t * k + j of a routing; weights F32 [n * k] (any shape).
+  virtual void combine_picks(const Tensor& ys, const Tensor& rows, const Tensor& weights, int64_t k, bool accumulate,
+                             const Tensor& out) = 0;
 
  private:
   // The default halves: start_download's bytes until finish_download.

@@ -47,9 +47,8 @@ class CpuBackend final : public Backend {
   void normalize_rows(const Tensor& x, float floor) override;
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t n_head, int64_t n_head_kv,
                  int64_t pos0, float scale, const Tensor& out) override;
-  void scatter_weighted(const Tensor& y, const Tensor& picks, const Tensor& weights,
-                        const Tensor& per_pick) override;
-  void sum_picks(const Tensor& per_pick, int64_t k, bool accumulate, const Tensor& out) override;
+  void combine_picks(const Tensor& ys, const Tensor& rows, const Tensor& weights, int64_t k, bool accumulate,
+                     const Tensor& out) override;
 
  private:
   WorkerPool pool_;

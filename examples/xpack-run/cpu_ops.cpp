@@ -207,32 +207,23 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, in
   });
 }
 
-void CpuBackend::scatter_weighted(const Tensor& y, const Tensor& picks, const Tensor& weights,
-                                  const Tensor& per_pick) {
-  const int64_t d = y.width();
-  check_shape(is_f32(y) && picks.type == XPACK_TYPE_I32 && picks.numel() == y.rows() && is_f32(weights) &&
-                  is_f32(per_pick) && per_pick.width() == d && per_pick.rows() == weights.numel(),
-              "scatter_weighted shapes disagree");
-  for (int64_t r = 0; r < y.rows(); ++r) {
-    const int32_t p = picks.i32()[r];
-    check_shape(p >= 0 && p < per_pick.rows(), "scatter_weighted: pick outside the routing");
-    const float w = weights.f32()[p];
-    const float* src = y.f32() + r * d;
-    float* dst = per_pick.f32() + int64_t(p) * d;
-    for (int64_t i = 0; i < d; ++i) dst[i] = src[i] * w;
-  }
-}
-
-void CpuBackend::sum_picks(const Tensor& per_pick, int64_t k, bool accumulate, const Tensor& out) {
-  const int64_t d = out.width();
-  check_shape(is_f32(per_pick) && is_f32(out) && per_pick.width() == d && per_pick.rows() == out.rows() * k && k > 0,
-              "sum_picks shapes disagree");
+void CpuBackend::combine_picks(const Tensor& ys, const Tensor& rows, const Tensor& weights, int64_t k,
+                               bool accumulate, const Tensor& out) {
+  const int64_t d = out.width(), n = out.rows();
+  check_shape(is_f32(ys) && is_f32(out) && ys.width() == d && rows.type == XPACK_TYPE_I32 && rows.numel() == n * k &&
+                  is_f32(weights) && weights.numel() == n * k && k > 0,
+              "combine_picks shapes disagree");
+  for (int64_t p = 0; p < n * k; ++p)
+    check_shape(rows.i32()[p] >= 0 && rows.i32()[p] < ys.rows(), "combine_picks: a pick's row is outside ys");
   std::vector<float> acc(static_cast<size_t>(d));
-  for (int64_t t = 0; t < out.rows(); ++t) {
-    const float* picks = per_pick.f32() + t * k * d;
-    std::copy_n(picks, d, acc.data());
-    for (int64_t j = 1; j < k; ++j) {
-      for (int64_t i = 0; i < d; ++i) acc[size_t(i)] += picks[j * d + i];
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t j = 0; j < k; ++j) {
+      const float* y = ys.f32() + int64_t(rows.i32()[t * k + j]) * d;
+      const float w = weights.f32()[t * k + j];
+      for (int64_t i = 0; i < d; ++i) {
+        const float v = y[i] * w;
+        acc[size_t(i)] = j == 0 ? v : acc[size_t(i)] + v;
+      }
     }
     float* o = out.f32() + t * d;
     if (accumulate) {

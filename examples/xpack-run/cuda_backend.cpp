@@ -615,24 +615,17 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, i
              "attention");
 }
 
-void CudaBackend::scatter_weighted(const Tensor& y, const Tensor& picks, const Tensor& weights,
-                                   const Tensor& per_pick) {
-  const OpProfile::Scope timed(profile_.get(), "scatter_weighted");
-  const int64_t d = y.width();
-  check_shape(is_f32(y) && picks.type == XPACK_TYPE_I32 && picks.numel() == y.rows() && is_f32(weights) &&
-                  is_f32(per_pick) && per_pick.width() == d && per_pick.rows() == weights.numel(),
-              "scatter_weighted shapes disagree");
-  check_cuda(xpack::rt::scatter_weighted(y.f32(), d, picks.i32(), y.rows(), weights.f32(), per_pick.f32(),
-                                         state_->stream),
-             "scatter_weighted");
-}
-
-void CudaBackend::sum_picks(const Tensor& per_pick, int64_t k, bool accumulate, const Tensor& out) {
-  const OpProfile::Scope timed(profile_.get(), "sum_picks");
-  const int64_t d = out.width();
-  check_shape(is_f32(per_pick) && is_f32(out) && per_pick.width() == d && per_pick.rows() == out.rows() * k && k > 0,
-              "sum_picks shapes disagree");
-  check_cuda(xpack::rt::sum_picks(per_pick.f32(), d, k, out.rows(), accumulate, out.f32(), state_->stream), "sum_picks");
+void CudaBackend::combine_picks(const Tensor& ys, const Tensor& rows, const Tensor& weights, int64_t k,
+                                bool accumulate, const Tensor& out) {
+  const OpProfile::Scope timed(profile_.get(), "combine_picks");
+  const int64_t d = out.width(), n = out.rows();
+  // The rows themselves are the dispatcher's own (never read back to check here).
+  check_shape(is_f32(ys) && is_f32(out) && ys.width() == d && rows.type == XPACK_TYPE_I32 && rows.numel() == n * k &&
+                  is_f32(weights) && weights.numel() == n * k && k > 0,
+              "combine_picks shapes disagree");
+  check_cuda(xpack::rt::combine_picks(ys.f32(), d, rows.i32(), weights.f32(), k, n, accumulate, out.f32(),
+                                      state_->stream),
+             "combine_picks");
 }
 
 void CudaBackend::enable_profile() {

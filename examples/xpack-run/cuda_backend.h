@@ -70,9 +70,8 @@ class CudaBackend final : public Backend {
   void route(const Tensor& logits, const RouteSpec& spec, const Tensor& ids, const Tensor& weights) override;
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t n_head, int64_t n_head_kv,
                  int64_t pos0, float scale, const Tensor& out) override;
-  void scatter_weighted(const Tensor& y, const Tensor& picks, const Tensor& weights,
-                        const Tensor& per_pick) override;
-  void sum_picks(const Tensor& per_pick, int64_t k, bool accumulate, const Tensor& out) override;
+  void combine_picks(const Tensor& ys, const Tensor& rows, const Tensor& weights, int64_t k, bool accumulate,
+                     const Tensor& out) override;
 
   // Device bytes held: weight() uploads, other live tensors, blocks the
   // tensor pool keeps for reuse, the workspace.

@@ -96,12 +96,13 @@ void run_routed_experts(Backend& be, ExpertSource& source, int layer, const Tens
       }
     }
   }
-  // One upload for the lists (tokens, picks, then each decode-sized group's
-  // tokens twice over for fused_gate_up, at doubled_at[group]): a copy per list
-  // per layer costs a launch each.
+  // One upload for the lists (tokens, each pick's row, then each decode-sized
+  // group's tokens twice over for fused_gate_up, at doubled_at[group]): a copy
+  // per list per layer costs a launch each.
   const int64_t m_all = static_cast<int64_t>(picks.size());
   std::vector<int32_t> lists_host = tokens;
-  lists_host.insert(lists_host.end(), picks.begin(), picks.end());
+  lists_host.resize(size_t(m_all + n * k), -1);
+  for (int64_t r = 0; r < m_all; ++r) lists_host[size_t(m_all + picks[size_t(r)])] = static_cast<int32_t>(r);
   std::vector<int64_t> doubled_at(groups.size(), -1);
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     if (groups[gi].empty()) continue;
@@ -113,8 +114,9 @@ void run_routed_experts(Backend& be, ExpertSource& source, int layer, const Tens
     for (int twice = 0; twice < 2; ++twice) lists_host.insert(lists_host.end(), from, from + m);
   }
   const Tensor lists = be.upload(XPACK_TYPE_I32, lists_host.data(), 1, static_cast<int64_t>(lists_host.size()));
-  const Tensor tokens_t = lists.row_range(0, m_all), picks_t = lists.row_range(m_all, m_all);
-  const Tensor per_pick = be.empty(XPACK_TYPE_F32, d, n * k);
+  const Tensor tokens_t = lists.row_range(0, m_all), rows_t = lists.row_range(m_all, n * k);
+  // Every pick's own row of the experts' outputs, until the rank-order sum.
+  const Tensor ys_all = be.empty(XPACK_TYPE_F32, d, m_all);
 
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const std::vector<int>& g = groups[gi];
@@ -158,16 +160,14 @@ void run_routed_experts(Backend& be, ExpertSource& source, int layer, const Tens
       be.grouped_matmul(up, xs, us);
     }
     ffn.act(gs, us);
-    const Tensor ys = be.empty(XPACK_TYPE_F32, d, m);
-    be.grouped_matmul(down, gs, ys);
-    be.scatter_weighted(ys, picks_t.row_range(r0, m), routing.weights, per_pick);
+    be.grouped_matmul(down, gs, ys_all.row_range(r0, m));
     if (early_release)
       for (int i : g) request->release(i);
   }
   request.reset();
   // The rest of the step up to the next router's ids: no expert in it.
   be.capture_until_download(n, /*step_start=*/false);
-  be.sum_picks(per_pick, k, accumulate, out);
+  be.combine_picks(ys_all, rows_t, routing.weights, k, accumulate, out);
 }
 
 }  // namespace xrun

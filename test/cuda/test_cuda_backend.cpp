@@ -458,21 +458,17 @@ TEST_CASE("cuda backend: matmul and grouped_matmul (each expert's rows = its mat
     CHECK_THROWS_AS(be.gpu.shared_input_matmul(xs.gpu, wrong), ModelError);
   }
 
-  // The dispatcher's scatter and rank-order sum: 3 tokens x k = 2 picks.
+  // The dispatcher's rank-order combine: 3 tokens x k = 2 picks over 6 rows out of order.
   const int64_t d = 40, k = 2;
   const Both ys = be.up(random_floats(size_t(d * 6), 23), d);
-  const std::vector<int32_t> picks = {4, 1, 0, 5, 2, 3};
-  const Both pk = be.up(picks, 1);
+  const std::vector<int32_t> rows = {4, 1, 0, 5, 2, 3};
+  const Both rw = be.up(rows, 1);
   const Both wts = be.up(random_floats(size_t(6), 24), k);
-  Both per_pick = be.alloc(XPACK_TYPE_F32, d, 6);
-  be.cpu.scatter_weighted(ys.cpu, pk.cpu, wts.cpu, per_pick.cpu);
-  be.gpu.scatter_weighted(ys.gpu, pk.gpu, wts.gpu, per_pick.gpu);
-  be.same(per_pick, 0.0, "scatter_weighted");
   const std::vector<float> base = random_floats(size_t(d * 3), 25);
   for (bool acc : {false, true}) {
     Both sum = be.up(base, d);
-    be.cpu.sum_picks(per_pick.cpu, k, acc, sum.cpu);
-    be.gpu.sum_picks(per_pick.gpu, k, acc, sum.gpu);
-    be.same(sum, 0.0, acc ? "sum_picks accumulate" : "sum_picks");
+    be.cpu.combine_picks(ys.cpu, rw.cpu, wts.cpu, k, acc, sum.cpu);
+    be.gpu.combine_picks(ys.gpu, rw.gpu, wts.gpu, k, acc, sum.gpu);
+    be.same(sum, 0.0, acc ? "combine_picks accumulate" : "combine_picks");
   }
 }

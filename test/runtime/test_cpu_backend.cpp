@@ -224,26 +224,38 @@ TEST_CASE("backend: a download in two halves gives the bytes as they were at its
   CHECK(std::memcmp(got, v, sizeof v) == 0);
 }
 
-TEST_CASE("cpu backend: the dispatcher's scatter_weighted and sum_picks, in rank order") {
+TEST_CASE("cpu backend: the dispatcher's combine_picks, in rank order, each product rounded first") {
   CpuBackend be(1);
-  // Two tokens, k = 2: picks (t, j) -> t * 2 + j; rows of width 2 computed out of order.
-  const float y[3][2] = {{1, 2}, {3, 4}, {5, 6}};
-  const int32_t picks[3] = {3, 0, 1};
+  // Two tokens, k = 2: picks (t, j) -> t * 2 + j, computed into rows out of order.
+  const float y[4][2] = {{1, 2}, {3, 4}, {5, 6}, {7, 8}};
+  const int32_t rows[4] = {1, 2, 3, 0};  // pick 0 -> row 1, pick 1 -> row 2, ...
   const float weights[4] = {0.5f, 0.25f, 2.0f, 4.0f};
-  Tensor ty = be.upload(XPACK_TYPE_F32, y, 2, 3), tp = be.upload(XPACK_TYPE_I32, picks, 3, 1),
-         tw = be.upload(XPACK_TYPE_F32, weights, 4, 1), per = be.alloc(XPACK_TYPE_F32, 2, 4);
-  be.scatter_weighted(ty, tp, tw, per);
+  Tensor ty = be.upload(XPACK_TYPE_F32, y, 2, 4), tr = be.upload(XPACK_TYPE_I32, rows, 4, 1),
+         tw = be.upload(XPACK_TYPE_F32, weights, 4, 1);
   Tensor out = be.alloc(XPACK_TYPE_F32, 2, 2);
-  be.sum_picks(per, 2, false, out);
+  be.combine_picks(ty, tr, tw, 2, false, out);
   float o[4];
   be.download(out, o);
-  CHECK(o[0] == doctest::Approx(3 * 0.5 + 5 * 0.25));  // token 0: picks 0 and 1
-  CHECK(o[1] == doctest::Approx(4 * 0.5 + 6 * 0.25));
-  CHECK(o[2] == doctest::Approx(1 * 4.0));             // token 1: only pick 3 was computed
-  CHECK(o[3] == doctest::Approx(2 * 4.0));
-  be.sum_picks(per, 2, true, out);  // accumulate: twice the sum
+  CHECK(o[0] == 3 * 0.5f + 5 * 0.25f);  // token 0: rows 1 and 2
+  CHECK(o[1] == 4 * 0.5f + 6 * 0.25f);
+  CHECK(o[2] == 7 * 2.0f + 1 * 4.0f);  // token 1: rows 3 and 0
+  CHECK(o[3] == 8 * 2.0f + 2 * 4.0f);
+  be.combine_picks(ty, tr, tw, 2, true, out);  // accumulate: twice the sum
   be.download(out, o);
-  CHECK(o[0] == doctest::Approx(2 * (3 * 0.5 + 5 * 0.25)));
+  CHECK(o[0] == 2 * (3 * 0.5f + 5 * 0.25f));
+  // Rank order with rounding visible: (a*w0 + b*w1) + c*w2 differs from other orders.
+  const float big[3][1] = {{1e8f}, {1.0f}, {-1e8f}};
+  const int32_t r3[3] = {0, 1, 2};
+  const float w3[3] = {1.0f, 1.0f, 1.0f};
+  Tensor o1 = be.alloc(XPACK_TYPE_F32, 1, 1);
+  be.combine_picks(be.upload(XPACK_TYPE_F32, big, 1, 3), be.upload(XPACK_TYPE_I32, r3, 3, 1),
+                   be.upload(XPACK_TYPE_F32, w3, 3, 1), 3, false, o1);
+  float v = -1;
+  be.download(o1, &v);
+  CHECK(v == (1e8f + 1.0f) + -1e8f);  // 0: the 1 is lost in rank order
+  // A pick's row outside ys is refused.
+  const int32_t bad[4] = {1, 2, 4, 0};
+  CHECK_THROWS_AS(be.combine_picks(ty, be.upload(XPACK_TYPE_I32, bad, 4, 1), tw, 2, false, out), ModelError);
 }
 
 TEST_CASE("backend: route selects by logits + bias, weighs by the logits, normalises and scales; hash ids kept") {
