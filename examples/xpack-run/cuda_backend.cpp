@@ -171,10 +171,14 @@ Tensor CudaBackend::upload(uint32_t type, const void* host, int64_t width, int64
   const OpProfile::Scope timed(profile_.get(), "upload");
   Tensor t = raw_alloc(type, width, rows);
   if (t.nbytes() == 0) return t;
-  if (capturing_) {  // a graph copies from memory that outlives the call, and only from pinned memory
+  // A graph copies from memory that outlives the call, and only from pinned
+  // memory. Small uploads (index lists) are staged too: from pageable memory
+  // the driver may wait for the stream before staging the copy itself, which
+  // would make the host wait for the work start_download lets run on.
+  if (capturing_ || t.nbytes() <= kMaxStagedUploadBytes) {
     check_cuda(cudaMemcpyAsync(t.data, stage_upload(host, t.nbytes()), t.nbytes(), cudaMemcpyHostToDevice,
                                state_->stream),
-               "cudaMemcpyAsync (upload, captured)");
+               "cudaMemcpyAsync (upload, staged)");
     return t;
   }
   check_cuda(cudaMemcpyAsync(t.data, host, t.nbytes(), cudaMemcpyHostToDevice, state_->stream), "cudaMemcpyAsync (upload)");

@@ -134,6 +134,8 @@ class CudaBackend final : public Backend {
   // start_download's copy: its own pinned buffer (kMaxEarlyBytes) and the
   // event recorded behind it, which finish_download waits for.
   static constexpr size_t kMaxEarlyBytes = size_t(1) << 20;
+  // upload() stages copies up to this size in pinned memory (stage_upload).
+  static constexpr size_t kMaxStagedUploadBytes = size_t(256) << 10;
   void* early_ = nullptr;
   size_t early_bytes_ = 0;  // the started copy's size
   bool early_started_ = false;
