@@ -114,45 +114,6 @@ __global__ void hc_pre_kernel(const float* mixes, const float* base, const float
   }
 }
 
-// One block per token, when the input is normed too (the block needs the whole
-// row for its sum of squares): hc_pre_kernel's expressions, then
-// rms_norm_kernel's on the block's row, each thread scaling the values it mixed.
-__global__ void hc_pre_norm_kernel(const float* mixes, const float* base, const float* scale, const float* stream,
-                                   int64_t n, int hc, int64_t d, int iters, float eps, const float* norm_w,
-                                   float norm_eps, float* input, float* post, float* comb) {
-  __shared__ float pre[kMaxHc];
-  __shared__ float c[kMaxHc * kMaxHc];
-  const int md = (2 + hc) * hc;
-  const int h = threadIdx.x;
-  for (int64_t t = blockIdx.x; t < n; t += gridDim.x) {
-    const float* m = mixes + t * md;
-    if (h < hc) {
-      pre[h] = sigmoidf(m[h] * scale[0] + base[h]) + eps;
-      post[t * hc + h] = 2.0f * sigmoidf(m[hc + h] * scale[1] + base[hc + h]);
-    }
-    if (h < hc * hc) c[h] = m[2 * hc + h] * scale[2] + base[2 * hc + h];
-    __syncthreads();
-    sinkhorn(c, hc, iters, eps);
-    if (h < hc * hc) comb[t * hc * hc + h] = c[h];
-    const float* row = stream + t * hc * d;
-    float* out = input + t * d;
-    double s = 0.0;
-    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-      float acc = row[i] * pre[0];
-      for (int k = 1; k < hc; ++k) acc += row[k * d + i] * pre[k];
-      out[i] = acc;
-      s += static_cast<double>(acc * acc);
-    }
-    s = block_sum(s);
-    const float inv = 1.0f / sqrtf(static_cast<float>(s / static_cast<double>(d)) + norm_eps);
-    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-      const float v = out[i] * inv;  // this thread's own value: no other thread wrote it
-      out[i] = v * norm_w[i];
-    }
-    __syncthreads();  // pre and c are rewritten for the next token
-  }
-}
-
 // One thread per (token, value): all hc copies of it are read before any is
 // written, so the stream may be the residual (in place).
 __global__ void hc_post_kernel(const float* output, const float* residual, const float* post, const float* comb,
@@ -404,16 +365,11 @@ size_t attention_smem(const AttentionArgs& a, int64_t max_keys) {
 }  // namespace
 
 cudaError_t hc_pre(const float* mixes, const float* base, const float* scale, const float* stream, int64_t n, int hc,
-                   int64_t d, int sinkhorn_iters, float eps, const float* norm_w, float norm_eps, float* input,
-                   float* post, float* comb, cudaStream_t cs) {
+                   int64_t d, int sinkhorn_iters, float eps, float* input, float* post, float* comb,
+                   cudaStream_t cs) {
   if (hc < 1 || hc > kMaxHc) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   static_assert(kThreads >= kMaxHc * kMaxHc, "a Sinkhorn entry per thread");
-  if (norm_w) {
-    hc_pre_norm_kernel<<<unsigned(std::min<int64_t>(n, 65535)), kThreads, 0, cs>>>(
-        mixes, base, scale, stream, n, hc, d, sinkhorn_iters, eps, norm_w, norm_eps, input, post, comb);
-    return launched();
-  }
   const dim3 grid(unsigned((d + kThreads - 1) / kThreads), unsigned(std::min<int64_t>(n, 65535)));
   hc_pre_kernel<<<grid, kThreads, 0, cs>>>(mixes, base, scale, stream, n, hc, d, sinkhorn_iters, eps, input, post,
                                            comb);

@@ -24,12 +24,11 @@ namespace xpack::rt::ds4 {
 constexpr int kMaxHc = 8;
 
 // One launch for all n tokens: pre/post weights and Sinkhorn(softmax) comb per
-// token, then input = sum_h pre[h] * copy h (HcSite::pre's op, ds4_ops.h), and
-// where norm_w is given input = rms_norm(input) * norm_w (eps norm_eps).
+// token, then input = sum_h pre[h] * copy h (HcSite::pre's op, ds4_ops.h).
 // mixes [n][(2 + hc) * hc], base [(2 + hc) * hc], scale [3], stream [n][hc * d].
 cudaError_t hc_pre(const float* mixes, const float* base, const float* scale, const float* stream, int64_t n, int hc,
-                   int64_t d, int sinkhorn_iters, float eps, const float* norm_w, float norm_eps, float* input,
-                   float* post, float* comb, cudaStream_t cs);
+                   int64_t d, int sinkhorn_iters, float eps, float* input, float* post, float* comb,
+                   cudaStream_t cs);
 // stream copy dst = post[dst] * output + sum_src comb[src][dst] * residual copy src;
 // stream may be residual (in place).
 cudaError_t hc_post(const float* output, const float* residual, const float* post, const float* comb, int64_t n,

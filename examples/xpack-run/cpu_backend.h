@@ -62,8 +62,6 @@ inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
 // In place: exp(x - max) / sum over n values (sum in double), ggml's softmax.
 void softmax_row(float* x, int64_t n);
-// y = x / sqrt(mean(x^2) + eps), times w where given (one row of rms_norm; y may be x).
-void rms_norm_row(const float* x, const float* w, int64_t n, float eps, float* y);
 
 // Throws ModelError("backend: WHAT") unless ok: the ops' shape checks.
 void check_shape(bool ok, const char* what);

@@ -26,12 +26,9 @@ class Ds4Ops {
   // From mixes [n][(2 + hc) * hc] (fn . rms_norm(stream)), base and scale
   // [3]: pre = sigmoid(m * scale0 + base) + eps, post = 2 sigmoid(m * scale1 +
   // base), comb = Sinkhorn(softmax(m * scale2 + base)); writes post [n][hc],
-  // comb [n][hc * hc] (src-major) and input [n][n_embd] = sum_h pre[h] * copy h of stream;
-  // where `norm` is given, input is then rms-normed (eps norm_eps) times norm, as
-  // Backend::rms_norm would (the layer's attn_norm or ffn_norm, one launch fewer).
+  // comb [n][hc * hc] (src-major) and input [n][n_embd] = sum_h pre[h] * copy h of stream.
   virtual void hc_pre(const HcShape& s, const Tensor& mixes, const Tensor& base, const Tensor& scale,
-                      const Tensor& stream, const Tensor& input, const Tensor& post, const Tensor& comb,
-                      const Tensor* norm, float norm_eps) = 0;
+                      const Tensor& stream, const Tensor& input, const Tensor& post, const Tensor& comb) = 0;
   // stream copy dst = post[dst] * output + sum_src comb[src][dst] * residual copy
   // src; stream may be residual (in place).
   virtual void hc_post(const HcShape& s, const Tensor& output, const Tensor& residual, const Tensor& post,

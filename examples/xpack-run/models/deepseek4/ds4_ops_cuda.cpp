@@ -47,18 +47,14 @@ class CudaDs4Ops final : public Ds4Ops {
   explicit CudaDs4Ops(CudaBackend& be) : be_(be) {}
 
   void hc_pre(const HcShape& s, const Tensor& mixes, const Tensor& base, const Tensor& scale, const Tensor& stream,
-              const Tensor& input, const Tensor& post, const Tensor& comb, const Tensor* norm,
-              float norm_eps) override {
+              const Tensor& input, const Tensor& post, const Tensor& comb) override {
     const OpProfile::Scope timed(be_.profile(), "ds4 hc_pre");
     const int64_t hc = s.hc, md = (2 + hc) * hc, n = stream.rows();
     check_stream(s, stream, mixes, md, input);
     check(base.numel() == md && scale.numel() == 3 && post.numel() == n * hc && comb.numel() == n * hc * hc,
           "hc_pre shapes disagree");
-    check(!norm || (norm->type == XPACK_TYPE_F32 && norm->numel() == s.n_embd),
-          "hc_pre: the norm weight is not one F32 row");
     check_cuda(k::hc_pre(mixes.f32(), base.f32(), scale.f32(), stream.f32(), n, int(hc), s.n_embd,
-                         int(s.sinkhorn_iters), s.eps, norm ? norm->f32() : nullptr, norm_eps, input.f32(),
-                         post.f32(), comb.f32(), cs()),
+                         int(s.sinkhorn_iters), s.eps, input.f32(), post.f32(), comb.f32(), cs()),
                "hc_pre");
   }
 

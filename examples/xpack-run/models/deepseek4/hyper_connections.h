@@ -26,11 +26,9 @@ class HcSite {
   // prefix: "blk.N.hc_attn" or "blk.N.hc_ffn".
   HcSite(const Weights& w, const Hparams& hp, Backend& be, Ds4Ops& ops, const std::string& prefix);
 
-  // stream: [n][hc * n_embd]. Writes the sub-layer input [n][n_embd] (rms-normed
-  // times `norm` where given: the sub-layer's own norm, in the same launch) and
-  // the mixing that post() needs.
-  void pre(const Tensor& stream, const Tensor& input, HcMixing& mix, const Tensor* norm = nullptr,
-           float norm_eps = 0.0f) const;
+  // stream: [n][hc * n_embd]. Writes the sub-layer input [n][n_embd] and the
+  // mixing that post() needs.
+  void pre(const Tensor& stream, const Tensor& input, HcMixing& mix) const;
 
   // Rebuilds the stream from the sub-layer output [n][n_embd] and the stream
   // as it was before the sub-layer (residual), both [n][hc * n_embd]; stream may

@@ -6,7 +6,6 @@
 
 #include "../../cpu_backend.h"
 #include "ds4_ops_cpu.h"
-#include "xpack/xpack.h"
 
 namespace xrun::ds4 {
 
@@ -58,14 +57,11 @@ void check_stream(const HcShape& s, const Tensor& stream, const Tensor& mixes, i
 }  // namespace
 
 void CpuDs4Ops::hc_pre(const HcShape& s, const Tensor& mixes, const Tensor& base, const Tensor& scale,
-                       const Tensor& stream, const Tensor& input, const Tensor& post, const Tensor& comb,
-                       const Tensor* norm, float norm_eps) {
+                       const Tensor& stream, const Tensor& input, const Tensor& post, const Tensor& comb) {
   const int64_t hc = s.hc, md = (2 + hc) * hc, width = hc * s.n_embd, n = stream.rows();
   check_stream(s, stream, mixes, md, input);
   check_shape(base.numel() == md && scale.numel() == 3 && post.numel() == n * hc && comb.numel() == n * hc * hc,
               "hc_pre shapes disagree");
-  check_shape(!norm || (norm->type == XPACK_TYPE_F32 && norm->numel() == s.n_embd),
-              "hc_pre: the norm weight is not one F32 row");
   const float *b = base.f32(), *sc = scale.f32();
   std::vector<float> pre(static_cast<size_t>(hc));
   for (int64_t t = 0; t < n; ++t) {
@@ -77,9 +73,7 @@ void CpuDs4Ops::hc_pre(const HcShape& s, const Tensor& mixes, const Tensor& base
     float* c = comb.f32() + t * hc * hc;
     for (int64_t i = 0; i < hc * hc; ++i) c[i] = m[2 * hc + i] * sc[2] + b[2 * hc + i];
     sinkhorn(s, c);
-    float* x = input.f32() + t * s.n_embd;
-    weighted_sum(s, stream.f32() + t * width, pre.data(), x);
-    if (norm) rms_norm_row(x, norm->f32(), s.n_embd, norm_eps, x);
+    weighted_sum(s, stream.f32() + t * width, pre.data(), input.f32() + t * s.n_embd);
   }
 }
 

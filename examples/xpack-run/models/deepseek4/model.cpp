@@ -108,22 +108,22 @@ class Deepseek4 final : public Model {
     HcMixing mix;
     for (size_t il = 0; il < blocks_.size(); ++il) {
       Block& b = *blocks_[il];
-      b.hc_attn.pre(stream, x, mix, &b.attn_norm, hp_.rms_eps);  // x = attn_norm(hc pre mix)
+      b.hc_attn.pre(stream, x, mix);
+      be_.rms_norm(x, &b.attn_norm, hp_.rms_eps, x);
       b.attention.forward(x, pos0, y);
       b.hc_attn.post(y, stream, mix, stream);  // pre left the stream as it was: it is the residual
 
-      // The next layer's guess, if it routes by a learned router: its "renormed"
-      // state is the mix before this layer's ffn_norm, which then runs on its own.
+      b.hc_ffn.pre(stream, x, mix);
+      // The next layer's guess, if it routes by a learned router.
       NextGuess next{guesser_.get(), nullptr, {}};
-      if (guesser_ && il + 1 < blocks_.size() && !blocks_[il + 1]->moe.hash_routed()) next.router = &routers_[il + 1];
-      if (next.router && guesser_->state() == GuessState::renormed) {
-        b.hc_ffn.pre(stream, x, mix);
-        next.state = be_.alloc(kF32, d, n);
-        be_.rms_norm(x, &blocks_[il + 1]->ffn_norm, hp_.rms_eps, next.state);
-        be_.rms_norm(x, &b.ffn_norm, hp_.rms_eps, x);
-      } else {
-        b.hc_ffn.pre(stream, x, mix, &b.ffn_norm, hp_.rms_eps);  // x = ffn_norm(hc pre mix)
+      if (guesser_ && il + 1 < blocks_.size() && !blocks_[il + 1]->moe.hash_routed()) {
+        next.router = &routers_[il + 1];
+        if (guesser_->state() == GuessState::renormed) {
+          next.state = be_.alloc(kF32, d, n);
+          be_.rms_norm(x, &blocks_[il + 1]->ffn_norm, hp_.rms_eps, next.state);
+        }
       }
+      be_.rms_norm(x, &b.ffn_norm, hp_.rms_eps, x);
       if (next.router && guesser_->state() == GuessState::moe_input) next.state = x;
       b.moe.forward(x, ids, y, next);
       b.hc_ffn.post(y, stream, mix, stream);
