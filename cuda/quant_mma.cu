@@ -4,12 +4,13 @@
 // Shape of the work: a block of 4 warps owns 64 output rows x 32 tokens of one
 // problem (grid: row tiles x problems x token tiles), or, for problems of at
 // most 16 tokens (a prompt's typical expert), 128 rows x 16 tokens: the warps
-// then all multiply, and each step's split activations serve twice the rows. Every 256 inputs it loads
-// the 64 rows' byte windows (coalesced, one window ahead); per step of 64
-// inputs it decodes the rows' two 32-input chunks into bf16 (one thread per row
-// chunk), splits the 32 tokens' 64 activations into hi/mid/lo bf16 (one thread
-// per 16), then each warp multiplies its 32 rows x 16 tokens with m16n8k16 mma,
-// three per product (one per term), while the next step's activations load.
+// then all multiply, and each step's split activations serve twice the rows.
+// Every 256 inputs it loads the tile's rows' byte windows (coalesced, one window
+// ahead); per step of 64 inputs it decodes the rows' two 32-input chunks into
+// bf16 (one thread per row chunk, two each with 128 rows), splits the tokens'
+// 64 activations into hi/mid/lo bf16 (one thread per 16), then each warp
+// multiplies its 32 rows x 16 tokens with m16n8k16 mma, three per product (one
+// per term), while the next step's activations load.
 // Types whose chunk scale the bf16 value cannot absorb exactly (all but MXFP4)
 // sum each chunk in a register tile of its own and add it times the scale.
 #include <cuda_bf16.h>

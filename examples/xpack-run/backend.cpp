@@ -24,7 +24,6 @@ void Backend::shared_input_matmul(const Tensor& x, const std::vector<Product>& p
   for (const Product& p : products) matmul(*p.w, x, *p.y);
 }
 
-// The reference form: the norm over the heads seen as rows, then the rotation.
 void Backend::start_download(const Tensor& src) {
   download_started_ = false;
   started_bytes_.resize(src.nbytes());
@@ -38,6 +37,7 @@ void Backend::finish_download(void* host) {
   if (!started_bytes_.empty()) std::memcpy(host, started_bytes_.data(), started_bytes_.size());
 }
 
+// The reference form: the norm over the heads seen as rows, then the rotation.
 void Backend::rms_norm_rope(const Tensor& x, const Tensor* weight, float eps, const RopeSpec& spec, int64_t pos0) {
   if (spec.head_dim <= 0 || x.width() % spec.head_dim != 0)
     throw ModelError("rms_norm_rope: width " + std::to_string(x.width()) + " is not whole heads of " +
