@@ -3,11 +3,11 @@
 // shapes, against a device-to-device cudaMemcpy measured in the same run.
 //
 //   bench-kernels [--quick] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem]
-//                 [--type T,...] [--shape S]     (one RESULT line per measurement)
+//                 [--row-threads N] [--type T,...] [--shape S]   (one RESULT line per measurement)
 //   --few-rows: the copy and the few-row matrices only (a short device call)
 //   --decode: the copy, matvec and the grouped decode launches only (no prefill)
-//   --block-threads, --wave-per-problem: the decode kernel's layout (doc/kernels.md), to
-//     measure one against another in the same call
+//   --block-threads, --wave-per-problem, --row-threads: the decode kernel's layout
+//     (doc/kernels.md), to measure one against another in the same call
 //   --type, --shape: only the shapes of those types / of that name (e.g. for ncu)
 //
 // kind=matvec is matvec() (no workspace: rows never split); kind=matvec-split is
@@ -149,11 +149,11 @@ void report(const char* kind, uint32_t type, int64_t ne0, int64_t ne1, int n, co
 
 int main(int argc, char** argv) {
   bool quick = false, few_only = false, decode_only = false, wave_per_problem = false;
-  uint64_t block_threads = 0;
+  uint64_t block_threads = 0, row_threads = 0;
   std::string only_type, only_shape;
   xpack::cli::App app("bench-kernels",
                       "bench-kernels [--quick] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem] "
-                      "[--type T,...] [--shape S]",
+                      "[--row-threads N] [--type T,...] [--shape S]",
                       "Microseconds per product and weight GB/s of the CUDA kernels (cuda/quant_matmul.h) for "
                       "every weight type, against a device-to-device copy measured in the same run; one RESULT "
                       "line per measurement.",
@@ -167,12 +167,17 @@ int main(int argc, char** argv) {
   app.flag("--wave-per-problem", &wave_per_problem,
            "each problem of a grouped decode launch gets a wave of blocks (the earlier layout; default: one "
            "wave shared by the launch)");
+  app.count("--row-threads", "N", &row_threads,
+            "at most N threads share a group of rows in the decode kernel: 32, 64 or 128 (128: the layout "
+            "before 2026-12-03; default: a rule per weight type and token count)", 32, 128);
   app.text("--type", "T,...", &only_type, "only the shapes of these weight types (ggml's names: mxfp4,q2_K,...)");
   app.text("--shape", "S", &only_shape, "only the shapes of this name (as printed in shape=)");
   if (auto rc = app.parse(argc, argv)) return *rc;
   if (block_threads != 0 && block_threads != 256 && block_threads != 512)
     return app.usage_error("--block-threads: 256 or 512");
-  xk::dev::set_matvec_geometry(int(block_threads), !wave_per_problem);
+  if (row_threads != 0 && row_threads != 32 && row_threads != 64 && row_threads != 128)
+    return app.usage_error("--row-threads: 32, 64 or 128");
+  xk::dev::set_matvec_geometry(int(block_threads), !wave_per_problem, int(row_threads));
   const uint32_t all[] = {xk::kF32, xk::kF16, xk::kBF16, xk::kQ8_0, xk::kQ4_K,
                           xk::kQ5_K, xk::kQ6_K, xk::kQ2_K, xk::kQ3_K, xk::kMXFP4};
   std::vector<Shape> shapes = {

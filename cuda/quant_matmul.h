@@ -148,13 +148,16 @@ bool matvec_splits(const MatvecScratch* scratch, uint32_t type, int64_t ne0, int
 int shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduct* products, int n,
                         const float* x, int n_tokens, cudaStream_t stream);
 
-// The decode kernel's layout where x is staged in shared memory: threads per block
+// The decode kernel's layout: where x is staged in shared memory, threads per block
 // (256 or 512; any other value, the default: chosen per launch from the occupancy of
 // each) and whether a launch's problems share one wave of blocks (the default; else
-// each problem gets a wave). Neither changes any result, bit for bit; a switch for
-// bench-kernels' side-by-side runs.
+// each problem gets a wave), neither of which changes any result, bit for bit; and at
+// most how many threads share a group of rows (32, 64 or 128: as many as the row has
+// units up to that; 128 is the layout before 2026-12-03; any other value, the default:
+// a rule measured per type and token count), which changes the order of each row's
+// sum (within the same bound). A switch for bench-kernels' side-by-side runs.
 // Thread safety: safe from any thread; launches already enqueued keep theirs.
-void set_matvec_geometry(int block_threads, bool shared_wave);
+void set_matvec_geometry(int block_threads, bool shared_wave, int row_threads = 0);
 
 }  // namespace dev
 

@@ -3,7 +3,7 @@
 // one input (each of its own rows and output: GroupParams::shared).
 //
 // Shape of the work: a group of `tpr` threads (32, 64 or 128, chosen from the row
-// length) owns R consecutive rows; its threads walk the rows' "units" (a block, or
+// length, the type and the token count: row_tpr_log2) owns R consecutive rows; its threads walk the rows' "units" (a block, or
 // the part of a block whose quant bytes belong together) with stride tpr, so the
 // threads of a warp read neighbouring bytes. Each unit's bytes are loaded into
 // registers once and used for all R rows' x and all tokens: x is read once per R
@@ -530,6 +530,11 @@ struct TQ6_K {
 // ---- the kernel ----------------------------------------------------------------------
 
 constexpr int kThreads = 256;
+// Units a thread of the decode kernel keeps loading ahead: the small units (an
+// MXFP4 or Q8_0 block, 17 or 34 bytes) take a few registers each; the K-quants'
+// half blocks take 20-27 a row and would spill.
+template <class Ty>
+constexpr int kUnitsInFlight = Ty::kUnit == 32 ? 4 : 1;
 // x staged in shared memory when it fits: the threads of a warp read x at a
 // stride of one unit, which from L1 costs one cache-line wavefront per thread
 // (the measured bottleneck); in shared memory each unit's x is padded by 4
@@ -594,6 +599,9 @@ __global__ void __launch_bounds__(kBlock) matvec_kernel(const GroupParams gp, in
 #pragma unroll
       for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
 
+    // Unrolled so that the loads of several units are in flight before their
+    // products need them: one unit's HBM latency is many times its arithmetic.
+#pragma unroll(kUnitsInFlight<Ty>)
     for (int u = lane; u < units; u += tpr) Ty::template run<NT, R>(rp, u, xp, acc, xs);
 
 #pragma unroll
@@ -861,12 +869,35 @@ struct OccupancyCache {
 // row's sum is its own group's). bench-kernels measures them side by side.
 std::atomic<int> g_block{0};
 std::atomic<bool> g_shared_wave{true};
+std::atomic<int> g_row_threads{0};
 struct Geometry {
   int block;         // threads per block: 256, 512, or 0: chosen per launch (launch_smem_x)
   bool shared_wave;  // the problems of a launch share one wave of blocks (else one wave each)
+  int row_threads;   // 32, 64, 128: tpr_log2_for's capped at this many threads per row group (0: row_tpr_log2's rule)
 };
 inline Geometry geometry() {
-  return Geometry{g_block.load(std::memory_order_relaxed), g_shared_wave.load(std::memory_order_relaxed)};
+  return Geometry{g_block.load(std::memory_order_relaxed), g_shared_wave.load(std::memory_order_relaxed),
+                  g_row_threads.load(std::memory_order_relaxed)};
+}
+// Threads per row group (log2) of the unsplit kernel. Fewer threads than the row
+// has units give each lane several units, loaded ahead of their products
+// (kUnitsInFlight) and summed without the group's shared-memory round, which pays
+// as far as measured (H200, 2026-12-03, bench-kernels --row-threads, doc/kernels.md):
+// MXFP4 and Q8_0 at one token take 64 threads from 128 units on (DeepSeek-V4's
+// expert gate/up 1.04x, 14336 inputs 1.15x) and 32 below (its expert down 1.11x);
+// with more tokens 32 (1.05-1.35x); Q2_K and Q3_K 32 with more tokens (1.03-1.06x)
+// and from 128 units on (16384 inputs 1.10x; at 112 units, 14336 inputs, Q3_K lost 5 %
+// with 32 and keeps 64). The other types keep tpr_log2_for's, not measured otherwise.
+// g.row_threads, where bench-kernels sets it, caps tpr_log2_for's instead (128: the
+// layout before this rule).
+template <class Ty, int NT>
+int row_tpr_log2(int units, const Geometry& g) {
+  const int natural = tpr_log2_for(units);
+  if (g.row_threads != 0) return std::min(natural, g.row_threads == 32 ? 5 : g.row_threads == 64 ? 6 : 7);
+  if constexpr (std::is_same_v<Ty, TMXFP4> || std::is_same_v<Ty, TQ8_0>)
+    return std::min(natural, NT == 1 && units >= 128 ? 6 : 5);
+  if constexpr (std::is_same_v<Ty, TQ2_K> || std::is_same_v<Ty, TQ3_K>) return NT > 1 || units >= 128 ? 5 : natural;
+  return natural;
 }
 
 // Resident blocks per SM of the staged-x kernel in blocks of kBlock threads (0: it
@@ -892,7 +923,7 @@ cudaError_t launch_smem_x(const GroupParams& gp, int ne0, int ne1, size_t rb, co
   const int per_sm = smem_x_blocks_per_sm<Ty, NT, R, kBlock>(smem);
   const int sms = sm_count();
   if (per_sm <= 0 || sms <= 0) return cudaErrorNotSupported;
-  const int tpr_log2 = tpr_log2_for(ne0 / Ty::kUnit);
+  const int tpr_log2 = row_tpr_log2<Ty, NT>(ne0 / Ty::kUnit, g);
   const int rows_per_block = (kBlock >> tpr_log2) * R;
   const int blocks = (ne1 + rows_per_block - 1) / rows_per_block;
   const int wave = g.shared_wave ? std::max(1, sms * per_sm / gp.n) : sms * per_sm;
@@ -907,7 +938,8 @@ cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const 
   if (sp.chunks > 1) return launch_split<Ty, NT>(gp, ne0, ne1, rb, x, y, sp, *sc, stream);
   constexpr int R = rows_per_group<Ty, NT>();
   const int units = ne0 / Ty::kUnit;
-  const int tpr_log2 = tpr_log2_for(units);
+  const Geometry geom = geometry();
+  const int tpr_log2 = row_tpr_log2<Ty, NT>(units, geom);
   const int rows_per_block = (kThreads >> tpr_log2) * R;
   const int blocks = (ne1 + rows_per_block - 1) / rows_per_block;
   // Quantized types only: with 8-element units the float types' x reads were
@@ -918,7 +950,7 @@ cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const 
   if constexpr (Ty::kUnit % 4 == 0 && !kFloat) {
     const size_t smem = size_t(NT) * size_t(units) * (Ty::kUnit + 4) * sizeof(float);
     if (smem <= kMaxSmemX) {
-      Geometry g = geometry();
+      Geometry g = geom;
       if (g.block == 0) {
         // 512 threads where that keeps more warps resident (x is then staged once for
         // more of them) and the launch still gives every SM a block. Measured on the
@@ -1029,9 +1061,11 @@ bool weight_aligned(uint32_t type, const void* w) {
 
 }  // namespace
 
-void dev::set_matvec_geometry(int block_threads, bool shared_wave) {
+void dev::set_matvec_geometry(int block_threads, bool shared_wave, int row_threads) {
   g_block.store(block_threads == 512 || block_threads == kThreads ? block_threads : 0, std::memory_order_relaxed);
   g_shared_wave.store(shared_wave, std::memory_order_relaxed);
+  g_row_threads.store(row_threads == 32 || row_threads == 64 || row_threads == 128 ? row_threads : 0,
+                      std::memory_order_relaxed);
 }
 
 int matvec(uint32_t type, const void* w, int64_t ne0, int64_t ne1, const float* x, int n_tokens,

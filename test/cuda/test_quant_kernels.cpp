@@ -270,6 +270,29 @@ TEST_CASE("matvec: tall matrices of every quantized type, rows at any 16-byte of
   }
 }
 
+TEST_CASE("matvec: fewer threads per group of rows (each lane walks more units) stays within the bound") {
+  std::mt19937 rng(29);
+  Stream st;
+  // 8192 inputs: 256 units of the 32-element types, 64 of the K-quants' half blocks,
+  // so every cap changes how a row's units are dealt out for some type.
+  const int64_t ne0 = 8192, ne1 = 203;
+  for (uint32_t type : kTypes) {
+    if (xk::block_elems(type) == 1) continue;
+    CAPTURE(xk::type_name(type));
+    MatvecCase c(type, ne0, ne1, 3, rng);
+    for (int n : {1, 3}) {
+      CAPTURE(n);
+      for (const int row_threads : {32, 64, 128}) {
+        CAPTURE(row_threads);
+        xk::dev::set_matvec_geometry(0, true, row_threads);
+        const auto got = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
+        CHECK(count_bad(got, head(c.ref, got.size()), kTolFp32, xk::type_name(type)) == 0);
+      }
+      xk::dev::set_matvec_geometry(0, true);  // the defaults again
+    }
+  }
+}
+
 TEST_CASE("matvec: float types with rows that are not whole 16-byte vectors") {
   std::mt19937 rng(3);
   Stream st;
