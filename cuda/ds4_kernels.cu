@@ -90,20 +90,34 @@ __device__ void weighted_copies(const float* row, const float* w, int hc, int64_
   out[i] = acc;
 }
 
+// The scale rms_norm of a token's whole stream (width values) applies, as
+// rms_norm_kernel computes it; every thread of the block calls it. Each block
+// reads the token's stream for it (64 KiB for DeepSeek-V4, from L2) rather
+// than a launch of its own writing the normed copies out.
+__device__ float norm_scale(const float* row, int64_t width, float eps) {
+  double s = 0.0;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) s += static_cast<double>(row[i] * row[i]);
+  s = block_sum(s);
+  return 1.0f / sqrtf(static_cast<float>(s / static_cast<double>(width)) + eps);
+}
+
 // Blocks (chunk of n_embd, token): every block forms pre (hc sigmoids) and
-// mixes its chunk; block 0 also forms post and comb (Sinkhorn).
+// mixes its chunk; block 0 also forms post and comb (Sinkhorn). The mixes are
+// fn . stream, scaled here by the stream's norm (ds4_ops.h).
 __global__ void hc_pre_kernel(const float* mixes, const float* base, const float* scale, const float* stream, int64_t n,
-                              int hc, int64_t d, int iters, float eps, float* input, float* post, float* comb) {
+                              int hc, int64_t d, int iters, float eps, float rms_eps, float* input, float* post,
+                              float* comb) {
   __shared__ float pre[kMaxHc];
   __shared__ float c[kMaxHc * kMaxHc];
   const int md = (2 + hc) * hc;
   const int h = threadIdx.x;
   for (int64_t t = blockIdx.y; t < n; t += gridDim.y) {  // grid.y is at most 65535
     const float* m = mixes + t * md;
-    if (h < hc) pre[h] = sigmoidf(m[h] * scale[0] + base[h]) + eps;
+    const float r = norm_scale(stream + t * hc * d, hc * d, rms_eps);
+    if (h < hc) pre[h] = sigmoidf(m[h] * r * scale[0] + base[h]) + eps;
     if (blockIdx.x == 0) {  // block-uniform: sinkhorn synchronises the block
-      if (h < hc) post[t * hc + h] = 2.0f * sigmoidf(m[hc + h] * scale[1] + base[hc + h]);
-      if (h < hc * hc) c[h] = m[2 * hc + h] * scale[2] + base[2 * hc + h];
+      if (h < hc) post[t * hc + h] = 2.0f * sigmoidf(m[hc + h] * r * scale[1] + base[hc + h]);
+      if (h < hc * hc) c[h] = m[2 * hc + h] * r * scale[2] + base[2 * hc + h];
       __syncthreads();
       sinkhorn(c, hc, iters, eps);
       if (h < hc * hc) comb[t * hc * hc + h] = c[h];
@@ -134,10 +148,12 @@ __global__ void hc_post_kernel(const float* output, const float* residual, const
 }
 
 __global__ void hc_head_kernel(const float* mixes, const float* base, const float* scale, const float* stream, int64_t n,
-                               int hc, int64_t d, float eps, float* out) {
+                               int hc, int64_t d, float eps, float rms_eps, float* out) {
   __shared__ float pre[kMaxHc];
   for (int64_t t = blockIdx.y; t < n; t += gridDim.y) {
-    if (threadIdx.x < hc) pre[threadIdx.x] = sigmoidf(mixes[t * hc + threadIdx.x] * scale[0] + base[threadIdx.x]) + eps;
+    const float r = norm_scale(stream + t * hc * d, hc * d, rms_eps);
+    if (threadIdx.x < hc)
+      pre[threadIdx.x] = sigmoidf(mixes[t * hc + threadIdx.x] * r * scale[0] + base[threadIdx.x]) + eps;
     __syncthreads();
     weighted_copies(stream + t * hc * d, pre, hc, d, out + t * d);
     __syncthreads();
@@ -365,14 +381,14 @@ size_t attention_smem(const AttentionArgs& a, int64_t max_keys) {
 }  // namespace
 
 cudaError_t hc_pre(const float* mixes, const float* base, const float* scale, const float* stream, int64_t n, int hc,
-                   int64_t d, int sinkhorn_iters, float eps, float* input, float* post, float* comb,
+                   int64_t d, int sinkhorn_iters, float eps, float rms_eps, float* input, float* post, float* comb,
                    cudaStream_t cs) {
   if (hc < 1 || hc > kMaxHc) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   static_assert(kThreads >= kMaxHc * kMaxHc, "a Sinkhorn entry per thread");
   const dim3 grid(unsigned((d + kThreads - 1) / kThreads), unsigned(std::min<int64_t>(n, 65535)));
-  hc_pre_kernel<<<grid, kThreads, 0, cs>>>(mixes, base, scale, stream, n, hc, d, sinkhorn_iters, eps, input, post,
-                                           comb);
+  hc_pre_kernel<<<grid, kThreads, 0, cs>>>(mixes, base, scale, stream, n, hc, d, sinkhorn_iters, eps, rms_eps, input,
+                                           post, comb);
   return launched();
 }
 
@@ -385,11 +401,11 @@ cudaError_t hc_post(const float* output, const float* residual, const float* pos
 }
 
 cudaError_t hc_head(const float* mixes, const float* base, const float* scale, const float* stream, int64_t n, int hc,
-                    int64_t d, float eps, float* out, cudaStream_t cs) {
+                    int64_t d, float eps, float rms_eps, float* out, cudaStream_t cs) {
   if (hc < 1 || hc > kMaxHc) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   const dim3 grid(unsigned((d + kThreads - 1) / kThreads), unsigned(std::min<int64_t>(n, 65535)));
-  hc_head_kernel<<<grid, kThreads, 0, cs>>>(mixes, base, scale, stream, n, hc, d, eps, out);
+  hc_head_kernel<<<grid, kThreads, 0, cs>>>(mixes, base, scale, stream, n, hc, d, eps, rms_eps, out);
   return launched();
 }
 

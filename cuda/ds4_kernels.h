@@ -25,17 +25,18 @@ constexpr int kMaxHc = 8;
 
 // One launch for all n tokens: pre/post weights and Sinkhorn(softmax) comb per
 // token, then input = sum_h pre[h] * copy h (HcSite::pre's op, ds4_ops.h).
-// mixes [n][(2 + hc) * hc], base [(2 + hc) * hc], scale [3], stream [n][hc * d].
+// mixes [n][(2 + hc) * hc] = fn . stream, scaled here by rms_norm's scale of the
+// token's stream (rms_eps), base [(2 + hc) * hc], scale [3], stream [n][hc * d].
 cudaError_t hc_pre(const float* mixes, const float* base, const float* scale, const float* stream, int64_t n, int hc,
-                   int64_t d, int sinkhorn_iters, float eps, float* input, float* post, float* comb,
+                   int64_t d, int sinkhorn_iters, float eps, float rms_eps, float* input, float* post, float* comb,
                    cudaStream_t cs);
 // stream copy dst = post[dst] * output + sum_src comb[src][dst] * residual copy src;
 // stream may be residual (in place).
 cudaError_t hc_post(const float* output, const float* residual, const float* post, const float* comb, int64_t n,
                     int hc, int64_t d, float* stream, cudaStream_t cs);
-// out = sum_h (sigmoid(mixes[h] * scale[0] + base[h]) + eps) * copy h.
+// out = sum_h (sigmoid(mixes[h] * r * scale[0] + base[h]) + eps) * copy h, r as in hc_pre.
 cudaError_t hc_head(const float* mixes, const float* base, const float* scale, const float* stream, int64_t n, int hc,
-                    int64_t d, float eps, float* out, cudaStream_t cs);
+                    int64_t d, float eps, float rms_eps, float* out, cudaStream_t cs);
 
 // Blocks first_block .. first_block + n_out - 1; kv and score rows are
 // positions rows_first .. (row width = overlap ? 2 * width : width). Every row

@@ -87,7 +87,7 @@ TEST_CASE("ds4 ops on CUDA: hyper-connections (hc 1..8, 1 and 20 Sinkhorn passes
     for (int64_t iters : {1, 20}) {
       CAPTURE(hc);
       CAPTURE(iters);
-      const HcShape s{hc, d, iters, 1e-6f};
+      const HcShape s{hc, d, iters, 1e-6f, 1e-6f};
       const int64_t md = (2 + hc) * hc;
       auto mixes = p.f32(random_floats(size_t(n * md), 1, 3.0f), md, n);
       auto base = p.f32(random_floats(size_t(md), 2), md);
@@ -126,7 +126,7 @@ TEST_CASE("ds4 ops on CUDA: hyper-connections (hc 1..8, 1 and 20 Sinkhorn passes
     }
   }
   // More copies than the kernels hold: refused, naming the limit.
-  const HcShape s9{9, d, 20, 1e-6f};
+  const HcShape s9{9, d, 20, 1e-6f, 1e-6f};
   auto mixes = p.f32(random_floats(size_t(n * 99), 1), 99, n);
   auto base = p.f32(random_floats(99, 2), 99);
   auto scale = p.f32({1, 1, 1}, 3);
@@ -135,7 +135,7 @@ TEST_CASE("ds4 ops on CUDA: hyper-connections (hc 1..8, 1 and 20 Sinkhorn passes
   CHECK_THROWS_WITH_AS(p.gops->hc_pre(s9, mixes.g, base.g, scale.g, stream.g, input.g, post.g, comb.g),
                        doctest::Contains("at most 8 copies"), ModelError);
   // Shapes that disagree are refused as on the CPU.
-  const HcShape s4{4, d, 20, 1e-6f};
+  const HcShape s4{4, d, 20, 1e-6f, 1e-6f};
   CHECK_THROWS_AS(p.gops->hc_pre(s4, mixes.g, base.g, scale.g, stream.g, input.g, post.g, comb.g), ModelError);
 }
 

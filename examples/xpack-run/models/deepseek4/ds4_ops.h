@@ -17,23 +17,27 @@ struct HcShape {
   int64_t n_embd = 0;
   int64_t sinkhorn_iters = 0;
   float eps = 0.0f;
+  float rms_eps = 0.0f;  // the norm of the stream whose product the mixes are
 };
 
 class Ds4Ops {
  public:
   virtual ~Ds4Ops() = default;
 
-  // From mixes [n][(2 + hc) * hc] (fn . rms_norm(stream)), base and scale
-  // [3]: pre = sigmoid(m * scale0 + base) + eps, post = 2 sigmoid(m * scale1 +
-  // base), comb = Sinkhorn(softmax(m * scale2 + base)); writes post [n][hc],
-  // comb [n][hc * hc] (src-major) and input [n][n_embd] = sum_h pre[h] * copy h of stream.
+  // From mixes [n][(2 + hc) * hc] = fn . stream, base and scale [3]: with m =
+  // mixes * r, r the scale rms_norm(stream, rms_eps) would apply (so m = fn .
+  // rms_norm(stream), the norm folded into the mixes rather than written out),
+  // pre = sigmoid(m * scale0 + base) + eps, post = 2 sigmoid(m * scale1 + base),
+  // comb = Sinkhorn(softmax(m * scale2 + base)); writes post [n][hc], comb
+  // [n][hc * hc] (src-major) and input [n][n_embd] = sum_h pre[h] * copy h of stream.
   virtual void hc_pre(const HcShape& s, const Tensor& mixes, const Tensor& base, const Tensor& scale,
                       const Tensor& stream, const Tensor& input, const Tensor& post, const Tensor& comb) = 0;
   // stream copy dst = post[dst] * output + sum_src comb[src][dst] * residual copy
   // src; stream may be residual (in place).
   virtual void hc_post(const HcShape& s, const Tensor& output, const Tensor& residual, const Tensor& post,
                        const Tensor& comb, const Tensor& stream) = 0;
-  // The head's collapse: out = sum_h (sigmoid(mixes[h] * scale0 + base[h]) + eps) * copy h.
+  // The head's collapse: out = sum_h (sigmoid(m[h] * scale0 + base[h]) + eps) * copy h,
+  // m = mixes * r as in hc_pre.
   virtual void hc_head(const HcShape& s, const Tensor& mixes, const Tensor& base, const Tensor& scale,
                        const Tensor& stream, const Tensor& out) = 0;
 

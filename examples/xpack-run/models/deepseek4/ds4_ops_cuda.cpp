@@ -54,7 +54,7 @@ class CudaDs4Ops final : public Ds4Ops {
     check(base.numel() == md && scale.numel() == 3 && post.numel() == n * hc && comb.numel() == n * hc * hc,
           "hc_pre shapes disagree");
     check_cuda(k::hc_pre(mixes.f32(), base.f32(), scale.f32(), stream.f32(), n, int(hc), s.n_embd,
-                         int(s.sinkhorn_iters), s.eps, input.f32(), post.f32(), comb.f32(), cs()),
+                         int(s.sinkhorn_iters), s.eps, s.rms_eps, input.f32(), post.f32(), comb.f32(), cs()),
                "hc_pre");
   }
 
@@ -75,7 +75,7 @@ class CudaDs4Ops final : public Ds4Ops {
     check_stream(s, stream, mixes, s.hc, out);
     check(base.numel() == s.hc && scale.numel() == 1, "hc_head shapes disagree");
     check_cuda(k::hc_head(mixes.f32(), base.f32(), scale.f32(), stream.f32(), stream.rows(), int(s.hc), s.n_embd, s.eps,
-                          out.f32(), cs()),
+                          s.rms_eps, out.f32(), cs()),
                "hc_head");
   }
 

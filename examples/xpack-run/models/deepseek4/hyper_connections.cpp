@@ -8,18 +8,18 @@ namespace xrun::ds4 {
 
 namespace {
 
-// mixes = fn . rms_norm(flattened copies).
-Tensor hc_mixes(Backend& be, const Hparams& hp, const Tensor& fn, const Tensor& stream) {
-  const Tensor normed = be.empty(XPACK_TYPE_F32, stream.width(), stream.rows());
-  be.rms_norm(stream, nullptr, hp.rms_eps, normed);
+// mixes = fn . flattened copies; the ops scale them by the copies' rms_norm
+// (fn . rms_norm(x) = rms_norm's scale times fn . x), which spares writing the
+// normed copies and a launch per site.
+Tensor hc_mixes(Backend& be, const Tensor& fn, const Tensor& stream) {
   const Tensor mixes = be.empty(XPACK_TYPE_F32, fn.rows(), stream.rows());
-  be.matmul(fn, normed, mixes);
+  be.matmul(fn, stream, mixes);
   return mixes;
 }
 
 }  // namespace
 
-HcShape hc_shape(const Hparams& hp) { return {hp.hc_mult, hp.n_embd, hp.hc_sinkhorn_iters, hp.hc_eps}; }
+HcShape hc_shape(const Hparams& hp) { return {hp.hc_mult, hp.n_embd, hp.hc_sinkhorn_iters, hp.hc_eps, hp.rms_eps}; }
 
 HcSite::HcSite(const Weights& w, const Hparams& hp, Backend& be, Ds4Ops& ops, const std::string& prefix)
     : hp_(hp), be_(be), ops_(ops) {
@@ -33,7 +33,7 @@ void HcSite::pre(const Tensor& stream, const Tensor& input, HcMixing& mix) const
   const int64_t n = stream.rows(), hc = hp_.hc_mult;
   mix.post = be_.empty(XPACK_TYPE_F32, hc, n);
   mix.comb = be_.empty(XPACK_TYPE_F32, hc * hc, n);
-  ops_.hc_pre(hc_shape(hp_), hc_mixes(be_, hp_, fn_, stream), base_, scale_, stream, input, mix.post, mix.comb);
+  ops_.hc_pre(hc_shape(hp_), hc_mixes(be_, fn_, stream), base_, scale_, stream, input, mix.post, mix.comb);
 }
 
 void HcSite::post(const Tensor& output, const Tensor& residual, const HcMixing& mix, const Tensor& stream) const {
@@ -47,7 +47,7 @@ HcHead::HcHead(const Weights& w, const Hparams& hp, Backend& be, Ds4Ops& ops) : 
 }
 
 void HcHead::collapse(const Tensor& stream, const Tensor& out) const {
-  ops_.hc_head(hc_shape(hp_), hc_mixes(be_, hp_, fn_, stream), base_, scale_, stream, out);
+  ops_.hc_head(hc_shape(hp_), hc_mixes(be_, fn_, stream), base_, scale_, stream, out);
 }
 
 }  // namespace xrun::ds4

@@ -48,6 +48,15 @@ void weighted_sum(const HcShape& s, const float* stream_row, const float* weight
   }
 }
 
+// The scale rms_norm(stream row, rms_eps) applies, in CpuBackend::rms_norm's
+// order: float squares summed in double, then one float scale.
+float norm_scale(const HcShape& s, const float* row) {
+  const int64_t width = s.hc * s.n_embd;
+  double sum = 0.0;
+  for (int64_t i = 0; i < width; ++i) sum += static_cast<double>(row[i] * row[i]);
+  return 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(width)) + s.rms_eps);
+}
+
 void check_stream(const HcShape& s, const Tensor& stream, const Tensor& mixes, int64_t mix_width, const Tensor& out) {
   check_shape(stream.width() == s.hc * s.n_embd && mixes.width() == mix_width && mixes.rows() == stream.rows() &&
                   out.width() == s.n_embd && out.rows() == stream.rows(),
@@ -66,12 +75,13 @@ void CpuDs4Ops::hc_pre(const HcShape& s, const Tensor& mixes, const Tensor& base
   std::vector<float> pre(static_cast<size_t>(hc));
   for (int64_t t = 0; t < n; ++t) {
     const float* m = mixes.f32() + t * md;
+    const float r = norm_scale(s, stream.f32() + t * width);
     for (int64_t h = 0; h < hc; ++h) {
-      pre[h] = sigmoid(m[h] * sc[0] + b[h]) + s.eps;
-      post.f32()[t * hc + h] = 2.0f * sigmoid(m[hc + h] * sc[1] + b[hc + h]);
+      pre[h] = sigmoid(m[h] * r * sc[0] + b[h]) + s.eps;
+      post.f32()[t * hc + h] = 2.0f * sigmoid(m[hc + h] * r * sc[1] + b[hc + h]);
     }
     float* c = comb.f32() + t * hc * hc;
-    for (int64_t i = 0; i < hc * hc; ++i) c[i] = m[2 * hc + i] * sc[2] + b[2 * hc + i];
+    for (int64_t i = 0; i < hc * hc; ++i) c[i] = m[2 * hc + i] * r * sc[2] + b[2 * hc + i];
     sinkhorn(s, c);
     weighted_sum(s, stream.f32() + t * width, pre.data(), input.f32() + t * s.n_embd);
   }
@@ -110,7 +120,9 @@ void CpuDs4Ops::hc_head(const HcShape& s, const Tensor& mixes, const Tensor& bas
   check_shape(base.numel() == hc && scale.numel() == 1, "hc_head shapes disagree");
   std::vector<float> pre(static_cast<size_t>(hc));
   for (int64_t t = 0; t < stream.rows(); ++t) {
-    for (int64_t h = 0; h < hc; ++h) pre[h] = sigmoid(mixes.f32()[t * hc + h] * scale.f32()[0] + base.f32()[h]) + s.eps;
+    const float r = norm_scale(s, stream.f32() + t * width);
+    for (int64_t h = 0; h < hc; ++h)
+      pre[h] = sigmoid(mixes.f32()[t * hc + h] * r * scale.f32()[0] + base.f32()[h]) + s.eps;
     weighted_sum(s, stream.f32() + t * width, pre.data(), out.f32() + t * s.n_embd);
   }
 }
