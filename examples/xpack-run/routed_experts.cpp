@@ -57,10 +57,19 @@ void run_routed_experts(Backend& be, ExpertSource& source, int layer, const Tens
     throw ModelError("routed experts of layer " + std::to_string(layer) + ": the guess is not in make_routing's block");
   }
   // The layer's one host synchronisation; with a guess, its ids come in the same download.
-  std::vector<int32_t> ids(static_cast<size_t>(guessed ? routing.id_block.numel() : n * k));
-  be.start_download(guessed ? routing.id_block : routing.ids);
-  if (meanwhile) meanwhile();
-  be.finish_download(ids.data());
+  std::vector<int32_t> ids;
+  if (!guessed && !routing.host_ids.empty()) {
+    if (routing.host_ids.size() != static_cast<size_t>(n * k)) {
+      throw ModelError("routed experts of layer " + std::to_string(layer) + ": host ids and batch disagree");
+    }
+    ids = routing.host_ids;
+    if (meanwhile) meanwhile();
+  } else {
+    ids.resize(static_cast<size_t>(guessed ? routing.id_block.numel() : n * k));
+    be.start_download(guessed ? routing.id_block : routing.ids);
+    if (meanwhile) meanwhile();
+    be.finish_download(ids.data());
+  }
 
   // The picks (t * k + j) of each expert, experts in ascending id order; the
   // request lists them in that order, and a routing trace records it.

@@ -4,7 +4,7 @@
 //
 // The router's expert ids reach the host once per MoE layer (one small
 // download): the only synchronisation between host and compute stream in a
-// layer. The layer's distinct experts are then acquired in one request; the
+// layer, and none where the host knows the ids already (Routing::host_ids). The layer's distinct experts are then acquired in one request; the
 // resident ones are computed first, as one group, while the others are still
 // loading; each missed expert follows as its own group once loaded. A group is
 // one gather, grouped products (Backend::grouped_matmul: one launch for all
@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "backend.h"
 #include "experts.h"
@@ -39,6 +40,11 @@ struct Routing {
   Tensor guess{};
   int guess_layer = -1;
   Tensor id_block{};
+  // ids [n][k] as the host already knows them (hash routing: a table of the
+  // token ids), else empty. Without a guess to bring back, the dispatcher then
+  // skips the download and its wait: the layer's experts are requested while
+  // the GPU is still behind, and the stream runs on without a gap.
+  std::vector<int32_t> host_ids{};
 };
 
 // A routing for n tokens of k experts with room for a guess `guess_width`

@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
     const Tensor xt = be.upload(XPACK_TYPE_F32, x.data(), d, n);
     const Tensor tt = be.upload(XPACK_TYPE_I32, tokens.data(), 1, n);
     const Tensor out = be.alloc(XPACK_TYPE_F32, d, n);
-    moe.forward(xt, tt, out);
+    moe.forward(xt, tt, tokens.data(), out);
     std::vector<float> y(static_cast<size_t>(n * d));
     be.download(out, y.data());
     experts->finish();

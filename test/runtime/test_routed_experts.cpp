@@ -291,3 +291,35 @@ TEST_CASE("routed experts: routing that disagrees with the batch is refused befo
   CHECK_THROWS_AS(run_routed_experts(be, src, 0, x, r, silu_ffn(be), false, out), ModelError);
   CHECK(log.acquired.empty());
 }
+
+TEST_CASE("routed experts: ids the host already knows are used without the device's (hash routing)") {
+  CpuBackend be(1);
+  const Batch b = make_batch();
+  const std::vector<float> zeros(size_t(b.n * kOut), 0.0f);
+  Log log;
+  ScriptedSource src(be, {2, 3}, log);
+  const std::vector<float> expected = run(be, src, b, silu_ffn(be), false, zeros);
+
+  // The device's ids all name expert 1, which no token picks: the result and the
+  // request can only come from the host's.
+  Log log2;
+  ScriptedSource src2(be, {2, 3}, log2);
+  const std::vector<int32_t> wrong(b.ids.size(), 1);
+  const Tensor x = be.upload(XPACK_TYPE_F32, b.x.data(), kIn, b.n);
+  Routing r{be.upload(XPACK_TYPE_I32, wrong.data(), b.k, b.n), be.upload(XPACK_TYPE_F32, b.weights.data(), b.k, b.n)};
+  r.host_ids = b.ids;
+  const Tensor out = be.alloc(XPACK_TYPE_F32, kOut, b.n);
+  run_routed_experts(be, src2, 0, x, r, silu_ffn(be), false, out);
+  std::vector<float> y(size_t(b.n * kOut));
+  be.download(out, y.data());
+  CHECK(y == expected);
+  CHECK(std::find(log2.acquired.begin(), log2.acquired.end(), 1) == log2.acquired.end());
+  CHECK(log2.acquired == log.acquired);
+
+  // Host ids of another batch size are refused before any expert is requested.
+  Log log3;
+  ScriptedSource src3(be, {}, log3);
+  r.host_ids.pop_back();
+  CHECK_THROWS_AS(run_routed_experts(be, src3, 0, x, r, silu_ffn(be), false, out), ModelError);
+  CHECK(log3.acquired.empty());
+}

@@ -125,7 +125,7 @@ class Deepseek4 final : public Model {
       }
       be_.rms_norm(x, &b.ffn_norm, hp_.rms_eps, x);
       if (next.router && guesser_->state() == GuessState::moe_input) next.state = x;
-      b.moe.forward(x, ids, y, next);
+      b.moe.forward(x, ids, tokens, y, next);
       b.hc_ffn.post(y, stream, mix, stream);
     }
 

@@ -53,13 +53,21 @@ MoeBlock::MoeBlock(const Weights& w, const Hparams& hp, Backend& be, int64_t lay
   }
 }
 
-Routing MoeBlock::route(const Tensor& x, const Tensor& tokens, int64_t guess_width) const {
+Routing MoeBlock::route(const Tensor& x, const Tensor& tokens, const int32_t* host_tokens, int64_t guess_width) const {
   const int64_t n = x.rows(), k = hp_.n_expert_used;
   const Tensor scores = be_.empty(XPACK_TYPE_F32, hp_.n_expert, n);
   be_.matmul(gate_inp_, x, scores);
   Routing r = make_routing(be_, n, k, guess_width);
-  // Hash routing: the experts are a fixed function of the token id.
-  if (hash_routed_) be_.get_rows(tid2eid_, tokens, r.ids);
+  // Hash routing: the experts are a fixed function of the token id, on the
+  // device (route() weighs them there) and, from the same table, on the host.
+  if (hash_routed_) {
+    be_.get_rows(tid2eid_, tokens, r.ids);
+    if (host_tokens) {
+      r.host_ids.resize(static_cast<size_t>(n * k));
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t j = 0; j < k; ++j) r.host_ids[size_t(t * k + j)] = tid2eid_host_[host_tokens[t] * k + j];
+    }
+  }
   // Scores sqrt(softplus); learned routing picks the top k of score + selection
   // bias, best first. The weights are the unbiased scores of the chosen
   // experts, normalised (the floor on the sum keeps an all-zero row finite:
@@ -94,9 +102,10 @@ GuessRouter MoeBlock::guess_router() const {
   return {static_cast<int>(layer_), gate_inp_, GuessRouter::Gating::sqrt_softplus, probs_bias_};
 }
 
-void MoeBlock::forward(const Tensor& x, const Tensor& tokens, const Tensor& out, const NextGuess& next) {
+void MoeBlock::forward(const Tensor& x, const Tensor& tokens, const int32_t* host_tokens, const Tensor& out,
+                       const NextGuess& next) {
   const bool guess = next.guesser && next.router;
-  Routing r = route(x, tokens, guess ? next.guesser->per_layer() : 0);
+  Routing r = route(x, tokens, host_tokens, guess ? next.guesser->per_layer() : 0);
   // Right behind this layer's router, ahead of its ids' download (next_layer_guess.h).
   if (guess) next.guesser->enqueue(be_, next, r);
   const int64_t d = hp_.n_embd, ff = hp_.n_ff_exp;

@@ -34,10 +34,13 @@ class MoeBlock {
   MoeBlock(const Weights& w, const Hparams& hp, Backend& be, int64_t layer, ExpertSource* experts);
 
   // x: FFN input (after ffn_norm) [n][n_embd]; tokens: I32 [n], the token ids
-  // of the rows (hash routing); writes out [n][n_embd]. `next`: the guess of
-  // the next layer's experts to make meanwhile (next.router), and the guesser
-  // that scores guesses made for this layer (next.guesser); empty: none.
-  void forward(const Tensor& x, const Tensor& tokens, const Tensor& out, const NextGuess& next = {});
+  // of the rows (hash routing), and the same ids on the host (host_tokens, in
+  // the vocabulary; or null), from which a hash layer's expert ids are read
+  // without waiting for the device's; writes out [n][n_embd]. `next`: the guess
+  // of the next layer's experts to make meanwhile (next.router), and the
+  // guesser that scores guesses made for this layer (next.guesser); empty: none.
+  void forward(const Tensor& x, const Tensor& tokens, const int32_t* host_tokens, const Tensor& out,
+               const NextGuess& next = {});
 
   bool hash_routed() const { return hash_routed_; }
   // This layer's selection, for a guess of it (learned-router layers only).
@@ -50,7 +53,7 @@ class MoeBlock {
   void prefetch_hash_experts(const int32_t* tokens, int n) const;
 
  private:
-  Routing route(const Tensor& x, const Tensor& tokens, int64_t guess_width) const;
+  Routing route(const Tensor& x, const Tensor& tokens, const int32_t* host_tokens, int64_t guess_width) const;
 
   const Hparams& hp_;
   Backend& be_;
