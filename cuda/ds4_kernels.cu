@@ -81,13 +81,44 @@ __device__ void sinkhorn(float* c, int hc, int iters, float eps) {
 }
 
 // out[i] = copy0[i] * w[0] + copy1[i] * w[1] + ..., in that order (the CPU's),
-// for the block's chunk of kThreads values.
-__device__ void weighted_copies(const float* row, const float* w, int hc, int64_t d, float* out) {
+// for the block's chunk of kThreads values; returns the thread's value (0
+// past the end).
+__device__ float weighted_copies(const float* row, const float* w, int hc, int64_t d, float* out) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= d) return;
+  if (i >= d) return 0.0f;
   float acc = row[i] * w[0];
   for (int h = 1; h < hc; ++h) acc += row[h * d + i] * w[h];
   out[i] = acc;
+  return acc;
+}
+
+// The sub-layer's rms_norm of a token's input, whose chunks the token's blocks
+// (gridDim.x of them) wrote: each block leaves its chunk's sum of squares in
+// partials and counts itself done; the last one to count adds the sums in
+// block order (which block is last decides only who adds) and scales the whole
+// row, in rms_norm_kernel's expressions. Every thread of the block calls it.
+__device__ void norm_when_last(float v, const float* norm_w, float eps, int64_t d, double* partials,
+                               unsigned* counter, float* row) {
+  __shared__ bool last;
+  __threadfence();  // this thread's chunk of the row reaches L2 before the count
+  const double sq = block_sum(static_cast<double>(v * v));
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = sq;
+    __threadfence();
+    last = atomicAdd(counter, 1u) == gridDim.x - 1;
+    if (last) __threadfence();  // the reads below come after the completed count
+  }
+  __syncthreads();
+  if (!last) return;
+  double s = 0.0;
+  for (unsigned b = 0; b < gridDim.x; ++b) s += __ldcg(partials + b);
+  const float r = 1.0f / sqrtf(static_cast<float>(s / static_cast<double>(d)) + eps);
+  // Loads bypass L1, which holds nothing of the other blocks' writes.
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    const float x = __ldcg(row + i) * r;
+    row[i] = x * norm_w[i];
+  }
+  if (threadIdx.x == 0) *counter = 0u;  // the next launch finds it zero
 }
 
 // The scale rms_norm of a token's whole stream (width values) applies, as
@@ -106,7 +137,7 @@ __device__ float norm_scale(const float* row, int64_t width, float eps) {
 // fn . stream, scaled here by the stream's norm (ds4_ops.h).
 __global__ void hc_pre_kernel(const float* mixes, const float* base, const float* scale, const float* stream, int64_t n,
                               int hc, int64_t d, int iters, float eps, float rms_eps, float* input, float* post,
-                              float* comb) {
+                              float* comb, const float* norm_w, double* partials, unsigned* counters) {
   __shared__ float pre[kMaxHc];
   __shared__ float c[kMaxHc * kMaxHc];
   const int md = (2 + hc) * hc;
@@ -123,7 +154,8 @@ __global__ void hc_pre_kernel(const float* mixes, const float* base, const float
       if (h < hc * hc) comb[t * hc * hc + h] = c[h];
     }
     __syncthreads();
-    weighted_copies(stream + t * hc * d, pre, hc, d, input + t * d);
+    const float v = weighted_copies(stream + t * hc * d, pre, hc, d, input + t * d);
+    if (norm_w) norm_when_last(v, norm_w, rms_eps, d, partials + t * gridDim.x, counters + t, input + t * d);
     __syncthreads();  // pre and c are rewritten for the next token
   }
 }
@@ -380,15 +412,19 @@ size_t attention_smem(const AttentionArgs& a, int64_t max_keys) {
 
 }  // namespace
 
+int64_t hc_pre_norm_blocks(int64_t d) { return (d + kThreads - 1) / kThreads; }
+
 cudaError_t hc_pre(const float* mixes, const float* base, const float* scale, const float* stream, int64_t n, int hc,
                    int64_t d, int sinkhorn_iters, float eps, float rms_eps, float* input, float* post, float* comb,
-                   cudaStream_t cs) {
+                   const HcPreNorm* norm, cudaStream_t cs) {
   if (hc < 1 || hc > kMaxHc) return cudaErrorInvalidValue;
+  if (norm && (!norm->weight || !norm->partials || !norm->counters)) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   static_assert(kThreads >= kMaxHc * kMaxHc, "a Sinkhorn entry per thread");
-  const dim3 grid(unsigned((d + kThreads - 1) / kThreads), unsigned(std::min<int64_t>(n, 65535)));
+  const dim3 grid(unsigned(hc_pre_norm_blocks(d)), unsigned(std::min<int64_t>(n, 65535)));
   hc_pre_kernel<<<grid, kThreads, 0, cs>>>(mixes, base, scale, stream, n, hc, d, sinkhorn_iters, eps, rms_eps, input,
-                                           post, comb);
+                                           post, comb, norm ? norm->weight : nullptr,
+                                           norm ? norm->partials : nullptr, norm ? norm->counters : nullptr);
   return launched();
 }
 

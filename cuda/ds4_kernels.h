@@ -27,9 +27,19 @@ constexpr int kMaxHc = 8;
 // token, then input = sum_h pre[h] * copy h (HcSite::pre's op, ds4_ops.h).
 // mixes [n][(2 + hc) * hc] = fn . stream, scaled here by rms_norm's scale of the
 // token's stream (rms_eps), base [(2 + hc) * hc], scale [3], stream [n][hc * d].
+// With norm, input is then rms_norm(input, rms_eps) * norm->weight (the
+// sub-layer's norm, in rms_norm's expressions), in the same launch: the last of
+// a token's blocks to finish its chunk scales the row. partials holds
+// n * hc_pre_norm_blocks(d) doubles; counters n zeros, left zero again.
+struct HcPreNorm {
+  const float* weight;  // [d]
+  double* partials;
+  unsigned* counters;
+};
+int64_t hc_pre_norm_blocks(int64_t d);
 cudaError_t hc_pre(const float* mixes, const float* base, const float* scale, const float* stream, int64_t n, int hc,
                    int64_t d, int sinkhorn_iters, float eps, float rms_eps, float* input, float* post, float* comb,
-                   cudaStream_t cs);
+                   const HcPreNorm* norm, cudaStream_t cs);
 // stream copy dst = post[dst] * output + sum_src comb[src][dst] * residual copy src;
 // stream may be residual (in place).
 cudaError_t hc_post(const float* output, const float* residual, const float* post, const float* comb, int64_t n,

@@ -79,6 +79,52 @@ struct Pair {
 
 }  // namespace
 
+TEST_CASE("ds4 ops on CUDA: hc_pre with the sub-layer's norm folded in agrees with the CPU, call after call") {
+  if (!xpack::test::gpu::available()) return;
+  Pair p;
+  const int64_t hc = 4, iters = 20, md = (2 + hc) * hc;
+  // One block of a token, four with a partial last one, sixteen (DeepSeek-V4's
+  // 4096); 70 tokens outgrow the first buffers of the blocks' sums.
+  for (int64_t d : {67, 1000, 4096}) {
+    for (int64_t n : {1, 5, 70}) {
+      CAPTURE(d);
+      CAPTURE(n);
+      const HcShape s{hc, d, iters, 1e-6f, 1e-6f};
+      auto mixes = p.f32(random_floats(size_t(n * md), 11, 3.0f), md, n);
+      auto base = p.f32(random_floats(size_t(md), 12), md);
+      auto scale = p.f32({0.7f, -1.3f, 2.1f}, 3);
+      auto stream = p.f32(random_floats(size_t(n * hc * d), 13, 4.0f), hc * d, n);
+      auto norm = p.f32(random_floats(size_t(d), 14), d);
+      auto input = p.zeros(kF32, d, n), post = p.zeros(kF32, hc, n), comb = p.zeros(kF32, hc * hc, n);
+      p.cops->hc_pre(s, mixes.c, base.c, scale.c, stream.c, input.c, post.c, comb.c, &norm.c);
+      p.gops->hc_pre(s, mixes.g, base.g, scale.g, stream.g, input.g, post.g, comb.g, &norm.g);
+      CHECK(p.rel_diff(input) <= 1e-5);
+      CHECK(p.rel_diff(post) <= 1e-6);
+      const std::vector<float> first = p.get<float>(input).second;
+      // Again on the same buffers: the blocks' counters were left at zero.
+      p.gops->hc_pre(s, mixes.g, base.g, scale.g, stream.g, input.g, post.g, comb.g, &norm.g);
+      CHECK(p.get<float>(input).second == first);
+      // The unfolded pair on the GPU: the same values up to the sum's order.
+      auto plain = p.zeros(kF32, d, n);
+      p.gops->hc_pre(s, mixes.g, base.g, scale.g, stream.g, plain.g, post.g, comb.g);
+      p.gpu.rms_norm(plain.g, &norm.g, s.rms_eps, plain.g);
+      const std::vector<float> two = p.get<float>(plain).second;
+      double worst = 0;
+      for (size_t i = 0; i < two.size(); ++i) worst = std::max(worst, std::fabs(double(two[i]) - first[i]));
+      CHECK(worst <= 1e-5);
+    }
+  }
+  // A norm of the wrong width is refused.
+  const HcShape s{hc, 67, iters, 1e-6f, 1e-6f};
+  auto mixes = p.f32(random_floats(size_t(md), 15), md, 1);
+  auto base = p.f32(random_floats(size_t(md), 16), md);
+  auto scale = p.f32({0.7f, -1.3f, 2.1f}, 3);
+  auto stream = p.f32(random_floats(size_t(hc * 67), 17), hc * 67, 1);
+  auto wrong = p.f32(random_floats(66, 18), 66);
+  auto input = p.zeros(kF32, 67, 1), post = p.zeros(kF32, hc, 1), comb = p.zeros(kF32, hc * hc, 1);
+  CHECK_THROWS_AS(p.gops->hc_pre(s, mixes.g, base.g, scale.g, stream.g, input.g, post.g, comb.g, &wrong.g), ModelError);
+}
+
 TEST_CASE("ds4 ops on CUDA: hyper-connections (hc 1..8, 1 and 20 Sinkhorn passes) agree with the CPU") {
   if (!xpack::test::gpu::available()) return;
   Pair p;

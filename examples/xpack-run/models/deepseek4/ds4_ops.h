@@ -29,9 +29,12 @@ class Ds4Ops {
   // rms_norm(stream), the norm folded into the mixes rather than written out),
   // pre = sigmoid(m * scale0 + base) + eps, post = 2 sigmoid(m * scale1 + base),
   // comb = Sinkhorn(softmax(m * scale2 + base)); writes post [n][hc], comb
-  // [n][hc * hc] (src-major) and input [n][n_embd] = sum_h pre[h] * copy h of stream.
+  // [n][hc * hc] (src-major) and input [n][n_embd] = sum_h pre[h] * copy h of
+  // stream, or with `norm` (F32 [n_embd]) rms_norm(that sum, rms_eps) * norm:
+  // the sub-layer's own norm, folded in (as Backend::rms_norm computes it).
   virtual void hc_pre(const HcShape& s, const Tensor& mixes, const Tensor& base, const Tensor& scale,
-                      const Tensor& stream, const Tensor& input, const Tensor& post, const Tensor& comb) = 0;
+                      const Tensor& stream, const Tensor& input, const Tensor& post, const Tensor& comb,
+                      const Tensor* norm = nullptr) = 0;
   // stream copy dst = post[dst] * output + sum_src comb[src][dst] * residual copy
   // src; stream may be residual (in place).
   virtual void hc_post(const HcShape& s, const Tensor& output, const Tensor& residual, const Tensor& post,

@@ -10,7 +10,7 @@ class CpuDs4Ops final : public Ds4Ops {
  public:
   explicit CpuDs4Ops(WorkerPool& pool) : pool_(pool) {}
   void hc_pre(const HcShape& s, const Tensor& mixes, const Tensor& base, const Tensor& scale, const Tensor& stream,
-              const Tensor& input, const Tensor& post, const Tensor& comb) override;
+              const Tensor& input, const Tensor& post, const Tensor& comb, const Tensor* norm = nullptr) override;
   void hc_post(const HcShape& s, const Tensor& output, const Tensor& residual, const Tensor& post, const Tensor& comb,
                const Tensor& stream) override;
   void hc_head(const HcShape& s, const Tensor& mixes, const Tensor& base, const Tensor& scale, const Tensor& stream,

@@ -29,11 +29,11 @@ HcSite::HcSite(const Weights& w, const Hparams& hp, Backend& be, Ds4Ops& ops, co
   scale_ = float_weight(be, w.get(prefix + "_scale.weight", {3}));
 }
 
-void HcSite::pre(const Tensor& stream, const Tensor& input, HcMixing& mix) const {
+void HcSite::pre(const Tensor& stream, const Tensor& input, HcMixing& mix, const Tensor* norm) const {
   const int64_t n = stream.rows(), hc = hp_.hc_mult;
   mix.post = be_.empty(XPACK_TYPE_F32, hc, n);
   mix.comb = be_.empty(XPACK_TYPE_F32, hc * hc, n);
-  ops_.hc_pre(hc_shape(hp_), hc_mixes(be_, fn_, stream), base_, scale_, stream, input, mix.post, mix.comb);
+  ops_.hc_pre(hc_shape(hp_), hc_mixes(be_, fn_, stream), base_, scale_, stream, input, mix.post, mix.comb, norm);
 }
 
 void HcSite::post(const Tensor& output, const Tensor& residual, const HcMixing& mix, const Tensor& stream) const {

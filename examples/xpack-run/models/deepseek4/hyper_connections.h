@@ -26,9 +26,10 @@ class HcSite {
   // prefix: "blk.N.hc_attn" or "blk.N.hc_ffn".
   HcSite(const Weights& w, const Hparams& hp, Backend& be, Ds4Ops& ops, const std::string& prefix);
 
-  // stream: [n][hc * n_embd]. Writes the sub-layer input [n][n_embd] and the
+  // stream: [n][hc * n_embd]. Writes the sub-layer input [n][n_embd] (with
+  // `norm`, already through the sub-layer's rms_norm of that weight) and the
   // mixing that post() needs.
-  void pre(const Tensor& stream, const Tensor& input, HcMixing& mix) const;
+  void pre(const Tensor& stream, const Tensor& input, HcMixing& mix, const Tensor* norm = nullptr) const;
 
   // Rebuilds the stream from the sub-layer output [n][n_embd] and the stream
   // as it was before the sub-layer (residual), both [n][hc * n_embd]; stream may

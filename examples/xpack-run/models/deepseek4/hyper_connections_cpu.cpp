@@ -6,6 +6,7 @@
 
 #include "../../cpu_backend.h"
 #include "ds4_ops_cpu.h"
+#include "xpack/xpack.h"
 
 namespace xrun::ds4 {
 
@@ -66,11 +67,13 @@ void check_stream(const HcShape& s, const Tensor& stream, const Tensor& mixes, i
 }  // namespace
 
 void CpuDs4Ops::hc_pre(const HcShape& s, const Tensor& mixes, const Tensor& base, const Tensor& scale,
-                       const Tensor& stream, const Tensor& input, const Tensor& post, const Tensor& comb) {
+                       const Tensor& stream, const Tensor& input, const Tensor& post, const Tensor& comb,
+                       const Tensor* norm) {
   const int64_t hc = s.hc, md = (2 + hc) * hc, width = hc * s.n_embd, n = stream.rows();
   check_stream(s, stream, mixes, md, input);
   check_shape(base.numel() == md && scale.numel() == 3 && post.numel() == n * hc && comb.numel() == n * hc * hc,
               "hc_pre shapes disagree");
+  check_shape(!norm || (norm->type == XPACK_TYPE_F32 && norm->numel() == s.n_embd), "hc_pre norm is not one F32 row");
   const float *b = base.f32(), *sc = scale.f32();
   std::vector<float> pre(static_cast<size_t>(hc));
   for (int64_t t = 0; t < n; ++t) {
@@ -83,7 +86,17 @@ void CpuDs4Ops::hc_pre(const HcShape& s, const Tensor& mixes, const Tensor& base
     float* c = comb.f32() + t * hc * hc;
     for (int64_t i = 0; i < hc * hc; ++i) c[i] = m[2 * hc + i] * r * sc[2] + b[2 * hc + i];
     sinkhorn(s, c);
-    weighted_sum(s, stream.f32() + t * width, pre.data(), input.f32() + t * s.n_embd);
+    float* in = input.f32() + t * s.n_embd;
+    weighted_sum(s, stream.f32() + t * width, pre.data(), in);
+    if (norm) {  // CpuBackend::rms_norm's expressions
+      double sum = 0.0;
+      for (int64_t i = 0; i < s.n_embd; ++i) sum += static_cast<double>(in[i] * in[i]);
+      const float r = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(s.n_embd)) + s.rms_eps);
+      for (int64_t i = 0; i < s.n_embd; ++i) {
+        const float v = in[i] * r;
+        in[i] = v * norm->f32()[i];
+      }
+    }
   }
 }
 

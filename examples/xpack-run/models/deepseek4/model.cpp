@@ -108,22 +108,22 @@ class Deepseek4 final : public Model {
     HcMixing mix;
     for (size_t il = 0; il < blocks_.size(); ++il) {
       Block& b = *blocks_[il];
-      b.hc_attn.pre(stream, x, mix);
-      be_.rms_norm(x, &b.attn_norm, hp_.rms_eps, x);
+      b.hc_attn.pre(stream, x, mix, &b.attn_norm);
       b.attention.forward(x, pos0, y);
       b.hc_attn.post(y, stream, mix, stream);  // pre left the stream as it was: it is the residual
 
-      b.hc_ffn.pre(stream, x, mix);
-      // The next layer's guess, if it routes by a learned router.
+      // The next layer's guess, if it routes by a learned router; a guess from
+      // the state before this layer's norm needs that state, so the norm stays
+      // a step of its own only then.
       NextGuess next{guesser_.get(), nullptr, {}};
-      if (guesser_ && il + 1 < blocks_.size() && !blocks_[il + 1]->moe.hash_routed()) {
-        next.router = &routers_[il + 1];
-        if (guesser_->state() == GuessState::renormed) {
-          next.state = be_.alloc(kF32, d, n);
-          be_.rms_norm(x, &blocks_[il + 1]->ffn_norm, hp_.rms_eps, next.state);
-        }
+      if (guesser_ && il + 1 < blocks_.size() && !blocks_[il + 1]->moe.hash_routed()) next.router = &routers_[il + 1];
+      const bool renormed_guess = next.router && guesser_->state() == GuessState::renormed;
+      b.hc_ffn.pre(stream, x, mix, renormed_guess ? nullptr : &b.ffn_norm);
+      if (renormed_guess) {
+        next.state = be_.alloc(kF32, d, n);
+        be_.rms_norm(x, &blocks_[il + 1]->ffn_norm, hp_.rms_eps, next.state);
+        be_.rms_norm(x, &b.ffn_norm, hp_.rms_eps, x);
       }
-      be_.rms_norm(x, &b.ffn_norm, hp_.rms_eps, x);
       if (next.router && guesser_->state() == GuessState::moe_input) next.state = x;
       b.moe.forward(x, ids, tokens, y, next);
       b.hc_ffn.post(y, stream, mix, stream);
