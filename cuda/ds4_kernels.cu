@@ -180,14 +180,16 @@ __global__ void hc_post_kernel(const float* output, const float* residual, const
 }
 
 __global__ void hc_head_kernel(const float* mixes, const float* base, const float* scale, const float* stream, int64_t n,
-                               int hc, int64_t d, float eps, float rms_eps, float* out) {
+                               int hc, int64_t d, float eps, float rms_eps, float* out, const float* norm_w,
+                               double* partials, unsigned* counters) {
   __shared__ float pre[kMaxHc];
   for (int64_t t = blockIdx.y; t < n; t += gridDim.y) {
     const float r = norm_scale(stream + t * hc * d, hc * d, rms_eps);
     if (threadIdx.x < hc)
       pre[threadIdx.x] = sigmoidf(mixes[t * hc + threadIdx.x] * r * scale[0] + base[threadIdx.x]) + eps;
     __syncthreads();
-    weighted_copies(stream + t * hc * d, pre, hc, d, out + t * d);
+    const float v = weighted_copies(stream + t * hc * d, pre, hc, d, out + t * d);
+    if (norm_w) norm_when_last(v, norm_w, rms_eps, d, partials + t * gridDim.x, counters + t, out + t * d);
     __syncthreads();
   }
 }
@@ -412,16 +414,16 @@ size_t attention_smem(const AttentionArgs& a, int64_t max_keys) {
 
 }  // namespace
 
-int64_t hc_pre_norm_blocks(int64_t d) { return (d + kThreads - 1) / kThreads; }
+int64_t hc_norm_blocks(int64_t d) { return (d + kThreads - 1) / kThreads; }
 
 cudaError_t hc_pre(const float* mixes, const float* base, const float* scale, const float* stream, int64_t n, int hc,
                    int64_t d, int sinkhorn_iters, float eps, float rms_eps, float* input, float* post, float* comb,
-                   const HcPreNorm* norm, cudaStream_t cs) {
+                   const HcNorm* norm, cudaStream_t cs) {
   if (hc < 1 || hc > kMaxHc) return cudaErrorInvalidValue;
   if (norm && (!norm->weight || !norm->partials || !norm->counters)) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   static_assert(kThreads >= kMaxHc * kMaxHc, "a Sinkhorn entry per thread");
-  const dim3 grid(unsigned(hc_pre_norm_blocks(d)), unsigned(std::min<int64_t>(n, 65535)));
+  const dim3 grid(unsigned(hc_norm_blocks(d)), unsigned(std::min<int64_t>(n, 65535)));
   hc_pre_kernel<<<grid, kThreads, 0, cs>>>(mixes, base, scale, stream, n, hc, d, sinkhorn_iters, eps, rms_eps, input,
                                            post, comb, norm ? norm->weight : nullptr,
                                            norm ? norm->partials : nullptr, norm ? norm->counters : nullptr);
@@ -437,11 +439,14 @@ cudaError_t hc_post(const float* output, const float* residual, const float* pos
 }
 
 cudaError_t hc_head(const float* mixes, const float* base, const float* scale, const float* stream, int64_t n, int hc,
-                    int64_t d, float eps, float rms_eps, float* out, cudaStream_t cs) {
+                    int64_t d, float eps, float rms_eps, float* out, const HcNorm* norm, cudaStream_t cs) {
   if (hc < 1 || hc > kMaxHc) return cudaErrorInvalidValue;
+  if (norm && (!norm->weight || !norm->partials || !norm->counters)) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  const dim3 grid(unsigned((d + kThreads - 1) / kThreads), unsigned(std::min<int64_t>(n, 65535)));
-  hc_head_kernel<<<grid, kThreads, 0, cs>>>(mixes, base, scale, stream, n, hc, d, eps, rms_eps, out);
+  const dim3 grid(unsigned(hc_norm_blocks(d)), unsigned(std::min<int64_t>(n, 65535)));
+  hc_head_kernel<<<grid, kThreads, 0, cs>>>(mixes, base, scale, stream, n, hc, d, eps, rms_eps, out,
+                                            norm ? norm->weight : nullptr, norm ? norm->partials : nullptr,
+                                            norm ? norm->counters : nullptr);
   return launched();
 }
 

@@ -30,23 +30,25 @@ constexpr int kMaxHc = 8;
 // With norm, input is then rms_norm(input, rms_eps) * norm->weight (the
 // sub-layer's norm, in rms_norm's expressions), in the same launch: the last of
 // a token's blocks to finish its chunk scales the row. partials holds
-// n * hc_pre_norm_blocks(d) doubles; counters n zeros, left zero again.
-struct HcPreNorm {
+// n * hc_norm_blocks(d) doubles; counters n zeros, left zero again. hc_head
+// folds output_norm the same way.
+struct HcNorm {
   const float* weight;  // [d]
   double* partials;
   unsigned* counters;
 };
-int64_t hc_pre_norm_blocks(int64_t d);
+int64_t hc_norm_blocks(int64_t d);
 cudaError_t hc_pre(const float* mixes, const float* base, const float* scale, const float* stream, int64_t n, int hc,
                    int64_t d, int sinkhorn_iters, float eps, float rms_eps, float* input, float* post, float* comb,
-                   const HcPreNorm* norm, cudaStream_t cs);
+                   const HcNorm* norm, cudaStream_t cs);
 // stream copy dst = post[dst] * output + sum_src comb[src][dst] * residual copy src;
 // stream may be residual (in place).
 cudaError_t hc_post(const float* output, const float* residual, const float* post, const float* comb, int64_t n,
                     int hc, int64_t d, float* stream, cudaStream_t cs);
-// out = sum_h (sigmoid(mixes[h] * r * scale[0] + base[h]) + eps) * copy h, r as in hc_pre.
+// out = sum_h (sigmoid(mixes[h] * r * scale[0] + base[h]) + eps) * copy h, r as in
+// hc_pre; with norm, through its rms_norm as in hc_pre.
 cudaError_t hc_head(const float* mixes, const float* base, const float* scale, const float* stream, int64_t n, int hc,
-                    int64_t d, float eps, float rms_eps, float* out, cudaStream_t cs);
+                    int64_t d, float eps, float rms_eps, float* out, const HcNorm* norm, cudaStream_t cs);
 
 // Blocks first_block .. first_block + n_out - 1; kv and score rows are
 // positions rows_first .. (row width = overlap ? 2 * width : width). Every row

@@ -79,7 +79,7 @@ struct Pair {
 
 }  // namespace
 
-TEST_CASE("ds4 ops on CUDA: hc_pre with the sub-layer's norm folded in agrees with the CPU, call after call") {
+TEST_CASE("ds4 ops on CUDA: hc_pre and hc_head with a norm folded in agree with the CPU, call after call") {
   if (!xpack::test::gpu::available()) return;
   Pair p;
   const int64_t hc = 4, iters = 20, md = (2 + hc) * hc;
@@ -112,6 +112,14 @@ TEST_CASE("ds4 ops on CUDA: hc_pre with the sub-layer's norm folded in agrees wi
       double worst = 0;
       for (size_t i = 0; i < two.size(); ++i) worst = std::max(worst, std::fabs(double(two[i]) - first[i]));
       CHECK(worst <= 1e-5);
+      // The head's collapse through output_norm, folded the same way.
+      auto head_mix = p.f32(random_floats(size_t(n * hc), 19, 2.0f), hc, n);
+      auto head_base = p.f32(random_floats(size_t(hc), 20), hc);
+      auto head_scale = p.f32({1.7f}, 1);
+      auto head = p.zeros(kF32, d, n);
+      p.cops->hc_head(s, head_mix.c, head_base.c, head_scale.c, stream.c, head.c, &norm.c);
+      p.gops->hc_head(s, head_mix.g, head_base.g, head_scale.g, stream.g, head.g, &norm.g);
+      CHECK(p.rel_diff(head) <= 1e-5);
     }
   }
   // A norm of the wrong width is refused.

@@ -40,9 +40,9 @@ class Ds4Ops {
   virtual void hc_post(const HcShape& s, const Tensor& output, const Tensor& residual, const Tensor& post,
                        const Tensor& comb, const Tensor& stream) = 0;
   // The head's collapse: out = sum_h (sigmoid(m[h] * scale0 + base[h]) + eps) * copy h,
-  // m = mixes * r as in hc_pre.
+  // m = mixes * r as in hc_pre; with `norm`, through rms_norm as in hc_pre (output_norm).
   virtual void hc_head(const HcShape& s, const Tensor& mixes, const Tensor& base, const Tensor& scale,
-                       const Tensor& stream, const Tensor& out) = 0;
+                       const Tensor& stream, const Tensor& out, const Tensor* norm = nullptr) = 0;
 
   // Pools blocks first_block .. first_block + out.rows() - 1 of `ratio`
   // positions: per channel a softmax over the score entries weights the value

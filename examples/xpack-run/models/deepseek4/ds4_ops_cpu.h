@@ -14,7 +14,7 @@ class CpuDs4Ops final : public Ds4Ops {
   void hc_post(const HcShape& s, const Tensor& output, const Tensor& residual, const Tensor& post, const Tensor& comb,
                const Tensor& stream) override;
   void hc_head(const HcShape& s, const Tensor& mixes, const Tensor& base, const Tensor& scale, const Tensor& stream,
-               const Tensor& out) override;
+               const Tensor& out, const Tensor* norm = nullptr) override;
   void compress_pool(const Tensor& kv, const Tensor& score, int64_t rows_first, int64_t first_block, int64_t ratio,
                      bool overlap, const Tensor& out) override;
   void indexer_select(const Tensor& q, const Tensor& w, const Tensor& keys, int64_t n_head, int64_t pos0,

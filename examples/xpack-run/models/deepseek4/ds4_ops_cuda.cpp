@@ -53,20 +53,7 @@ class CudaDs4Ops final : public Ds4Ops {
     check_stream(s, stream, mixes, md, input);
     check(base.numel() == md && scale.numel() == 3 && post.numel() == n * hc && comb.numel() == n * hc * hc,
           "hc_pre shapes disagree");
-    check(!norm || (is_f32(*norm) && norm->numel() == s.n_embd), "hc_pre norm is not one F32 row");
-    k::HcPreNorm folded{};
-    if (norm) {
-      // Kept from call to call: the counters are zero after every launch, so
-      // only a larger batch than any before allocates (and zeroes) anew.
-      const int64_t blocks = k::hc_pre_norm_blocks(s.n_embd);
-      if (n > norm_tokens_ || blocks > norm_blocks_) {
-        norm_tokens_ = std::max<int64_t>({n, norm_tokens_, 64});
-        norm_blocks_ = std::max(blocks, norm_blocks_);
-        norm_partials_ = be_.empty(XPACK_TYPE_F32, 2 * norm_blocks_, norm_tokens_);  // doubles
-        norm_counters_ = be_.alloc(XPACK_TYPE_I32, norm_tokens_, 1);
-      }
-      folded = {norm->f32(), static_cast<double*>(norm_partials_.data), static_cast<unsigned*>(norm_counters_.data)};
-    }
+    const k::HcNorm folded = fold(s, n, norm);
     check_cuda(k::hc_pre(mixes.f32(), base.f32(), scale.f32(), stream.f32(), n, int(hc), s.n_embd,
                          int(s.sinkhorn_iters), s.eps, s.rms_eps, input.f32(), post.f32(), comb.f32(),
                          norm ? &folded : nullptr, cs()),
@@ -85,12 +72,13 @@ class CudaDs4Ops final : public Ds4Ops {
   }
 
   void hc_head(const HcShape& s, const Tensor& mixes, const Tensor& base, const Tensor& scale, const Tensor& stream,
-               const Tensor& out) override {
+               const Tensor& out, const Tensor* norm) override {
     const OpProfile::Scope timed(be_.profile(), "ds4 hc_head");
     check_stream(s, stream, mixes, s.hc, out);
     check(base.numel() == s.hc && scale.numel() == 1, "hc_head shapes disagree");
+    const k::HcNorm folded = fold(s, stream.rows(), norm);
     check_cuda(k::hc_head(mixes.f32(), base.f32(), scale.f32(), stream.f32(), stream.rows(), int(s.hc), s.n_embd, s.eps,
-                          s.rms_eps, out.f32(), cs()),
+                          s.rms_eps, out.f32(), norm ? &folded : nullptr, cs()),
                "hc_head");
   }
 
@@ -208,9 +196,26 @@ class CudaDs4Ops final : public Ds4Ops {
   static constexpr int64_t kMaxChunkTokens = 256;
 
   cudaStream_t cs() { return static_cast<cudaStream_t>(be_.stream()); }
+
+  // The buffers of a norm folded into hc_pre or hc_head for n tokens (k::HcNorm;
+  // none without a norm). Kept from call to call: the counters are zero after
+  // every launch, so only a larger batch than any before allocates (and zeroes) anew.
+  k::HcNorm fold(const HcShape& s, int64_t n, const Tensor* norm) {
+    if (!norm) return {};
+    check(is_f32(*norm) && norm->numel() == s.n_embd, "hyper-connection norm is not one F32 row");
+    const int64_t blocks = k::hc_norm_blocks(s.n_embd);
+    if (n > norm_tokens_ || blocks > norm_blocks_) {
+      norm_tokens_ = std::max<int64_t>({n, norm_tokens_, 64});
+      norm_blocks_ = std::max(blocks, norm_blocks_);
+      norm_partials_ = be_.empty(XPACK_TYPE_F32, 2 * norm_blocks_, norm_tokens_);  // doubles
+      norm_counters_ = be_.alloc(XPACK_TYPE_I32, norm_tokens_, 1);
+    }
+    return {norm->f32(), static_cast<double*>(norm_partials_.data), static_cast<unsigned*>(norm_counters_.data)};
+  }
+
   CudaBackend& be_;
   // hc_pre's folded norm: per token its blocks' sums of squares and a count
-  // of the blocks done (k::HcPreNorm).
+  // of the blocks done (k::HcNorm).
   Tensor norm_partials_, norm_counters_;
   int64_t norm_tokens_ = 0, norm_blocks_ = 0;
 };

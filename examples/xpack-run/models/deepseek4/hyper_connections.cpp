@@ -46,8 +46,8 @@ HcHead::HcHead(const Weights& w, const Hparams& hp, Backend& be, Ds4Ops& ops) : 
   scale_ = float_weight(be, w.get("output_hc_scale.weight", {1}));
 }
 
-void HcHead::collapse(const Tensor& stream, const Tensor& out) const {
-  ops_.hc_head(hc_shape(hp_), hc_mixes(be_, fn_, stream), base_, scale_, stream, out);
+void HcHead::collapse(const Tensor& stream, const Tensor& out, const Tensor* norm) const {
+  ops_.hc_head(hc_shape(hp_), hc_mixes(be_, fn_, stream), base_, scale_, stream, out, norm);
 }
 
 }  // namespace xrun::ds4

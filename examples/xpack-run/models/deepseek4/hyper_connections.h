@@ -49,7 +49,8 @@ class HcSite {
 class HcHead {
  public:
   HcHead(const Weights& w, const Hparams& hp, Backend& be, Ds4Ops& ops);
-  void collapse(const Tensor& stream, const Tensor& out) const;
+  // With `norm` (output_norm), out is already through its rms_norm.
+  void collapse(const Tensor& stream, const Tensor& out, const Tensor* norm = nullptr) const;
 
  private:
   const Hparams& hp_;

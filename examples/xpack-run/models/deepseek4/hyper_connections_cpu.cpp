@@ -58,6 +58,22 @@ float norm_scale(const HcShape& s, const float* row) {
   return 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(width)) + s.rms_eps);
 }
 
+// rms_norm(row, rms_eps) * norm in place, in CpuBackend::rms_norm's expressions.
+void apply_norm(const HcShape& s, const Tensor& norm, float* row) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < s.n_embd; ++i) sum += static_cast<double>(row[i] * row[i]);
+  const float r = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(s.n_embd)) + s.rms_eps);
+  for (int64_t i = 0; i < s.n_embd; ++i) {
+    const float v = row[i] * r;
+    row[i] = v * norm.f32()[i];
+  }
+}
+
+void check_norm(const HcShape& s, const Tensor* norm) {
+  check_shape(!norm || (norm->type == XPACK_TYPE_F32 && norm->numel() == s.n_embd),
+              "hyper-connection norm is not one F32 row");
+}
+
 void check_stream(const HcShape& s, const Tensor& stream, const Tensor& mixes, int64_t mix_width, const Tensor& out) {
   check_shape(stream.width() == s.hc * s.n_embd && mixes.width() == mix_width && mixes.rows() == stream.rows() &&
                   out.width() == s.n_embd && out.rows() == stream.rows(),
@@ -73,7 +89,7 @@ void CpuDs4Ops::hc_pre(const HcShape& s, const Tensor& mixes, const Tensor& base
   check_stream(s, stream, mixes, md, input);
   check_shape(base.numel() == md && scale.numel() == 3 && post.numel() == n * hc && comb.numel() == n * hc * hc,
               "hc_pre shapes disagree");
-  check_shape(!norm || (norm->type == XPACK_TYPE_F32 && norm->numel() == s.n_embd), "hc_pre norm is not one F32 row");
+  check_norm(s, norm);
   const float *b = base.f32(), *sc = scale.f32();
   std::vector<float> pre(static_cast<size_t>(hc));
   for (int64_t t = 0; t < n; ++t) {
@@ -88,15 +104,7 @@ void CpuDs4Ops::hc_pre(const HcShape& s, const Tensor& mixes, const Tensor& base
     sinkhorn(s, c);
     float* in = input.f32() + t * s.n_embd;
     weighted_sum(s, stream.f32() + t * width, pre.data(), in);
-    if (norm) {  // CpuBackend::rms_norm's expressions
-      double sum = 0.0;
-      for (int64_t i = 0; i < s.n_embd; ++i) sum += static_cast<double>(in[i] * in[i]);
-      const float r = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(s.n_embd)) + s.rms_eps);
-      for (int64_t i = 0; i < s.n_embd; ++i) {
-        const float v = in[i] * r;
-        in[i] = v * norm->f32()[i];
-      }
-    }
+    if (norm) apply_norm(s, *norm, in);
   }
 }
 
@@ -127,16 +135,18 @@ void CpuDs4Ops::hc_post(const HcShape& s, const Tensor& output, const Tensor& re
 }
 
 void CpuDs4Ops::hc_head(const HcShape& s, const Tensor& mixes, const Tensor& base, const Tensor& scale,
-                        const Tensor& stream, const Tensor& out) {
+                        const Tensor& stream, const Tensor& out, const Tensor* norm) {
   const int64_t hc = s.hc, width = hc * s.n_embd;
   check_stream(s, stream, mixes, hc, out);
   check_shape(base.numel() == hc && scale.numel() == 1, "hc_head shapes disagree");
+  check_norm(s, norm);
   std::vector<float> pre(static_cast<size_t>(hc));
   for (int64_t t = 0; t < stream.rows(); ++t) {
     const float r = norm_scale(s, stream.f32() + t * width);
     for (int64_t h = 0; h < hc; ++h)
       pre[h] = sigmoid(mixes.f32()[t * hc + h] * r * scale.f32()[0] + base.f32()[h]) + s.eps;
     weighted_sum(s, stream.f32() + t * width, pre.data(), out.f32() + t * s.n_embd);
+    if (norm) apply_norm(s, *norm, out.f32() + t * s.n_embd);
   }
 }
 

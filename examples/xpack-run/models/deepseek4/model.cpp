@@ -129,8 +129,7 @@ class Deepseek4 final : public Model {
       b.hc_ffn.post(y, stream, mix, stream);
     }
 
-    head_.collapse(stream, x);
-    be_.rms_norm(x, &output_norm_, hp_.rms_eps, x);
+    head_.collapse(stream, x, &output_norm_);
     download_logits(be_, output_, x, logits, rows);
     n_past_ += n;
   }
