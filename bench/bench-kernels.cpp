@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
            "wave shared by the launch)");
   app.count("--row-threads", "N", &row_threads,
             "at most N threads share a group of rows in the decode kernel: 32, 64 or 128 (128: the layout "
-            "before 2026-12-03; default: a rule per weight type and token count)", 32, 128);
+            "before 2026-12-03; default: a rule per weight type and row length)", 32, 128);
   app.text("--type", "T,...", &only_type, "only the shapes of these weight types (ggml's names: mxfp4,q2_K,...)");
   app.text("--shape", "S", &only_shape, "only the shapes of this name (as printed in shape=)");
   if (auto rc = app.parse(argc, argv)) return *rc;

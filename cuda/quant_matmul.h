@@ -154,7 +154,7 @@ int shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduct* pr
 // each problem gets a wave), neither of which changes any result, bit for bit; and at
 // most how many threads share a group of rows (32, 64 or 128: as many as the row has
 // units up to that; 128 is the layout before 2026-12-03; any other value, the default:
-// a rule measured per type and token count), which changes the order of each row's
+// a rule measured per type and row length), which changes the order of each row's
 // sum (within the same bound). A switch for bench-kernels' side-by-side runs.
 // Thread safety: safe from any thread; launches already enqueued keep theirs.
 void set_matvec_geometry(int block_threads, bool shared_wave, int row_threads = 0);

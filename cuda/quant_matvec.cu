@@ -3,9 +3,9 @@
 // one input (each of its own rows and output: GroupParams::shared).
 //
 // Shape of the work: a group of `tpr` threads (32, 64 or 128, chosen from the row
-// length, the type and the token count: row_tpr_log2) owns R consecutive rows; its threads walk the rows' "units" (a block, or
-// the part of a block whose quant bytes belong together) with stride tpr, so the
-// threads of a warp read neighbouring bytes. Each unit's bytes are loaded into
+// length and the type: row_tpr_log2) owns R consecutive rows; its threads walk the
+// rows' "units" (a block, or the part of a block whose quant bytes belong together)
+// with stride tpr, so the threads of a warp read neighbouring bytes. Each unit's bytes are loaded into
 // registers once and used for all R rows' x and all tokens: x is read once per R
 // rows (R = 4 for one token, 2 otherwise) and every weight once per launch.
 // Integer quants become exact floats by placing them in the mantissa of 2^23
@@ -883,20 +883,21 @@ inline Geometry geometry() {
 // has units give each lane several units, loaded ahead of their products
 // (kUnitsInFlight) and summed without the group's shared-memory round, which pays
 // as far as measured (H200, 2026-12-03, bench-kernels --row-threads, doc/kernels.md):
-// MXFP4 and Q8_0 at one token take 64 threads from 128 units on (DeepSeek-V4's
+// MXFP4 and Q8_0 take 64 threads from 128 units on (at one token DeepSeek-V4's
 // expert gate/up 1.04x, 14336 inputs 1.15x) and 32 below (its expert down 1.11x);
-// with more tokens 32 (1.05-1.35x); Q2_K and Q3_K 32 with more tokens (1.03-1.06x)
-// and from 128 units on (16384 inputs 1.10x; at 112 units, 14336 inputs, Q3_K lost 5 %
-// with 32 and keeps 64). The other types keep tpr_log2_for's, not measured otherwise.
-// g.row_threads, where bench-kernels sets it, caps tpr_log2_for's instead (128: the
-// layout before this rule).
-template <class Ty, int NT>
+// Q2_K and Q3_K 32 from 128 units on (16384 inputs 1.10x; at 112 units, 14336
+// inputs, Q3_K lost 5 % with 32 and keeps 64). The other types keep
+// tpr_log2_for's, not measured otherwise. Never from the token count: a grouped
+// launch takes its largest problem's, and each problem's rows must still equal
+// its product alone, bit for bit (32 threads measured 1.05-1.35x faster at 8
+// tokens for all four types, a gain this leaves). g.row_threads, where
+// bench-kernels sets it, caps tpr_log2_for's instead (128: the layout before this rule).
+template <class Ty>
 int row_tpr_log2(int units, const Geometry& g) {
   const int natural = tpr_log2_for(units);
   if (g.row_threads != 0) return std::min(natural, g.row_threads == 32 ? 5 : g.row_threads == 64 ? 6 : 7);
-  if constexpr (std::is_same_v<Ty, TMXFP4> || std::is_same_v<Ty, TQ8_0>)
-    return std::min(natural, NT == 1 && units >= 128 ? 6 : 5);
-  if constexpr (std::is_same_v<Ty, TQ2_K> || std::is_same_v<Ty, TQ3_K>) return NT > 1 || units >= 128 ? 5 : natural;
+  if constexpr (std::is_same_v<Ty, TMXFP4> || std::is_same_v<Ty, TQ8_0>) return std::min(natural, units >= 128 ? 6 : 5);
+  if constexpr (std::is_same_v<Ty, TQ2_K> || std::is_same_v<Ty, TQ3_K>) return units >= 128 ? 5 : natural;
   return natural;
 }
 
@@ -923,7 +924,7 @@ cudaError_t launch_smem_x(const GroupParams& gp, int ne0, int ne1, size_t rb, co
   const int per_sm = smem_x_blocks_per_sm<Ty, NT, R, kBlock>(smem);
   const int sms = sm_count();
   if (per_sm <= 0 || sms <= 0) return cudaErrorNotSupported;
-  const int tpr_log2 = row_tpr_log2<Ty, NT>(ne0 / Ty::kUnit, g);
+  const int tpr_log2 = row_tpr_log2<Ty>(ne0 / Ty::kUnit, g);
   const int rows_per_block = (kBlock >> tpr_log2) * R;
   const int blocks = (ne1 + rows_per_block - 1) / rows_per_block;
   const int wave = g.shared_wave ? std::max(1, sms * per_sm / gp.n) : sms * per_sm;
@@ -939,7 +940,7 @@ cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const 
   constexpr int R = rows_per_group<Ty, NT>();
   const int units = ne0 / Ty::kUnit;
   const Geometry geom = geometry();
-  const int tpr_log2 = row_tpr_log2<Ty, NT>(units, geom);
+  const int tpr_log2 = row_tpr_log2<Ty>(units, geom);
   const int rows_per_block = (kThreads >> tpr_log2) * R;
   const int blocks = (ne1 + rows_per_block - 1) / rows_per_block;
   // Quantized types only: with 8-element units the float types' x reads were
