@@ -240,15 +240,12 @@ TEST_CASE("matvec: every type, 1..8 tokens, four row lengths, odd row counts") {
   }
 }
 
-// Tall matrices: the decode kernel's blocks loop over many row groups each (the grid
-// is one wave), in 256- or 512-thread blocks as the occupancy decides; rows of 1792
-// inputs end 8, 12, 2 and 14 bytes past a 16-byte boundary for MXFP4, Q2_K, Q3_K and
-// Q6_K; 20001 rows leave the last row group partial. Every forced layout (256 or 512
-// threads, one wave per launch or per problem) gives the default's bits.
-TEST_CASE("matvec: tall matrices of every quantized type, rows at any 16-byte offset") {
-  std::mt19937 rng(12);
+// Every quantized type at ne0 x ne1 and one and three tokens, the default layout's
+// y checked against the bound, then fn(stream, type, case, n, y) for the variants.
+template <class F>
+void each_quantized_matvec(int64_t ne0, int64_t ne1, uint32_t seed, F&& fn) {
+  std::mt19937 rng(seed);
   Stream st;
-  const int64_t ne0 = 1792, ne1 = 20001;
   for (uint32_t type : kTypes) {
     if (xk::block_elems(type) == 1) continue;
     CAPTURE(xk::type_name(type));
@@ -257,40 +254,44 @@ TEST_CASE("matvec: tall matrices of every quantized type, rows at any 16-byte of
       CAPTURE(n);
       const auto got = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
       CHECK(count_bad(got, head(c.ref, got.size()), kTolFp32, xk::type_name(type)) == 0);
-      for (const int threads : {256, 512})
-        for (const bool shared_wave : {false, true}) {
-          CAPTURE(threads);
-          CAPTURE(shared_wave);
-          xk::dev::set_matvec_geometry(threads, shared_wave);
-          const auto again = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
-          CHECK(std::memcmp(again.data(), got.data(), got.size() * 4) == 0);
-        }
+      fn(st, type, c, n, got);
       xk::dev::set_matvec_geometry(0, true);  // the defaults again
     }
   }
 }
 
-TEST_CASE("matvec: fewer threads per group of rows (each lane walks more units) stays within the bound") {
-  std::mt19937 rng(29);
-  Stream st;
-  // 8192 inputs: 256 units of the 32-element types, 64 of the K-quants' half blocks,
-  // so every cap changes how a row's units are dealt out for some type.
-  const int64_t ne0 = 8192, ne1 = 203;
-  for (uint32_t type : kTypes) {
-    if (xk::block_elems(type) == 1) continue;
-    CAPTURE(xk::type_name(type));
-    MatvecCase c(type, ne0, ne1, 3, rng);
-    for (int n : {1, 3}) {
-      CAPTURE(n);
-      for (const int row_threads : {32, 64, 128}) {
-        CAPTURE(row_threads);
-        xk::dev::set_matvec_geometry(0, true, row_threads);
-        const auto got = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
-        CHECK(count_bad(got, head(c.ref, got.size()), kTolFp32, xk::type_name(type)) == 0);
+// Tall matrices: the decode kernel's blocks loop over many row groups each (the grid
+// is one wave), in 256- or 512-thread blocks as the occupancy decides; rows of 1792
+// inputs end 8, 12, 2 and 14 bytes past a 16-byte boundary for MXFP4, Q2_K, Q3_K and
+// Q6_K; 20001 rows leave the last row group partial. Every forced layout (256 or 512
+// threads, one wave per launch or per problem) gives the default's bits.
+TEST_CASE("matvec: tall matrices of every quantized type, rows at any 16-byte offset") {
+  const int64_t ne0 = 1792, ne1 = 20001;
+  each_quantized_matvec(ne0, ne1, 12, [&](Stream& st, uint32_t type, MatvecCase& c, int n, const std::vector<float>& got) {
+    for (const int threads : {256, 512})
+      for (const bool shared_wave : {false, true}) {
+        CAPTURE(threads);
+        CAPTURE(shared_wave);
+        xk::dev::set_matvec_geometry(threads, shared_wave);
+        const auto again = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
+        CHECK(std::memcmp(again.data(), got.data(), got.size() * 4) == 0);
       }
-      xk::dev::set_matvec_geometry(0, true);  // the defaults again
+  });
+}
+
+// 8192 inputs: 256 units of the 32-element types, 64 of the K-quants' half blocks,
+// so every cap on the threads of a group of rows changes how a row's units are
+// dealt out for some type.
+TEST_CASE("matvec: fewer threads per group of rows (each lane walks more units) stays within the bound") {
+  const int64_t ne0 = 8192, ne1 = 203;
+  each_quantized_matvec(ne0, ne1, 29, [&](Stream& st, uint32_t type, MatvecCase& c, int n, const std::vector<float>&) {
+    for (const int row_threads : {32, 64, 128}) {
+      CAPTURE(row_threads);
+      xk::dev::set_matvec_geometry(0, true, row_threads);
+      const auto got = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
+      CHECK(count_bad(got, head(c.ref, got.size()), kTolFp32, xk::type_name(type)) == 0);
     }
-  }
+  });
 }
 
 TEST_CASE("matvec: float types with rows that are not whole 16-byte vectors") {
