@@ -8,10 +8,11 @@
 #                         [--contexts D1,D2,...] [--tokens N] [--reps R] [--no-llama]
 #                         [--llama-tarball PATH] [--ram-ratio R] [--synth-args "ARGS"]
 #                         [--device cuda|cpu] [--build DIR] [--deadline S]
-#   --contexts: prompt lengths D (default 512,2048,4096): per D one xpack-run process
+#   --contexts: prompt lengths D (default 512,2048,4096): per D an xpack-run process
 #     prefills D token ids and decodes --tokens (default 64) more at context D..D+N;
-#     llama-bench measures pp D (-p D) and tg N at depth D (-n N -d D), --reps times each
-#     (default 3)
+#     llama-bench measures pp D (-p D) and tg N at depth D (-n N -d D); both --reps times
+#     each (default 3; ours: a process each, every context once before any twice, its
+#     table row the median)
 #   --deadline: no run starts, and none lasts, past S seconds after the script started
 #     (0: none), so the summary is still printed within a command's time limit
 #   --no-llama: ours only (also what happens, said so, when llama.cpp cannot be built)
@@ -138,26 +139,32 @@ json.dump({"arch": "$arch", "preset": "$preset", "layers": $layers, "model_bytes
            "git": "$(e2e_tree)"}, open(sys.argv[1], "w"), indent=1)
 EOF
 
-# --- ours: one process per context length
+# --- ours: one process per context length and repetition. Every context runs once, then
+# llama-bench, then ours again up to --reps times: a --deadline then leaves both sides
+# measured at every context it reached.
 : > "$out/runs.jsonl"
 evict "$model" "$base.trunk.gguf"
-for d in ${contexts//,/ }; do
-  limit=$(time_left) || { say "ours: --deadline reached before D=$d"; break; }
-  log="$out/logs/ours-$d.log"
-  ids=$(python3 "$report" --prompt-ids "$d" "$vocab")
-  cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$all_mib"
-       --preload-experts --greedy --ignore-eos -n "$tokens" --json --prompt-ids "$ids")
-  smi_pid=""
-  if [ "$device" = cuda ] && command -v nvidia-smi > /dev/null; then
-    nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader,nounits -lms 200 > "$log.vram" 2>/dev/null &
-    smi_pid=$!
-  fi
-  t1=$(date +%s.%N)
-  timeout "$limit" "${cmd[@]}" > "$log.out" 2> "$log" < /dev/null; rc=$?
-  [ -n "$smi_pid" ] && { kill "$smi_pid" 2>/dev/null; wait "$smi_pid" 2>/dev/null; }
-  python3 "$report" --parse-ours "$d" "$rc" "$log.out" "$log" "$t1" "$log.vram" >> "$out/runs.jsonl"
-  say "ours D=$d: $(python3 "$report" --brief "$out/runs.jsonl")"
-done
+run_ours() {  # REP
+  local rep="$1" d limit log ids cmd smi_pid t1 rc
+  for d in ${contexts//,/ }; do
+    limit=$(time_left) || { say "ours: --deadline reached before D=$d (run $rep)"; return; }
+    log="$out/logs/ours-$d-$rep.log"
+    ids=$(python3 "$report" --prompt-ids "$d" "$vocab")
+    cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$all_mib"
+         --preload-experts --greedy --ignore-eos -n "$tokens" --json --prompt-ids "$ids")
+    smi_pid=""
+    if [ "$device" = cuda ] && command -v nvidia-smi > /dev/null; then
+      nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader,nounits -lms 200 > "$log.vram" 2>/dev/null &
+      smi_pid=$!
+    fi
+    t1=$(date +%s.%N)
+    timeout "$limit" "${cmd[@]}" > "$log.out" 2> "$log" < /dev/null; rc=$?
+    [ -n "$smi_pid" ] && { kill "$smi_pid" 2>/dev/null; wait "$smi_pid" 2>/dev/null; }
+    python3 "$report" --parse-ours "$d" "$rc" "$log.out" "$log" "$t1" "$log.vram" "$rep" >> "$out/runs.jsonl"
+    say "ours D=$d (run $rep): $(python3 "$report" --brief "$out/runs.jsonl")"
+  done
+}
+run_ours 1
 
 # --- llama.cpp: pp D from an empty context, then tg N at each depth D
 if [ "$use_llama" = yes ]; then
@@ -173,6 +180,8 @@ if [ "$use_llama" = yes ]; then
 else
   say "llama.cpp: not run (--no-llama or no build): the table has ours only"
 fi
+
+for rep in $(seq 2 "$reps"); do run_ours "$rep"; done
 
 python3 "$report" --summary "$out/meta.json" "$out/runs.jsonl" "$out" > "$out/ceiling.json"
 tar czf "$out/logs.tar.gz" -C "$out" logs runs.jsonl && rm -rf "$out/logs"

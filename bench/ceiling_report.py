@@ -5,10 +5,11 @@
   ceiling_report.py --prompt-ids N VOCAB                N comma-separated token ids, the first
                                                         N of one fixed pseudo-random sequence
                                                         in [3, VOCAB)
-  ceiling_report.py --parse-ours D RC STDOUT STDERR T_START VRAM
+  ceiling_report.py --parse-ours D RC STDOUT STDERR T_START VRAM [REP]
                                                         one JSON line for runs.jsonl: an
                                                         xpack-run --json run at context D
-                                                        (VRAM: nvidia-smi samples, may be absent)
+                                                        (VRAM: nvidia-smi samples, may be absent;
+                                                        REP: which of the context's runs)
   ceiling_report.py --brief RUNS                        runs.jsonl's last run, one line
   ceiling_report.py --summary META RUNS OUTDIR          ceiling.json on stdout (OUTDIR holds
                                                         llama-{pp,tg}.json, .rc, logs/ and
@@ -17,7 +18,8 @@
                                                         when a run failed
 
 Ours: prefill tok/s = D / prefill_s, decode = the --tokens fed-back steps at positions
-D..D+N-1 over decode_s (xpack-run's --json). llama.cpp: llama-bench -o json, pp D (-p D -n 0)
+D..D+N-1 over decode_s (xpack-run's --json), the median of the context's runs (one process
+each, as many as llama-bench's repetitions). llama.cpp: llama-bench -o json, pp D (-p D -n 0)
 and tg N at depth D (-p 0 -n N -d D), avg_ts over its repetitions. Random weights
 (xpack-synth): speeds only, no quality.
 """
@@ -26,6 +28,7 @@ import os
 import random
 import re
 import signal
+import statistics
 import struct
 import sys
 
@@ -220,22 +223,36 @@ def summarize(meta_path, runs_path, outdir):
     pp, tg = llama_side(outdir, "pp"), llama_side(outdir, "tg")
     rows = []
     for d in meta["contexts"]:
-        r = next((x for x in runs if x["context"] == d), None)
-        row = {"context": d, "ours_ran": r is not None}
-        if r is not None and "error" not in r:
-            row["ours_prefill_tok_s"] = r["n_prompt"] / r["prefill_s"] if r["prefill_s"] else None
-            row["ours_decode_ms"] = 1e3 * r["decode_s"] / r["n_decode"] if r["n_decode"] else None
-            row["ours_decode_tok_s"] = r["n_decode"] / r["decode_s"] if r["decode_s"] else None
-            row["ours_decode_steps"] = r["n_decode"]
+        # Each context ran --reps times (a process each), as llama-bench's tests do: the
+        # row holds the median of the runs that ended well, and every run's value.
+        mine = [x for x in runs if x["context"] == d]
+        good = [x for x in mine if "error" not in x]
+        row = {"context": d, "ours_ran": bool(mine), "ours_runs": len(good)}
+        if good:
+            prefill = [x["n_prompt"] / x["prefill_s"] for x in good if x["prefill_s"]]
+            decode_ms = [1e3 * x["decode_s"] / x["n_decode"] for x in good if x["n_decode"]]
+            row["ours_prefill_tok_s_runs"] = prefill
+            row["ours_decode_ms_runs"] = decode_ms
+            row["ours_prefill_tok_s"] = statistics.median(prefill) if prefill else None
+            row["ours_decode_ms"] = statistics.median(decode_ms) if decode_ms else None
+            row["ours_decode_tok_s"] = 1e3 / row["ours_decode_ms"] if row["ours_decode_ms"] else None
+            row["ours_decode_steps"] = good[0]["n_decode"]
             # The share of decode the host spent waiting for the GPU: near 1 the GPU sets
             # the step time; near 0 the host does (building and enqueueing the steps).
-            if r.get("decode_host_wait_s") is not None and r["decode_s"]:
-                row["ours_decode_host_wait_share"] = r["decode_host_wait_s"] / r["decode_s"]
-            row["ours_load_s"] = r["load_s"]
-        if r is not None:
-            for k in ("fitted", "vram_peak_mib", "vram_total_mib", "vram_plan", "experts_preloaded",
-                      "decode_cache_misses", "decode_pack_reads"):
-                row["ours_" + k] = r.get(k)
+            waits = [x["decode_host_wait_s"] / x["decode_s"] for x in good
+                     if x.get("decode_host_wait_s") is not None and x["decode_s"]]
+            if waits:
+                row["ours_decode_host_wait_share"] = statistics.median(waits)
+            row["ours_load_s"] = statistics.median(x["load_s"] for x in good)
+        if mine:
+            first = mine[0]
+            for k in ("vram_total_mib", "vram_plan", "experts_preloaded"):
+                row["ours_" + k] = first.get(k)
+            # The worst run speaks for the context: a peak, a miss or a read in any of them.
+            row["ours_fitted"] = all(x.get("fitted") for x in mine)
+            for k in ("vram_peak_mib", "decode_cache_misses", "decode_pack_reads"):
+                vals = [x.get(k) for x in mine if x.get(k) is not None]
+                row["ours_" + k] = max(vals) if vals else None
         p = next((t for t in pp["tests"] if t["n_prompt"] == d and not t["n_gen"]), None)
         g = next((t for t in tg["tests"] if t["n_depth"] == d and t["n_gen"] and not t["n_prompt"]), None)
         row["llama_pp_tok_s"] = p["avg_ts"] if p else None
@@ -254,7 +271,8 @@ def summarize(meta_path, runs_path, outdir):
             a, b = row.get(f"{who}_decode_ms" if who == "ours" else "llama_tg_ms"), \
                 base.get(f"{who}_decode_ms" if who == "ours" else "llama_tg_ms")
             row[f"{who}_decode_ms_over_first"] = a - b if a is not None and b is not None else None
-    failures = [{"what": f"ours D={r['context']}", "rc": r["rc"], "error": r["error"], "tail": r.get("stderr_tail", "")}
+    failures = [{"what": f"ours D={r['context']}" + (f" run {r['rep']}" if r.get("rep") else ""), "rc": r["rc"],
+                 "error": r["error"], "tail": r.get("stderr_tail", "")}
                 for r in runs if "error" in r]
     failures += [{"what": f"ours D={row['context']}", "rc": None, "error": "not run (the --deadline)", "tail": ""}
                  for row in rows if not row["ours_ran"]]
@@ -296,6 +314,10 @@ def table(summary):
         print("decode ms/token more than at D=%d: " % rows[0]["context"] + ", ".join(
             f"D={r['context']}: ours {fmt(r['ours_decode_ms_over_first'])}, llama.cpp {fmt(r['llama_decode_ms_over_first'])}"
             for r in rows[1:]))
+    spread = [r for r in rows if len(r.get("ours_decode_ms_runs") or []) > 1]
+    if spread:
+        print("ours, the median of each context's runs; decode ms/token of each run: " + ", ".join(
+            f"D={r['context']}: " + " / ".join(fmt(v) for v in r["ours_decode_ms_runs"]) for r in spread))
     waits = [r for r in rows if r.get("ours_decode_host_wait_share") is not None]
     if waits:
         print("ours, the host waiting for the GPU (share of decode; near 0: the host sets the step time): " +
@@ -322,8 +344,11 @@ def main(argv):
             print(gguf_vocab(argv[1]))
         elif len(argv) == 3 and argv[0] == "--prompt-ids":
             print(",".join(map(str, prompt_ids(int(argv[1]), int(argv[2])))))
-        elif len(argv) == 7 and argv[0] == "--parse-ours":
-            print(json.dumps(parse_ours(*argv[1:7])))
+        elif len(argv) in (7, 8) and argv[0] == "--parse-ours":
+            run = parse_ours(*argv[1:7])
+            if len(argv) == 8:
+                run["rep"] = int(argv[7])
+            print(json.dumps(run))
         elif len(argv) == 2 and argv[0] == "--brief":
             print(brief(argv[1]))
         elif len(argv) == 4 and argv[0] == "--summary":

@@ -148,6 +148,26 @@ with tempfile.TemporaryDirectory() as tmp:
     check("WARNING ours D=2048: 3 cache misses" in r.stdout, "decode misses flagged")
     check("the host waiting for the GPU (share of decode; near 0: the host sets the step time): D=512: 25 %" in r.stdout,
           "the host's wait share printed where reported")
+    # A second run of each of 512 and 4096 (as --reps 2 makes them): 512's row is the median
+    # of its two runs and lists both; 4096's second run ended well, its first is still a failure.
+    open(j("o512b.out"), "w").write(ours_json(512, 8, 0.25, 0.12, host_wait_s=0.06) + "\n")
+    open(j("o4096b.out"), "w").write(ours_json(4096, 8, 4.0, 0.16) + "\n")
+    extra = [report("--parse-ours", "512", "0", j("o512b.out"), j("o512.err"), "0", j("o512.vram"), "2").stdout,
+             report("--parse-ours", "4096", "0", j("o4096b.out"), j("o512.err"), "0", j("none"), "2").stdout]
+    check(json.loads(extra[0]).get("rep") == 2, "--parse-ours records which run it was")
+    open(j("runs2.jsonl"), "w").write("".join(lines + extra))
+    s2 = json.loads(report("--summary", j("meta.json"), j("runs2.jsonl"), tmp).stdout)
+    row2 = {x["context"]: x for x in s2["rows"]}
+    check(row2[512]["ours_runs"] == 2 and row2[512]["ours_decode_ms_runs"] == [10.0, 15.0] and
+          abs(row2[512]["ours_decode_ms"] - 12.5) < 1e-9 and abs(row2[512]["ours_prefill_tok_s"] - 1536) < 1e-9 and
+          abs(row2[512]["ours_decode_tok_s"] - 80.0) < 1e-9, "512: the median of two runs, both listed")
+    check(abs(row2[512]["ours_decode_host_wait_share"] - 0.375) < 1e-9, "the host's wait share: the median of 0.25 and 0.5")
+    check(row2[4096]["ours_runs"] == 1 and abs(row2[4096]["ours_decode_ms"] - 20.0) < 1e-9 and
+          not row2[4096]["ours_fitted"], "4096: the run that ended well gives the numbers, the failed one unfits the row")
+    check([f["what"] for f in s2["failures"]] == ["ours D=4096", "llama-bench tg"], "a failed run still named")
+    json.dump(s2, open(j("ceiling2.json"), "w"))
+    t2 = report("--table", j("ceiling2.json")).stdout
+    check("decode ms/token of each run: D=512: 10.00 / 15.00" in t2, "each run's decode printed:\n" + t2)
     # llama.cpp not built: a failure that says why.
     os.makedirs(j("nb", "logs"))
     meta["llama"] = False
