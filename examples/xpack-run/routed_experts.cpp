@@ -56,7 +56,8 @@ void run_routed_experts(Backend& be, ExpertSource& source, int layer, const Tens
                   routing.id_block.numel() != n * k + routing.guess.numel())) {
     throw ModelError("routed experts of layer " + std::to_string(layer) + ": the guess is not in make_routing's block");
   }
-  // The layer's one host synchronisation; with a guess, its ids come in the same download.
+  // The layer's one host synchronisation (none where the host knows the ids);
+  // with a guess, its ids come in the same download.
   std::vector<int32_t> ids;
   if (!guessed && !routing.host_ids.empty()) {
     if (routing.host_ids.size() != static_cast<size_t>(n * k)) {
