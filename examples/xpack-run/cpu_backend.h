@@ -60,6 +60,12 @@ float dot_f32(const float* a, const float* b, int64_t n);
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
+// The scale rms_norm applies to n values: 1 / sqrt(mean(x^2) + eps), the
+// squares summed in double (ggml's order).
+float rms_scale(const float* x, int64_t n, float eps);
+// One row of rms_norm: y = x * rms_scale(x), times w where given (y may be x).
+void rms_norm_row(const float* x, const float* w, int64_t n, float eps, float* y);
+
 // In place: exp(x - max) / sum over n values (sum in double), ggml's softmax.
 void softmax_row(float* x, int64_t n);
 

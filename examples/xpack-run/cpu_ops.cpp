@@ -35,17 +35,21 @@ void CpuBackend::rms_norm(const Tensor& x, const Tensor* weight, float eps, cons
   const int64_t n = x.width();
   check_shape(!weight || (is_f32(*weight) && weight->numel() == n), "rms_norm weight is not one F32 row");
   const float* w = weight ? weight->f32() : nullptr;
-  for (int64_t r = 0; r < x.rows(); ++r) {
-    const float* xr = x.f32() + r * n;
-    float* yr = y.f32() + r * n;
-    // Float squares summed in double, then one float scale: ggml's order.
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(xr[i] * xr[i]);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(n)) + eps);
-    for (int64_t i = 0; i < n; ++i) {
-      float v = xr[i] * scale;
-      yr[i] = w ? v * w[i] : v;
-    }
+  for (int64_t r = 0; r < x.rows(); ++r) rms_norm_row(x.f32() + r * n, w, n, eps, y.f32() + r * n);
+}
+
+float rms_scale(const float* x, int64_t n, float eps) {
+  // Float squares summed in double, then one float scale: ggml's order.
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
+  return 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(n)) + eps);
+}
+
+void rms_norm_row(const float* x, const float* w, int64_t n, float eps, float* y) {
+  const float scale = rms_scale(x, n, eps);
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i] * scale;
+    y[i] = w ? v * w[i] : v;
   }
 }
 

@@ -49,26 +49,6 @@ void weighted_sum(const HcShape& s, const float* stream_row, const float* weight
   }
 }
 
-// The scale rms_norm(stream row, rms_eps) applies, in CpuBackend::rms_norm's
-// order: float squares summed in double, then one float scale.
-float norm_scale(const HcShape& s, const float* row) {
-  const int64_t width = s.hc * s.n_embd;
-  double sum = 0.0;
-  for (int64_t i = 0; i < width; ++i) sum += static_cast<double>(row[i] * row[i]);
-  return 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(width)) + s.rms_eps);
-}
-
-// rms_norm(row, rms_eps) * norm in place, in CpuBackend::rms_norm's expressions.
-void apply_norm(const HcShape& s, const Tensor& norm, float* row) {
-  double sum = 0.0;
-  for (int64_t i = 0; i < s.n_embd; ++i) sum += static_cast<double>(row[i] * row[i]);
-  const float r = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(s.n_embd)) + s.rms_eps);
-  for (int64_t i = 0; i < s.n_embd; ++i) {
-    const float v = row[i] * r;
-    row[i] = v * norm.f32()[i];
-  }
-}
-
 void check_norm(const HcShape& s, const Tensor* norm) {
   check_shape(!norm || (norm->type == XPACK_TYPE_F32 && norm->numel() == s.n_embd),
               "hyper-connection norm is not one F32 row");
@@ -94,7 +74,7 @@ void CpuDs4Ops::hc_pre(const HcShape& s, const Tensor& mixes, const Tensor& base
   std::vector<float> pre(static_cast<size_t>(hc));
   for (int64_t t = 0; t < n; ++t) {
     const float* m = mixes.f32() + t * md;
-    const float r = norm_scale(s, stream.f32() + t * width);
+    const float r = rms_scale(stream.f32() + t * width, width, s.rms_eps);
     for (int64_t h = 0; h < hc; ++h) {
       pre[h] = sigmoid(m[h] * r * sc[0] + b[h]) + s.eps;
       post.f32()[t * hc + h] = 2.0f * sigmoid(m[hc + h] * r * sc[1] + b[hc + h]);
@@ -104,7 +84,7 @@ void CpuDs4Ops::hc_pre(const HcShape& s, const Tensor& mixes, const Tensor& base
     sinkhorn(s, c);
     float* in = input.f32() + t * s.n_embd;
     weighted_sum(s, stream.f32() + t * width, pre.data(), in);
-    if (norm) apply_norm(s, *norm, in);
+    if (norm) rms_norm_row(in, norm->f32(), s.n_embd, s.rms_eps, in);
   }
 }
 
@@ -142,11 +122,12 @@ void CpuDs4Ops::hc_head(const HcShape& s, const Tensor& mixes, const Tensor& bas
   check_norm(s, norm);
   std::vector<float> pre(static_cast<size_t>(hc));
   for (int64_t t = 0; t < stream.rows(); ++t) {
-    const float r = norm_scale(s, stream.f32() + t * width);
+    const float r = rms_scale(stream.f32() + t * width, width, s.rms_eps);
     for (int64_t h = 0; h < hc; ++h)
       pre[h] = sigmoid(mixes.f32()[t * hc + h] * r * scale.f32()[0] + base.f32()[h]) + s.eps;
-    weighted_sum(s, stream.f32() + t * width, pre.data(), out.f32() + t * s.n_embd);
-    if (norm) apply_norm(s, *norm, out.f32() + t * s.n_embd);
+    float* o = out.f32() + t * s.n_embd;
+    weighted_sum(s, stream.f32() + t * width, pre.data(), o);
+    if (norm) rms_norm_row(o, norm->f32(), s.n_embd, s.rms_eps, o);
   }
 }
 

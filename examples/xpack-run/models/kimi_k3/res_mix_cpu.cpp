@@ -15,9 +15,7 @@ void CpuKimiOps::res_mix(const Tensor& cur, const std::vector<Tensor>& ckpts, co
   const size_t nc = ckpts.size();
   std::vector<float> p(nc + 1);
   auto score = [&](const float* row) {
-    double sum = 0.0;
-    for (int64_t i = 0; i < E; ++i) sum += static_cast<double>(row[i] * row[i]);
-    const float s = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(E)) + eps);
+    const float s = rms_scale(row, E, eps);
     double dot = 0.0;
     for (int64_t i = 0; i < E; ++i) dot += static_cast<double>((row[i] * s) * score_w.f32()[i]);
     return static_cast<float>(dot);
