@@ -38,13 +38,6 @@ __device__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // ---- hyper-connections ------------------------------------------------------
 
-// The row passes of the norms below issue a thread's loads kInFlight at a time
-// (into as many sums). One at a time, each waited for before the next (the
-// plain loop's code), a 16384-value row was 64 round trips to L2 per thread,
-// and hc_pre took 35 us of a decode step where its parts had taken 31 (H200
-// --profile-ops, 2026-12-03; this change itself has not run on a GPU yet).
-constexpr int kInFlight = 8;
-
 // c[src * hc + dst] (in shared memory): a softmax over dst for every src, +
 // eps, then Sinkhorn: columns, then (rows, columns) iters - 1 more times, each
 // line divided by (its sum in double, rounded, + eps). Thread e < hc * hc owns
@@ -120,27 +113,10 @@ __device__ void norm_when_last(float v, const float* norm_w, float eps, int64_t 
   double s = 0.0;
   for (unsigned b = 0; b < gridDim.x; ++b) s += __ldcg(partials + b);
   const float r = 1.0f / sqrtf(static_cast<float>(s / static_cast<double>(d)) + eps);
-  // Loads bypass L1, which holds nothing of the other blocks' writes; a
-  // thread's loads all go out before its stores (the same values: each thread
-  // rewrites only what it read), not one round trip per value.
-  const int64_t step = blockDim.x;
-  int64_t i = threadIdx.x;
-  for (; i + (kInFlight - 1) * step < d; i += kInFlight * step) {
-    float x[kInFlight], w[kInFlight];
-#pragma unroll
-    for (int k = 0; k < kInFlight; ++k) {
-      x[k] = __ldcg(row + i + k * step);
-      w[k] = norm_w[i + k * step];
-    }
-#pragma unroll
-    for (int k = 0; k < kInFlight; ++k) {
-      const float v = x[k] * r;
-      row[i + k * step] = v * w[k];
-    }
-  }
-  for (; i < d; i += step) {
-    const float v = __ldcg(row + i) * r;
-    row[i] = v * norm_w[i];
+  // Loads bypass L1, which holds nothing of the other blocks' writes.
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    const float x = __ldcg(row + i) * r;
+    row[i] = x * norm_w[i];
   }
   if (threadIdx.x == 0) *counter = 0u;  // the next launch finds it zero
 }
@@ -150,20 +126,8 @@ __device__ void norm_when_last(float v, const float* norm_w, float eps, int64_t 
 // reads the token's stream for it (64 KiB for DeepSeek-V4, from L2) rather
 // than a launch of its own writing the normed copies out.
 __device__ float norm_scale(const float* row, int64_t width, float eps) {
-  double part[kInFlight] = {};
-  const int64_t step = blockDim.x;
-  int64_t i = threadIdx.x;
-  for (; i + (kInFlight - 1) * step < width; i += kInFlight * step) {
-    float v[kInFlight];
-#pragma unroll
-    for (int k = 0; k < kInFlight; ++k) v[k] = row[i + k * step];
-#pragma unroll
-    for (int k = 0; k < kInFlight; ++k) part[k] += static_cast<double>(v[k] * v[k]);
-  }
-  for (; i < width; i += step) part[0] += static_cast<double>(row[i] * row[i]);
   double s = 0.0;
-#pragma unroll
-  for (int k = 0; k < kInFlight; ++k) s += part[k];
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) s += static_cast<double>(row[i] * row[i]);
   s = block_sum(s);
   return 1.0f / sqrtf(static_cast<float>(s / static_cast<double>(width)) + eps);
 }
