@@ -113,11 +113,7 @@ __device__ void norm_when_last(float v, const float* norm_w, float eps, int64_t 
   double s = 0.0;
   for (unsigned b = 0; b < gridDim.x; ++b) s += __ldcg(partials + b);
   const float r = 1.0f / sqrtf(static_cast<float>(s / static_cast<double>(d)) + eps);
-  // Loads bypass L1, which holds nothing of the other blocks' writes.
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-    const float x = __ldcg(row + i) * r;
-    row[i] = x * norm_w[i];
-  }
+  block_scale_row(row, r, norm_w, d, row);  // its loads bypass L1, which holds nothing of the other blocks' writes
   if (threadIdx.x == 0) *counter = 0u;  // the next launch finds it zero
 }
 
@@ -126,9 +122,7 @@ __device__ void norm_when_last(float v, const float* norm_w, float eps, int64_t 
 // reads the token's stream for it (64 KiB for DeepSeek-V4, from L2) rather
 // than a launch of its own writing the normed copies out.
 __device__ float norm_scale(const float* row, int64_t width, float eps) {
-  double s = 0.0;
-  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) s += static_cast<double>(row[i] * row[i]);
-  s = block_sum(s);
+  const double s = block_sum_squares(row, width);
   return 1.0f / sqrtf(static_cast<float>(s / static_cast<double>(width)) + eps);
 }
 

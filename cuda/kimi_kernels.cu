@@ -42,9 +42,7 @@ __global__ void res_mix_kernel(const float* __restrict__ cur, Ckpts ckpts, int n
   const int64_t t = blockIdx.x;
   for (int c = 0; c <= nc; ++c) {
     const float* row = (c < nc ? ckpts.p[c] : cur) + t * width;
-    double sq = 0.0;
-    for (int64_t i = threadIdx.x; i < width; i += kThreads) sq += double(row[i] * row[i]);
-    sq = block_sum(sq);
+    const double sq = block_sum_squares(row, width);
     const float s = 1.0f / sqrtf(float(sq / double(width)) + eps);
     double dot = 0.0;
     for (int64_t i = threadIdx.x; i < width; i += kThreads) dot += double((row[i] * s) * w[i]);

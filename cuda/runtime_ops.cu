@@ -56,27 +56,18 @@ __global__ void set_rows_kernel(const float* __restrict__ src, int64_t width, co
 
 __global__ void rms_norm_kernel(const float* x, const float* w, int64_t width, float eps, float* y) {
   const float* xr = x + blockIdx.x * width;
-  float* yr = y + blockIdx.x * width;
-  double s = 0.0;
-  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) s += static_cast<double>(xr[i] * xr[i]);
-  s = block_sum(s);
+  const double s = block_sum_squares(xr, width);
   const float scale = 1.0f / sqrtf(static_cast<float>(s / static_cast<double>(width)) + eps);
   __syncthreads();  // y may be x: every thread has read its squares
-  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
-    const float v = xr[i] * scale;
-    yr[i] = w ? v * w[i] : v;
-  }
+  block_scale_row(xr, scale, w, width, y + blockIdx.x * width);
 }
 
 __global__ void l2_norm_kernel(const float* x, int64_t width, float eps, float* y) {
   const float* xr = x + blockIdx.x * width;
-  float* yr = y + blockIdx.x * width;
-  double s = 0.0;
-  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) s += static_cast<double>(xr[i] * xr[i]);
-  s = block_sum(s);
+  const double s = block_sum_squares(xr, width);
   const float scale = 1.0f / fmaxf(sqrtf(static_cast<float>(s)), eps);
   __syncthreads();
-  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) yr[i] = xr[i] * scale;
+  block_scale_row(xr, scale, nullptr, width, y + blockIdx.x * width);
 }
 
 __global__ void add_kernel(const float* a, const float* b, int64_t width, int64_t rows, int64_t b_rows, float* out) {

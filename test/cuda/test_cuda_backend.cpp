@@ -129,6 +129,24 @@ TEST_CASE("cuda backend: norms, elementwise ops and activations equal the CPU ba
   be.cpu.l2_norm(x.cpu, 1e-6f, o.cpu);
   be.gpu.l2_norm(x.gpu, 1e-6f, o.gpu);
   be.same(o, kTol, "l2_norm");
+  {
+    // Rows long enough for the kernels' batches of loads (block_reduce.cuh:
+    // eight per thread of a block of up to 1024), plus a tail.
+    const int64_t wide = 8 * 1024 * 2 + 3 * 1024 + 5;
+    const std::vector<float> xw = random_floats(size_t(wide * 2), 7, 3.0f), ww = random_floats(size_t(wide), 8);
+    const Both a = be.up(xw, wide), g = be.up(ww, wide);
+    Both out = be.alloc(XPACK_TYPE_F32, wide, 2);
+    be.cpu.rms_norm(a.cpu, &g.cpu, 1e-6f, out.cpu);
+    be.gpu.rms_norm(a.gpu, &g.gpu, 1e-6f, out.gpu);
+    be.same(out, kTol, "rms_norm of wide rows");
+    be.cpu.l2_norm(a.cpu, 1e-6f, out.cpu);
+    be.gpu.l2_norm(a.gpu, 1e-6f, out.gpu);
+    be.same(out, kTol, "l2_norm of wide rows");
+    Both in = be.up(xw, wide);
+    be.cpu.rms_norm(in.cpu, nullptr, 1e-5f, in.cpu);
+    be.gpu.rms_norm(in.gpu, nullptr, 1e-5f, in.gpu);
+    be.same(in, kTol, "rms_norm of wide rows in place");
+  }
   for (Unary f : {Unary::sigmoid, Unary::sqrt_softplus}) {
     // Large arguments too: sqrt_softplus switches form above 20.
     const std::vector<float> big = random_floats(size_t(w * n), 4, 30.0f);
