@@ -36,8 +36,14 @@ struct Ckpts {
 };
 
 // One block per token: each candidate's score, the softmax over them, the mix.
-__global__ void res_mix_kernel(const float* __restrict__ cur, Ckpts ckpts, int nc, const float* __restrict__ w,
-                               int64_t width, float eps, float* __restrict__ out) {
+// A decode step is one block, so it is a wide one: with 256 threads its passes
+// over the candidates' rows took 19 us a call (Kimi-K3, H200 --profile-ops,
+// 2026-12-03). Fixed, not chosen by the token count: a prompt's rows round as
+// the decode steps' do.
+constexpr int kResMixThreads = 1024;
+__global__ void __launch_bounds__(kResMixThreads)
+    res_mix_kernel(const float* __restrict__ cur, Ckpts ckpts, int nc, const float* __restrict__ w, int64_t width,
+                   float eps, float* __restrict__ out) {
   __shared__ float p[kMaxCkpts + 1];
   const int64_t t = blockIdx.x;
   for (int c = 0; c <= nc; ++c) {
@@ -45,7 +51,7 @@ __global__ void res_mix_kernel(const float* __restrict__ cur, Ckpts ckpts, int n
     const double sq = block_sum_squares(row, width);
     const float s = 1.0f / sqrtf(float(sq / double(width)) + eps);
     double dot = 0.0;
-    for (int64_t i = threadIdx.x; i < width; i += kThreads) dot += double((row[i] * s) * w[i]);
+    for (int64_t i = threadIdx.x; i < width; i += kResMixThreads) dot += double((row[i] * s) * w[i]);
     dot = block_sum(dot);
     if (threadIdx.x == 0) p[c] = float(dot);
   }
@@ -61,7 +67,7 @@ __global__ void res_mix_kernel(const float* __restrict__ cur, Ckpts ckpts, int n
     for (int c = 0; c <= nc; ++c) p[c] *= inv;
   }
   __syncthreads();
-  for (int64_t i = threadIdx.x; i < width; i += kThreads) {
+  for (int64_t i = threadIdx.x; i < width; i += kResMixThreads) {
     float acc = 0.0f;
     for (int c = 0; c < nc; ++c) acc += ckpts.p[c][t * width + i] * p[c];
     out[t * width + i] = acc + cur[t * width + i] * p[nc];
@@ -261,7 +267,7 @@ cudaError_t res_mix(const float* cur, const float* const* ckpts, int n_ckpts, co
   if (n == 0) return cudaSuccess;
   Ckpts c{};
   for (int i = 0; i < n_ckpts; ++i) c.p[i] = ckpts[i];
-  res_mix_kernel<<<unsigned(n), kThreads, 0, stream>>>(cur, c, n_ckpts, score_w, width, eps, out);
+  res_mix_kernel<<<unsigned(n), kResMixThreads, 0, stream>>>(cur, c, n_ckpts, score_w, width, eps, out);
   return launched();
 }
 
