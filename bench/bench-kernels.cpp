@@ -148,12 +148,12 @@ void report(const char* kind, uint32_t type, int64_t ne0, int64_t ne1, int n, co
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, few_only = false, decode_only = false, wave_per_problem = false;
+  bool quick = false, few_only = false, decode_only = false, wave_per_problem = false, no_pipeline = false;
   uint64_t block_threads = 0, row_threads = 0;
   std::string only_type, only_shape;
   xpack::cli::App app("bench-kernels",
                       "bench-kernels [--quick] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem] "
-                      "[--row-threads N] [--type T,...] [--shape S]",
+                      "[--row-threads N] [--no-pipeline] [--type T,...] [--shape S]",
                       "Microseconds per product and weight GB/s of the CUDA kernels (cuda/quant_matmul.h) for "
                       "every weight type, against a device-to-device copy measured in the same run; one RESULT "
                       "line per measurement.",
@@ -170,6 +170,9 @@ int main(int argc, char** argv) {
   app.count("--row-threads", "N", &row_threads,
             "at most N threads share a group of rows in the decode kernel: 32, 64 or 128 (128: the layout "
             "before 2026-12-03; default: a rule per weight type and row length)", 32, 128);
+  app.flag("--no-pipeline", &no_pipeline,
+           "MXFP4's decode kernel loads each unit just before its products (the layout before 2026-12-03; "
+           "default: a unit ahead, while the one before is computed)");
   app.text("--type", "T,...", &only_type, "only the shapes of these weight types (ggml's names: mxfp4,q2_K,...)");
   app.text("--shape", "S", &only_shape, "only the shapes of this name (as printed in shape=)");
   if (auto rc = app.parse(argc, argv)) return *rc;
@@ -177,7 +180,7 @@ int main(int argc, char** argv) {
     return app.usage_error("--block-threads: 256 or 512");
   if (row_threads != 0 && row_threads != 32 && row_threads != 64 && row_threads != 128)
     return app.usage_error("--row-threads: 32, 64 or 128");
-  xk::dev::set_matvec_geometry(int(block_threads), !wave_per_problem, int(row_threads));
+  xk::dev::set_matvec_geometry(int(block_threads), !wave_per_problem, int(row_threads), !no_pipeline);
   const uint32_t all[] = {xk::kF32, xk::kF16, xk::kBF16, xk::kQ8_0, xk::kQ4_K,
                           xk::kQ5_K, xk::kQ6_K, xk::kQ2_K, xk::kQ3_K, xk::kMXFP4};
   std::vector<Shape> shapes = {

@@ -155,9 +155,12 @@ int shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduct* pr
 // most how many threads share a group of rows (32, 64 or 128: as many as the row has
 // units up to that; 128 is the layout before 2026-12-03; any other value, the default:
 // a rule measured per type and row length), which changes the order of each row's
-// sum (within the same bound). A switch for bench-kernels' side-by-side runs.
+// sum (within the same bound); and whether MXFP4's rows load each unit while the
+// one before is computed (the default) or each unit just before its products
+// (the layout before 2026-12-03; the same bits). A switch for bench-kernels'
+// side-by-side runs.
 // Thread safety: safe from any thread; launches already enqueued keep theirs.
-void set_matvec_geometry(int block_threads, bool shared_wave, int row_threads = 0);
+void set_matvec_geometry(int block_threads, bool shared_wave, int row_threads = 0, bool pipeline = true);
 
 }  // namespace dev
 

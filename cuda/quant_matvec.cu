@@ -230,21 +230,47 @@ struct TMXFP4 {
       for (int k = 0; k < 4; ++k) f[4 * half + k] = magic_byte(v, k) - (kMagic + 12.0f);
     }
   }
+  // A unit's bytes as loaded: the five aligned words that hold a row's 17-byte
+  // block (whatever its offset, each of them holds one of its bytes, so no load
+  // leaves the block's aligned words).
+  template <int R>
+  struct Raw {
+    uint32_t v[R][5];
+  };
+  template <int R>
+  __device__ static void load(const uint8_t* const (&rp)[R], int u, Raw<R>& raw) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uintptr_t a = reinterpret_cast<uintptr_t>(rp[r] + size_t(u) * 17);
+      const unsigned int* base = reinterpret_cast<const unsigned int*>(a & ~uintptr_t(3));
+#pragma unroll
+      for (int i = 0; i < 5; ++i) raw.v[r][i] = __ldg(base + i);
+    }
+  }
   template <int NT, int R>
   __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
                              Acc<NT, R>& acc, int xs) {
+    Raw<R> raw;
+    load<R>(rp, u, raw);
+    compute<NT, R>(rp, raw, u, xp, acc, xs);
+  }
+  template <int NT, int R>
+  __device__ static void compute(const uint8_t* const (&rp)[R], const Raw<R>& raw, int u,
+                                 const float* const (&xp)[NT], Acc<NT, R>& acc, int xs) {
     uint32_t q[R][4];
     float sc[R];
     bool big[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      const uint8_t* b = rp[r] + size_t(u) * 17;
-      const uint32_t e = byte_at(b);
+      // The block starts at byte `at` of its first word: the scale, then the codes.
+      const unsigned at = unsigned(reinterpret_cast<uintptr_t>(rp[r] + size_t(u) * 17) & 3u);
+      const uint32_t e = (raw.v[r][0] >> (8 * at)) & 0xFFu;
       sc[r] = e8m0_half(e);
       // From e = 253 on, kvalue * 2^(e-128) can overflow to inf, as on the CPU;
       // only there the weights are formed one by one to give the CPU's inf/NaN.
       big[r] = e >= 253;
-      ldwords<4>(b + 1, q[r]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) q[r][i] = __funnelshift_rc(raw.v[r][i], raw.v[r][i + 1], 8 * (at + 1));
     }
     float s1[R][NT] = {};
     const int e0 = xs * u;
@@ -541,7 +567,15 @@ constexpr int kUnitsInFlight = Ty::kUnit == 32 ? 4 : 1;
 // floats, so 8 consecutive threads' 16-byte reads hit 8 different bank groups.
 constexpr size_t kMaxSmemX = 200 * 1024;
 
-template <class Ty, int NT, int R, bool kSmemX, int kBlock = kThreads>
+// Types whose units load ahead (Ty::load, Ty::compute): the next unit's bytes
+// are requested before this unit's products. The compiler kept each unit's
+// loads next to its own arithmetic (SASS of the MXFP4 kernel, 2026-12-03): one
+// unit of 68 bytes in flight per thread, then about a thousand instructions
+// with none.
+template <class Ty>
+constexpr bool kPipelines = std::is_same_v<Ty, TMXFP4>;
+
+template <class Ty, int NT, int R, bool kSmemX, int kBlock = kThreads, bool kPipe = false>
 __global__ void __launch_bounds__(kBlock) matvec_kernel(const GroupParams gp, int ne0, int ne1,
                                                           size_t row_bytes, const float* __restrict__ x,
                                                           float* __restrict__ y, int tpr_log2) {
@@ -616,10 +650,23 @@ __global__ void __launch_bounds__(kBlock) matvec_kernel(const GroupParams gp, in
 #pragma unroll
       for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
 
-    // Unrolled so that the loads of several units are in flight before their
-    // products need them: one unit's HBM latency is many times its arithmetic.
+    if constexpr (kPipe) {
+      // The unit after this one is loaded (clamped to the row's last: a valid
+      // address, loaded and unused at the end) while this one is computed.
+      typename Ty::template Raw<R> cur, next;
+      Ty::template load<R>(rp, min(lane, units - 1), cur);
+#pragma unroll 2
+      for (int u = lane; u < units; u += tpr) {
+        Ty::template load<R>(rp, min(u + tpr, units - 1), next);
+        Ty::template compute<NT, R>(rp, cur, u, xp, acc, xs);
+        cur = next;
+      }
+    } else {
+      // Unrolled so that the loads of several units are in flight before their
+      // products need them: one unit's HBM latency is many times its arithmetic.
 #pragma unroll(kUnitsInFlight<Ty>)
-    for (int u = lane; u < units; u += tpr) Ty::template run<NT, R>(rp, u, xp, acc, xs);
+      for (int u = lane; u < units; u += tpr) Ty::template run<NT, R>(rp, u, xp, acc, xs);
+    }
 
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -887,14 +934,16 @@ struct OccupancyCache {
 std::atomic<int> g_block{0};
 std::atomic<bool> g_shared_wave{true};
 std::atomic<int> g_row_threads{0};
+std::atomic<bool> g_pipeline{true};
 struct Geometry {
   int block;         // threads per block: 256, 512, or 0: chosen per launch (launch_smem_x)
   bool shared_wave;  // the problems of a launch share one wave of blocks (else one wave each)
   int row_threads;   // 32, 64, 128: tpr_log2_for's capped at this many threads per row group (0: row_tpr_log2's rule)
+  bool pipeline;     // kPipelines types load a unit ahead (the same bits either way)
 };
 inline Geometry geometry() {
   return Geometry{g_block.load(std::memory_order_relaxed), g_shared_wave.load(std::memory_order_relaxed),
-                  g_row_threads.load(std::memory_order_relaxed)};
+                  g_row_threads.load(std::memory_order_relaxed), g_pipeline.load(std::memory_order_relaxed)};
 }
 // Threads per row group (log2) of the unsplit kernel. Fewer threads than the row
 // has units give each lane several units, loaded ahead of their products
@@ -920,9 +969,9 @@ int row_tpr_log2(int units, const Geometry& g) {
 
 // Resident blocks per SM of the staged-x kernel in blocks of kBlock threads (0: it
 // cannot run here).
-template <class Ty, int NT, int R, int kBlock>
+template <class Ty, int NT, int R, int kBlock, bool kPipe>
 int smem_x_blocks_per_sm(size_t smem) {
-  auto* k = matvec_kernel<Ty, NT, R, true, kBlock>;
+  auto* k = matvec_kernel<Ty, NT, R, true, kBlock, kPipe>;
   static const bool attr_ok =
       cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmemX)) == cudaSuccess;
   static OccupancyCache occ;
@@ -934,11 +983,11 @@ int smem_x_blocks_per_sm(size_t smem) {
 // stages x once for more rows: the problems of a grouped launch had made a wave each
 // of short-lived blocks), or one per problem. cudaErrorNotSupported, nothing
 // launched, where the device cannot run it.
-template <class Ty, int NT, int R, int kBlock>
+template <class Ty, int NT, int R, int kBlock, bool kPipe>
 cudaError_t launch_smem_x(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
                           size_t smem, const Geometry& g, cudaStream_t stream) {
-  auto* k = matvec_kernel<Ty, NT, R, true, kBlock>;
-  const int per_sm = smem_x_blocks_per_sm<Ty, NT, R, kBlock>(smem);
+  auto* k = matvec_kernel<Ty, NT, R, true, kBlock, kPipe>;
+  const int per_sm = smem_x_blocks_per_sm<Ty, NT, R, kBlock, kPipe>(smem);
   const int sms = sm_count();
   if (per_sm <= 0 || sms <= 0) return cudaErrorNotSupported;
   const int tpr_log2 = row_tpr_log2<Ty>(ne0 / Ty::kUnit, g);
@@ -951,13 +1000,11 @@ cudaError_t launch_smem_x(const GroupParams& gp, int ne0, int ne1, size_t rb, co
   return cudaGetLastError();
 }
 
-template <class Ty, int NT>
-cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
-                      const Split& sp, const MatvecScratch* sc, cudaStream_t stream) {
-  if (sp.chunks > 1) return launch_split<Ty, NT>(gp, ne0, ne1, rb, x, y, sp, *sc, stream);
+template <class Ty, int NT, bool kPipe>
+cudaError_t launch_unsplit(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
+                           const Geometry& geom, cudaStream_t stream) {
   constexpr int R = rows_per_group<Ty, NT>();
   const int units = ne0 / Ty::kUnit;
-  const Geometry geom = geometry();
   const int tpr_log2 = row_tpr_log2<Ty>(units, geom);
   const int rows_per_block = (kThreads >> tpr_log2) * R;
   const int blocks = (ne1 + rows_per_block - 1) / rows_per_block;
@@ -976,21 +1023,31 @@ cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const 
         // H200 (doc/kernels.md): +15-18 % for MXFP4 and Q8_0 14336-wide rows, where
         // 24 resident warps became 32; 0.7x for Q2_K/Q3_K experts (48 blocks for 132
         // SMs) and 0.9x for large K-quant matrices whose registers allow no more warps.
-        const int b256 = smem_x_blocks_per_sm<Ty, NT, R, kThreads>(smem);
-        const int b512 = smem_x_blocks_per_sm<Ty, NT, R, 512>(smem);
+        const int b256 = smem_x_blocks_per_sm<Ty, NT, R, kThreads, kPipe>(smem);
+        const int b512 = smem_x_blocks_per_sm<Ty, NT, R, 512, kPipe>(smem);
         const int rows512 = (512 >> tpr_log2) * R;
         const long long blocks512 = (ne1 + rows512 - 1) / rows512 * (long long)(gp.shared ? 1 : gp.n);
         g.block = 2 * b512 > b256 && blocks512 >= sm_count() ? 512 : kThreads;
       }
-      const cudaError_t e = g.block == 512 ? launch_smem_x<Ty, NT, R, 512>(gp, ne0, ne1, rb, x, y, smem, g, stream)
-                                           : launch_smem_x<Ty, NT, R, kThreads>(gp, ne0, ne1, rb, x, y, smem, g, stream);
+      const cudaError_t e = g.block == 512
+                                ? launch_smem_x<Ty, NT, R, 512, kPipe>(gp, ne0, ne1, rb, x, y, smem, g, stream)
+                                : launch_smem_x<Ty, NT, R, kThreads, kPipe>(gp, ne0, ne1, rb, x, y, smem, g, stream);
       if (e != cudaErrorNotSupported) return e;
       (void)cudaGetLastError();  // fall back to x from global memory
     }
   }
   const dim3 grid(unsigned(blocks), unsigned(gp.shared ? 1 : gp.n));
-  matvec_kernel<Ty, NT, R, false><<<grid, kThreads, 0, stream>>>(gp, ne0, ne1, rb, x, y, tpr_log2);
+  matvec_kernel<Ty, NT, R, false, kThreads, kPipe><<<grid, kThreads, 0, stream>>>(gp, ne0, ne1, rb, x, y, tpr_log2);
   return cudaGetLastError();
+}
+
+template <class Ty, int NT>
+cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
+                      const Split& sp, const MatvecScratch* sc, cudaStream_t stream) {
+  if (sp.chunks > 1) return launch_split<Ty, NT>(gp, ne0, ne1, rb, x, y, sp, *sc, stream);
+  const Geometry geom = geometry();
+  if (kPipelines<Ty> && geom.pipeline) return launch_unsplit<Ty, NT, kPipelines<Ty>>(gp, ne0, ne1, rb, x, y, geom, stream);
+  return launch_unsplit<Ty, NT, false>(gp, ne0, ne1, rb, x, y, geom, stream);
 }
 
 // Whether sc can take the split of a problem of ne1 rows at any token count:
@@ -1080,7 +1137,8 @@ bool weight_aligned(uint32_t type, const void* w) {
 
 }  // namespace
 
-void dev::set_matvec_geometry(int block_threads, bool shared_wave, int row_threads) {
+void dev::set_matvec_geometry(int block_threads, bool shared_wave, int row_threads, bool pipeline) {
+  g_pipeline.store(pipeline, std::memory_order_relaxed);
   g_block.store(block_threads == 512 || block_threads == kThreads ? block_threads : 0, std::memory_order_relaxed);
   g_shared_wave.store(shared_wave, std::memory_order_relaxed);
   g_row_threads.store(row_threads == 32 || row_threads == 64 || row_threads == 128 ? row_threads : 0,

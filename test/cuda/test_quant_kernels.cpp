@@ -264,18 +264,21 @@ void each_quantized_matvec(int64_t ne0, int64_t ne1, uint32_t seed, F&& fn) {
 // is one wave), in 256- or 512-thread blocks as the occupancy decides; rows of 1792
 // inputs end 8, 12, 2 and 14 bytes past a 16-byte boundary for MXFP4, Q2_K, Q3_K and
 // Q6_K; 20001 rows leave the last row group partial. Every forced layout (256 or 512
-// threads, one wave per launch or per problem) gives the default's bits.
+// threads, one wave per launch or per problem, MXFP4's units loaded one ahead or not)
+// gives the default's bits.
 TEST_CASE("matvec: tall matrices of every quantized type, rows at any 16-byte offset") {
   const int64_t ne0 = 1792, ne1 = 20001;
   each_quantized_matvec(ne0, ne1, 12, [&](Stream& st, uint32_t type, MatvecCase& c, int n, const std::vector<float>& got) {
     for (const int threads : {256, 512})
-      for (const bool shared_wave : {false, true}) {
-        CAPTURE(threads);
-        CAPTURE(shared_wave);
-        xk::dev::set_matvec_geometry(threads, shared_wave);
-        const auto again = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
-        CHECK(std::memcmp(again.data(), got.data(), got.size() * 4) == 0);
-      }
+      for (const bool shared_wave : {false, true})
+        for (const bool pipeline : {false, true}) {
+          CAPTURE(threads);
+          CAPTURE(shared_wave);
+          CAPTURE(pipeline);
+          xk::dev::set_matvec_geometry(threads, shared_wave, 0, pipeline);
+          const auto again = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
+          CHECK(std::memcmp(again.data(), got.data(), got.size() * 4) == 0);
+        }
   });
 }
 
