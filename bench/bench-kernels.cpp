@@ -3,10 +3,11 @@
 // shapes, against a device-to-device cudaMemcpy measured in the same run.
 //
 //   bench-kernels [--quick] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem]
-//                 [--row-threads N] [--type T,...] [--shape S]   (one RESULT line per measurement)
+//                 [--row-threads N] [--no-pipeline] [--type T,...] [--shape S]
+//                 (one RESULT line per measurement)
 //   --few-rows: the copy and the few-row matrices only (a short device call)
 //   --decode: the copy, matvec and the grouped decode launches only (no prefill)
-//   --block-threads, --wave-per-problem, --row-threads: the decode kernel's layout
+//   --block-threads, --wave-per-problem, --row-threads, --no-pipeline: the decode kernel's layout
 //     (doc/kernels.md), to measure one against another in the same call
 //   --type, --shape: only the shapes of those types / of that name (e.g. for ncu)
 //
