@@ -52,6 +52,26 @@ e2e_build_ours() {
   say "built xpack-run"
 }
 
+# Room in $dir for a model of $1 bytes and its pack (about as much again, plus 1 GiB):
+# the other models this cache holds (their .gguf.done markers) are removed, oldest
+# first, until it fits, each said; exits when it cannot fit. The GPU machine's disk
+# holds one full-width preset and its pack, not two: a Kimi-K3 ceiling after a
+# DeepSeek-V4 one stopped at "No space left on device" (2026-12-03).
+e2e_room() {
+  local need=$(( 2 * $1 + (1 << 30) )) avail done_mark other
+  avail=$(df --output=avail -B1 "$dir" | tail -1)
+  while read -r done_mark; do
+    [ "$avail" -ge "$need" ] && break
+    other="${done_mark%.gguf.done}"
+    [ "$other" = "$base" ] && continue
+    say "removing $(basename "$other") (another model of $dir and its pack) to make room: $need bytes needed, $avail free"
+    rm -f "$other.gguf" "$other.gguf.done" "$other.xpack" "$other.xpack.json" "$other.xpack.done" "$other.trunk.gguf"
+    avail=$(df --output=avail -B1 "$dir" | tail -1)
+  done < <(find "$dir" -maxdepth 1 -name '*.gguf.done' -printf '%T@ %p\n' | sort -n | cut -d' ' -f2-)
+  [ "$avail" -ge "$need" ] ||
+    { say "not enough disk in $dir for $(basename "$base") and its pack: $need bytes needed, $avail free"; exit 1; }
+}
+
 # The model (xpack-synth --preset, random weights) and its pack, unless their .done markers
 # say they exist; sets model, base (the pack's path without .xpack), tag, model_bytes,
 # pack_bytes and stride (the pack's object stride). Exits on failure.
@@ -61,6 +81,11 @@ e2e_model() {
   model="$dir/$tag.gguf" base="$dir/$tag"
   if [ ! -f "$model.done" ]; then
     rm -f "$model" "$base.xpack" "$base.xpack.json" "$base.trunk.gguf"
+    local planned
+    # shellcheck disable=SC2086
+    planned=$("$build/tools/xpack-synth" --preset "$preset" --layers "$layers" $synth_args -o "$model" --dry-run 2>&1 |
+      grep -oE '[0-9]+ bytes$' | cut -d' ' -f1) || { say "xpack-synth --dry-run gave no size"; exit 1; }
+    e2e_room "$planned"
     # shellcheck disable=SC2086
     "$build/tools/xpack-synth" -q --preset "$preset" --layers "$layers" $synth_args -o "$model" > "$out/logs/synth.log" 2>&1 ||
       { tail -5 "$out/logs/synth.log"; exit 1; }
