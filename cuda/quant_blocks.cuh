@@ -51,8 +51,6 @@ __device__ __forceinline__ float e8m0_half(uint32_t e) {
   return __uint_as_float(e < 2 ? (0x00200000u << e) : ((e - 1) << 23));
 }
 
-__device__ __forceinline__ uint8_t byte_at(const uint8_t* p) { return __ldg(p); }
-
 // Q4_K/Q5_K scale and min of sub-block j (get_scale_min_k4).
 __device__ __forceinline__ void k4_scale_min(const uint8_t* s, int j, int& sc, int& m) {
   if (j < 4) {

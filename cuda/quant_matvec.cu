@@ -556,9 +556,11 @@ struct TQ6_K {
 // ---- the kernel ----------------------------------------------------------------------
 
 constexpr int kThreads = 256;
-// Units a thread of the decode kernel keeps loading ahead: the small units (an
-// MXFP4 or Q8_0 block, 17 or 34 bytes) take a few registers each; the K-quants'
-// half blocks take 20-27 a row and would spill.
+// How far the decode kernel's loop over a lane's units is unrolled, meant to put
+// several units' loads in flight: the small units (an MXFP4 or Q8_0 block, 17 or
+// 34 bytes) take a few registers each; the K-quants' half blocks take 20-27 a
+// row and would spill. The compiler still kept each MXFP4 unit's loads next to
+// its own arithmetic (SASS, 2026-12-03): kPipelines below loads ahead by hand.
 template <class Ty>
 constexpr int kUnitsInFlight = Ty::kUnit == 32 ? 4 : 1;
 // x staged in shared memory when it fits: the threads of a warp read x at a
