@@ -948,8 +948,8 @@ inline Geometry geometry() {
                   g_row_threads.load(std::memory_order_relaxed), g_pipeline.load(std::memory_order_relaxed)};
 }
 // Threads per row group (log2) of the unsplit kernel. Fewer threads than the row
-// has units give each lane several units, loaded ahead of their products
-// (kUnitsInFlight) and summed without the group's shared-memory round, which pays
+// has units give each lane several units (MXFP4's loaded one ahead: kPipelines)
+// summed without the group's shared-memory round, which pays
 // as far as measured (H200, 2026-12-03, bench-kernels --row-threads, doc/kernels.md):
 // MXFP4 and Q8_0 take 64 threads from 128 units on (at one token DeepSeek-V4's
 // expert gate/up 1.04x, 14336 inputs 1.15x) and 32 below (its expert down 1.11x);
