@@ -157,10 +157,13 @@ int shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduct* pr
 // a rule measured per type and row length), which changes the order of each row's
 // sum (within the same bound); and whether MXFP4's rows load each unit while the
 // one before is computed (the default) or each unit just before its products
-// (the layout before 2026-12-03; the same bits). A switch for bench-kernels'
-// side-by-side runs.
+// (the layout before 2026-12-03; the same bits); and whether MXFP4 decode runs on
+// the int8 tensor cores (the default, mxfp4_mmv.cu) or on the FMA kernel (other
+// bits within the same bound; the kernel before 2026-12-03). A switch for
+// bench-kernels' side-by-side runs and the tests.
 // Thread safety: safe from any thread; launches already enqueued keep theirs.
-void set_matvec_geometry(int block_threads, bool shared_wave, int row_threads = 0, bool pipeline = true);
+void set_matvec_geometry(int block_threads, bool shared_wave, int row_threads = 0, bool pipeline = true,
+                         bool mma_decode = true);
 
 }  // namespace dev
 

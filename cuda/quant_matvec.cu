@@ -21,23 +21,12 @@
 #include <atomic>
 #include <type_traits>
 
+#include "matvec_launch.cuh"
 #include "quant_blocks.cuh"
 #include "quant_matmul.h"
 
 namespace xpack::kernels {
 namespace dev {
-
-struct GroupParams {
-  int n;
-  const uint8_t* w[kMaxGroupedProblems];
-  int32_t row[kMaxGroupedProblems];
-  int32_t ntok[kMaxGroupedProblems];
-  // Products of one input (shared_input_matvec): problem p has ne1[p] rows and
-  // writes y[p]; 0: the launch's ne1 and y for every problem (experts).
-  int shared;
-  float* y[kMaxSharedInputProducts];
-  int32_t ne1[kMaxSharedInputProducts];
-};
 
 // x is read from shared memory (staged) or from global memory: a plain load,
 // which the compiler turns into LDS or LDG as the pointer's origin says.
@@ -824,16 +813,6 @@ __global__ void __launch_bounds__(kSplitThreads) matvec_split_kernel(const Group
   if (lane == 0) atomicExch(cnt, 0u);
 }
 
-// Multiprocessors of the current device, cached per device.
-inline int sm_count() {
-  static std::atomic<int> cache[64];
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
-  int n = cache[dev].load(std::memory_order_relaxed);
-  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess)
-    cache[dev].store(n, std::memory_order_relaxed);
-  return n;
-}
 
 // The split for a shape: none where the unsplit grid at one token (the smallest,
 // R = 4) has at least half as many blocks as the GPU has SMs; otherwise chunks of
@@ -904,32 +883,6 @@ cudaError_t launch_split(const GroupParams& gp, int ne0, int ne1, size_t rb, con
   return cudaSuccess;
 }
 
-// Blocks of one kernel per SM at a dynamic shared-memory size, remembered per size
-// (16 of them: shapes alternate between a few input widths, and the query costs the
-// host microseconds per launch). Lock-free; a lost race only repeats the query.
-struct OccupancyCache {
-  std::atomic<uint64_t> entry[16] = {};  // (smem + 1) << 8 | blocks; 0 = empty
-  template <class K>
-  int blocks(K* kernel, int threads, size_t smem) {
-    const uint64_t key = uint64_t(smem) + 1;
-    for (auto& e : entry) {
-      const uint64_t v = e.load(std::memory_order_relaxed);
-      if (v == 0) break;
-      if ((v >> 8) == key) return int(v & 0xFF);
-    }
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return 0;
-    }
-    const uint64_t v = (key << 8) | uint64_t(std::min(n, 255));
-    for (auto& e : entry) {
-      uint64_t cur = 0;
-      if (e.compare_exchange_strong(cur, v, std::memory_order_relaxed) || (cur >> 8) == key) break;
-    }
-    return n;
-  }
-};
 
 // How the staged-x kernel is laid out on the GPU; neither changes a result (each
 // row's sum is its own group's). bench-kernels measures them side by side.
@@ -937,15 +890,18 @@ std::atomic<int> g_block{0};
 std::atomic<bool> g_shared_wave{true};
 std::atomic<int> g_row_threads{0};
 std::atomic<bool> g_pipeline{true};
+std::atomic<bool> g_mma_decode{true};
 struct Geometry {
   int block;         // threads per block: 256, 512, or 0: chosen per launch (launch_smem_x)
   bool shared_wave;  // the problems of a launch share one wave of blocks (else one wave each)
   int row_threads;   // 32, 64, 128: tpr_log2_for's capped at this many threads per row group (0: row_tpr_log2's rule)
   bool pipeline;     // kPipelines types load a unit ahead (the same bits either way)
+  bool mma_decode;   // MXFP4 on the int8 tensor cores (mxfp4_mmv.cu; other bits, the same bound)
 };
 inline Geometry geometry() {
   return Geometry{g_block.load(std::memory_order_relaxed), g_shared_wave.load(std::memory_order_relaxed),
-                  g_row_threads.load(std::memory_order_relaxed), g_pipeline.load(std::memory_order_relaxed)};
+                  g_row_threads.load(std::memory_order_relaxed), g_pipeline.load(std::memory_order_relaxed),
+                  g_mma_decode.load(std::memory_order_relaxed)};
 }
 // Threads per row group (log2) of the unsplit kernel. Fewer threads than the row
 // has units give each lane several units (MXFP4's loaded one ahead: kPipelines)
@@ -1066,6 +1022,16 @@ cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, siz
                         float* y, const MatvecScratch* sc, cudaStream_t stream) {
   Split sp = sc ? split_plan<Ty>(ne0, ne1) : Split{};
   if (sp.chunks > 1 && !split_fits(sc, ne1, sp)) sp = Split{};  // the unsplit kernel
+  if constexpr (std::is_same_v<Ty, TMXFP4>) {
+    // The unsplit shapes on the tensor cores: from the type, ne0 and ne1 like the
+    // split, never from the token count (a grouped launch's problems keep their bits).
+    const Geometry geom = geometry();
+    if (sp.chunks <= 1 && geom.mma_decode) {
+      const cudaError_t e = launch_mxfp4_mmv(gp, ne0, ne1, rb, x, y, nt_max, geom.shared_wave, stream);
+      if (e != cudaErrorNotSupported) return e;
+      (void)cudaGetLastError();  // the FMA kernel below
+    }
+  }
   // Rounded up to 1, 2, 4, 8: a problem with fewer tokens skips the extra ones.
   if (nt_max <= 1) return launch_nt<Ty, 1>(gp, ne0, ne1, rb, x, y, sp, sc, stream);
   if (nt_max <= 2) return launch_nt<Ty, 2>(gp, ne0, ne1, rb, x, y, sp, sc, stream);
@@ -1139,8 +1105,9 @@ bool weight_aligned(uint32_t type, const void* w) {
 
 }  // namespace
 
-void dev::set_matvec_geometry(int block_threads, bool shared_wave, int row_threads, bool pipeline) {
+void dev::set_matvec_geometry(int block_threads, bool shared_wave, int row_threads, bool pipeline, bool mma_decode) {
   g_pipeline.store(pipeline, std::memory_order_relaxed);
+  g_mma_decode.store(mma_decode, std::memory_order_relaxed);
   g_block.store(block_threads == 512 || block_threads == kThreads ? block_threads : 0, std::memory_order_relaxed);
   g_shared_wave.store(shared_wave, std::memory_order_relaxed);
   g_row_threads.store(row_threads == 32 || row_threads == 64 || row_threads == 128 ? row_threads : 0,

@@ -231,10 +231,16 @@ TEST_CASE("matvec: every type, 1..8 tokens, four row lengths, odd row counts") {
       CAPTURE(xk::type_name(type));
       CAPTURE(ne0);
       MatvecCase c(type, ne0, ne1, 8, rng);
+      std::vector<float> one;
       for (int n = 1; n <= 8; ++n) {
         CAPTURE(n);
         const auto got = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
         CHECK(count_bad(got, head(c.ref, size_t(n * ne1)), kTolFp32, xk::type_name(type)) == 0);
+        // MXFP4 on the tensor cores stages x in segments that depend on the token
+        // count (6656 inputs: 1, 2, 4 of them at 1-2, 3-4, 5-8 tokens); the first
+        // token's bits must not.
+        if (n == 1) one = got;
+        if (type == xk::kMXFP4) CHECK(std::memcmp(got.data(), one.data(), size_t(ne1) * 4) == 0);
       }
     }
   }
@@ -265,20 +271,31 @@ void each_quantized_matvec(int64_t ne0, int64_t ne1, uint32_t seed, F&& fn) {
 // inputs end 8, 12, 2 and 14 bytes past a 16-byte boundary for MXFP4, Q2_K, Q3_K and
 // Q6_K; 20001 rows leave the last row group partial. Every forced layout (256 or 512
 // threads, one wave per launch or per problem, MXFP4's units loaded one ahead or not)
-// gives the default's bits.
+// gives the default's bits. MXFP4's FMA kernel (the tensor cores off) gives other
+// bits within the same bound, and its own bits in every layout.
 TEST_CASE("matvec: tall matrices of every quantized type, rows at any 16-byte offset") {
   const int64_t ne0 = 1792, ne1 = 20001;
   each_quantized_matvec(ne0, ne1, 12, [&](Stream& st, uint32_t type, MatvecCase& c, int n, const std::vector<float>& got) {
-    for (const int threads : {256, 512})
-      for (const bool shared_wave : {false, true})
-        for (const bool pipeline : {false, true}) {
-          CAPTURE(threads);
-          CAPTURE(shared_wave);
-          CAPTURE(pipeline);
-          xk::dev::set_matvec_geometry(threads, shared_wave, 0, pipeline);
-          const auto again = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
-          CHECK(std::memcmp(again.data(), got.data(), got.size() * 4) == 0);
-        }
+    for (const bool mma : {true, false}) {
+      if (!mma && type != xk::kMXFP4) continue;
+      CAPTURE(mma);
+      std::vector<float> want = got;
+      if (!mma) {
+        xk::dev::set_matvec_geometry(0, true, 0, true, false);
+        want = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
+        CHECK(count_bad(want, head(c.ref, want.size()), kTolFp32, "mxfp4 fma") == 0);
+      }
+      for (const int threads : {256, 512})
+        for (const bool shared_wave : {false, true})
+          for (const bool pipeline : {false, true}) {
+            CAPTURE(threads);
+            CAPTURE(shared_wave);
+            CAPTURE(pipeline);
+            xk::dev::set_matvec_geometry(threads, shared_wave, 0, pipeline, mma);
+            const auto again = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
+            CHECK(std::memcmp(again.data(), want.data(), want.size() * 4) == 0);
+          }
+    }
   });
 }
 
@@ -290,7 +307,7 @@ TEST_CASE("matvec: fewer threads per group of rows (each lane walks more units) 
   each_quantized_matvec(ne0, ne1, 29, [&](Stream& st, uint32_t type, MatvecCase& c, int n, const std::vector<float>&) {
     for (const int row_threads : {32, 64, 128}) {
       CAPTURE(row_threads);
-      xk::dev::set_matvec_geometry(0, true, row_threads);
+      xk::dev::set_matvec_geometry(0, true, row_threads, true, false);  // MXFP4 on the FMA kernel too
       const auto got = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
       CHECK(count_bad(got, head(c.ref, got.size()), kTolFp32, xk::type_name(type)) == 0);
     }
@@ -323,7 +340,8 @@ TEST_CASE("matvec: float types with rows that are not whole 16-byte vectors") {
 // the sums in range (e <= 240 for token 0, e >= 100 for token 1). Where ggml's
 // weights overflow to inf (e = 253, 254 with large codes) the reference is
 // inf/NaN and the kernel must give the same non-finite class. Checked for the
-// decode kernel and for matmul's tensor-core path (two tokens with
+// decode kernels (int8 tensor cores, whose rows of e >= 253 take ggml's own
+// weights, and the FMA kernel) and for matmul's tensor-core path (two tokens with
 // matvec_max_tokens = 1), whose bf16 weights include the subnormal ones of e < 2.
 TEST_CASE("matvec and matmul: MXFP4 at every E8M0 exponent 0..254 with every nibble") {
   std::mt19937 rng(4);
@@ -347,9 +365,11 @@ TEST_CASE("matvec and matmul: MXFP4 at every E8M0 exponent 0..254 with every nib
   const Ref ref = reference(xk::kMXFP4, w, ne0, ne1, x.data(), 2);
   xk::Context* ctx = nullptr;
   REQUIRE(xk::context_create(&ctx, 0) == xk::kOk);
-  for (const bool via_matmul : {false, true}) {
-    CAPTURE(via_matmul);
+  for (const int path : {0, 1, 2}) {  // decode on the tensor cores, decode by FMA, matmul
+    const bool via_matmul = path == 2;
+    CAPTURE(path);
     dy.poison();
+    xk::dev::set_matvec_geometry(0, true, 0, true, path == 0);
     if (via_matmul) {
       xk::MatmulOptions o{};
       o.size = sizeof o;
@@ -386,6 +406,7 @@ TEST_CASE("matvec and matmul: MXFP4 at every E8M0 exponent 0..254 with every nib
     CHECK(nonfinite > 0);       // e = 253/254 did overflow on the CPU
     CHECK(checked >= 255 + 2);  // every exponent checked at least once
   }
+  xk::dev::set_matvec_geometry(0, true);
   xk::context_destroy(ctx);
 }
 

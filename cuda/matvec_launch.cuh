@@ -1,0 +1,71 @@
+// What the decode kernels' launches share (quant_matvec.cu, mxfp4_mmv.cu): the
+// problems of one launch as the kernel's parameter, and two host-side caches.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include "quant_matmul.h"
+
+namespace xpack::kernels::dev {
+
+struct GroupParams {
+  int n;
+  const uint8_t* w[kMaxGroupedProblems];
+  int32_t row[kMaxGroupedProblems];
+  int32_t ntok[kMaxGroupedProblems];
+  // Products of one input (shared_input_matvec): problem p has ne1[p] rows and
+  // writes y[p]; 0: the launch's ne1 and y for every problem (experts).
+  int shared;
+  float* y[kMaxSharedInputProducts];
+  int32_t ne1[kMaxSharedInputProducts];
+};
+
+// Multiprocessors of the current device, cached per device.
+inline int sm_count() {
+  static std::atomic<int> cache[64];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+  int n = cache[dev].load(std::memory_order_relaxed);
+  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess)
+    cache[dev].store(n, std::memory_order_relaxed);
+  return n;
+}
+
+// Blocks of one kernel per SM at a dynamic shared-memory size, remembered per size
+// (16 of them: shapes alternate between a few input widths, and the query costs the
+// host microseconds per launch). Lock-free; a lost race only repeats the query.
+struct OccupancyCache {
+  std::atomic<uint64_t> entry[16] = {};  // (smem + 1) << 8 | blocks; 0 = empty
+  template <class K>
+  int blocks(K* kernel, int threads, size_t smem) {
+    const uint64_t key = uint64_t(smem) + 1;
+    for (auto& e : entry) {
+      const uint64_t v = e.load(std::memory_order_relaxed);
+      if (v == 0) break;
+      if ((v >> 8) == key) return int(v & 0xFF);
+    }
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    const uint64_t v = (key << 8) | uint64_t(std::min(n, 255));
+    for (auto& e : entry) {
+      uint64_t cur = 0;
+      if (e.compare_exchange_strong(cur, v, std::memory_order_relaxed) || (cur >> 8) == key) break;
+    }
+    return n;
+  }
+};
+
+// The MXFP4 decode on the int8 tensor cores (mxfp4_mmv.cu), for the shapes the
+// unsplit kernel takes; x and y as that kernel's. cudaErrorNotSupported, nothing
+// launched, where the device cannot run it.
+cudaError_t launch_mxfp4_mmv(const GroupParams& gp, int ne0, int ne1, size_t row_bytes, const float* x, float* y,
+                             int nt_max, bool shared_wave, cudaStream_t stream);
+
+}  // namespace xpack::kernels::dev

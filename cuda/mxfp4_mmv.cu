@@ -1,0 +1,397 @@
+// MXFP4 decode (1..8 tokens) on the int8 tensor cores, within the fp32 bound.
+//
+// Why: the FMA kernel (quant_matvec.cu) spends about six instructions a weight
+// (SASS, 2026-12-03: decoding a nibble into an exact float takes four, then its
+// FMA) and reached 39 % of the copy bandwidth on a 285 MB matrix; Kimi-K3's
+// MXFP4 trunk is most of its decode step. An E2M1 code times two is a small
+// integer (0, ±1, ±2, ±3, ±4, ±6, ±8, ±12), so one byte permute turns four codes
+// into four int8 weights, and the products run on mma.m16n8k32.s8.
+//
+// x stays exact to fp32's precision: each token's 32-input chunk is scaled by a
+// power of two so its largest |x| lies in [32, 64), then cut into four int8 terms
+// q0 + q1/2^7 + q2/2^14 + q3/2^21 (each |q| <= 64; every step is exact in fp32).
+// What is left is at most 2^-27 of the chunk's largest |x|, far below the
+// rounding of an fp32 dot product (test bound: 1e-5 * sum|w*x|). The tensor cores
+// then add integers, exactly; each block's int32 sum is scaled once by the
+// block's E8M0 scale times the chunk's power of two, into one fp32 sum per term.
+//
+// Shape of the work: a block of 4 warps owns 16 rows (a tile); warp w takes the
+// row's 32-input blocks u with u % 4 == w, in ascending order, loading 4 blocks
+// ahead; the 4 warps' sums are added in warp order. The weights' signs cannot
+// enter int8 A through one permute, so each block runs two products, positive
+// codes and negative codes (a permute of the nibble as its own selector gives 0
+// where the selector's sign bit is set), and subtracts them.
+//
+// The order of every sum depends on the row length only, never on the token
+// count, the launch's other problems or the grid: grouped launches equal
+// separate ones bit for bit. x is staged in shared memory for a whole row where
+// it fits (kStageBytes) and in segments of chunks otherwise; segments only cut
+// each warp's ascending walk, so they change no bit either.
+//
+// Blocks whose E8M0 exponent is 253 or more (their weights can overflow to inf on
+// the CPU) are left out of the tensor-core products and summed from ggml's own
+// fp32 weights, so inf and NaN come out as the CPU's. A non-finite x makes its
+// token's outputs NaN.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "matvec_launch.cuh"
+#include "quant_blocks.cuh"
+
+namespace xpack::kernels::dev {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kBlockThreads = 32 * kWarps;
+constexpr int kTileRows = 16;
+constexpr int kAhead = 4;  // a warp's blocks loaded ahead of the one it computes
+// Staged x per block of threads: an 8-token segment of 7168 inputs is 231 KB,
+// which would leave one block per SM; 64 KB keeps three at 2 tokens.
+constexpr size_t kStageBytes = 64 * 1024;
+constexpr int kBigExponent = 253;
+// |E2M1| * 2, by the code's low three bits: the byte table of the permutes.
+constexpr uint32_t kTabLo = 0x03020100u, kTabHi = 0x0C080604u;
+
+// Bytes of staged x per 32-input chunk: a 256-byte B fragment for each pair of
+// tokens (8 columns: 4 terms each), only its first 4 columns at one token.
+__host__ __device__ constexpr int chunk_bytes(int nt) { return nt == 1 ? 128 : (nt + 1) / 2 * 256; }
+__host__ __device__ constexpr int chunk_stage_bytes(int nt) { return chunk_bytes(nt) + 4 * nt; }
+
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t s) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(s));
+  return r;
+}
+
+// 2^n as a float for n in [-126, 127].
+__device__ __forceinline__ float pow2(int n) { return __int_as_float((n + 127) << 23); }
+
+// D = A B with A 16x32 (row) and B 32x8 (col) int8, D int32; fragments as in the
+// PTX ISA: lane (g = lane / 4, c = lane % 4) holds A rows g and g + 8 at k = 4c..4c+3
+// (a[0], a[1]) and 16 + 4c.. (a[2], a[3]), B column g at the same k (b[0], b[1]),
+// and D rows g, g + 8 at columns 2c, 2c + 1.
+__device__ __forceinline__ void mma_s8(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%10,%10,%10};"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+}
+
+// Where chunk-local input i (code i of a block) sits in a B column: lane c's
+// word holds code bytes 4c..4c+3, whose permutes give k = 4c.. the codes
+// (4c, 4c+16, 4c+1, 4c+17) and k = 16 + 4c.. the codes (4c+2, 4c+18, 4c+3, 4c+19).
+// Returns the byte offset within a column's 32 bytes laid out as [c][b0 b1].
+__device__ __forceinline__ int b_offset(int i) {
+  const int j = i & 15, hi = i >> 4, c = j >> 2, jb = j & 3;
+  return c * 8 + (jb >> 1) * 4 + 2 * (jb & 1) + hi;
+}
+
+// Stages chunks [c0, c0 + nc) of every token's x: the four int8 terms into the B
+// fragments, and each chunk's power of two (the scale of q0) into xsc[chunk][t].
+template <int NT>
+__device__ void stage_x(const float* const (&xp)[NT], int c0, int nc, uint8_t* bsm, float* xsc) {
+  const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
+  const int off = b_offset(lane);
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    for (int ch = warp; ch < nc; ch += kWarps) {
+      const float xv = __ldg(xp[t] + size_t(c0 + ch) * 32 + lane);
+      const unsigned ex = __reduce_max_sync(0xFFFFFFFFu, __float_as_uint(xv) & 0x7F800000u) >> 23;
+      // v = x * 2^(132 - ex): the chunk's largest |x| < 2^(ex - 126) lands below 64.
+      const int k = 132 - int(ex), k1 = k >> 1;
+      float v = __fmul_rn(__fmul_rn(xv, pow2(k1)), pow2(k - k1));
+      uint8_t* col = bsm + size_t(ch) * chunk_bytes(NT) + (t >> 1) * 256 + (t & 1) * 128 + off;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        // v + 1.5 * 2^23 rounds v to an integer q whose low byte is q's int8.
+        const float m = __fadd_rn(v, 12582912.0f);
+        col[32 * j] = uint8_t(__float_as_uint(m) & 0xFFu);
+        v = __fmul_rn(__fsub_rn(v, __fsub_rn(m, 12582912.0f)), 128.0f);
+      }
+      if (lane == 0)
+        xsc[ch * NT + t] = ex == 255 ? __int_as_float(0x7FC00000)
+                                     : (ex >= 6 ? __int_as_float(int(ex - 5) << 23) : __int_as_float(1 << (ex + 17)));
+    }
+  }
+}
+
+// One row's blocks as one lane loads them: the aligned word that holds its code
+// bytes 4c..4c+3 of the warp's block, the word after it where the bytes straddle
+// two (else the same word again: never one past the block, which could be past
+// the matrix), and the scale byte. A warp's blocks are 4 apart, 68 bytes, so the
+// words' alignment, hence the shift that joins them, is the same for all.
+struct RowPtr {
+  const uint32_t* w;
+  const uint32_t* w2;
+  const uint8_t* s;
+  unsigned sh;  // bits the code bytes start into the first word
+};
+__device__ __forceinline__ RowPtr row_ptr(const uint8_t* row, int u, int c) {
+  const uint8_t* b = row + size_t(u) * 17;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(b) + 1 + 4 * c;
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(a & ~uintptr_t(3));
+  return RowPtr{w, w + ((a & 3u) ? 1 : 0), b, 8u * unsigned(a & 3u)};
+}
+// Advances a RowPtr by n of the warp's blocks.
+__device__ __forceinline__ void advance(RowPtr& p, int n) {
+  p.w += 17 * n;
+  p.w2 += 17 * n;
+  p.s += 68 * n;
+}
+struct Raw {
+  uint32_t lo, hi, e;
+};
+// The warp's i-th block from p (block u + 4 i); i a constant, so the offsets are
+// the loads' immediates.
+__device__ __forceinline__ Raw load_block(const RowPtr& p, int i) {
+  return Raw{__ldg(p.w + 17 * i), __ldg(p.w2 + 17 * i), uint32_t(__ldg(p.s + 68 * i))};
+}
+
+template <int NT>
+struct Tile {
+  static constexpr int kNtiles = (NT + 1) / 2;
+  float acc[kNtiles][4];  // D's fragment per pair of tokens, summed over blocks
+  float big[2][NT];       // this lane's codes of blocks with kBigExponent, rows g and g + 8
+  bool any_big;
+};
+
+// Block u of rows a (g) and b (g + 8): two tensor-core products per pair of tokens,
+// positive codes and negative codes, then each D scaled into the fp32 sums.
+template <int NT>
+__device__ __forceinline__ void block_products(Tile<NT>& tl, const Raw& ra, const Raw& rb, unsigned sha,
+                                               unsigned shb, uint32_t tab, const uint8_t* rowa, const uint8_t* rowb,
+                                               int u, int lane, const uint8_t* bchunk, const float* xs,
+                                               const float* const (&xp)[NT]) {
+  const int c = lane & 3;
+  const uint32_t wa = __funnelshift_r(ra.lo, ra.hi, sha);
+  const uint32_t wb = __funnelshift_r(rb.lo, rb.hi, shb);
+  const uint32_t na = wa ^ 0x88888888u, nb = wb ^ 0x88888888u;
+  uint32_t pos[4] = {prmt(tab, kTabHi, wa), prmt(tab, kTabHi, wb), prmt(tab, kTabHi, wa >> 16),
+                     prmt(tab, kTabHi, wb >> 16)};
+  uint32_t neg[4] = {prmt(tab, kTabHi, na), prmt(tab, kTabHi, nb), prmt(tab, kTabHi, na >> 16),
+                     prmt(tab, kTabHi, nb >> 16)};
+  const bool biga = ra.e >= kBigExponent, bigb = rb.e >= kBigExponent;
+  if (biga || bigb) {  // rare: ggml's own weights, one by one
+    tl.any_big = true;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (!(r == 0 ? biga : bigb)) continue;
+      pos[r] = pos[r + 2] = neg[r] = neg[r + 2] = 0;
+      const uint8_t* blk = (r == 0 ? rowa : rowb) + size_t(u) * 17;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int i = 4 * c + (j & 3) + 16 * (j >> 2);
+        const float w = dequant_elem<39>(blk, i);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) tl.big[r][t] = fmaf(w, __ldg(xp[t] + size_t(u) * 32 + i), tl.big[r][t]);
+      }
+    }
+  }
+  // 2^(e - 128), one instruction for 2 <= e < 253; a left-out row's D is 0, and
+  // its scale could be inf (0 * inf would be NaN).
+  float sa = __int_as_float(int(ra.e - 1) << 23), sb = __int_as_float(int(rb.e - 1) << 23);
+  if (ra.e - 2u > 250u) sa = biga ? 0.0f : e8m0_half(ra.e);
+  if (rb.e - 2u > 250u) sb = bigb ? 0.0f : e8m0_half(rb.e);
+#pragma unroll
+  for (int nt = 0; nt < Tile<NT>::kNtiles; ++nt) {
+    uint32_t b0 = 0, b1 = 0;
+    if (NT > 1 || lane < 16) {  // one token fills columns 0..3 only
+      const uint2 bv = *reinterpret_cast<const uint2*>(bchunk + nt * 256 + lane * 8);
+      b0 = bv.x;
+      b1 = bv.y;
+    }
+    int dp[4], dn[4];
+    mma_s8(dp, pos, b0, b1);
+    mma_s8(dn, neg, b0, b1);
+    const int tok = min(2 * nt + (c >> 1), NT - 1);
+    const float xsv = xs[tok];
+    const float fa = __fmul_rn(sa, xsv), fb = __fmul_rn(sb, xsv);
+    tl.acc[nt][0] = fmaf(fa, float(dp[0] - dn[0]), tl.acc[nt][0]);
+    tl.acc[nt][1] = fmaf(fa, float(dp[1] - dn[1]), tl.acc[nt][1]);
+    tl.acc[nt][2] = fmaf(fb, float(dp[2] - dn[2]), tl.acc[nt][2]);
+    tl.acc[nt][3] = fmaf(fb, float(dp[3] - dn[3]), tl.acc[nt][3]);
+  }
+}
+
+template <int NT>
+__global__ void __launch_bounds__(kBlockThreads) mxfp4_mmv_kernel(const GroupParams gp, int ne0, int ne1,
+                                                                   size_t row_bytes, const float* __restrict__ x,
+                                                                   float* __restrict__ y, int seg_chunks) {
+  extern __shared__ __align__(16) uint8_t stage[];
+  __shared__ float red[kWarps][kTileRows][NT];
+  const int p = blockIdx.y;
+  const uint8_t* W = gp.w[p];
+  const int row0 = gp.row[p];
+  const int nt_real = gp.ntok[p];
+  const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
+  const int g = lane >> 2, c = lane & 3;
+  const int units = ne0 / 32;
+  // The permutes' table in one register: as a constant, the compiler copied it
+  // into a register before each permute (eight moves a block).
+  uint32_t tab;
+  asm volatile("mov.b32 %0, %1;" : "=r"(tab) : "n"(kTabLo));
+  uint8_t* bsm = stage;
+  float* xsc = reinterpret_cast<float*>(stage + size_t(seg_chunks) * chunk_bytes(NT));
+
+  const float* xp[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) xp[t] = x + size_t(row0 + min(t, nt_real - 1)) * size_t(ne0);
+
+  const bool whole = seg_chunks >= units;
+  if (whole) {
+    stage_x<NT>(xp, 0, units, bsm, xsc);
+    __syncthreads();
+  }
+
+  int tiles = (ne1 + kTileRows - 1) / kTileRows;
+  if (gp.shared) {
+    tiles = 0;
+    for (int q = 0; q < gp.n; ++q) tiles += (gp.ne1[q] + kTileRows - 1) / kTileRows;
+  }
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    int tl_index = tile;
+    if (gp.shared) {  // the tile's product: products' tiles one after another
+      int q = 0;
+      for (; q + 1 < gp.n; ++q) {
+        const int n = (gp.ne1[q] + kTileRows - 1) / kTileRows;
+        if (tl_index < n) break;
+        tl_index -= n;
+      }
+      W = gp.w[q];
+      ne1 = gp.ne1[q];
+      y = gp.y[q];
+    }
+    const int o0 = tl_index * kTileRows;
+    const uint8_t* rowa = W + size_t(min(o0 + g, ne1 - 1)) * row_bytes;
+    const uint8_t* rowb = W + size_t(min(o0 + g + 8, ne1 - 1)) * row_bytes;
+
+    Tile<NT> tl;
+#pragma unroll
+    for (int i = 0; i < Tile<NT>::kNtiles; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) tl.acc[i][j] = 0.0f;
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int t = 0; t < NT; ++t) tl.big[r][t] = 0.0f;
+    tl.any_big = false;
+
+    for (int c0 = 0; c0 < units; c0 += seg_chunks) {
+      const int nc = min(seg_chunks, units - c0);
+      if (!whole) {
+        __syncthreads();  // the previous segment's readers are done
+        stage_x<NT>(xp, c0, nc, bsm, xsc);
+        __syncthreads();
+      }
+      // This warp's blocks of the segment: u = first + 4 i < c0 + nc.
+      const int first = c0 + ((warp - c0) % kWarps + kWarps) % kWarps;
+      const int mine = first < c0 + nc ? (c0 + nc - first + kWarps - 1) / kWarps : 0;
+      RowPtr pa = row_ptr(rowa, first, c), pb = row_ptr(rowb, first, c);
+      Raw ring_a[kAhead] = {}, ring_b[kAhead] = {};
+#pragma unroll
+      for (int j = 0; j < kAhead; ++j)
+        if (j < mine) {
+          ring_a[j] = load_block(pa, j);
+          ring_b[j] = load_block(pb, j);
+        }
+      // pa, pb point at block i0's words: the prefetch's offsets are constants.
+      for (int i0 = 0; i0 < mine; i0 += kAhead, advance(pa, kAhead), advance(pb, kAhead)) {
+#pragma unroll
+        for (int j = 0; j < kAhead; ++j) {
+          const int i = i0 + j;
+          if (i < mine) {
+            const int u = first + kWarps * i;
+            block_products<NT>(tl, ring_a[j], ring_b[j], pa.sh, pb.sh, tab, rowa, rowb, u, lane,
+                               bsm + size_t(u - c0) * chunk_bytes(NT), xsc + (u - c0) * NT, xp);
+            // Its registers are free again: the block kAhead later.
+            if (i + kAhead < mine) {
+              ring_a[j] = load_block(pa, j + kAhead);
+              ring_b[j] = load_block(pb, j + kAhead);
+            }
+          }
+        }
+      }
+    }
+
+    // Terms to sums: lane c holds columns 2c, 2c + 1, i.e. terms (0, 1) for even c
+    // and (2, 3) for odd c of token 2 * pair + c / 2; its partner c ^ 1 the others.
+    const float w0 = (c & 1) ? 0x1p-14f : 1.0f, w1 = (c & 1) ? 0x1p-21f : 0x1p-7f;
+    const bool big = __any_sync(0xFFFFFFFFu, tl.any_big);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float bq[NT];
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        bq[t] = tl.big[r][t];
+        if (big) {
+          bq[t] += __shfl_xor_sync(0xFFFFFFFFu, bq[t], 1);
+          bq[t] += __shfl_xor_sync(0xFFFFFFFFu, bq[t], 2);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < Tile<NT>::kNtiles; ++nt) {
+        float v = tl.acc[nt][2 * r] * w0 + tl.acc[nt][2 * r + 1] * w1;
+        v += __shfl_xor_sync(0xFFFFFFFFu, v, 1);
+        const int tok = 2 * nt + (c >> 1);
+        if ((c & 1) == 0 && tok < NT) {
+          float tot = v;
+#pragma unroll
+          for (int t = 0; t < NT; ++t)
+            if (t == tok && big) tot += bq[t];
+          red[warp][g + 8 * r][tok] = tot;
+        }
+      }
+    }
+    __syncthreads();
+    for (int i = int(threadIdx.x); i < kTileRows * NT; i += kBlockThreads) {
+      const int r = i / NT, t = i - r * NT;
+      const int o = o0 + r;
+      if (o < ne1 && t < nt_real) {
+        float s = red[0][r][t];
+#pragma unroll
+        for (int w = 1; w < kWarps; ++w) s += red[w][r][t];
+        y[size_t(row0 + t) * size_t(ne1) + o] = s;
+      }
+    }
+    __syncthreads();  // red is reused by the next tile
+  }
+}
+
+template <int NT>
+cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y, bool shared_wave,
+                      cudaStream_t stream) {
+  auto* k = mxfp4_mmv_kernel<NT>;
+  const int units = ne0 / 32;
+  const int seg = std::min(units, int(kStageBytes / chunk_stage_bytes(NT)));
+  const size_t smem = size_t(seg) * chunk_stage_bytes(NT);
+  static const bool attr_ok =
+      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kStageBytes)) == cudaSuccess;
+  static OccupancyCache occ;
+  const int per_sm = attr_ok ? occ.blocks(k, kBlockThreads, smem) : 0;
+  const int sms = sm_count();
+  if (per_sm <= 0 || sms <= 0) return cudaErrorNotSupported;
+  long long tiles = (ne1 + kTileRows - 1) / kTileRows;
+  if (gp.shared) {
+    tiles = 0;
+    for (int q = 0; q < gp.n; ++q) tiles += (gp.ne1[q] + kTileRows - 1) / kTileRows;
+  }
+  const int probs = gp.shared ? 1 : gp.n;
+  const long long wave = shared_wave ? std::max(1, sms * per_sm / probs) : sms * per_sm;
+  const dim3 grid(unsigned(std::min(tiles, wave)), unsigned(probs));
+  k<<<grid, kBlockThreads, smem, stream>>>(gp, ne0, ne1, rb, x, y, seg);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_mxfp4_mmv(const GroupParams& gp, int ne0, int ne1, size_t row_bytes, const float* x, float* y,
+                             int nt_max, bool shared_wave, cudaStream_t stream) {
+  if (ne0 % 32 != 0) return cudaErrorNotSupported;
+  if (nt_max <= 1) return launch_nt<1>(gp, ne0, ne1, row_bytes, x, y, shared_wave, stream);
+  if (nt_max <= 2) return launch_nt<2>(gp, ne0, ne1, row_bytes, x, y, shared_wave, stream);
+  if (nt_max <= 4) return launch_nt<4>(gp, ne0, ne1, row_bytes, x, y, shared_wave, stream);
+  return launch_nt<8>(gp, ne0, ne1, row_bytes, x, y, shared_wave, stream);
+}
+
+}  // namespace xpack::kernels::dev
