@@ -32,6 +32,7 @@
 // the CPU) are left out of the tensor-core products and summed from ggml's own
 // fp32 weights, so inf and NaN come out as the CPU's. A non-finite x makes its
 // token's outputs NaN.
+#include <cuda_pipeline.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -42,13 +43,15 @@
 namespace xpack::kernels::dev {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kBlockThreads = 32 * kWarps;
+constexpr int kWarps = 4;   // a tile's warps, each summing every 4th block of a row
+constexpr int kTiles = 2;   // tiles of a block of threads, sharing its staged x
+constexpr int kBlockThreads = 32 * kWarps * kTiles;
 constexpr int kTileRows = 16;
 constexpr int kAhead = 4;  // a warp's blocks loaded ahead of the one it computes
-// Staged x per block of threads: an 8-token segment of 7168 inputs is 231 KB,
-// which would leave one block per SM; 64 KB keeps three at 2 tokens.
-constexpr size_t kStageBytes = 64 * 1024;
+// Staged x per block of threads: 4.1 bytes an input and token, so 96 KB holds a
+// whole row of 23808 inputs at one token and two blocks fit an SM; longer rows,
+// and more tokens, are staged in segments (each time the block moves to new rows).
+constexpr size_t kStageBytes = 96 * 1024;
 constexpr int kBigExponent = 253;
 // |E2M1| * 2, by the code's low three bits: the byte table of the permutes.
 constexpr uint32_t kTabLo = 0x03020100u, kTabHi = 0x0C080604u;
@@ -89,31 +92,48 @@ __device__ __forceinline__ int b_offset(int i) {
 
 // Stages chunks [c0, c0 + nc) of every token's x: the four int8 terms into the B
 // fragments, and each chunk's power of two (the scale of q0) into xsc[chunk][t].
+// A token's 32 floats of a chunk take the 128 bytes its B columns will: they are
+// copied in all at once (cp.async: one round trip, where a load per chunk and
+// warp had cost 16 us of a 20 us product), then each warp turns its (chunk,
+// token) pieces into terms in place.
 template <int NT>
-__device__ void stage_x(const float* const (&xp)[NT], int c0, int nc, uint8_t* bsm, float* xsc) {
+__device__ void stage_x(const float* x, size_t ne0, int row0, int nt_real, int c0, int nc, uint8_t* bsm,
+                        float* xsc) {
   const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
-  const int off = b_offset(lane);
-#pragma unroll
-  for (int t = 0; t < NT; ++t) {
-    for (int ch = warp; ch < nc; ch += kWarps) {
-      const float xv = __ldg(xp[t] + size_t(c0 + ch) * 32 + lane);
-      const unsigned ex = __reduce_max_sync(0xFFFFFFFFu, __float_as_uint(xv) & 0x7F800000u) >> 23;
-      // v = x * 2^(132 - ex): the chunk's largest |x| < 2^(ex - 126) lands below 64.
-      const int k = 132 - int(ex), k1 = k >> 1;
-      float v = __fmul_rn(__fmul_rn(xv, pow2(k1)), pow2(k - k1));
-      uint8_t* col = bsm + size_t(ch) * chunk_bytes(NT) + (t >> 1) * 256 + (t & 1) * 128 + off;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        // v + 1.5 * 2^23 rounds v to an integer q whose low byte is q's int8.
-        const float m = __fadd_rn(v, 12582912.0f);
-        col[32 * j] = uint8_t(__float_as_uint(m) & 0xFFu);
-        v = __fmul_rn(__fsub_rn(v, __fsub_rn(m, 12582912.0f)), 128.0f);
-      }
-      if (lane == 0)
-        xsc[ch * NT + t] = ex == 255 ? __int_as_float(0x7FC00000)
-                                     : (ex >= 6 ? __int_as_float(int(ex - 5) << 23) : __int_as_float(1 << (ex + 17)));
-    }
+  constexpr int kPieces = 8 * NT;  // 16-byte pieces of a chunk
+  for (int i = int(threadIdx.x); i < nc * kPieces; i += kBlockThreads) {
+    const int ch = i / kPieces, rem = i - ch * kPieces, t = rem >> 3, k = rem & 7;
+    const float* src = x + size_t(row0 + min(t, nt_real - 1)) * ne0 + size_t(c0 + ch) * 32 + 4 * k;
+    __pipeline_memcpy_async(bsm + size_t(ch) * chunk_bytes(NT) + t * 128 + 16 * k, src, 16);
   }
+  __pipeline_commit();
+  __pipeline_wait_prior(0);
+  __syncthreads();
+  const int off = b_offset(lane);
+  for (int item = warp; item < nc * NT; item += kBlockThreads / 32) {
+    const int ch = item / NT, t = item - ch * NT;
+    uint8_t* piece = bsm + size_t(ch) * chunk_bytes(NT) + t * 128;
+    const float xv = reinterpret_cast<const float*>(piece)[lane];
+    const unsigned ex = __reduce_max_sync(0xFFFFFFFFu, __float_as_uint(xv) & 0x7F800000u) >> 23;
+    // v = x * 2^(132 - ex): the chunk's largest |x| < 2^(ex - 126) lands below 64.
+    const int k = 132 - int(ex), k1 = k >> 1;
+    float v = __fmul_rn(__fmul_rn(xv, pow2(k1)), pow2(k - k1));
+    uint32_t q[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      // v + 1.5 * 2^23 rounds v to an integer q whose low byte is q's int8.
+      const float m = __fadd_rn(v, 12582912.0f);
+      q[j] = __float_as_uint(m) & 0xFFu;
+      v = __fmul_rn(__fsub_rn(v, __fsub_rn(m, 12582912.0f)), 128.0f);
+    }
+    __syncwarp();  // every lane has read its float before the piece is overwritten
+#pragma unroll
+    for (int j = 0; j < 4; ++j) piece[32 * j + off] = uint8_t(q[j]);
+    if (lane == 0)
+      xsc[ch * NT + t] = ex == 255 ? __int_as_float(0x7FC00000)
+                                   : (ex >= 6 ? __int_as_float(int(ex - 5) << 23) : __int_as_float(1 << (ex + 17)));
+  }
+  __syncthreads();
 }
 
 // One row's blocks as one lane loads them: the aligned word that holds its code
@@ -215,16 +235,17 @@ __device__ __forceinline__ void block_products(Tile<NT>& tl, const Raw& ra, cons
 }
 
 template <int NT>
-__global__ void __launch_bounds__(kBlockThreads) mxfp4_mmv_kernel(const GroupParams gp, int ne0, int ne1,
+__global__ void __launch_bounds__(kBlockThreads, 2) mxfp4_mmv_kernel(const GroupParams gp, int ne0, int ne1,
                                                                    size_t row_bytes, const float* __restrict__ x,
                                                                    float* __restrict__ y, int seg_chunks) {
   extern __shared__ __align__(16) uint8_t stage[];
-  __shared__ float red[kWarps][kTileRows][NT];
+  __shared__ float red[kTiles][kWarps][kTileRows][NT];
   const int p = blockIdx.y;
   const uint8_t* W = gp.w[p];
   const int row0 = gp.row[p];
   const int nt_real = gp.ntok[p];
-  const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
+  const int lane = int(threadIdx.x & 31);
+  const int sub = int(threadIdx.x >> 5) / kWarps, warp = int(threadIdx.x >> 5) % kWarps;  // tile, k-split
   const int g = lane >> 2, c = lane & 3;
   const int units = ne0 / 32;
   // The permutes' table in one register: as a constant, the compiler copied it
@@ -239,18 +260,19 @@ __global__ void __launch_bounds__(kBlockThreads) mxfp4_mmv_kernel(const GroupPar
   for (int t = 0; t < NT; ++t) xp[t] = x + size_t(row0 + min(t, nt_real - 1)) * size_t(ne0);
 
   const bool whole = seg_chunks >= units;
-  if (whole) {
-    stage_x<NT>(xp, 0, units, bsm, xsc);
-    __syncthreads();
-  }
+  if (whole) stage_x<NT>(x, size_t(ne0), row0, nt_real, 0, units, bsm, xsc);
 
   int tiles = (ne1 + kTileRows - 1) / kTileRows;
   if (gp.shared) {
     tiles = 0;
     for (int q = 0; q < gp.n; ++q) tiles += (gp.ne1[q] + kTileRows - 1) / kTileRows;
   }
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    int tl_index = tile;
+  // Every warp walks the same pairs of tiles (the staging's barriers); a warp
+  // whose tile is past the last computes nothing.
+  for (int pair = blockIdx.x; pair * kTiles < tiles; pair += gridDim.x) {
+    const int tile = pair * kTiles + sub;
+    const bool live = tile < tiles;
+    int tl_index = live ? tile : tiles - 1;
     if (gp.shared) {  // the tile's product: products' tiles one after another
       int q = 0;
       for (; q + 1 < gp.n; ++q) {
@@ -281,12 +303,11 @@ __global__ void __launch_bounds__(kBlockThreads) mxfp4_mmv_kernel(const GroupPar
       const int nc = min(seg_chunks, units - c0);
       if (!whole) {
         __syncthreads();  // the previous segment's readers are done
-        stage_x<NT>(xp, c0, nc, bsm, xsc);
-        __syncthreads();
+        stage_x<NT>(x, size_t(ne0), row0, nt_real, c0, nc, bsm, xsc);
       }
       // This warp's blocks of the segment: u = first + 4 i < c0 + nc.
       const int first = c0 + ((warp - c0) % kWarps + kWarps) % kWarps;
-      const int mine = first < c0 + nc ? (c0 + nc - first + kWarps - 1) / kWarps : 0;
+      const int mine = live && first < c0 + nc ? (c0 + nc - first + kWarps - 1) / kWarps : 0;
       RowPtr pa = row_ptr(rowa, first, c), pb = row_ptr(rowb, first, c);
       Raw ring_a[kAhead] = {}, ring_b[kAhead] = {};
 #pragma unroll
@@ -339,18 +360,18 @@ __global__ void __launch_bounds__(kBlockThreads) mxfp4_mmv_kernel(const GroupPar
 #pragma unroll
           for (int t = 0; t < NT; ++t)
             if (t == tok && big) tot += bq[t];
-          red[warp][g + 8 * r][tok] = tot;
+          red[sub][warp][g + 8 * r][tok] = tot;
         }
       }
     }
     __syncthreads();
-    for (int i = int(threadIdx.x); i < kTileRows * NT; i += kBlockThreads) {
+    for (int i = int(threadIdx.x) - sub * 32 * kWarps; i >= 0 && i < kTileRows * NT; i += 32 * kWarps) {
       const int r = i / NT, t = i - r * NT;
       const int o = o0 + r;
-      if (o < ne1 && t < nt_real) {
-        float s = red[0][r][t];
+      if (live && o < ne1 && t < nt_real) {
+        float s = red[sub][0][r][t];
 #pragma unroll
-        for (int w = 1; w < kWarps; ++w) s += red[w][r][t];
+        for (int w = 1; w < kWarps; ++w) s += red[sub][w][r][t];
         y[size_t(row0 + t) * size_t(ne1) + o] = s;
       }
     }
@@ -376,9 +397,10 @@ cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const 
     tiles = 0;
     for (int q = 0; q < gp.n; ++q) tiles += (gp.ne1[q] + kTileRows - 1) / kTileRows;
   }
+  const long long pairs = (tiles + kTiles - 1) / kTiles;
   const int probs = gp.shared ? 1 : gp.n;
   const long long wave = shared_wave ? std::max(1, sms * per_sm / probs) : sms * per_sm;
-  const dim3 grid(unsigned(std::min(tiles, wave)), unsigned(probs));
+  const dim3 grid(unsigned(std::min(pairs, wave)), unsigned(probs));
   k<<<grid, kBlockThreads, smem, stream>>>(gp, ne0, ne1, rb, x, y, seg);
   return cudaGetLastError();
 }
