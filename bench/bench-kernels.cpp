@@ -3,12 +3,12 @@
 // shapes, against a device-to-device cudaMemcpy measured in the same run.
 //
 //   bench-kernels [--quick] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem]
-//                 [--row-threads N] [--no-pipeline] [--no-mma-decode] [--type T,...] [--shape S]
+//                 [--row-threads N] [--no-pipeline] [--mma-decode] [--type T,...] [--shape S]
 //                 (one RESULT line per measurement)
 //   --few-rows: the copy and the few-row matrices only (a short device call)
 //   --decode: the copy, matvec and the grouped decode launches only (no prefill)
-//   --block-threads, --wave-per-problem, --row-threads, --no-pipeline, --no-mma-decode: the decode
-//     kernel's layout (--no-mma-decode: MXFP4 on the FMA kernel instead of the int8 tensor cores;
+//   --block-threads, --wave-per-problem, --row-threads, --no-pipeline, --mma-decode: the decode
+//     kernel's layout (--mma-decode: MXFP4 on the int8 tensor cores instead of the FMA kernel;
 //     doc/kernels.md), to measure one against another in the same call
 //   --type, --shape: only the shapes of those types / of that name (e.g. for ncu)
 //
@@ -151,12 +151,12 @@ void report(const char* kind, uint32_t type, int64_t ne0, int64_t ne1, int n, co
 
 int main(int argc, char** argv) {
   bool quick = false, few_only = false, decode_only = false, wave_per_problem = false, no_pipeline = false,
-       no_mma_decode = false;
+       mma_decode = false;
   uint64_t block_threads = 0, row_threads = 0;
   std::string only_type, only_shape;
   xpack::cli::App app("bench-kernels",
                       "bench-kernels [--quick] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem] "
-                      "[--row-threads N] [--no-pipeline] [--no-mma-decode] [--type T,...] [--shape S]",
+                      "[--row-threads N] [--no-pipeline] [--mma-decode] [--type T,...] [--shape S]",
                       "Microseconds per product and weight GB/s of the CUDA kernels (cuda/quant_matmul.h) for "
                       "every weight type, against a device-to-device copy measured in the same run; one RESULT "
                       "line per measurement.",
@@ -176,8 +176,8 @@ int main(int argc, char** argv) {
   app.flag("--no-pipeline", &no_pipeline,
            "MXFP4's decode kernel loads each unit just before its products (the layout before 2026-12-03; "
            "default: a unit ahead, while the one before is computed)");
-  app.flag("--no-mma-decode", &no_mma_decode,
-           "MXFP4 decode on the FMA kernel (the kernel before 2026-12-03; default: the int8 tensor cores)");
+  app.flag("--mma-decode", &mma_decode,
+           "MXFP4 decode on the int8 tensor cores (cuda/mxfp4_mmv.cu; default: the FMA kernel)");
   app.text("--type", "T,...", &only_type, "only the shapes of these weight types (ggml's names: mxfp4,q2_K,...)");
   app.text("--shape", "S", &only_shape, "only the shapes of this name (as printed in shape=)");
   if (auto rc = app.parse(argc, argv)) return *rc;
@@ -185,7 +185,7 @@ int main(int argc, char** argv) {
     return app.usage_error("--block-threads: 256 or 512");
   if (row_threads != 0 && row_threads != 32 && row_threads != 64 && row_threads != 128)
     return app.usage_error("--row-threads: 32, 64 or 128");
-  xk::dev::set_matvec_geometry(int(block_threads), !wave_per_problem, int(row_threads), !no_pipeline, !no_mma_decode);
+  xk::dev::set_matvec_geometry(int(block_threads), !wave_per_problem, int(row_threads), !no_pipeline, mma_decode);
   const uint32_t all[] = {xk::kF32, xk::kF16, xk::kBF16, xk::kQ8_0, xk::kQ4_K,
                           xk::kQ5_K, xk::kQ6_K, xk::kQ2_K, xk::kQ3_K, xk::kMXFP4};
   std::vector<Shape> shapes = {

@@ -158,12 +158,13 @@ int shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduct* pr
 // sum (within the same bound); and whether MXFP4's rows load each unit while the
 // one before is computed (the default) or each unit just before its products
 // (the layout before 2026-12-03; the same bits); and whether MXFP4 decode runs on
-// the int8 tensor cores (the default, mxfp4_mmv.cu) or on the FMA kernel (other
-// bits within the same bound; the kernel before 2026-12-03). A switch for
-// bench-kernels' side-by-side runs and the tests.
+// the FMA kernel (the default) or on the int8 tensor cores (mxfp4_mmv.cu: other
+// bits within the same bound; measured 0.55x at one token and 1.5-2.4x at eight
+// on large rows, doc/kernels.md). A switch for bench-kernels' side-by-side runs
+// and the tests.
 // Thread safety: safe from any thread; launches already enqueued keep theirs.
 void set_matvec_geometry(int block_threads, bool shared_wave, int row_threads = 0, bool pipeline = true,
-                         bool mma_decode = true);
+                         bool mma_decode = false);
 
 }  // namespace dev
 

@@ -890,13 +890,13 @@ std::atomic<int> g_block{0};
 std::atomic<bool> g_shared_wave{true};
 std::atomic<int> g_row_threads{0};
 std::atomic<bool> g_pipeline{true};
-std::atomic<bool> g_mma_decode{true};
+std::atomic<bool> g_mma_decode{false};
 struct Geometry {
   int block;         // threads per block: 256, 512, or 0: chosen per launch (launch_smem_x)
   bool shared_wave;  // the problems of a launch share one wave of blocks (else one wave each)
   int row_threads;   // 32, 64, 128: tpr_log2_for's capped at this many threads per row group (0: row_tpr_log2's rule)
   bool pipeline;     // kPipelines types load a unit ahead (the same bits either way)
-  bool mma_decode;   // MXFP4 on the int8 tensor cores (mxfp4_mmv.cu; other bits, the same bound)
+  bool mma_decode;   // MXFP4 on the int8 tensor cores (mxfp4_mmv.cu; other bits, the same bound; off: slower at 1 token)
 };
 inline Geometry geometry() {
   return Geometry{g_block.load(std::memory_order_relaxed), g_shared_wave.load(std::memory_order_relaxed),

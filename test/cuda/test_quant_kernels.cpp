@@ -236,11 +236,16 @@ TEST_CASE("matvec: every type, 1..8 tokens, four row lengths, odd row counts") {
         CAPTURE(n);
         const auto got = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
         CHECK(count_bad(got, head(c.ref, size_t(n * ne1)), kTolFp32, xk::type_name(type)) == 0);
+        if (type != xk::kMXFP4) continue;
         // MXFP4 on the tensor cores stages x in segments that depend on the token
-        // count (6656 inputs: 1, 2, 4 of them at 1-2, 3-4, 5-8 tokens); the first
+        // count (6656 inputs: 1 segment up to 2 tokens, 2 at 4, 4 at 8); the first
         // token's bits must not.
-        if (n == 1) one = got;
-        if (type == xk::kMXFP4) CHECK(std::memcmp(got.data(), one.data(), size_t(ne1) * 4) == 0);
+        xk::dev::set_matvec_geometry(0, true, 0, true, true);
+        const auto mma = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
+        xk::dev::set_matvec_geometry(0, true);
+        CHECK(count_bad(mma, head(c.ref, size_t(n * ne1)), kTolFp32, "mxfp4 on the tensor cores") == 0);
+        if (n == 1) one = mma;
+        CHECK(std::memcmp(mma.data(), one.data(), size_t(ne1) * 4) == 0);
       }
     }
   }
@@ -271,19 +276,19 @@ void each_quantized_matvec(int64_t ne0, int64_t ne1, uint32_t seed, F&& fn) {
 // inputs end 8, 12, 2 and 14 bytes past a 16-byte boundary for MXFP4, Q2_K, Q3_K and
 // Q6_K; 20001 rows leave the last row group partial. Every forced layout (256 or 512
 // threads, one wave per launch or per problem, MXFP4's units loaded one ahead or not)
-// gives the default's bits. MXFP4's FMA kernel (the tensor cores off) gives other
-// bits within the same bound, and its own bits in every layout.
+// gives the default's bits. MXFP4 on the int8 tensor cores gives other bits within
+// the same bound, and its own bits in every layout.
 TEST_CASE("matvec: tall matrices of every quantized type, rows at any 16-byte offset") {
   const int64_t ne0 = 1792, ne1 = 20001;
   each_quantized_matvec(ne0, ne1, 12, [&](Stream& st, uint32_t type, MatvecCase& c, int n, const std::vector<float>& got) {
-    for (const bool mma : {true, false}) {
-      if (!mma && type != xk::kMXFP4) continue;
+    for (const bool mma : {false, true}) {
+      if (mma && type != xk::kMXFP4) continue;
       CAPTURE(mma);
       std::vector<float> want = got;
-      if (!mma) {
-        xk::dev::set_matvec_geometry(0, true, 0, true, false);
+      if (mma) {
+        xk::dev::set_matvec_geometry(0, true, 0, true, true);
         want = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
-        CHECK(count_bad(want, head(c.ref, want.size()), kTolFp32, "mxfp4 fma") == 0);
+        CHECK(count_bad(want, head(c.ref, want.size()), kTolFp32, "mxfp4 on the tensor cores") == 0);
       }
       for (const int threads : {256, 512})
         for (const bool shared_wave : {false, true})
@@ -307,7 +312,7 @@ TEST_CASE("matvec: fewer threads per group of rows (each lane walks more units) 
   each_quantized_matvec(ne0, ne1, 29, [&](Stream& st, uint32_t type, MatvecCase& c, int n, const std::vector<float>&) {
     for (const int row_threads : {32, 64, 128}) {
       CAPTURE(row_threads);
-      xk::dev::set_matvec_geometry(0, true, row_threads, true, false);  // MXFP4 on the FMA kernel too
+      xk::dev::set_matvec_geometry(0, true, row_threads);
       const auto got = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
       CHECK(count_bad(got, head(c.ref, got.size()), kTolFp32, xk::type_name(type)) == 0);
     }
