@@ -47,11 +47,11 @@ constexpr int kWarps = 4;   // a tile's warps, each summing every 4th block of a
 constexpr int kTiles = 2;   // tiles of a block of threads, sharing its staged x
 constexpr int kBlockThreads = 32 * kWarps * kTiles;
 constexpr int kTileRows = 16;
-constexpr int kAhead = 4;  // a warp's blocks loaded ahead of the one it computes
-// Staged x per block of threads: 4.1 bytes an input and token, so 96 KB holds a
-// whole row of 23808 inputs at one token and two blocks fit an SM; longer rows,
-// and more tokens, are staged in segments (each time the block moves to new rows).
-constexpr size_t kStageBytes = 96 * 1024;
+// Staged x per block of threads, at most: 4.1 bytes an input and token, so a whole
+// row of 35840 inputs at one token (two blocks an SM up to 8192 inputs, beside
+// the weights' slots); longer rows, and more tokens, are staged in segments of
+// whole groups (again each time the block moves to new rows).
+constexpr size_t kStageBytes = 144 * 1024;
 constexpr int kBigExponent = 253;
 // |E2M1| * 2, by the code's low three bits: the byte table of the permutes.
 constexpr uint32_t kTabLo = 0x03020100u, kTabHi = 0x0C080604u;
@@ -60,6 +60,11 @@ constexpr uint32_t kTabLo = 0x03020100u, kTabHi = 0x0C080604u;
 // tokens (8 columns: 4 terms each), only its first 4 columns at one token.
 __host__ __device__ constexpr int chunk_bytes(int nt) { return nt == 1 ? 128 : (nt + 1) / 2 * 256; }
 __host__ __device__ constexpr int chunk_stage_bytes(int nt) { return chunk_bytes(nt) + 4 * nt; }
+// The staged x of seg chunks, rounded up to whole 16-byte pieces (the weights' slots follow).
+template <int NT>
+__host__ __device__ constexpr size_t x_stage_bytes(int seg) {
+  return (size_t(seg) * chunk_stage_bytes(NT) + 15) / 16 * 16;
+}
 
 __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t s) {
   uint32_t r;
@@ -136,36 +141,37 @@ __device__ void stage_x(const float* x, size_t ne0, int row0, int nt_real, int c
   __syncthreads();
 }
 
-// One row's blocks as one lane loads them: the aligned word that holds its code
-// bytes 4c..4c+3 of the warp's block, the word after it where the bytes straddle
-// two (else the same word again: never one past the block, which could be past
-// the matrix), and the scale byte. A warp's blocks are 4 apart, 68 bytes, so the
-// words' alignment, hence the shift that joins them, is the same for all.
-struct RowPtr {
-  const uint32_t* w;
-  const uint32_t* w2;
-  const uint8_t* s;
-  unsigned sh;  // bits the code bytes start into the first word
-};
-__device__ __forceinline__ RowPtr row_ptr(const uint8_t* row, int u, int c) {
-  const uint8_t* b = row + size_t(u) * 17;
-  const uintptr_t a = reinterpret_cast<uintptr_t>(b) + 1 + 4 * c;
-  const uint32_t* w = reinterpret_cast<const uint32_t*>(a & ~uintptr_t(3));
-  return RowPtr{w, w + ((a & 3u) ? 1 : 0), b, 8u * unsigned(a & 3u)};
-}
-// Advances a RowPtr by n of the warp's blocks.
-__device__ __forceinline__ void advance(RowPtr& p, int n) {
-  p.w += 17 * n;
-  p.w2 += 17 * n;
-  p.s += 68 * n;
-}
-struct Raw {
-  uint32_t lo, hi, e;
-};
-// The warp's i-th block from p (block u + 4 i); i a constant, so the offsets are
-// the loads' immediates.
-__device__ __forceinline__ Raw load_block(const RowPtr& p, int i) {
-  return Raw{__ldg(p.w + 17 * i), __ldg(p.w2 + 17 * i), uint32_t(__ldg(p.s + 68 * i))};
+// The weights reach the fragments through shared memory. Loaded by each fragment's
+// own lanes (4 bytes of a row's block each, 8 rows an instruction), they cost 8 L1
+// wavefronts per 128 bytes and ran at 21 % of the copy bandwidth (H200,
+// 2026-12-03). Here a warp copies a group of 16 blocks of its 16 rows, 272
+// contiguous bytes a row, with 16-byte cp.async (consecutive lanes, consecutive
+// pieces of a row), into a slot of rows kRowWords apart, while it computes the
+// group before; the fragments are then 4-byte reads at constant offsets. Rows
+// are 272 * (units / 16) bytes, so the path needs units % 16 == 0 (ne0 % 512:
+// every real model's shapes) and 16-byte aligned weights.
+constexpr int kGroup = 16;             // blocks of a row a warp copies at once
+constexpr int kGroupBytes = 17 * kGroup;  // 272
+constexpr int kPieces = kGroupBytes / 16;  // 17 pieces of 16 bytes a row
+// Words between rows in a slot: 68 hold a group; 76 puts the 8 rows a fragment
+// read touches in different banks (76 * d mod 32 is at least 4 from 0 for d < 8).
+constexpr int kRowWords = 76;
+constexpr int kSlotWords = kTileRows * kRowWords;
+constexpr int kSlotBytes = 4 * kSlotWords;
+
+// Copies group q of the tile's 16 rows (rows past ne1 repeat its last) into slot.
+__device__ __forceinline__ void copy_group(const uint8_t* W, size_t row_bytes, int o0, int ne1, int q, int lane,
+                                           uint32_t* slot) {
+#pragma unroll
+  for (int j = 0; j < (kTileRows * kPieces + 31) / 32; ++j) {
+    const int k = lane + 32 * j;
+    if (k < kTileRows * kPieces) {
+      const int r = k / kPieces, piece = k - r * kPieces;
+      const uint8_t* src = W + size_t(min(o0 + r, ne1 - 1)) * row_bytes + size_t(q) * kGroupBytes + 16 * piece;
+      __pipeline_memcpy_async(slot + r * kRowWords + 4 * piece, src, 16);
+    }
+  }
+  __pipeline_commit();
 }
 
 template <int NT>
@@ -179,40 +185,40 @@ struct Tile {
 // Block u of rows a (g) and b (g + 8): two tensor-core products per pair of tokens,
 // positive codes and negative codes, then each D scaled into the fp32 sums.
 template <int NT>
-__device__ __forceinline__ void block_products(Tile<NT>& tl, const Raw& ra, const Raw& rb, unsigned sha,
-                                               unsigned shb, uint32_t tab, const uint8_t* rowa, const uint8_t* rowb,
-                                               int u, int lane, const uint8_t* bchunk, const float* xs,
+__device__ __forceinline__ void block_products(Tile<NT>& tl, uint32_t wa, uint32_t wb, uint32_t ea, uint32_t eb,
+                                               uint32_t tab, const uint8_t* rowa, const uint8_t* rowb, int u,
+                                               int lane, const uint8_t* bchunk, const float* xs,
                                                const float* const (&xp)[NT]) {
   const int c = lane & 3;
-  const uint32_t wa = __funnelshift_r(ra.lo, ra.hi, sha);
-  const uint32_t wb = __funnelshift_r(rb.lo, rb.hi, shb);
   const uint32_t na = wa ^ 0x88888888u, nb = wb ^ 0x88888888u;
   uint32_t pos[4] = {prmt(tab, kTabHi, wa), prmt(tab, kTabHi, wb), prmt(tab, kTabHi, wa >> 16),
                      prmt(tab, kTabHi, wb >> 16)};
   uint32_t neg[4] = {prmt(tab, kTabHi, na), prmt(tab, kTabHi, nb), prmt(tab, kTabHi, na >> 16),
                      prmt(tab, kTabHi, nb >> 16)};
-  const bool biga = ra.e >= kBigExponent, bigb = rb.e >= kBigExponent;
-  if (biga || bigb) {  // rare: ggml's own weights, one by one
-    tl.any_big = true;
+  const bool biga = ea >= kBigExponent, bigb = eb >= kBigExponent;
+  // 2^(e - 128), one instruction for 2 <= e < 253.
+  float sa = __int_as_float(int(ea - 1) << 23), sb = __int_as_float(int(eb - 1) << 23);
+  if (ea - 2u > 250u || eb - 2u > 250u) {  // rare: subnormal scales, or weights that may overflow
+    // A left-out row's D is 0, and its scale could be inf (0 * inf would be NaN).
+    if (ea - 2u > 250u) sa = biga ? 0.0f : e8m0_half(ea);
+    if (eb - 2u > 250u) sb = bigb ? 0.0f : e8m0_half(eb);
+    if (biga || bigb) {  // ggml's own weights, one by one
+      tl.any_big = true;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      if (!(r == 0 ? biga : bigb)) continue;
-      pos[r] = pos[r + 2] = neg[r] = neg[r + 2] = 0;
-      const uint8_t* blk = (r == 0 ? rowa : rowb) + size_t(u) * 17;
+      for (int r = 0; r < 2; ++r) {
+        if (!(r == 0 ? biga : bigb)) continue;
+        pos[r] = pos[r + 2] = neg[r] = neg[r + 2] = 0;
+        const uint8_t* blk = (r == 0 ? rowa : rowb) + size_t(u) * 17;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int i = 4 * c + (j & 3) + 16 * (j >> 2);
-        const float w = dequant_elem<39>(blk, i);
+        for (int j = 0; j < 8; ++j) {
+          const int i = 4 * c + (j & 3) + 16 * (j >> 2);
+          const float w = dequant_elem<39>(blk, i);
 #pragma unroll
-        for (int t = 0; t < NT; ++t) tl.big[r][t] = fmaf(w, __ldg(xp[t] + size_t(u) * 32 + i), tl.big[r][t]);
+          for (int t = 0; t < NT; ++t) tl.big[r][t] = fmaf(w, __ldg(xp[t] + size_t(u) * 32 + i), tl.big[r][t]);
+        }
       }
     }
   }
-  // 2^(e - 128), one instruction for 2 <= e < 253; a left-out row's D is 0, and
-  // its scale could be inf (0 * inf would be NaN).
-  float sa = __int_as_float(int(ra.e - 1) << 23), sb = __int_as_float(int(rb.e - 1) << 23);
-  if (ra.e - 2u > 250u) sa = biga ? 0.0f : e8m0_half(ra.e);
-  if (rb.e - 2u > 250u) sb = bigb ? 0.0f : e8m0_half(rb.e);
 #pragma unroll
   for (int nt = 0; nt < Tile<NT>::kNtiles; ++nt) {
     uint32_t b0 = 0, b1 = 0;
@@ -248,12 +254,17 @@ __global__ void __launch_bounds__(kBlockThreads, 2) mxfp4_mmv_kernel(const Group
   const int sub = int(threadIdx.x >> 5) / kWarps, warp = int(threadIdx.x >> 5) % kWarps;  // tile, k-split
   const int g = lane >> 2, c = lane & 3;
   const int units = ne0 / 32;
-  // The permutes' table in one register: as a constant, the compiler copied it
-  // into a register before each permute (eight moves a block).
-  uint32_t tab;
-  asm volatile("mov.b32 %0, %1;" : "=r"(tab) : "n"(kTabLo));
+  // The permutes' table in one register: as a constant (or any value it can tell
+  // is the warp's), the compiler copied it from a uniform register before each
+  // permute, eight moves a block.
+  uint32_t lane_id;
+  asm("mov.u32 %0, %%laneid;" : "=r"(lane_id));
+  const uint32_t tab = kTabLo + (lane_id >> 5);
   uint8_t* bsm = stage;
   float* xsc = reinterpret_cast<float*>(stage + size_t(seg_chunks) * chunk_bytes(NT));
+  // This warp's two slots (the group it computes, the group it copies), after x.
+  uint32_t* slots = reinterpret_cast<uint32_t*>(stage + x_stage_bytes<NT>(seg_chunks)) +
+                    size_t(threadIdx.x >> 5) * 2 * kSlotWords;
 
   const float* xp[NT];
 #pragma unroll
@@ -305,33 +316,36 @@ __global__ void __launch_bounds__(kBlockThreads, 2) mxfp4_mmv_kernel(const Group
         __syncthreads();  // the previous segment's readers are done
         stage_x<NT>(x, size_t(ne0), row0, nt_real, c0, nc, bsm, xsc);
       }
-      // This warp's blocks of the segment: u = first + 4 i < c0 + nc.
-      const int first = c0 + ((warp - c0) % kWarps + kWarps) % kWarps;
-      const int mine = live && first < c0 + nc ? (c0 + nc - first + kWarps - 1) / kWarps : 0;
-      RowPtr pa = row_ptr(rowa, first, c), pb = row_ptr(rowb, first, c);
-      Raw ring_a[kAhead] = {}, ring_b[kAhead] = {};
+      // This warp's groups of the segment: q = first, first + 4, ... (segments hold
+      // whole groups, so every warp walks its groups in ascending order).
+      const int q0 = c0 / kGroup, qn = (c0 + nc) / kGroup;
+      const int first = q0 + ((warp - q0) % kWarps + kWarps) % kWarps;
+      const int mine = live && first < qn ? (qn - first + kWarps - 1) / kWarps : 0;
+      if (mine > 0) copy_group(W, row_bytes, o0, ne1, first, lane, slots);
+      for (int i = 0; i < mine; ++i) {
+        const int q = first + kWarps * i;
+        uint32_t* cur = slots + (i & 1) * kSlotWords;
+        if (i + 1 < mine) copy_group(W, row_bytes, o0, ne1, q + kWarps, lane, slots + ((i + 1) & 1) * kSlotWords);
+        else __pipeline_commit();  // an empty group: wait_prior(1) below then means this one
+        __pipeline_wait_prior(1);
+        __syncwarp();  // every lane's pieces are in
+        const uint32_t* ra = cur + g * kRowWords;
+        const uint32_t* rb = ra + 8 * kRowWords;
+        const uint8_t* rab = reinterpret_cast<const uint8_t*>(ra);
+        const uint8_t* rbb = reinterpret_cast<const uint8_t*>(rb);
 #pragma unroll
-      for (int j = 0; j < kAhead; ++j)
-        if (j < mine) {
-          ring_a[j] = load_block(pa, j);
-          ring_b[j] = load_block(pb, j);
+        for (int j = 0; j < kGroup; ++j) {
+          // Block j's code bytes 4c..4c+3 start at byte 17 j + 1 + 4 c of the row.
+          const int at = 17 * j + 1;
+          const int w = (at >> 2) + c;
+          const unsigned sh = 8u * unsigned(at & 3);
+          const uint32_t wa = sh ? __funnelshift_r(ra[w], ra[w + 1], sh) : ra[w];
+          const uint32_t wb = sh ? __funnelshift_r(rb[w], rb[w + 1], sh) : rb[w];
+          const int u = q * kGroup + j;
+          block_products<NT>(tl, wa, wb, rab[17 * j], rbb[17 * j], tab, rowa, rowb, u, lane,
+                             bsm + size_t(u - c0) * chunk_bytes(NT), xsc + (u - c0) * NT, xp);
         }
-      // pa, pb point at block i0's words: the prefetch's offsets are constants.
-      for (int i0 = 0; i0 < mine; i0 += kAhead, advance(pa, kAhead), advance(pb, kAhead)) {
-#pragma unroll
-        for (int j = 0; j < kAhead; ++j) {
-          const int i = i0 + j;
-          if (i < mine) {
-            const int u = first + kWarps * i;
-            block_products<NT>(tl, ring_a[j], ring_b[j], pa.sh, pb.sh, tab, rowa, rowb, u, lane,
-                               bsm + size_t(u - c0) * chunk_bytes(NT), xsc + (u - c0) * NT, xp);
-            // Its registers are free again: the block kAhead later.
-            if (i + kAhead < mine) {
-              ring_a[j] = load_block(pa, j + kAhead);
-              ring_b[j] = load_block(pb, j + kAhead);
-            }
-          }
-        }
+        __syncwarp();  // done with cur before a later copy overwrites it
       }
     }
 
@@ -384,10 +398,12 @@ cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const 
                       cudaStream_t stream) {
   auto* k = mxfp4_mmv_kernel<NT>;
   const int units = ne0 / 32;
-  const int seg = std::min(units, int(kStageBytes / chunk_stage_bytes(NT)));
-  const size_t smem = size_t(seg) * chunk_stage_bytes(NT);
-  static const bool attr_ok =
-      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kStageBytes)) == cudaSuccess;
+  const int seg = std::min(units, int(kStageBytes / chunk_stage_bytes(NT)) / kGroup * kGroup);
+  constexpr size_t kSlots = size_t(kBlockThreads / 32) * 2 * kSlotBytes;
+  const size_t smem = x_stage_bytes<NT>(seg) + kSlots;
+  static const bool attr_ok = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   int(x_stage_bytes<NT>(int(kStageBytes / chunk_stage_bytes(NT))) +
+                                                       kSlots)) == cudaSuccess;
   static OccupancyCache occ;
   const int per_sm = attr_ok ? occ.blocks(k, kBlockThreads, smem) : 0;
   const int sms = sm_count();
@@ -409,7 +425,8 @@ cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const 
 
 cudaError_t launch_mxfp4_mmv(const GroupParams& gp, int ne0, int ne1, size_t row_bytes, const float* x, float* y,
                              int nt_max, bool shared_wave, cudaStream_t stream) {
-  if (ne0 % 32 != 0) return cudaErrorNotSupported;
+  // Whole groups of 16 blocks a row (rows 16-byte aligned, as the copies need).
+  if (ne0 % (32 * kGroup) != 0) return cudaErrorNotSupported;
   if (nt_max <= 1) return launch_nt<1>(gp, ne0, ne1, row_bytes, x, y, shared_wave, stream);
   if (nt_max <= 2) return launch_nt<2>(gp, ne0, ne1, row_bytes, x, y, shared_wave, stream);
   if (nt_max <= 4) return launch_nt<4>(gp, ne0, ne1, row_bytes, x, y, shared_wave, stream);

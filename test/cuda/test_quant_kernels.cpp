@@ -339,7 +339,7 @@ TEST_CASE("matvec: float types with rows that are not whole 16-byte vectors") {
   }
 }
 
-// Row e uses E8M0 exponent e in both of its blocks, whose 32 codes each hold all
+// Row e uses E8M0 exponent e in all 16 of its blocks, whose 32 codes each hold all
 // 16 nibbles. Token 0 has x in [-1, 1], token 1 the same times 2^-16. Rows whose
 // weights fit in fp32 are compared within the tolerance on whichever token keeps
 // the sums in range (e <= 240 for token 0, e >= 100 for token 1). Where ggml's
@@ -351,11 +351,12 @@ TEST_CASE("matvec: float types with rows that are not whole 16-byte vectors") {
 TEST_CASE("matvec and matmul: MXFP4 at every E8M0 exponent 0..254 with every nibble") {
   std::mt19937 rng(4);
   Stream st;
-  const int64_t ne0 = 64, ne1 = 255;
+  // 16 blocks a row: the tensor-core path takes rows of whole groups of 16.
+  const int64_t ne0 = 512, ne1 = 255, nblk = ne0 / 32;
   std::vector<uint8_t> w(xk::row_bytes(xk::kMXFP4, ne0) * ne1);
   for (int64_t e = 0; e < ne1; ++e)
-    for (int blk = 0; blk < 2; ++blk) {
-      uint8_t* b = w.data() + size_t(e * 2 + blk) * 17;
+    for (int blk = 0; blk < nblk; ++blk) {
+      uint8_t* b = w.data() + size_t(e * nblk + blk) * 17;
       b[0] = uint8_t(e);
       uint8_t codes[32];
       for (int i = 0; i < 32; ++i) codes[i] = uint8_t(i & 15);
