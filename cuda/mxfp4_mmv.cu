@@ -1,11 +1,17 @@
 // MXFP4 decode (1..8 tokens) on the int8 tensor cores, within the fp32 bound.
+// Not the default (set_matvec_geometry's mma_decode; bench-kernels --mma-decode):
+// on the H200 (2026-12-03, doc/kernels.md) it is 2.1x the FMA kernel at eight
+// tokens on rows of 14336 and 16384 inputs and 1.2x on 48 DeepSeek-V4 expert
+// gate/up matrices at one token, but 0.6-0.9x on single matrices at one token,
+// which is what decode runs.
 //
 // Why: the FMA kernel (quant_matvec.cu) spends about six instructions a weight
 // (SASS, 2026-12-03: decoding a nibble into an exact float takes four, then its
 // FMA) and reached 39 % of the copy bandwidth on a 285 MB matrix; Kimi-K3's
 // MXFP4 trunk is most of its decode step. An E2M1 code times two is a small
 // integer (0, ±1, ±2, ±3, ±4, ±6, ±8, ±12), so one byte permute turns four codes
-// into four int8 weights, and the products run on mma.m16n8k32.s8.
+// into four int8 weights, and the products run on mma.m16n8k32.s8 (about four
+// instructions a weight here, the scaling of each block's sums included).
 //
 // x stays exact to fp32's precision: each token's 32-input chunk is scaled by a
 // power of two so its largest |x| lies in [32, 64), then cut into four int8 terms
@@ -15,23 +21,29 @@
 // then add integers, exactly; each block's int32 sum is scaled once by the
 // block's E8M0 scale times the chunk's power of two, into one fp32 sum per term.
 //
-// Shape of the work: a block of 4 warps owns 16 rows (a tile); warp w takes the
-// row's 32-input blocks u with u % 4 == w, in ascending order, loading 4 blocks
-// ahead; the 4 warps' sums are added in warp order. The weights' signs cannot
-// enter int8 A through one permute, so each block runs two products, positive
-// codes and negative codes (a permute of the nibble as its own selector gives 0
-// where the selector's sign bit is set), and subtracts them.
+// Shape of the work: a block of threads holds 2 tiles of 16 rows, 4 warps each;
+// warp w of a tile takes the row's groups of 16 blocks (32 inputs each) q with
+// q % 4 == w, in ascending order, copying the next group into shared memory while
+// it computes one (copy_group); the 4 warps' sums are added in warp order. The
+// weights' signs cannot enter int8 A through one permute, so each block runs two
+// products, positive codes and negative codes (a permute of the nibble as its own
+// selector gives 0 where the selector's sign bit is set), and subtracts them.
 //
 // The order of every sum depends on the row length only, never on the token
 // count, the launch's other problems or the grid: grouped launches equal
 // separate ones bit for bit. x is staged in shared memory for a whole row where
-// it fits (kStageBytes) and in segments of chunks otherwise; segments only cut
-// each warp's ascending walk, so they change no bit either.
+// it fits (kStageBytes) and in segments of whole groups otherwise; segments only
+// cut each warp's ascending walk, so they change no bit either.
 //
 // Blocks whose E8M0 exponent is 253 or more (their weights can overflow to inf on
 // the CPU) are left out of the tensor-core products and summed from ggml's own
 // fp32 weights, so inf and NaN come out as the CPU's. A non-finite x makes its
 // token's outputs NaN.
+//
+// What limits it (ncu, 16384 x 32768 at one token): the staged x (66 KB) and the
+// 8 warps' copy slots (76 KB) leave one block, 8 warps, per SM; 4.4 cycles per
+// issued instruction with 2 warps a scheduler, DRAM 23 % busy. More warps per
+// staged x (4 tiles a block) or smaller slots are the next steps.
 #include <cuda_pipeline.h>
 #include <cuda_runtime_api.h>
 
