@@ -60,6 +60,18 @@ __device__ inline double block_sum_squares(const float* row, int64_t width) {
   return block_sum(s);
 }
 
+// rms_norm's scale from a row's sum of squares over n values: the CPU backend's
+// rms_scale (examples/xpack-run/cpu_backend.h), expression for expression.
+__device__ inline float rms_scale_of(double sum_sq, int64_t n, float eps) {
+  return 1.0f / sqrtf(static_cast<float>(sum_sq / static_cast<double>(n)) + eps);
+}
+
+// rms_scale_of a row of width values, its squares summed across the block;
+// every thread of the block calls it and gets the scale.
+__device__ inline float block_rms_scale(const float* row, int64_t width, float eps) {
+  return rms_scale_of(block_sum_squares(row, width), width, eps);
+}
+
 // y[i] = (x[i] * scale) * w[i] (or x[i] * scale without w): rms_norm's last
 // pass. y may be x: each thread writes only what it read, and all of a
 // batch's loads go out before its stores. Loads bypass L1, which may hold

@@ -112,18 +112,9 @@ __device__ void norm_when_last(float v, const float* norm_w, float eps, int64_t 
   if (!last) return;
   double s = 0.0;
   for (unsigned b = 0; b < gridDim.x; ++b) s += __ldcg(partials + b);
-  const float r = 1.0f / sqrtf(static_cast<float>(s / static_cast<double>(d)) + eps);
+  const float r = rms_scale_of(s, d, eps);
   block_scale_row(row, r, norm_w, d, row);  // its loads bypass L1, which holds nothing of the other blocks' writes
   if (threadIdx.x == 0) *counter = 0u;  // the next launch finds it zero
-}
-
-// The scale rms_norm of a token's whole stream (width values) applies, as
-// rms_norm_kernel computes it; every thread of the block calls it. Each block
-// reads the token's stream for it (64 KiB for DeepSeek-V4, from L2) rather
-// than a launch of its own writing the normed copies out.
-__device__ float norm_scale(const float* row, int64_t width, float eps) {
-  const double s = block_sum_squares(row, width);
-  return 1.0f / sqrtf(static_cast<float>(s / static_cast<double>(width)) + eps);
 }
 
 // Blocks (chunk of n_embd, token): every block forms pre (hc sigmoids) and
@@ -138,7 +129,10 @@ __global__ void hc_pre_kernel(const float* mixes, const float* base, const float
   const int h = threadIdx.x;
   for (int64_t t = blockIdx.y; t < n; t += gridDim.y) {  // grid.y is at most 65535
     const float* m = mixes + t * md;
-    const float r = norm_scale(stream + t * hc * d, hc * d, rms_eps);
+    // The scale rms_norm of the token's whole stream applies: each block reads
+    // the stream for it (64 KiB for DeepSeek-V4, from L2) rather than a launch
+    // of its own writing the normed copies out.
+    const float r = block_rms_scale(stream + t * hc * d, hc * d, rms_eps);
     if (h < hc) pre[h] = sigmoidf(m[h] * r * scale[0] + base[h]) + eps;
     if (blockIdx.x == 0) {  // block-uniform: sinkhorn synchronises the block
       if (h < hc) post[t * hc + h] = 2.0f * sigmoidf(m[hc + h] * r * scale[1] + base[hc + h]);
@@ -178,7 +172,7 @@ __global__ void hc_head_kernel(const float* mixes, const float* base, const floa
                                double* partials, unsigned* counters) {
   __shared__ float pre[kMaxHc];
   for (int64_t t = blockIdx.y; t < n; t += gridDim.y) {
-    const float r = norm_scale(stream + t * hc * d, hc * d, rms_eps);
+    const float r = block_rms_scale(stream + t * hc * d, hc * d, rms_eps);
     if (threadIdx.x < hc)
       pre[threadIdx.x] = sigmoidf(mixes[t * hc + threadIdx.x] * r * scale[0] + base[threadIdx.x]) + eps;
     __syncthreads();

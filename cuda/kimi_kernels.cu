@@ -48,8 +48,7 @@ __global__ void __launch_bounds__(kResMixThreads)
   const int64_t t = blockIdx.x;
   for (int c = 0; c <= nc; ++c) {
     const float* row = (c < nc ? ckpts.p[c] : cur) + t * width;
-    const double sq = block_sum_squares(row, width);
-    const float s = 1.0f / sqrtf(float(sq / double(width)) + eps);
+    const float s = block_rms_scale(row, width, eps);
     double dot = 0.0;
     for (int64_t i = threadIdx.x; i < width; i += kResMixThreads) dot += double((row[i] * s) * w[i]);
     dot = block_sum(dot);

@@ -56,8 +56,7 @@ __global__ void set_rows_kernel(const float* __restrict__ src, int64_t width, co
 
 __global__ void rms_norm_kernel(const float* x, const float* w, int64_t width, float eps, float* y) {
   const float* xr = x + blockIdx.x * width;
-  const double s = block_sum_squares(xr, width);
-  const float scale = 1.0f / sqrtf(static_cast<float>(s / static_cast<double>(width)) + eps);
+  const float scale = block_rms_scale(xr, width, eps);
   __syncthreads();  // y may be x: every thread has read its squares
   block_scale_row(xr, scale, w, width, y + blockIdx.x * width);
 }
@@ -171,7 +170,7 @@ __global__ void rms_norm_rope_kernel(float* x, const float* w, int64_t width, in
     double s = 0.0;
     for (int64_t i = lane; i < head_dim; i += 32) s += static_cast<double>(v[i] * v[i]);
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xFFFFFFFFu, s, o);
-    const float scale = 1.0f / sqrtf(static_cast<float>(s / static_cast<double>(head_dim)) + eps);
+    const float scale = rms_scale_of(s, head_dim, eps);
     __syncwarp();  // every lane has read its squares
     for (int64_t i0 = 2 * lane; i0 < head_dim; i0 += 64) {
       float a = v[i0] * scale, b = v[i0 + 1] * scale;
