@@ -24,6 +24,24 @@ struct GroupParams {
   int32_t ne1[kMaxSharedInputProducts];
 };
 
+// Products of one input (gp.shared) number their groups of `rows` rows product
+// after product: the launch's groups, and the product group g falls in (g becomes
+// its index within that product; a g past the last product's groups stays in it).
+__host__ __device__ inline int shared_groups(const GroupParams& gp, int rows) {
+  int n = 0;
+  for (int q = 0; q < gp.n; ++q) n += (gp.ne1[q] + rows - 1) / rows;
+  return n;
+}
+__device__ inline int shared_product(const GroupParams& gp, int rows, int& g) {
+  int q = 0;
+  for (; q + 1 < gp.n; ++q) {
+    const int n = (gp.ne1[q] + rows - 1) / rows;
+    if (g < n) break;
+    g -= n;
+  }
+  return q;
+}
+
 // Multiprocessors of the current device, cached per device.
 inline int sm_count() {
   static std::atomic<int> cache[64];

@@ -286,10 +286,7 @@ __global__ void __launch_bounds__(kBlockThreads, 2) mxfp4_mmv_kernel(const Group
   if (whole) stage_x<NT>(x, size_t(ne0), row0, nt_real, 0, units, bsm, xsc);
 
   int tiles = (ne1 + kTileRows - 1) / kTileRows;
-  if (gp.shared) {
-    tiles = 0;
-    for (int q = 0; q < gp.n; ++q) tiles += (gp.ne1[q] + kTileRows - 1) / kTileRows;
-  }
+  if (gp.shared) tiles = shared_groups(gp, kTileRows);
   // Every warp walks the same pairs of tiles (the staging's barriers); a warp
   // whose tile is past the last computes nothing.
   for (int pair = blockIdx.x; pair * kTiles < tiles; pair += gridDim.x) {
@@ -297,12 +294,7 @@ __global__ void __launch_bounds__(kBlockThreads, 2) mxfp4_mmv_kernel(const Group
     const bool live = tile < tiles;
     int tl_index = live ? tile : tiles - 1;
     if (gp.shared) {  // the tile's product: products' tiles one after another
-      int q = 0;
-      for (; q + 1 < gp.n; ++q) {
-        const int n = (gp.ne1[q] + kTileRows - 1) / kTileRows;
-        if (tl_index < n) break;
-        tl_index -= n;
-      }
+      const int q = shared_product(gp, kTileRows, tl_index);
       W = gp.w[q];
       ne1 = gp.ne1[q];
       y = gp.y[q];
@@ -421,10 +413,7 @@ cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const 
   const int sms = sm_count();
   if (per_sm <= 0 || sms <= 0) return cudaErrorNotSupported;
   long long tiles = (ne1 + kTileRows - 1) / kTileRows;
-  if (gp.shared) {
-    tiles = 0;
-    for (int q = 0; q < gp.n; ++q) tiles += (gp.ne1[q] + kTileRows - 1) / kTileRows;
-  }
+  if (gp.shared) tiles = shared_groups(gp, kTileRows);
   const long long pairs = (tiles + kTiles - 1) / kTiles;
   const int probs = gp.shared ? 1 : gp.n;
   const long long wave = shared_wave ? std::max(1, sms * per_sm / probs) : sms * per_sm;

@@ -612,20 +612,12 @@ __global__ void __launch_bounds__(kBlock) matvec_kernel(const GroupParams gp, in
   // of them idle: Kimi-K3's MLA projections of 512, 1536 and 12288 rows took
   // 100 us for 39 MB, H200 --profile-ops 2026-12-03).
   int row_groups = (ne1 + R - 1) / R;
-  if (gp.shared) {
-    row_groups = 0;
-    for (int q = 0; q < gp.n; ++q) row_groups += (gp.ne1[q] + R - 1) / R;
-  }
+  if (gp.shared) row_groups = shared_groups(gp, R);
   // Blocks loop over groups of rows, so a grid sized to the machine stages x once per block.
   for (int rg0 = blockIdx.x * groups; rg0 < row_groups; rg0 += gridDim.x * groups) {
     int g = rg0 + grp;
     if (gp.shared) {  // the group's product; a group past the last one's rows is the last's, and skips
-      int q = 0;
-      for (; q + 1 < gp.n; ++q) {
-        const int c = (gp.ne1[q] + R - 1) / R;
-        if (g < c) break;
-        g -= c;
-      }
+      const int q = shared_product(gp, R, g);
       W = gp.w[q];
       ne1 = gp.ne1[q];
       y = gp.y[q];
