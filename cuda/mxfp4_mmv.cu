@@ -41,9 +41,9 @@
 // token's outputs NaN.
 //
 // What limits it (ncu, 16384 x 32768 at one token): the staged x (66 KB) and the
-// 8 warps' copy slots (76 KB) leave one block, 8 warps, per SM; 4.4 cycles per
+// 8 warps' copy buffers (76 KB) leave one block, 8 warps, per SM; 4.4 cycles per
 // issued instruction with 2 warps a scheduler, DRAM 23 % busy. More warps per
-// staged x (4 tiles a block) or smaller slots are the next steps.
+// staged x (4 tiles a block) or smaller copy buffers are the next steps.
 #include <cuda_pipeline.h>
 #include <cuda_runtime_api.h>
 
@@ -61,7 +61,7 @@ constexpr int kBlockThreads = 32 * kWarps * kTiles;
 constexpr int kTileRows = 16;
 // Staged x per block of threads, at most: 4.1 bytes an input and token, so a whole
 // row of 35840 inputs at one token (two blocks an SM up to 8192 inputs, beside
-// the weights' slots); longer rows, and more tokens, are staged in segments of
+// the weights' copy buffers); longer rows, and more tokens, are staged in segments of
 // whole groups (again each time the block moves to new rows).
 constexpr size_t kStageBytes = 144 * 1024;
 constexpr int kBigExponent = 253;
@@ -72,7 +72,7 @@ constexpr uint32_t kTabLo = 0x03020100u, kTabHi = 0x0C080604u;
 // tokens (8 columns: 4 terms each), only its first 4 columns at one token.
 __host__ __device__ constexpr int chunk_bytes(int nt) { return nt == 1 ? 128 : (nt + 1) / 2 * 256; }
 __host__ __device__ constexpr int chunk_stage_bytes(int nt) { return chunk_bytes(nt) + 4 * nt; }
-// The staged x of seg chunks, rounded up to whole 16-byte pieces (the weights' slots follow).
+// The staged x of seg chunks, rounded up to whole 16-byte pieces (the copy buffers follow).
 template <int NT>
 __host__ __device__ constexpr size_t x_stage_bytes(int seg) {
   return (size_t(seg) * chunk_stage_bytes(NT) + 15) / 16 * 16;
@@ -158,31 +158,31 @@ __device__ void stage_x(const float* x, size_t ne0, int row0, int nt_real, int c
 // wavefronts per 128 bytes and ran at 21 % of the copy bandwidth (H200,
 // 2026-12-03). Here a warp copies a group of 16 blocks of its 16 rows, 272
 // contiguous bytes a row, with 16-byte cp.async (consecutive lanes, consecutive
-// pieces of a row), into a slot of rows kRowWords apart, while it computes the
+// pieces of a row), into a copy buffer of rows kRowWords apart, while it computes the
 // group before; the fragments are then 4-byte reads at constant offsets. Rows
 // are 272 * (units / 16) bytes, so the path needs units % 16 == 0 (ne0 % 512:
 // every real model's shapes) and 16-byte aligned weights.
 constexpr int kGroup = 16;             // blocks of a row a warp copies at once
 constexpr int kGroupBytes = 17 * kGroup;  // 272
 constexpr int kPieces = kGroupBytes / 16;  // 17 pieces of 16 bytes a row
-// Words between rows in a slot: 68 hold a group; at 76 the 8 rows one fragment
+// Words between rows in a copy buffer: 68 hold a group; at 76 the 8 rows one fragment
 // read touches fall in different banks (76 * d mod 32 is at least 4 from 0 for
 // 0 < d < 8, so the lanes' +c words cannot meet). 68 has the same property
 // (4 * d) and would save 8 KB a block of threads: not measured yet.
 constexpr int kRowWords = 76;
-constexpr int kSlotWords = kTileRows * kRowWords;
-constexpr int kSlotBytes = 4 * kSlotWords;
+constexpr int kBufWords = kTileRows * kRowWords;
+constexpr int kBufBytes = 4 * kBufWords;
 
-// Copies group q of the tile's 16 rows (rows past ne1 repeat its last) into slot.
+// Copies group q of the tile's 16 rows (rows past ne1 repeat its last) into buf.
 __device__ __forceinline__ void copy_group(const uint8_t* W, size_t row_bytes, int o0, int ne1, int q, int lane,
-                                           uint32_t* slot) {
+                                           uint32_t* buf) {
 #pragma unroll
   for (int j = 0; j < (kTileRows * kPieces + 31) / 32; ++j) {
     const int k = lane + 32 * j;
     if (k < kTileRows * kPieces) {
       const int r = k / kPieces, piece = k - r * kPieces;
       const uint8_t* src = W + size_t(min(o0 + r, ne1 - 1)) * row_bytes + size_t(q) * kGroupBytes + 16 * piece;
-      __pipeline_memcpy_async(slot + r * kRowWords + 4 * piece, src, 16);
+      __pipeline_memcpy_async(buf + r * kRowWords + 4 * piece, src, 16);
     }
   }
   __pipeline_commit();
@@ -276,9 +276,9 @@ __global__ void __launch_bounds__(kBlockThreads, 2) mxfp4_mmv_kernel(const Group
   const uint32_t tab = kTabLo + (lane_id >> 5);
   uint8_t* bsm = stage;
   float* xsc = reinterpret_cast<float*>(stage + size_t(seg_chunks) * chunk_bytes(NT));
-  // This warp's two slots (the group it computes, the group it copies), after x.
-  uint32_t* slots = reinterpret_cast<uint32_t*>(stage + x_stage_bytes<NT>(seg_chunks)) +
-                    size_t(threadIdx.x >> 5) * 2 * kSlotWords;
+  // This warp's two copy buffers (the group it computes, the group it copies), after x.
+  uint32_t* bufs = reinterpret_cast<uint32_t*>(stage + x_stage_bytes<NT>(seg_chunks)) +
+                    size_t(threadIdx.x >> 5) * 2 * kBufWords;
 
   const float* xp[NT];
 #pragma unroll
@@ -327,11 +327,11 @@ __global__ void __launch_bounds__(kBlockThreads, 2) mxfp4_mmv_kernel(const Group
       const int q0 = c0 / kGroup, qn = (c0 + nc) / kGroup;
       const int first = q0 + ((warp - q0) % kWarps + kWarps) % kWarps;
       const int mine = live && first < qn ? (qn - first + kWarps - 1) / kWarps : 0;
-      if (mine > 0) copy_group(W, row_bytes, o0, ne1, first, lane, slots);
+      if (mine > 0) copy_group(W, row_bytes, o0, ne1, first, lane, bufs);
       for (int i = 0; i < mine; ++i) {
         const int q = first + kWarps * i;
-        uint32_t* cur = slots + (i & 1) * kSlotWords;
-        if (i + 1 < mine) copy_group(W, row_bytes, o0, ne1, q + kWarps, lane, slots + ((i + 1) & 1) * kSlotWords);
+        uint32_t* cur = bufs + (i & 1) * kBufWords;
+        if (i + 1 < mine) copy_group(W, row_bytes, o0, ne1, q + kWarps, lane, bufs + ((i + 1) & 1) * kBufWords);
         else __pipeline_commit();  // an empty group: wait_prior(1) below then means this one
         __pipeline_wait_prior(1);
         __syncwarp();  // every lane's pieces are in
@@ -405,11 +405,11 @@ cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const 
   auto* k = mxfp4_mmv_kernel<NT>;
   const int units = ne0 / 32;
   const int seg = std::min(units, int(kStageBytes / chunk_stage_bytes(NT)) / kGroup * kGroup);
-  constexpr size_t kSlots = size_t(kBlockThreads / 32) * 2 * kSlotBytes;
-  const size_t smem = x_stage_bytes<NT>(seg) + kSlots;
+  constexpr size_t kBufs = size_t(kBlockThreads / 32) * 2 * kBufBytes;
+  const size_t smem = x_stage_bytes<NT>(seg) + kBufs;
   static const bool attr_ok = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    int(x_stage_bytes<NT>(int(kStageBytes / chunk_stage_bytes(NT))) +
-                                                       kSlots)) == cudaSuccess;
+                                                       kBufs)) == cudaSuccess;
   static OccupancyCache occ;
   const int per_sm = attr_ok ? occ.blocks(k, kBlockThreads, smem) : 0;
   const int sms = sm_count();
