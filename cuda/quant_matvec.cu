@@ -805,7 +805,6 @@ __global__ void __launch_bounds__(kSplitThreads) matvec_split_kernel(const Group
   if (lane == 0) atomicExch(cnt, 0u);
 }
 
-
 // The split for a shape: none where the unsplit grid at one token (the smallest,
 // R = 4) has at least half as many blocks as the GPU has SMs; otherwise chunks of
 // at least 32 units (one per lane), enough of them for kSplitPiecesPerSm (row,
@@ -874,7 +873,6 @@ cudaError_t launch_split(const GroupParams& gp, int ne0, int ne1, size_t rb, con
   }
   return cudaSuccess;
 }
-
 
 // How the staged-x kernel is laid out on the GPU; neither changes a result (each
 // row's sum is its own group's). bench-kernels measures them side by side.
