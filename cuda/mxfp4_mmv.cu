@@ -68,20 +68,14 @@ constexpr int kBigExponent = 253;
 // |E2M1| * 2, by the code's low three bits: the byte table of the permutes.
 constexpr uint32_t kTabLo = 0x03020100u, kTabHi = 0x0C080604u;
 
-// Bytes of staged x per 32-input chunk: a 256-byte B fragment for each pair of
-// tokens (8 columns: 4 terms each), only its first 4 columns at one token.
-__host__ __device__ constexpr int chunk_bytes(int nt) { return nt == 1 ? 128 : (nt + 1) / 2 * 256; }
+// Bytes of staged x per 32-input chunk (NT is 1, 2, 4 or 8): a 256-byte B fragment
+// for each pair of tokens (8 columns: 4 terms each), a token's 4 columns 128 bytes.
+__host__ __device__ constexpr int chunk_bytes(int nt) { return 128 * nt; }
 __host__ __device__ constexpr int chunk_stage_bytes(int nt) { return chunk_bytes(nt) + 4 * nt; }
 // The staged x of seg chunks, rounded up to whole 16-byte pieces (the copy buffers follow).
 template <int NT>
 __host__ __device__ constexpr size_t x_stage_bytes(int seg) {
   return (size_t(seg) * chunk_stage_bytes(NT) + 15) / 16 * 16;
-}
-
-__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t s) {
-  uint32_t r;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(s));
-  return r;
 }
 
 // 2^n as a float for n in [-126, 127].

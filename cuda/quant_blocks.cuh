@@ -38,6 +38,15 @@ __device__ __forceinline__ void ldwords(const uint8_t* p, uint32_t (&w)[N]) {
   for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(v[i], v[i + 1], sh);
 }
 
+// PTX's byte permute in its generic mode: a set msb in a selector nibble
+// replicates the selected byte's sign instead (the MXFP4 decoders build a sign
+// mask, or a zero for negative codes, with it).
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t s) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(s));
+  return r;
+}
+
 // Byte k of v (unsigned, < 256) as the float 2^23 + byte, by placing it in the
 // mantissa of 2^23 (one byte permute): `magic_byte(v, k) - (2^23 + bias)` is the
 // exact value byte - bias with one FADD and no integer->float conversion.

@@ -34,14 +34,6 @@ __device__ __forceinline__ float4 ldx(const float* p) { return *reinterpret_cast
 __device__ __forceinline__ uint4 ld128(const uint8_t* p) {
   return __ldg(reinterpret_cast<const uint4*>(p));
 }
-__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t s) {
-  // PTX's generic mode: a set msb in a selector nibble replicates the selected
-  // byte's sign (the MXFP4 decoder builds its sign mask with it).
-  uint32_t r;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(s));
-  return r;
-}
-
 // Four exact floats byte_k(v) - bias.
 __device__ __forceinline__ void unpack4(uint32_t v, float bias, float (&f)[4]) {
 #pragma unroll
@@ -991,9 +983,8 @@ cudaError_t launch_unsplit(const GroupParams& gp, int ne0, int ne1, size_t rb, c
 
 template <class Ty, int NT>
 cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
-                      const Split& sp, const MatvecScratch* sc, cudaStream_t stream) {
+                      const Split& sp, const MatvecScratch* sc, const Geometry& geom, cudaStream_t stream) {
   if (sp.chunks > 1) return launch_split<Ty, NT>(gp, ne0, ne1, rb, x, y, sp, *sc, stream);
-  const Geometry geom = geometry();
   if (kPipelines<Ty> && geom.pipeline) return launch_unsplit<Ty, NT, kPipelines<Ty>>(gp, ne0, ne1, rb, x, y, geom, stream);
   return launch_unsplit<Ty, NT, false>(gp, ne0, ne1, rb, x, y, geom, stream);
 }
@@ -1012,10 +1003,10 @@ cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, siz
                         float* y, const MatvecScratch* sc, cudaStream_t stream) {
   Split sp = sc ? split_plan<Ty>(ne0, ne1) : Split{};
   if (sp.chunks > 1 && !split_fits(sc, ne1, sp)) sp = Split{};  // the unsplit kernel
+  const Geometry geom = geometry();  // one layout for the whole launch
   if constexpr (std::is_same_v<Ty, TMXFP4>) {
     // The unsplit shapes on the tensor cores: from the type, ne0 and ne1 like the
     // split, never from the token count (a grouped launch's problems keep their bits).
-    const Geometry geom = geometry();
     if (sp.chunks <= 1 && geom.mma_decode) {
       const cudaError_t e = launch_mxfp4_mmv(gp, ne0, ne1, rb, x, y, nt_max, geom.shared_wave, stream);
       if (e != cudaErrorNotSupported) return e;
@@ -1023,10 +1014,10 @@ cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, siz
     }
   }
   // Rounded up to 1, 2, 4, 8: a problem with fewer tokens skips the extra ones.
-  if (nt_max <= 1) return launch_nt<Ty, 1>(gp, ne0, ne1, rb, x, y, sp, sc, stream);
-  if (nt_max <= 2) return launch_nt<Ty, 2>(gp, ne0, ne1, rb, x, y, sp, sc, stream);
-  if (nt_max <= 4) return launch_nt<Ty, 4>(gp, ne0, ne1, rb, x, y, sp, sc, stream);
-  return launch_nt<Ty, 8>(gp, ne0, ne1, rb, x, y, sp, sc, stream);
+  if (nt_max <= 1) return launch_nt<Ty, 1>(gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
+  if (nt_max <= 2) return launch_nt<Ty, 2>(gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
+  if (nt_max <= 4) return launch_nt<Ty, 4>(gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
+  return launch_nt<Ty, 8>(gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
 }
 
 }  // namespace dev
