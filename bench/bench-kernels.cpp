@@ -3,11 +3,11 @@
 // shapes, against a device-to-device cudaMemcpy measured in the same run.
 //
 //   bench-kernels [--quick] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem]
-//                 [--row-threads N] [--no-pipeline] [--mma-decode] [--type T,...] [--shape S]
-//                 (one RESULT line per measurement)
+//                 [--row-threads N] [--no-pipeline] [--mma-decode [--mma-warps N] [--mma-tiles N]]
+//                 [--type T,...] [--shape S]   (one RESULT line per measurement)
 //   --few-rows: the copy and the few-row matrices only (a short device call)
 //   --decode: the copy, matvec and the grouped decode launches only (no prefill)
-//   --block-threads, --wave-per-problem, --row-threads, --no-pipeline, --mma-decode: the decode
+//   --block-threads, --wave-per-problem, --row-threads, --no-pipeline, --mma-*: the decode
 //     kernel's layout (--mma-decode: MXFP4 on the int8 tensor cores instead of the FMA kernel;
 //     doc/kernels.md), to measure one against another in the same call
 //   --type, --shape: only the shapes of those types / of that name (e.g. for ncu)
@@ -152,11 +152,12 @@ void report(const char* kind, uint32_t type, int64_t ne0, int64_t ne1, int n, co
 int main(int argc, char** argv) {
   bool quick = false, few_only = false, decode_only = false, wave_per_problem = false, no_pipeline = false,
        mma_decode = false;
-  uint64_t block_threads = 0, row_threads = 0;
+  uint64_t block_threads = 0, row_threads = 0, mma_warps = 0, mma_tiles = 0;
   std::string only_type, only_shape;
   xpack::cli::App app("bench-kernels",
                       "bench-kernels [--quick] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem] "
-                      "[--row-threads N] [--no-pipeline] [--mma-decode] [--type T,...] [--shape S]",
+                      "[--row-threads N] [--no-pipeline] [--mma-decode [--mma-warps N] [--mma-tiles N]] [--type T,...] "
+                      "[--shape S]",
                       "Microseconds per product and weight GB/s of the CUDA kernels (cuda/quant_matmul.h) for "
                       "every weight type, against a device-to-device copy measured in the same run; one RESULT "
                       "line per measurement.",
@@ -178,6 +179,10 @@ int main(int argc, char** argv) {
            "default: a unit ahead, while the one before is computed)");
   app.flag("--mma-decode", &mma_decode,
            "MXFP4 decode on the int8 tensor cores (cuda/mxfp4_mmv.cu; default: the FMA kernel)");
+  app.count("--mma-warps", "N", &mma_warps, "with --mma-decode: warps sharing a tile of 16 rows, 4 or 8 (default 4)",
+            4, 8);
+  app.count("--mma-tiles", "N", &mma_tiles,
+            "with --mma-decode: tiles of 16 rows a block of threads, 2 or 4 (default 2; 8 warps take 2)", 2, 4);
   app.text("--type", "T,...", &only_type, "only the shapes of these weight types (ggml's names: mxfp4,q2_K,...)");
   app.text("--shape", "S", &only_shape, "only the shapes of this name (as printed in shape=)");
   if (auto rc = app.parse(argc, argv)) return *rc;
@@ -185,7 +190,12 @@ int main(int argc, char** argv) {
     return app.usage_error("--block-threads: 256 or 512");
   if (row_threads != 0 && row_threads != 32 && row_threads != 64 && row_threads != 128)
     return app.usage_error("--row-threads: 32, 64 or 128");
-  xk::dev::set_matvec_geometry(int(block_threads), !wave_per_problem, int(row_threads), !no_pipeline, mma_decode);
+  if ((mma_warps != 0 && mma_warps != 4 && mma_warps != 8) || (mma_tiles != 0 && mma_tiles != 2 && mma_tiles != 4))
+    return app.usage_error("--mma-warps: 4 or 8; --mma-tiles: 2 or 4");
+  if (mma_warps == 8 && mma_tiles == 4) return app.usage_error("--mma-warps 8 takes --mma-tiles 2 (512 threads a block)");
+  if ((mma_warps != 0 || mma_tiles != 0) && !mma_decode) return app.usage_error("--mma-warps/--mma-tiles need --mma-decode");
+  xk::dev::set_matvec_geometry(int(block_threads), !wave_per_problem, int(row_threads), !no_pipeline, mma_decode,
+                               int(mma_warps), int(mma_tiles));
   const uint32_t all[] = {xk::kF32, xk::kF16, xk::kBF16, xk::kQ8_0, xk::kQ4_K,
                           xk::kQ5_K, xk::kQ6_K, xk::kQ2_K, xk::kQ3_K, xk::kMXFP4};
   std::vector<Shape> shapes = {
@@ -198,6 +208,13 @@ int main(int argc, char** argv) {
   // Several times the 60 MB L2 for every type (Q2_K 176 MB, MXFP4 285 MB, F32 2.1 GB):
   // decode only (the prefill rows would add minutes and nothing the shape above lacks).
   for (uint32_t t : all) shapes.push_back({t, 16384, 32768, "large-16384x32768"});
+  // Kimi-K3's MXFP4 trunk at one token (xpack-synth --preset kimi-k3): most of its
+  // decode step (doc/benchmarks.md). Decode only, as the large shape.
+  shapes.push_back({xk::kMXFP4, 7168, 12288, "large-kimi-kda-7168x12288"});
+  shapes.push_back({xk::kMXFP4, 12288, 7168, "large-kimi-kda-out-12288x7168"});
+  shapes.push_back({xk::kMXFP4, 7168, 33792, "large-kimi-dense-7168x33792"});
+  shapes.push_back({xk::kMXFP4, 33792, 7168, "large-kimi-dense-down-33792x7168"});
+  shapes.push_back({xk::kMXFP4, 7168, 163840, "large-kimi-head-7168x163840"});
   // Matrices of few rows at one token (DeepSeek-V4's hyper-connection weights,
   // F32, and every other type at the same shape): matmul() through the context
   // splits each row over more warps; the unsplit kernel (matvec(), which has no

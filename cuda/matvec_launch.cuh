@@ -80,10 +80,15 @@ struct OccupancyCache {
   }
 };
 
+// The tensor-core kernel's blocks of threads: warps a tile of 16 rows x tiles a
+// block (mxfp4_mmv.cu). The warps a tile split each row's sum, so the layout
+// orders it: one layout for every launch (set_matvec_geometry).
+enum class MmaLayout { k4x2 = 0, k4x4 = 1, k8x2 = 2 };
+
 // The MXFP4 decode on the int8 tensor cores (mxfp4_mmv.cu), for the shapes the
 // unsplit kernel takes; x and y as that kernel's. cudaErrorNotSupported, nothing
 // launched, where the device cannot run it.
 cudaError_t launch_mxfp4_mmv(const GroupParams& gp, int ne0, int ne1, size_t row_bytes, const float* x, float* y,
-                             int nt_max, bool shared_wave, cudaStream_t stream);
+                             int nt_max, MmaLayout layout, bool shared_wave, cudaStream_t stream);
 
 }  // namespace xpack::kernels::dev

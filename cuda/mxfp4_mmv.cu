@@ -55,14 +55,20 @@
 namespace xpack::kernels::dev {
 namespace {
 
-constexpr int kWarps = 4;   // a tile's warps, each summing every 4th block of a row
-constexpr int kTiles = 2;   // tiles of a block of threads, sharing its staged x
-constexpr int kBlockThreads = 32 * kWarps * kTiles;
+// A block of threads is kTiles tiles of 16 rows sharing the staged x, kWarps warps
+// a tile, warp w summing a row's groups of 16 blocks q with q % kWarps == w. Which
+// layout runs is set_matvec_geometry's (MmaLayout below), the same for every launch,
+// so grouped launches still equal separate ones bit for bit; kWarps orders the sums.
+template <int kWarps, int kTiles>
+struct Layout {
+  static constexpr int kThreads = 32 * kWarps * kTiles;
+  static_assert(kThreads <= 512, "a block's registers: 128 a thread at 512 threads");
+};
 constexpr int kTileRows = 16;
 // Staged x per block of threads, at most: 4.1 bytes an input and token, so a whole
-// row of 35840 inputs at one token (two blocks an SM up to 8192 inputs, beside
-// the weights' copy buffers); longer rows, and more tokens, are staged in segments of
-// whole groups (again each time the block moves to new rows).
+// row of 35840 inputs at one token where the copy buffers leave room (two blocks of
+// 8 warps an SM up to 8192 inputs); longer rows, and more tokens, are staged in
+// segments of whole groups (again each time the block moves to new rows).
 constexpr size_t kStageBytes = 144 * 1024;
 constexpr int kBigExponent = 253;
 // |E2M1| * 2, by the code's low three bits: the byte table of the permutes.
@@ -107,12 +113,12 @@ __device__ __forceinline__ int b_offset(int i) {
 // copied in all at once (cp.async: one round trip, where a load per chunk and
 // warp had cost 16 us of a 20 us product), then each warp turns its (chunk,
 // token) pieces into terms in place.
-template <int NT>
+template <int NT, int kThreads>
 __device__ void stage_x(const float* x, size_t ne0, int row0, int nt_real, int c0, int nc, uint8_t* bsm,
                         float* xsc) {
   const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
   constexpr int kPieces = 8 * NT;  // 16-byte pieces of a chunk
-  for (int i = int(threadIdx.x); i < nc * kPieces; i += kBlockThreads) {
+  for (int i = int(threadIdx.x); i < nc * kPieces; i += kThreads) {
     const int ch = i / kPieces, rem = i - ch * kPieces, t = rem >> 3, k = rem & 7;
     const float* src = x + size_t(row0 + min(t, nt_real - 1)) * ne0 + size_t(c0 + ch) * 32 + 4 * k;
     __pipeline_memcpy_async(bsm + size_t(ch) * chunk_bytes(NT) + t * 128 + 16 * k, src, 16);
@@ -121,7 +127,7 @@ __device__ void stage_x(const float* x, size_t ne0, int row0, int nt_real, int c
   __pipeline_wait_prior(0);
   __syncthreads();
   const int off = b_offset(lane);
-  for (int item = warp; item < nc * NT; item += kBlockThreads / 32) {
+  for (int item = warp; item < nc * NT; item += kThreads / 32) {
     const int ch = item / NT, t = item - ch * NT;
     uint8_t* piece = bsm + size_t(ch) * chunk_bytes(NT) + t * 128;
     const float xv = reinterpret_cast<const float*>(piece)[lane];
@@ -159,11 +165,11 @@ __device__ void stage_x(const float* x, size_t ne0, int row0, int nt_real, int c
 constexpr int kGroup = 16;             // blocks of a row a warp copies at once
 constexpr int kGroupBytes = 17 * kGroup;  // 272
 constexpr int kPieces = kGroupBytes / 16;  // 17 pieces of 16 bytes a row
-// Words between rows in a copy buffer: 68 hold a group; at 76 the 8 rows one fragment
-// read touches fall in different banks (76 * d mod 32 is at least 4 from 0 for
-// 0 < d < 8, so the lanes' +c words cannot meet). 68 has the same property
-// (4 * d) and would save 8 KB a block of threads: not measured yet.
-constexpr int kRowWords = 76;
+// Words between rows in a copy buffer: 68, a group exactly. The 8 rows one fragment
+// read touches fall in different banks (68 * d mod 32 = 4 d for 0 < d < 8, so the
+// lanes' +c words, c < 4, cannot meet; 76 had the same property and cost 8 KB more
+// a block of 8 warps).
+constexpr int kRowWords = 68;
 constexpr int kBufWords = kTileRows * kRowWords;
 constexpr int kBufBytes = 4 * kBufWords;
 
@@ -248,10 +254,12 @@ __device__ __forceinline__ void block_products(Tile<NT>& tl, uint32_t wa, uint32
   }
 }
 
-template <int NT>
-__global__ void __launch_bounds__(kBlockThreads, 2) mxfp4_mmv_kernel(const GroupParams gp, int ne0, int ne1,
-                                                                   size_t row_bytes, const float* __restrict__ x,
-                                                                   float* __restrict__ y, int seg_chunks) {
+// At most 128 registers a thread at any layout (two blocks of 256 threads an SM, or one of 512).
+template <int NT, int kWarps, int kTiles>
+__global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout<kWarps, kTiles>::kThreads)
+    mxfp4_mmv_kernel(const GroupParams gp, int ne0, int ne1, size_t row_bytes, const float* __restrict__ x,
+                     float* __restrict__ y, int seg_chunks) {
+  constexpr int kThreads = Layout<kWarps, kTiles>::kThreads;
   extern __shared__ __align__(16) uint8_t stage[];
   __shared__ float red[kTiles][kWarps][kTileRows][NT];
   const int p = blockIdx.y;
@@ -279,14 +287,14 @@ __global__ void __launch_bounds__(kBlockThreads, 2) mxfp4_mmv_kernel(const Group
   for (int t = 0; t < NT; ++t) xp[t] = x + size_t(row0 + min(t, nt_real - 1)) * size_t(ne0);
 
   const bool whole = seg_chunks >= units;
-  if (whole) stage_x<NT>(x, size_t(ne0), row0, nt_real, 0, units, bsm, xsc);
+  if (whole) stage_x<NT, kThreads>(x, size_t(ne0), row0, nt_real, 0, units, bsm, xsc);
 
   int tiles = (ne1 + kTileRows - 1) / kTileRows;
   if (gp.shared) tiles = shared_groups(gp, kTileRows);
-  // Every warp walks the same pairs of tiles (the staging's barriers); a warp
+  // Every warp walks the same sets of kTiles tiles (the staging's barriers); a warp
   // whose tile is past the last computes nothing.
-  for (int pair = blockIdx.x; pair * kTiles < tiles; pair += gridDim.x) {
-    const int tile = pair * kTiles + sub;
+  for (int set = blockIdx.x; set * kTiles < tiles; set += gridDim.x) {
+    const int tile = set * kTiles + sub;
     const bool live = tile < tiles;
     int tl_index = live ? tile : tiles - 1;
     if (gp.shared) {  // the tile's product: products' tiles one after another
@@ -314,7 +322,7 @@ __global__ void __launch_bounds__(kBlockThreads, 2) mxfp4_mmv_kernel(const Group
       const int nc = min(seg_chunks, units - c0);
       if (!whole) {
         __syncthreads();  // the previous segment's readers are done
-        stage_x<NT>(x, size_t(ne0), row0, nt_real, c0, nc, bsm, xsc);
+        stage_x<NT, kThreads>(x, size_t(ne0), row0, nt_real, c0, nc, bsm, xsc);
       }
       // This warp's groups of the segment: q = first, first + 4, ... (segments hold
       // whole groups, so every warp walks its groups in ascending order).
@@ -393,41 +401,63 @@ __global__ void __launch_bounds__(kBlockThreads, 2) mxfp4_mmv_kernel(const Group
   }
 }
 
-template <int NT>
+template <int NT, int kWarps, int kTiles>
 cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y, bool shared_wave,
                       cudaStream_t stream) {
-  auto* k = mxfp4_mmv_kernel<NT>;
-  const int units = ne0 / 32;
-  const int seg = std::min(units, int(kStageBytes / chunk_stage_bytes(NT)) / kGroup * kGroup);
-  constexpr size_t kBufs = size_t(kBlockThreads / 32) * 2 * kBufBytes;
-  const size_t smem = x_stage_bytes<NT>(seg) + kBufs;
+  constexpr int kThreads = Layout<kWarps, kTiles>::kThreads;
+  auto* k = mxfp4_mmv_kernel<NT, kWarps, kTiles>;
+  constexpr size_t kBufs = size_t(kThreads / 32) * 2 * kBufBytes;
+  constexpr size_t kRed = sizeof(float) * kTiles * kWarps * kTileRows * NT;  // the kernel's static array
+  // Chunks of x a block stages at once: kStageBytes, or what the device's shared
+  // memory leaves beside the copy buffers (16 warps' take 139 KB), in whole groups.
+  static const int max_chunks = [] {
+    int dev = 0, optin = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+      return 0;
+    const long long room = std::min<long long>(kStageBytes, (long long)optin - (long long)(kBufs + kRed) - 16);
+    return room <= 0 ? 0 : int(room / chunk_stage_bytes(NT)) / kGroup * kGroup;
+  }();
+  if (max_chunks < kGroup) return cudaErrorNotSupported;
   static const bool attr_ok = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   int(x_stage_bytes<NT>(int(kStageBytes / chunk_stage_bytes(NT))) +
-                                                       kBufs)) == cudaSuccess;
+                                                   int(x_stage_bytes<NT>(max_chunks) + kBufs)) == cudaSuccess;
+  const int units = ne0 / 32;
+  const int seg = std::min(units, max_chunks);
+  const size_t smem = x_stage_bytes<NT>(seg) + kBufs;
   static OccupancyCache occ;
-  const int per_sm = attr_ok ? occ.blocks(k, kBlockThreads, smem) : 0;
+  const int per_sm = attr_ok ? occ.blocks(k, kThreads, smem) : 0;
   const int sms = sm_count();
   if (per_sm <= 0 || sms <= 0) return cudaErrorNotSupported;
   long long tiles = (ne1 + kTileRows - 1) / kTileRows;
   if (gp.shared) tiles = shared_groups(gp, kTileRows);
-  const long long pairs = (tiles + kTiles - 1) / kTiles;
+  const long long sets = (tiles + kTiles - 1) / kTiles;
   const int probs = gp.shared ? 1 : gp.n;
   const long long wave = shared_wave ? std::max(1, sms * per_sm / probs) : sms * per_sm;
-  const dim3 grid(unsigned(std::min(pairs, wave)), unsigned(probs));
-  k<<<grid, kBlockThreads, smem, stream>>>(gp, ne0, ne1, rb, x, y, seg);
+  const dim3 grid(unsigned(std::min(sets, wave)), unsigned(probs));
+  k<<<grid, kThreads, smem, stream>>>(gp, ne0, ne1, rb, x, y, seg);
   return cudaGetLastError();
+}
+
+template <int kWarps, int kTiles>
+cudaError_t launch_layout(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y, int nt_max,
+                          bool shared_wave, cudaStream_t stream) {
+  if (nt_max <= 1) return launch_nt<1, kWarps, kTiles>(gp, ne0, ne1, rb, x, y, shared_wave, stream);
+  if (nt_max <= 2) return launch_nt<2, kWarps, kTiles>(gp, ne0, ne1, rb, x, y, shared_wave, stream);
+  if (nt_max <= 4) return launch_nt<4, kWarps, kTiles>(gp, ne0, ne1, rb, x, y, shared_wave, stream);
+  return launch_nt<8, kWarps, kTiles>(gp, ne0, ne1, rb, x, y, shared_wave, stream);
 }
 
 }  // namespace
 
 cudaError_t launch_mxfp4_mmv(const GroupParams& gp, int ne0, int ne1, size_t row_bytes, const float* x, float* y,
-                             int nt_max, bool shared_wave, cudaStream_t stream) {
+                             int nt_max, MmaLayout layout, bool shared_wave, cudaStream_t stream) {
   // Whole groups of 16 blocks a row (rows 16-byte aligned, as the copies need).
   if (ne0 % (32 * kGroup) != 0) return cudaErrorNotSupported;
-  if (nt_max <= 1) return launch_nt<1>(gp, ne0, ne1, row_bytes, x, y, shared_wave, stream);
-  if (nt_max <= 2) return launch_nt<2>(gp, ne0, ne1, row_bytes, x, y, shared_wave, stream);
-  if (nt_max <= 4) return launch_nt<4>(gp, ne0, ne1, row_bytes, x, y, shared_wave, stream);
-  return launch_nt<8>(gp, ne0, ne1, row_bytes, x, y, shared_wave, stream);
+  switch (layout) {
+    case MmaLayout::k4x4: return launch_layout<4, 4>(gp, ne0, ne1, row_bytes, x, y, nt_max, shared_wave, stream);
+    case MmaLayout::k8x2: return launch_layout<8, 2>(gp, ne0, ne1, row_bytes, x, y, nt_max, shared_wave, stream);
+    default: return launch_layout<4, 2>(gp, ne0, ne1, row_bytes, x, y, nt_max, shared_wave, stream);
+  }
 }
 
 }  // namespace xpack::kernels::dev

@@ -873,17 +873,20 @@ std::atomic<bool> g_shared_wave{true};
 std::atomic<int> g_row_threads{0};
 std::atomic<bool> g_pipeline{true};
 std::atomic<bool> g_mma_decode{false};
+std::atomic<int> g_mma_layout{int(MmaLayout::k4x2)};
 struct Geometry {
   int block;         // threads per block: 256, 512, or 0: chosen per launch (launch_smem_x)
   bool shared_wave;  // the problems of a launch share one wave of blocks (else one wave each)
   int row_threads;   // 32, 64, 128: tpr_log2_for's capped at this many threads per row group (0: row_tpr_log2's rule)
   bool pipeline;     // kPipelines types load a unit ahead (the same bits either way)
   bool mma_decode;   // MXFP4 on the int8 tensor cores (mxfp4_mmv.cu; other bits, the same bound; off: slower at 1 token)
+  MmaLayout mma_layout;  // that kernel's warps a tile x tiles a block (orders its sums)
 };
 inline Geometry geometry() {
   return Geometry{g_block.load(std::memory_order_relaxed), g_shared_wave.load(std::memory_order_relaxed),
                   g_row_threads.load(std::memory_order_relaxed), g_pipeline.load(std::memory_order_relaxed),
-                  g_mma_decode.load(std::memory_order_relaxed)};
+                  g_mma_decode.load(std::memory_order_relaxed),
+                  MmaLayout(g_mma_layout.load(std::memory_order_relaxed))};
 }
 // Threads per row group (log2) of the unsplit kernel. Fewer threads than the row
 // has units give each lane several units (MXFP4's loaded one ahead: kPipelines)
@@ -1008,7 +1011,7 @@ cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, siz
     // The unsplit shapes on the tensor cores: from the type, ne0 and ne1 like the
     // split, never from the token count (a grouped launch's problems keep their bits).
     if (sp.chunks <= 1 && geom.mma_decode) {
-      const cudaError_t e = launch_mxfp4_mmv(gp, ne0, ne1, rb, x, y, nt_max, geom.shared_wave, stream);
+      const cudaError_t e = launch_mxfp4_mmv(gp, ne0, ne1, rb, x, y, nt_max, geom.mma_layout, geom.shared_wave, stream);
       if (e != cudaErrorNotSupported) return e;
       (void)cudaGetLastError();  // the FMA kernel below
     }
@@ -1086,9 +1089,12 @@ bool weight_aligned(uint32_t type, const void* w) {
 
 }  // namespace
 
-void dev::set_matvec_geometry(int block_threads, bool shared_wave, int row_threads, bool pipeline, bool mma_decode) {
+void dev::set_matvec_geometry(int block_threads, bool shared_wave, int row_threads, bool pipeline, bool mma_decode,
+                              int mma_warps, int mma_tiles) {
   g_pipeline.store(pipeline, std::memory_order_relaxed);
   g_mma_decode.store(mma_decode, std::memory_order_relaxed);
+  const MmaLayout layout = mma_warps == 8 ? MmaLayout::k8x2 : mma_tiles == 4 ? MmaLayout::k4x4 : MmaLayout::k4x2;
+  g_mma_layout.store(int(layout), std::memory_order_relaxed);
   g_block.store(block_threads == 512 || block_threads == kThreads ? block_threads : 0, std::memory_order_relaxed);
   g_shared_wave.store(shared_wave, std::memory_order_relaxed);
   g_row_threads.store(row_threads == 32 || row_threads == 64 || row_threads == 128 ? row_threads : 0,

@@ -199,6 +199,12 @@ Ref head(const Ref& ref, size_t m) {
              std::vector<double>(ref.mag.begin(), ref.mag.begin() + std::ptrdiff_t(m))};
 }
 
+// The tensor-core kernel's layouts (warps a tile, tiles a block of threads).
+constexpr int kMmaLayouts[][2] = {{4, 2}, {4, 4}, {8, 2}};
+void set_mma_layout(size_t l) {
+  xk::dev::set_matvec_geometry(0, true, 0, true, true, kMmaLayouts[l][0], kMmaLayouts[l][1]);
+}
+
 }  // namespace
 
 TEST_CASE("dequantize_rows equals the CPU decoders bit for bit") {
@@ -231,7 +237,7 @@ TEST_CASE("matvec: every type, 1..8 tokens, four row lengths, odd row counts") {
       CAPTURE(xk::type_name(type));
       CAPTURE(ne0);
       MatvecCase c(type, ne0, ne1, 8, rng);
-      std::vector<float> one;
+      std::vector<float> ones[std::size(kMmaLayouts)];
       for (int n = 1; n <= 8; ++n) {
         CAPTURE(n);
         const auto got = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
@@ -239,13 +245,17 @@ TEST_CASE("matvec: every type, 1..8 tokens, four row lengths, odd row counts") {
         if (type != xk::kMXFP4) continue;
         // MXFP4 on the tensor cores stages x in segments that depend on the token
         // count (6656 inputs: 1 segment up to 2 tokens, 2 at 4, 4 at 8); the first
-        // token's bits must not.
-        xk::dev::set_matvec_geometry(0, true, 0, true, true);
-        const auto mma = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
-        xk::dev::set_matvec_geometry(0, true);
-        CHECK(count_bad(mma, head(c.ref, size_t(n * ne1)), kTolFp32, "mxfp4 on the tensor cores") == 0);
-        if (n == 1) one = mma;
-        CHECK(std::memcmp(mma.data(), one.data(), size_t(ne1) * 4) == 0);
+        // token's bits must not, in any of its layouts.
+        for (size_t l = 0; l < std::size(kMmaLayouts); ++l) {
+          CAPTURE(kMmaLayouts[l][0]);
+          CAPTURE(kMmaLayouts[l][1]);
+          set_mma_layout(l);
+          const auto mma = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
+          xk::dev::set_matvec_geometry(0, true);
+          CHECK(count_bad(mma, head(c.ref, size_t(n * ne1)), kTolFp32, "mxfp4 on the tensor cores") == 0);
+          if (n == 1) ones[l] = mma;
+          CHECK(std::memcmp(mma.data(), ones[l].data(), size_t(ne1) * 4) == 0);
+        }
       }
     }
   }
@@ -279,7 +289,8 @@ void each_quantized_matvec(int64_t ne0, int64_t ne1, uint32_t seed, F&& fn) {
 // gives the default's bits. MXFP4 with the tensor-core switch on must give its own
 // bits in every layout too: rows of 1792 inputs are not whole groups of 16 blocks,
 // so the switch leaves them on the FMA kernel (the tensor-core kernel's rows are
-// checked by the test above at 2560 and 6656 inputs, and by the E8M0 test).
+// checked by the test above at 2560 and 6656 inputs, by the next one at 2048 and
+// by the E8M0 test).
 TEST_CASE("matvec: tall matrices of every quantized type, rows at any 16-byte offset") {
   const int64_t ne0 = 1792, ne1 = 20001;
   each_quantized_matvec(ne0, ne1, 12, [&](Stream& st, uint32_t type, MatvecCase& c, int n, const std::vector<float>& got) {
@@ -304,6 +315,31 @@ TEST_CASE("matvec: tall matrices of every quantized type, rows at any 16-byte of
           }
     }
   });
+}
+
+// MXFP4 rows of whole groups of 16 blocks, so the tensor-core switch takes them:
+// 2048 inputs are 4 groups (half of 8 warps of a tile have none), 20001 rows make
+// 1251 tiles, many per block of threads, the last one partial. Each layout is
+// within the bound, and its first token's bits are the same at one and at three tokens.
+TEST_CASE("matvec: tall MXFP4 matrices on the tensor cores, every layout") {
+  std::mt19937 rng(13);
+  Stream st;
+  const int64_t ne0 = 2048, ne1 = 20001;
+  MatvecCase c(xk::kMXFP4, ne0, ne1, 3, rng);
+  for (size_t l = 0; l < std::size(kMmaLayouts); ++l) {
+    CAPTURE(kMmaLayouts[l][0]);
+    CAPTURE(kMmaLayouts[l][1]);
+    std::vector<float> one;
+    for (int n : {1, 3}) {
+      CAPTURE(n);
+      set_mma_layout(l);
+      const auto got = matvec_y(st, xk::kMXFP4, c.dw, ne0, ne1, c.dx, n, c.dy);
+      xk::dev::set_matvec_geometry(0, true);
+      CHECK(count_bad(got, head(c.ref, got.size()), kTolFp32, "mxfp4 on the tensor cores") == 0);
+      if (n == 1) one = got;
+      CHECK(std::memcmp(got.data(), one.data(), one.size() * 4) == 0);
+    }
+  }
 }
 
 // 8192 inputs: 256 units of the 32-element types, 64 of the K-quants' half blocks,
@@ -373,11 +409,12 @@ TEST_CASE("matvec and matmul: MXFP4 at every E8M0 exponent 0..254 with every nib
   const Ref ref = reference(xk::kMXFP4, w, ne0, ne1, x.data(), 2);
   xk::Context* ctx = nullptr;
   REQUIRE(xk::context_create(&ctx, 0) == xk::kOk);
-  for (const int path : {0, 1, 2}) {  // decode on the tensor cores, decode by FMA, matmul
-    const bool via_matmul = path == 2;
+  for (const int path : {0, 1, 2, 3, 4}) {  // decode on the tensor cores (3 layouts), decode by FMA, matmul
+    const bool via_matmul = path == 4;
     CAPTURE(path);
     dy.poison();
-    xk::dev::set_matvec_geometry(0, true, 0, true, path == 0);
+    if (path < 3) set_mma_layout(size_t(path));
+    else xk::dev::set_matvec_geometry(0, true);
     if (via_matmul) {
       xk::MatmulOptions o{};
       o.size = sizeof o;
@@ -617,19 +654,26 @@ TEST_CASE("grouped launches equal separate launches bit for bit") {
     const auto x = random_x(size_t(rows * ne0), rng);
     DevBuf dx(x.size() * 4), dy(size_t(rows * ne1) * 4), dsep(size_t(rows * ne1) * 4);
     dx.put(x.data(), x.size() * 4);
-    // One grouped_matvec launch over the decode-sized problems.
-    dy.poison();
-    REQUIRE(xk::grouped_matvec(type, ne0, ne1, probs.data(), np - 1, dx.as<float>(), dy.as<float>(), rows, st.s) == xk::kOk);
-    dsep.poison();
-    for (int i = 0; i < np - 1; ++i)
-      REQUIRE(xk::matvec(type, probs[size_t(i)].w, ne0, ne1, dx.as<float>() + probs[size_t(i)].row * ne0,
-                         probs[size_t(i)].n_tokens, dsep.as<float>() + probs[size_t(i)].row * ne1, st.s) == xk::kOk);
-    st.sync();
+    // One grouped_matvec launch over the decode-sized problems (MXFP4 also on the
+    // tensor cores, in each of their layouts: 2560 inputs are 5 whole groups).
     const size_t dec = size_t(probs[np - 1].row * ne1);
     std::vector<float> a(size_t(rows * ne1)), b(a.size());
-    dy.get(a.data(), dec * 4);
-    dsep.get(b.data(), dec * 4);
-    CHECK(std::memcmp(a.data(), b.data(), dec * 4) == 0);
+    for (int layout = -1; layout < (type == xk::kMXFP4 ? int(std::size(kMmaLayouts)) : 0); ++layout) {
+      CAPTURE(layout);
+      if (layout >= 0) set_mma_layout(size_t(layout));
+      dy.poison();
+      REQUIRE(xk::grouped_matvec(type, ne0, ne1, probs.data(), np - 1, dx.as<float>(), dy.as<float>(), rows, st.s) ==
+              xk::kOk);
+      dsep.poison();
+      for (int i = 0; i < np - 1; ++i)
+        REQUIRE(xk::matvec(type, probs[size_t(i)].w, ne0, ne1, dx.as<float>() + probs[size_t(i)].row * ne0,
+                           probs[size_t(i)].n_tokens, dsep.as<float>() + probs[size_t(i)].row * ne1, st.s) == xk::kOk);
+      st.sync();
+      xk::dev::set_matvec_geometry(0, true);
+      dy.get(a.data(), dec * 4);
+      dsep.get(b.data(), dec * 4);
+      CHECK(std::memcmp(a.data(), b.data(), dec * 4) == 0);
+    }
     // grouped_matmul over all of them (the 77-token one through the GEMM path;
     // for the types with a tensor-core path the ones of more than 3 tokens)
     // equals matmul() of each.
