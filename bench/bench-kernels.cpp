@@ -3,7 +3,7 @@
 // shapes, against a device-to-device cudaMemcpy measured in the same run.
 //
 //   bench-kernels [--quick] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem]
-//                 [--row-threads N] [--no-pipeline] [--mma-decode [--mma-warps N] [--mma-tiles N]]
+//                 [--row-threads N] [--no-pipeline] [--[no-]mma-decode] [--mma-warps N] [--mma-tiles N]
 //                 [--type T,...] [--shape S]   (one RESULT line per measurement)
 //   --few-rows: the copy and the few-row matrices only (a short device call)
 //   --decode: the copy, matvec and the grouped decode launches only (no prefill)
@@ -151,13 +151,13 @@ void report(const char* kind, uint32_t type, int64_t ne0, int64_t ne1, int n, co
 
 int main(int argc, char** argv) {
   bool quick = false, few_only = false, decode_only = false, wave_per_problem = false, no_pipeline = false,
-       mma_decode = false;
+       mma_decode = false, no_mma_decode = false;
   uint64_t block_threads = 0, row_threads = 0, mma_warps = 0, mma_tiles = 0;
   std::string only_type, only_shape;
   xpack::cli::App app("bench-kernels",
                       "bench-kernels [--quick] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem] "
-                      "[--row-threads N] [--no-pipeline] [--mma-decode [--mma-warps N] [--mma-tiles N]] [--type T,...] "
-                      "[--shape S]",
+                      "[--row-threads N] [--no-pipeline] [--[no-]mma-decode] [--mma-warps N] [--mma-tiles N] "
+                      "[--type T,...] [--shape S]",
                       "Microseconds per product and weight GB/s of the CUDA kernels (cuda/quant_matmul.h) for "
                       "every weight type, against a device-to-device copy measured in the same run; one RESULT "
                       "line per measurement.",
@@ -178,11 +178,13 @@ int main(int argc, char** argv) {
            "MXFP4's decode kernel loads each unit just before its products (the layout before 2026-12-03; "
            "default: a unit ahead, while the one before is computed)");
   app.flag("--mma-decode", &mma_decode,
-           "MXFP4 decode on the int8 tensor cores (cuda/mxfp4_mmv.cu; default: the FMA kernel)");
-  app.count("--mma-warps", "N", &mma_warps, "with --mma-decode: warps sharing a tile of 16 rows, 4 or 8 (default 4)",
+           "MXFP4 decode on the int8 tensor cores (cuda/mxfp4_mmv.cu) for every shape of whole 512-input groups "
+           "(default: where a rule of the shape takes it, doc/kernels.md)");
+  app.flag("--no-mma-decode", &no_mma_decode, "MXFP4 decode on the FMA kernel for every shape");
+  app.count("--mma-warps", "N", &mma_warps, "the tensor-core kernel's warps sharing a tile of 16 rows, 4 or 8 (default 4)",
             4, 8);
   app.count("--mma-tiles", "N", &mma_tiles,
-            "with --mma-decode: tiles of 16 rows a block of threads, 2 or 4 (default 2; 8 warps take 2)", 2, 4);
+            "the tensor-core kernel's tiles of 16 rows a block of threads, 2 or 4 (default 4; 8 warps take 2)", 2, 4);
   app.text("--type", "T,...", &only_type, "only the shapes of these weight types (ggml's names: mxfp4,q2_K,...)");
   app.text("--shape", "S", &only_shape, "only the shapes of this name (as printed in shape=)");
   if (auto rc = app.parse(argc, argv)) return *rc;
@@ -193,8 +195,13 @@ int main(int argc, char** argv) {
   if ((mma_warps != 0 && mma_warps != 4 && mma_warps != 8) || (mma_tiles != 0 && mma_tiles != 2 && mma_tiles != 4))
     return app.usage_error("--mma-warps: 4 or 8; --mma-tiles: 2 or 4");
   if (mma_warps == 8 && mma_tiles == 4) return app.usage_error("--mma-warps 8 takes --mma-tiles 2 (512 threads a block)");
-  if ((mma_warps != 0 || mma_tiles != 0) && !mma_decode) return app.usage_error("--mma-warps/--mma-tiles need --mma-decode");
-  xk::dev::set_matvec_geometry(int(block_threads), !wave_per_problem, int(row_threads), !no_pipeline, mma_decode,
+  if (mma_decode && no_mma_decode) return app.usage_error("--mma-decode or --no-mma-decode, not both");
+  if ((mma_warps != 0 || mma_tiles != 0) && no_mma_decode)
+    return app.usage_error("--mma-warps/--mma-tiles lay out the tensor-core kernel, which --no-mma-decode turns off");
+  xk::dev::set_matvec_geometry(int(block_threads), !wave_per_problem, int(row_threads), !no_pipeline,
+                               mma_decode      ? xk::dev::kMmaDecodeAlways
+                               : no_mma_decode ? xk::dev::kMmaDecodeNever
+                                               : xk::dev::kMmaDecodeAuto,
                                int(mma_warps), int(mma_tiles));
   const uint32_t all[] = {xk::kF32, xk::kF16, xk::kBF16, xk::kQ8_0, xk::kQ4_K,
                           xk::kQ5_K, xk::kQ6_K, xk::kQ2_K, xk::kQ3_K, xk::kMXFP4};
@@ -215,6 +222,11 @@ int main(int argc, char** argv) {
   shapes.push_back({xk::kMXFP4, 7168, 33792, "large-kimi-dense-7168x33792"});
   shapes.push_back({xk::kMXFP4, 33792, 7168, "large-kimi-dense-down-33792x7168"});
   shapes.push_back({xk::kMXFP4, 7168, 163840, "large-kimi-head-7168x163840"});
+  shapes.push_back({xk::kMXFP4, 3584, 7168, "large-kimi-routed-up-3584x7168"});
+  shapes.push_back({xk::kMXFP4, 6144, 7168, "large-kimi-shexp-down-6144x7168"});
+  // DeepSeek-V4's output head (MXFP4 in the preset), and short rows with many tiles.
+  shapes.push_back({xk::kMXFP4, 4096, 129280, "large-ds4-head-4096x129280"});
+  shapes.push_back({xk::kMXFP4, 2048, 32768, "large-2048x32768"});
   // Matrices of few rows at one token (DeepSeek-V4's hyper-connection weights,
   // F32, and every other type at the same shape): matmul() through the context
   // splits each row over more warps; the unsplit kernel (matvec(), which has no

@@ -157,17 +157,19 @@ int shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduct* pr
 // a rule measured per type and row length), which changes the order of each row's
 // sum (within the same bound); and whether MXFP4's rows load each unit while the
 // one before is computed (the default) or each unit just before its products
-// (the layout before 2026-12-03; the same bits); and whether MXFP4 decode runs on
-// the FMA kernel (the default) or on the int8 tensor cores (mxfp4_mmv.cu: other
-// bits within the same bound; measured 0.55x at one token and 1.5-2.4x at eight
-// on large rows, doc/kernels.md); and that kernel's layout: mma_warps warps share a
-// tile of 16 rows (4 or 8) and mma_tiles tiles a block of threads (2 or 4; 8 warps
-// take 2), which orders its sums (within the same bound); any other values, the
-// default: 4 warps, 2 tiles. A switch for bench-kernels' side-by-side runs and the
-// tests.
+// (the layout before 2026-12-03; the same bits); and where MXFP4 decode runs on the
+// int8 tensor cores instead of the FMA kernel (mxfp4_mmv.cu: other bits within the
+// same bound): kMmaDecodeAuto (the default, and any other value: the matrices it
+// was measured faster on, a rule of the shape alone, doc/kernels.md),
+// kMmaDecodeAlways (every matrix of whole 512-input groups) or kMmaDecodeNever;
+// and that kernel's layout: mma_warps warps share a tile of 16 rows (4 or 8) and
+// mma_tiles tiles a block of threads (2 or 4; 8 warps take 2), which orders its
+// sums (within the same bound); any other values, the default: 4 warps, 4 tiles.
+// A switch for bench-kernels' side-by-side runs and the tests.
 // Thread safety: safe from any thread; launches already enqueued keep theirs.
+enum : int { kMmaDecodeAuto = 0, kMmaDecodeAlways = 1, kMmaDecodeNever = 2 };
 void set_matvec_geometry(int block_threads, bool shared_wave, int row_threads = 0, bool pipeline = true,
-                         bool mma_decode = false, int mma_warps = 0, int mma_tiles = 0);
+                         int mma_decode = kMmaDecodeAuto, int mma_warps = 0, int mma_tiles = 0);
 
 }  // namespace dev
 

@@ -872,14 +872,14 @@ std::atomic<int> g_block{0};
 std::atomic<bool> g_shared_wave{true};
 std::atomic<int> g_row_threads{0};
 std::atomic<bool> g_pipeline{true};
-std::atomic<bool> g_mma_decode{false};
-std::atomic<int> g_mma_layout{int(MmaLayout::k4x2)};
+std::atomic<int> g_mma_decode{kMmaDecodeAuto};
+std::atomic<int> g_mma_layout{int(MmaLayout::k4x4)};
 struct Geometry {
   int block;         // threads per block: 256, 512, or 0: chosen per launch (launch_smem_x)
   bool shared_wave;  // the problems of a launch share one wave of blocks (else one wave each)
   int row_threads;   // 32, 64, 128: tpr_log2_for's capped at this many threads per row group (0: row_tpr_log2's rule)
   bool pipeline;     // kPipelines types load a unit ahead (the same bits either way)
-  bool mma_decode;   // MXFP4 on the int8 tensor cores (mxfp4_mmv.cu; other bits, the same bound; off: slower at 1 token)
+  int mma_decode;    // MXFP4 on the int8 tensor cores (mxfp4_mmv.cu): kMmaDecodeAuto/Always/Never
   MmaLayout mma_layout;  // that kernel's warps a tile x tiles a block (orders its sums)
 };
 inline Geometry geometry() {
@@ -1001,6 +1001,32 @@ inline bool split_fits(const MatvecScratch* sc, int ne1, const Split& sp) {
   return sc->partial_bytes / sizeof(float) >= floats && sc->n_counters >= counters;
 }
 
+// Inputs from which the rule below takes MXFP4 rows to the tensor cores (measured
+// on the H200 at one token, doc/kernels.md; shorter rows were slower or not measured).
+constexpr int kMmaMinInputs = 7168;
+
+// Whether an unsplit MXFP4 decode of a matrix of ne1 rows of ne0 inputs runs on the
+// tensor cores: a function of the matrix and the device alone, never of the token
+// count or the launch's other problems (grouped and products-of-one-input launches
+// equal separate ones bit for bit). By default where it was measured faster at one
+// token (doc/kernels.md, "MXFP4 on the int8 tensor cores"): rows of whole groups of
+// 16 blocks, at least kMmaMinInputs long, and enough tiles of 16 rows that the
+// rounds of the device's concurrent tiles are at least 80 % full. The kernel keeps
+// a tile's 16 rows together, so a matrix of 12288 rows (768 tiles) on 132 SMs x 4
+// tiles takes two rounds, 73 % full: 0.92x the FMA kernel, where 7168 rows (85 %)
+// gave 1.12x and 163840 rows (97 %) 1.27x.
+bool mma_takes(const Geometry& g, int64_t ne0, int64_t ne1) {
+  if (g.mma_decode == kMmaDecodeNever || ne0 % 512 != 0) return false;
+  if (g.mma_decode == kMmaDecodeAlways) return true;
+  if (ne0 < kMmaMinInputs) return false;
+  const int warps = g.mma_layout == MmaLayout::k8x2 ? 8 : 4;
+  const long long slots = (long long)sm_count() * (16 / warps);  // one block of 16 warps an SM
+  const long long tiles = (ne1 + 15) / 16;
+  if (slots <= 0) return false;
+  const long long rounds = (tiles + slots - 1) / slots;
+  return 5 * tiles >= 4 * rounds * slots;
+}
+
 template <class Ty>
 cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x,
                         float* y, const MatvecScratch* sc, cudaStream_t stream) {
@@ -1008,9 +1034,9 @@ cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, siz
   if (sp.chunks > 1 && !split_fits(sc, ne1, sp)) sp = Split{};  // the unsplit kernel
   const Geometry geom = geometry();  // one layout for the whole launch
   if constexpr (std::is_same_v<Ty, TMXFP4>) {
-    // The unsplit shapes on the tensor cores: from the type, ne0 and ne1 like the
-    // split, never from the token count (a grouped launch's problems keep their bits).
-    if (sp.chunks <= 1 && geom.mma_decode) {
+    // Products of one input were sorted so that their rule agrees (shared_input_matvec):
+    // the first one's rows decide for all.
+    if (sp.chunks <= 1 && mma_takes(geom, ne0, gp.shared ? gp.ne1[0] : ne1)) {
       const cudaError_t e = launch_mxfp4_mmv(gp, ne0, ne1, rb, x, y, nt_max, geom.mma_layout, geom.shared_wave, stream);
       if (e != cudaErrorNotSupported) return e;
       (void)cudaGetLastError();  // the FMA kernel below
@@ -1089,11 +1115,12 @@ bool weight_aligned(uint32_t type, const void* w) {
 
 }  // namespace
 
-void dev::set_matvec_geometry(int block_threads, bool shared_wave, int row_threads, bool pipeline, bool mma_decode,
+void dev::set_matvec_geometry(int block_threads, bool shared_wave, int row_threads, bool pipeline, int mma_decode,
                               int mma_warps, int mma_tiles) {
   g_pipeline.store(pipeline, std::memory_order_relaxed);
-  g_mma_decode.store(mma_decode, std::memory_order_relaxed);
-  const MmaLayout layout = mma_warps == 8 ? MmaLayout::k8x2 : mma_tiles == 4 ? MmaLayout::k4x4 : MmaLayout::k4x2;
+  g_mma_decode.store(mma_decode == kMmaDecodeAlways || mma_decode == kMmaDecodeNever ? mma_decode : kMmaDecodeAuto,
+                     std::memory_order_relaxed);
+  const MmaLayout layout = mma_warps == 8 ? MmaLayout::k8x2 : mma_tiles == 2 ? MmaLayout::k4x2 : MmaLayout::k4x4;
   g_mma_layout.store(int(layout), std::memory_order_relaxed);
   g_block.store(block_threads == 512 || block_threads == kThreads ? block_threads : 0, std::memory_order_relaxed);
   g_shared_wave.store(shared_wave, std::memory_order_relaxed);
@@ -1186,6 +1213,18 @@ int dev::shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduc
   }
   const uintptr_t xa = is_float_type(type) && ne0 % 8 != 0 ? 4 : 16;
   if (!aligned(x, xa)) return kErrAlignment;
+  if (type == kMXFP4 && n > 1) {
+    // Each product on the kernel it would get alone: those the tensor cores take in
+    // one launch, the rest in another.
+    const dev::Geometry g = dev::geometry();
+    SharedInputProduct on[kMaxSharedInputProducts], off[kMaxSharedInputProducts];
+    int n_on = 0, n_off = 0;
+    for (int i = 0; i < n; ++i) (dev::mma_takes(g, ne0, products[i].ne1) ? on[n_on++] : off[n_off++]) = products[i];
+    if (n_on > 0 && n_off > 0) {
+      if (const int st = shared_input_matvec(type, ne0, on, n_on, x, n_tokens, stream); st != kOk) return st;
+      return shared_input_matvec(type, ne0, off, n_off, x, n_tokens, stream);
+    }
+  }
   dev::GroupParams gp{};
   gp.n = n;
   gp.shared = 1;

@@ -202,7 +202,7 @@ Ref head(const Ref& ref, size_t m) {
 // The tensor-core kernel's layouts (warps a tile, tiles a block of threads).
 constexpr int kMmaLayouts[][2] = {{4, 2}, {4, 4}, {8, 2}};
 void set_mma_layout(size_t l) {
-  xk::dev::set_matvec_geometry(0, true, 0, true, true, kMmaLayouts[l][0], kMmaLayouts[l][1]);
+  xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeAlways, kMmaLayouts[l][0], kMmaLayouts[l][1]);
 }
 
 }  // namespace
@@ -299,7 +299,7 @@ TEST_CASE("matvec: tall matrices of every quantized type, rows at any 16-byte of
       CAPTURE(mma);
       std::vector<float> want = got;
       if (mma) {
-        xk::dev::set_matvec_geometry(0, true, 0, true, true);
+        xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeAlways);
         want = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
         CHECK(count_bad(want, head(c.ref, want.size()), kTolFp32, "mxfp4, tensor-core switch on") == 0);
       }
@@ -309,7 +309,8 @@ TEST_CASE("matvec: tall matrices of every quantized type, rows at any 16-byte of
             CAPTURE(threads);
             CAPTURE(shared_wave);
             CAPTURE(pipeline);
-            xk::dev::set_matvec_geometry(threads, shared_wave, 0, pipeline, mma);
+            xk::dev::set_matvec_geometry(threads, shared_wave, 0, pipeline,
+                                         mma ? xk::dev::kMmaDecodeAlways : xk::dev::kMmaDecodeAuto);
             const auto again = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
             CHECK(std::memcmp(again.data(), want.data(), want.size() * 4) == 0);
           }
@@ -414,7 +415,7 @@ TEST_CASE("matvec and matmul: MXFP4 at every E8M0 exponent 0..254 with every nib
     CAPTURE(path);
     dy.poison();
     if (path < 3) set_mma_layout(size_t(path));
-    else xk::dev::set_matvec_geometry(0, true);
+    else xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeNever);
     if (via_matmul) {
       xk::MatmulOptions o{};
       o.size = sizeof o;
@@ -705,6 +706,75 @@ std::vector<float> fetch(const DevBuf& d, size_t n) {
   std::vector<float> v(n);
   d.get(v.data(), n * 4);
   return v;
+}
+
+// MXFP4 decode by default (kMmaDecodeAuto): each matrix goes to the tensor cores or
+// the FMA kernel by its shape alone. At 7168 inputs, 8192 rows fill 97 % of the
+// rounds of an H200's 528 concurrent tiles (the rule takes them), 1000 and 24 rows
+// far less: each product's result is bit for bit what one of the two kernels gives
+// forced, within the bound, and products of one input split between the kernels
+// equal their launches alone.
+TEST_CASE("MXFP4 decode: the default kernel is chosen by the matrix alone; products of one input keep their bits") {
+  std::mt19937 rng(14);
+  Stream st;
+  const int64_t ne0 = 7168, rows[] = {8192, 1000, 24};
+  const int np = 3;
+  std::vector<std::vector<uint8_t>> hw;
+  std::vector<std::unique_ptr<DevBuf>> ws;
+  for (int i = 0; i < np; ++i) {
+    hw.push_back(random_weights(xk::kMXFP4, ne0, rows[i], rng));
+    ws.push_back(std::make_unique<DevBuf>(hw.back().size()));
+    ws.back()->put(hw.back().data(), hw.back().size());
+  }
+  const auto x = random_x(size_t(3) * size_t(ne0), rng);
+  DevBuf dx(x.size() * 4);
+  dx.put(x.data(), x.size() * 4);
+  int on_tensor_cores = 0;
+  for (const int n : {1, 3}) {
+    CAPTURE(n);
+    std::vector<std::vector<float>> alone(np);
+    for (int i = 0; i < np; ++i) {
+      CAPTURE(rows[i]);
+      DevBuf dy(size_t(n * rows[i]) * 4);
+      const size_t m = size_t(n * rows[i]);
+      std::vector<float> forced[2];
+      for (const int mode : {xk::dev::kMmaDecodeAlways, xk::dev::kMmaDecodeNever, xk::dev::kMmaDecodeAuto}) {
+        xk::dev::set_matvec_geometry(0, true, 0, true, mode);
+        dy.poison();
+        REQUIRE(xk::matvec(xk::kMXFP4, ws[size_t(i)]->p, ne0, rows[i], dx.as<float>(), n, dy.as<float>(), st.s) ==
+                xk::kOk);
+        st.sync();
+        auto y = fetch(dy, m);
+        if (mode != xk::dev::kMmaDecodeAuto) {
+          forced[mode == xk::dev::kMmaDecodeAlways ? 0 : 1] = y;
+          continue;
+        }
+        const bool mma = std::memcmp(y.data(), forced[0].data(), m * 4) == 0;
+        CHECK((mma || std::memcmp(y.data(), forced[1].data(), m * 4) == 0));
+        on_tensor_cores += mma && n == 1;
+        const Ref ref = reference(xk::kMXFP4, hw[size_t(i)], ne0, rows[i], x.data(), n);
+        CHECK(count_bad(y, ref, kTolFp32, "mxfp4, the default kernel") == 0);
+        alone[size_t(i)] = std::move(y);
+      }
+    }
+    // The three products as one list of products of one input (the default kernels).
+    std::vector<std::unique_ptr<DevBuf>> ys;
+    std::vector<xk::SharedInputProduct> ps;
+    for (int i = 0; i < np; ++i) {
+      ys.push_back(std::make_unique<DevBuf>(size_t(n * rows[i]) * 4));
+      ys.back()->poison();
+      ps.push_back({ws[size_t(i)]->p, rows[i], ys.back()->as<float>()});
+    }
+    REQUIRE(xk::dev::shared_input_matvec(xk::kMXFP4, ne0, ps.data(), np, dx.as<float>(), n, st.s) == xk::kOk);
+    st.sync();
+    for (int i = 0; i < np; ++i) {
+      CAPTURE(rows[i]);
+      const size_t m = size_t(n * rows[i]);
+      CHECK(std::memcmp(fetch(*ys[size_t(i)], m).data(), alone[size_t(i)].data(), m * 4) == 0);
+    }
+  }
+  MESSAGE("products the default put on the tensor cores at one token: " << on_tensor_cores << " of " << np);
+  xk::dev::set_matvec_geometry(0, true);
 }
 
 // Matrices of 24, 4 and 1 rows of 16384 inputs (32768 for Q2_K, Q3_K and Q6_K,
