@@ -1001,9 +1001,9 @@ inline bool split_fits(const MatvecScratch* sc, int ne1, const Split& sp) {
   return sc->partial_bytes / sizeof(float) >= floats && sc->n_counters >= counters;
 }
 
-// Inputs from which the rule below takes MXFP4 rows to the tensor cores (measured
-// on the H200 at one token, doc/kernels.md; shorter rows were slower or not measured).
-constexpr int kMmaMinInputs = 7168;
+// Inputs from which the rule below takes MXFP4 rows to the tensor cores (H200, one
+// token, doc/kernels.md: 1.04-1.29x from 3584 inputs on, 1.00x at 2048).
+constexpr int kMmaMinInputs = 3584;
 
 // Whether an unsplit MXFP4 decode of a matrix of ne1 rows of ne0 inputs runs on the
 // tensor cores: a function of the matrix and the device alone, never of the token
