@@ -1,9 +1,8 @@
 // MXFP4 decode (1..8 tokens) on the int8 tensor cores, within the fp32 bound.
-// Not the default (set_matvec_geometry's mma_decode; bench-kernels --mma-decode):
-// on the H200 (2026-12-03, doc/kernels.md) it is 2.1x the FMA kernel at eight
-// tokens on rows of 14336 and 16384 inputs and 1.2x on 48 DeepSeek-V4 expert
-// gate/up matrices at one token, but 0.6-0.9x on single matrices at one token,
-// which is what decode runs.
+// The default for the matrices a rule of the shape gives it (mma_takes in
+// quant_matvec.cu): on the H200 (2026-12-03, doc/kernels.md) it is 1.22-1.29x the
+// FMA kernel at one token on large matrices and 2.8-3.9x at eight, but slower
+// where its tiles of 16 rows leave SMs idle.
 //
 // Why: the FMA kernel (quant_matvec.cu) spends about six instructions a weight
 // (SASS, 2026-12-03: decoding a nibble into an exact float takes four, then its
@@ -21,15 +20,16 @@
 // then add integers, exactly; each block's int32 sum is scaled once by the
 // block's E8M0 scale times the chunk's power of two, into one fp32 sum per term.
 //
-// Shape of the work: a block of threads holds 2 tiles of 16 rows, 4 warps each;
-// warp w of a tile takes the row's groups of 16 blocks (32 inputs each) q with
-// q % 4 == w, in ascending order, copying the next group into shared memory while
-// it computes one (copy_group); the 4 warps' sums are added in warp order. The
+// Shape of the work: a block of threads holds kTiles tiles of 16 rows, kWarps warps
+// each (Layout: 4 x 4 by default, 4 x 2 and 8 x 2 for side-by-side runs); warp w of
+// a tile takes the row's groups of 16 blocks (32 inputs each) q with q % kWarps == w,
+// in ascending order, copying the next group into shared memory while it computes
+// one (copy_group); the warps' sums are added in warp order. The
 // weights' signs cannot enter int8 A through one permute, so each block runs two
 // products, positive codes and negative codes (a permute of the nibble as its own
 // selector gives 0 where the selector's sign bit is set), and subtracts them.
 //
-// The order of every sum depends on the row length only, never on the token
+// The order of every sum depends on the row length and the layout only, never on the token
 // count, the launch's other problems or the grid: grouped launches equal
 // separate ones bit for bit. x is staged in shared memory for a whole row where
 // it fits (kStageBytes) and in segments of whole groups otherwise; segments only
@@ -40,10 +40,10 @@
 // fp32 weights, so inf and NaN come out as the CPU's. A non-finite x makes its
 // token's outputs NaN.
 //
-// What limits it (ncu, 16384 x 32768 at one token): the staged x (66 KB) and the
-// 8 warps' copy buffers (76 KB) leave one block, 8 warps, per SM; 4.4 cycles per
-// issued instruction with 2 warps a scheduler, DRAM 23 % busy. More warps per
-// staged x (4 tiles a block) or smaller copy buffers are the next steps.
+// What limited the first layout (ncu, 16384 x 32768 at one token): the staged x
+// (66 KB) and 8 warps' copy buffers (76 KB) left one block, 8 warps, per SM: 4.4
+// cycles per issued instruction with 2 warps a scheduler, DRAM 23 % busy. The
+// 4 x 4 layout keeps 16 warps an SM (copy-buffer rows 68 words, not 76).
 #include <cuda_pipeline.h>
 #include <cuda_runtime_api.h>
 

@@ -36,6 +36,7 @@
 
 using namespace xrun;
 using xrun::kimi_k3::KimiOps;
+using xrun::kimi_k3::set_cuda_mla_product_keys;
 
 namespace {
 
@@ -431,11 +432,16 @@ TEST_CASE("kimi ops on CUDA: absorbed MLA attention, by the kernel and by the ba
   struct Shape {
     int64_t H, nope, rope, kv, hv, pos0, n;
   } shapes[] = {
-      // under 16 query tokens: the one-kernel path
+      // under 16 query tokens and 512 keys: the one-kernel path
       {4, 32, 16, 64, 32, 0, 7},     // the oracle models' MLA, a prefill from position 0
       {4, 32, 16, 64, 32, 7, 1},     // then one decode step
-      {2, 128, 64, 512, 128, 290, 3},  // Kimi-K3's widths, more keys than threads per block
+      {2, 128, 64, 512, 128, 290, 3},  // Kimi-K3's widths, many keys
       {3, 24, 0, 40, 16, 5, 2},      // nope-only (no rope-part key)
+      {4, 32, 16, 64, 32, 510, 1},   // 511 keys: the kernel's last decode step
+      // a decode step of 512 keys or more: the batched products
+      {4, 32, 16, 64, 32, 511, 1},
+      {2, 128, 64, 512, 128, 700, 3},
+      {3, 24, 0, 40, 16, 600, 1},
       // 16 or more: the batched prefill (cuBLAS products around the causal softmax)
       {4, 32, 16, 64, 32, 0, 40},       // from position 0
       {2, 128, 64, 512, 128, 290, 300},  // Kimi-K3's widths at an offset, two chunks (256 + 44 tokens)
@@ -461,16 +467,72 @@ TEST_CASE("kimi ops on CUDA: absorbed MLA attention, by the kernel and by the ba
     f.gpu_ops->mla_attention(q.gpu, latent.gpu, rope_key.gpu, k_b.gpu, v_b.gpu, s.H, s.pos0, scale, o.gpu);
     f.same(o, kTol, "mla_attention");
   }
-  // shapes that disagree, and more positions than the scores' shared memory holds
+  // shapes that disagree; more positions than the kernel's shared memory holds: a
+  // decode step takes the batched products there, and the kernel (forced) refuses
   const int64_t kv = 64, too_many = xpack::rt::kimi::mla_max_keys(kv) + 1;
-  const Both q = f.alloc(2 * 48, 1), k_b = f.alloc(32, 2 * kv), v_b = f.alloc(kv, 2 * 32), o = f.alloc(2 * 32, 1);
-  const Both latent = f.alloc(kv, too_many), rope_key = f.alloc(16, too_many);
+  const Both q = f.up(random_floats(size_t(2 * 48), seed++, 0.5f), 2 * 48);
+  const Both k_b = f.up(random_floats(size_t(2 * kv * 32), seed++, 0.3f), 32);
+  const Both v_b = f.up(random_floats(size_t(2 * 32 * kv), seed++, 0.3f), kv);
+  const Both latent = f.up(random_floats(size_t(too_many * kv), seed++, 1.0f), kv);
+  const Both rope_key = f.up(random_floats(size_t(too_many * 16), seed++, 1.0f), 16);
+  const Both o = f.alloc(2 * 32, 1);
   CHECK_THROWS_AS(f.gpu_ops->mla_attention(q.gpu, latent.gpu, rope_key.gpu, k_b.gpu, v_b.gpu, 3, 0, 1.0f, o.gpu),
                   ModelError);
+  f.cpu_ops->mla_attention(q.cpu, latent.cpu, rope_key.cpu, k_b.cpu, v_b.cpu, 2, too_many - 1, 0.1f, o.cpu);
+  f.gpu_ops->mla_attention(q.gpu, latent.gpu, rope_key.gpu, k_b.gpu, v_b.gpu, 2, too_many - 1, 0.1f, o.gpu);
+  f.same(o, kTol, "mla_attention, a decode step over more keys than the kernel holds");
+  set_cuda_mla_product_keys(int64_t(1) << 40);  // the kernel alone
   try {
     f.gpu_ops->mla_attention(q.gpu, latent.gpu, rope_key.gpu, k_b.gpu, v_b.gpu, 2, too_many - 1, 1.0f, o.gpu);
     FAIL("mla_attention accepted more keys than fit");
   } catch (const ModelError& e) {
     CHECK(std::string(e.what()).find("shared memory") != std::string::npos);
   }
+  set_cuda_mla_product_keys(-1);
+}
+
+// Kimi-K3's MLA (96 heads, latent 512, nope 128, rope 64, values 128) for one
+// decode step at 64..8192 keys, by the one-kernel path and by the batched
+// products (set_cuda_mla_product_keys forces each), side by side; both within the
+// bound of each other. The default's switch point (512 keys) comes from here.
+TEST_CASE("kimi ops on CUDA: time of a decode step's MLA by the kernel and by the products, 64 to 8192 keys") {
+  if (!xpack::test::gpu::available()) return;
+  Fixture f;
+  const int64_t H = 96, nope = 128, rope = 64, kv = 512, hv = 128, max_keys = 8192;
+  const Both q = f.up(random_floats(size_t(H * (nope + rope)), 1200, 0.5f), H * (nope + rope));
+  const Both latent = f.up(random_floats(size_t(max_keys * kv), 1201, 1.0f), kv);
+  const Both rope_key = f.up(random_floats(size_t(max_keys * rope), 1202, 1.0f), rope);
+  const Both k_b = f.up(random_floats(size_t(H * kv * nope), 1203, 0.3f), nope);
+  const Both v_b = f.up(random_floats(size_t(H * hv * kv), 1204, 0.3f), kv);
+  const float scale = 1.0f / std::sqrt(float(nope + rope));
+  const cudaStream_t stream = static_cast<cudaStream_t>(f.gpu.stream());
+  for (const int64_t keys : {int64_t(64), int64_t(256), int64_t(512), int64_t(1024), int64_t(4096), max_keys}) {
+    CAPTURE(keys);
+    std::vector<float> outs[2];
+    double us[2] = {0, 0};
+    for (const int path : {0, 1}) {  // 0: the kernel, 1: the products
+      set_cuda_mla_product_keys(path == 0 ? int64_t(1) << 40 : 0);
+      const Tensor o = f.gpu.alloc(XPACK_TYPE_F32, H * hv, 1);
+      std::vector<double> t;
+      for (int rep = 0; rep < 12; ++rep) {
+        REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < 10; ++i)
+          f.gpu_ops->mla_attention(q.gpu, latent.gpu, rope_key.gpu, k_b.gpu, v_b.gpu, H, keys - 1, scale, o);
+        REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+        if (rep > 1) t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 10);
+      }
+      std::sort(t.begin(), t.end());
+      us[path] = t[t.size() / 2];
+      outs[path].resize(size_t(H * hv));
+      f.gpu.download(o, outs[path].data());
+    }
+    double worst = 0;
+    for (size_t i = 0; i < outs[0].size(); ++i)
+      worst = std::max(worst, std::fabs(double(outs[0][i]) - outs[1][i]) / (1.0 + std::fabs(double(outs[0][i]))));
+    CHECK(worst <= kTol);
+    MESSAGE("MLA decode step, " << keys << " keys: kernel " << us[0] << " us, products " << us[1]
+                                << " us (wall per call, median)");
+  }
+  set_cuda_mla_product_keys(-1);
 }

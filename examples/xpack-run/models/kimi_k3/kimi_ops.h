@@ -84,4 +84,10 @@ class KimiOps {
 // The implementation for `be` (throws ModelError for a backend without one).
 std::unique_ptr<KimiOps> make_kimi_ops(Backend& be);
 
+// CUDA builds: the CUDA mla_attention of a decode step (under 16 queries) takes
+// the batched products from this many visible keys on, its one-kernel path below
+// (negative: the default, 512). A switch for the tests' side-by-side timing; each
+// path is within the same bound of the CPU. Thread safety: safe from any thread.
+void set_cuda_mla_product_keys(int64_t keys);
+
 }  // namespace xrun::kimi_k3

@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,12 @@ bool is_f32(const Tensor& t) { return t.type == XPACK_TYPE_F32; }
 // MLA takes its batched path (cuBLAS products, mla_batched) from this many query
 // tokens on: at decode sizes the one-kernel path is one launch against six.
 constexpr int64_t kMlaBatchTokens = 16;
+// ... and a decode step from this many visible keys on: the kernel's block per
+// (query, head) reads every cached latent once per head (96 heads: 363 us a step at
+// 4096 keys on the H200, 73 us at 512, 2026-12-03), the products read them twice
+// in all. The kimi ops timing test measures both paths side by side.
+constexpr int64_t kMlaProductKeys = 512;
+std::atomic<int64_t> g_mla_product_keys{kMlaProductKeys};
 // The batched path's scores per chunk of query tokens: 64 Mi floats (256 MiB).
 constexpr int64_t kScoreBudgetFloats = int64_t(64) << 20;
 // A chunk's tokens all score its last token's keys (the later ones zeroed by the
@@ -152,7 +159,7 @@ class CudaKimiOps final : public KimiOps {
               latent.rows() == rope_key.rows() && latent.rows() >= pos0 + n && o.rows() == n && is_f32(q) &&
               is_f32(latent) && is_f32(rope_key) && is_f32(k_b) && is_f32(v_b) && is_f32(o),
           "mla_attention shapes disagree");
-    if (n >= kMlaBatchTokens) {
+    if (n >= kMlaBatchTokens || pos0 + n >= g_mla_product_keys.load(std::memory_order_relaxed)) {
       mla_batched(q, latent, rope_key, k_b, v_b, H, pos0, scale, o);
       return;
     }
@@ -233,6 +240,10 @@ class CudaKimiOps final : public KimiOps {
 };
 
 }  // namespace
+
+void set_cuda_mla_product_keys(int64_t keys) {
+  g_mla_product_keys.store(keys < 0 ? kMlaProductKeys : keys, std::memory_order_relaxed);
+}
 
 // kimi_ops.cpp asks for this under XRUN_HAVE_CUDA: nullptr unless `be` is the CUDA backend.
 std::unique_ptr<KimiOps> make_cuda_kimi_ops(Backend& be) {
