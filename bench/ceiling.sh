@@ -7,7 +7,7 @@
 # usage: bench/ceiling.sh [--arch deepseek4|kimi-k3] [--layers N] [--dir DIR] [--out DIR]
 #                         [--contexts D1,D2,...] [--tokens N] [--reps R] [--no-llama]
 #                         [--llama-tarball PATH] [--ram-ratio R] [--synth-args "ARGS"]
-#                         [--device cuda|cpu] [--build DIR] [--deadline S]
+#                         [--device cuda|cpu] [--build DIR] [--deadline S] [--profile D1,...]
 #   --contexts: prompt lengths D (default 512,2048,4096): per D an xpack-run process
 #     prefills D token ids and decodes --tokens (default 64) more at context D..D+N;
 #     llama-bench measures pp D (-p D) and tg N at depth D (-n N -d D); both --reps times
@@ -16,6 +16,9 @@
 #   --deadline: no run starts, and none lasts, past S seconds after the script started
 #     (0: none), so the summary is still printed within a command's time limit
 #   --no-llama: ours only (also what happens, said so, when llama.cpp cannot be built)
+#   --profile D1,...: after the timed runs, one more of ours per D with --profile-ops
+#     (CUDA; 16 decoded tokens): OUT/profile-D.txt, its decode table's first rows printed
+#     (profiled runs are slower and not in the table)
 #   --device cpu: both on the CPU, llama.cpp built without CUDA in DIR/llama.cpp/b-cpu
 #     (a smoke test of this script off the GPU machine)
 #
@@ -40,14 +43,14 @@ cd "$root" || exit 1
 # shellcheck source=bench/e2e-setup.sh
 . "$root/bench/e2e-setup.sh"
 arch=deepseek4 layers="" dir=/root/e2e out="${OUT:-$root/build-gpu}/ceiling"
-contexts=512,2048,4096 tokens=64 reps=3 deadline=0 use_llama=yes
+contexts=512,2048,4096 tokens=64 reps=3 deadline=0 use_llama=yes profile=""
 tarball="$(ls "$root"/.deps/llama.cpp-*.tar.gz 2>/dev/null | head -1)"
 ram_ratio=$(python3 -c 'print(32/155)')  # bench/e2e.sh's: the seed's 32 GB PC, 155 GB model
 build="$root/build-gpu" synth_args="" device=cuda
 need() { [ $# -ge 2 ] || { echo "ceiling: $1 needs a value (--help)" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
   case "$1" in
-    --arch|--layers|--dir|--out|--contexts|--tokens|--reps|--deadline|--llama-tarball|--ram-ratio|--build|--synth-args|--device) need "$@" ;;&
+    --arch|--layers|--dir|--out|--contexts|--tokens|--reps|--deadline|--llama-tarball|--ram-ratio|--build|--synth-args|--device|--profile) need "$@" ;;&
     --arch) arch="$2"; shift 2 ;;
     --layers) layers="$2"; shift 2 ;;
     --dir) dir="$2"; shift 2 ;;
@@ -61,8 +64,9 @@ while [ $# -gt 0 ]; do
     --build) build="$2"; shift 2 ;;
     --synth-args) synth_args="$2"; shift 2 ;;
     --device) device="$2"; shift 2 ;;
+    --profile) profile="$2"; shift 2 ;;
     --no-llama) use_llama=no; shift ;;
-    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "ceiling: unknown argument $1 (--help)" >&2; exit 2 ;;
   esac
 done
@@ -76,6 +80,8 @@ for v in "$layers" "$tokens" "$reps" "$deadline"; do
   [[ "$v" =~ ^[0-9]+$ ]] || { echo "ceiling: --layers, --tokens, --reps and --deadline are whole numbers, got '$v'" >&2; exit 2; }
 done
 [[ "$contexts" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || { echo "ceiling: --contexts is a list such as 512,2048,4096, got '$contexts'" >&2; exit 2; }
+[ -z "$profile" ] || [[ "$profile" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || { echo "ceiling: --profile is a list such as 512,4096, got '$profile'" >&2; exit 2; }
+[ -z "$profile" ] || [ "$device" = cuda ] || { echo "ceiling: --profile needs --device cuda (--profile-ops times the GPU's stream)" >&2; exit 2; }
 [ "$tokens" -ge 1 ] && [ "$reps" -ge 1 ] || { echo "ceiling: --tokens and --reps are at least 1" >&2; exit 2; }
 mkdir -p "$out/logs" "$dir"
 rm -f "$out"/llama-*.json "$out"/llama-*.rc "$out/llama-skipped.txt" "$out/runs.jsonl" "$out/ceiling.json"  # a previous call's
@@ -182,6 +188,17 @@ else
 fi
 
 for rep in $(seq 2 "$reps"); do run_ours "$rep"; done
+
+# --- where a step goes: one profiled run of ours per --profile context (not in the table)
+for d in ${profile//,/ }; do
+  limit=$(time_left) || { say "profile D=$d: --deadline reached, skipped"; continue; }
+  ids=$(python3 "$report" --prompt-ids "$d" "$vocab")
+  timeout "$limit" "$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" \
+    --cache-mib "$all_mib" --preload-experts --greedy --ignore-eos -n 16 --json --prompt-ids "$ids" --profile-ops \
+    > /dev/null 2> "$out/profile-$d.txt" < /dev/null
+  say "profile D=$d: rc $?, OUT/profile-$d.txt; its decode, the first rows:"
+  grep -A 14 -- "--profile-ops decode:" "$out/profile-$d.txt" | cut -c1-120
+done
 
 python3 "$report" --summary "$out/meta.json" "$out/runs.jsonl" "$out" > "$out/ceiling.json"
 tar czf "$out/logs.tar.gz" -C "$out" logs runs.jsonl && rm -rf "$out/logs"

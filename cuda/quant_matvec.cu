@@ -1034,7 +1034,7 @@ cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, siz
   if (sp.chunks > 1 && !split_fits(sc, ne1, sp)) sp = Split{};  // the unsplit kernel
   const Geometry geom = geometry();  // one layout for the whole launch
   if constexpr (std::is_same_v<Ty, TMXFP4>) {
-    // Products of one input were sorted so that their rule agrees (shared_input_matvec):
+    // Products of one input were split so that their rule agrees (shared_input_matvec):
     // the first one's rows decide for all.
     if (sp.chunks <= 1 && mma_takes(geom, ne0, gp.shared ? gp.ne1[0] : ne1)) {
       const cudaError_t e = launch_mxfp4_mmv(gp, ne0, ne1, rb, x, y, nt_max, geom.mma_layout, geom.shared_wave, stream);
