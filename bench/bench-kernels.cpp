@@ -25,6 +25,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -368,10 +369,13 @@ int main(int argc, char** argv) {
         }
     }
     // The realistic decode: one grouped launch over the top-k experts of a layer
-    // (DeepSeek-V4 top-6, Kimi-K3 top-16), one token each, 1 or 8 tokens' worth.
+    // (DeepSeek-V4 top-6, Kimi-K3 top-16), one token each, 1 or 8 tokens' worth;
+    // and the gate and up of one token's experts in one launch (2 x top-k
+    // problems), as xpack-run's decode step runs them (routed_experts.cpp).
     if (std::string(sh.what).find("expert") != std::string::npos) {
       const int topk = sh.type == xk::kMXFP4 ? 6 : 16;
-      for (int tokens : {1, 8}) {
+      const bool gate_up = std::string(sh.what).find("gate-up") != std::string::npos;
+      for (int tokens : gate_up ? std::initializer_list<int>{1, 2, 8} : std::initializer_list<int>{1, 8}) {
         const int np = std::min(topk * tokens, std::min(copies, xk::kMaxGroupedProblems));
         std::vector<xk::ExpertProblem> pr(static_cast<size_t>(np));
         int rounds = std::max(1, copies / np);

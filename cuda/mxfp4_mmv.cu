@@ -84,6 +84,13 @@ __host__ __device__ constexpr size_t x_stage_bytes(int seg) {
   return (size_t(seg) * chunk_stage_bytes(NT) + 15) / 16 * 16;
 }
 
+// 2^(e - 128) as a float for an E8M0 exponent 2 <= e < 255 (e * 2^23 - 2^23: its bits).
+__device__ __forceinline__ float e8m0_scale_bits(uint32_t e) {
+  uint32_t r;
+  asm("mad.lo.u32 %0, %1, 8388608, -8388608;" : "=r"(r) : "r"(e));
+  return __uint_as_float(r);
+}
+
 // 2^n as a float for n in [-126, 127].
 __device__ __forceinline__ float pow2(int n) { return __int_as_float((n + 127) << 23); }
 
@@ -192,17 +199,48 @@ template <int NT>
 struct Tile {
   static constexpr int kNtiles = (NT + 1) / 2;
   float acc[kNtiles][4];  // D's fragment per pair of tokens, summed over blocks
-  float big[2][NT];       // this lane's codes of blocks with kBigExponent, rows g and g + 8
   bool any_big;
 };
+
+// The x a block's products read: every token's row (rows past the launch's tokens
+// repeat its last), for the rare blocks summed one weight at a time.
+struct XRows {
+  const float* x;
+  int ne0, row0, nt_real;
+};
+
+// Block u's rows with kBigExponent (biga: row g, bigb: row g + 8), from ggml's own
+// weights one by one into big (this lane's codes 4c.. and 16 + 4c..). A function of
+// its own, never inlined: inlined, the compiler formed this path's 64-bit addresses
+// (the block in each row, x's rows) before the branch that skips it, about ten
+// instructions of every block's common path (SASS, 2026-12-03).
+template <int NT>
+__device__ __noinline__ void big_block(float (&big)[2][NT], const uint8_t* rowa, const uint8_t* rowb, bool biga,
+                                       bool bigb, int u, int c, XRows xr) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (!(r == 0 ? biga : bigb)) continue;
+    const uint8_t* blk = (r == 0 ? rowa : rowb) + size_t(u) * 17;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int i = 4 * c + (j & 3) + 16 * (j >> 2);
+      const float w = dequant_elem<39>(blk, i);
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const float* xt = xr.x + size_t(xr.row0 + min(t, xr.nt_real - 1)) * size_t(xr.ne0);
+        big[r][t] = fmaf(w, __ldg(xt + size_t(u) * 32 + i), big[r][t]);
+      }
+    }
+  }
+}
 
 // Block u of rows a (g) and b (g + 8): two tensor-core products per pair of tokens,
 // positive codes and negative codes, then each D scaled into the fp32 sums.
 template <int NT>
-__device__ __forceinline__ void block_products(Tile<NT>& tl, uint32_t wa, uint32_t wb, uint32_t ea, uint32_t eb,
-                                               uint32_t tab, const uint8_t* rowa, const uint8_t* rowb, int u,
-                                               int lane, const uint8_t* bchunk, const float* xs,
-                                               const float* const (&xp)[NT]) {
+__device__ __forceinline__ void block_products(Tile<NT>& tl, float (&big)[2][NT], uint32_t wa, uint32_t wb,
+                                               uint32_t ea, uint32_t eb, uint32_t tab, const uint8_t* rowa,
+                                               const uint8_t* rowb, int u, int lane, const uint8_t* bchunk,
+                                               const float* xs, const XRows& xr) {
   const int c = lane & 3;
   const uint32_t na = wa ^ 0x88888888u, nb = wb ^ 0x88888888u;
   uint32_t pos[4] = {prmt(tab, kTabHi, wa), prmt(tab, kTabHi, wb), prmt(tab, kTabHi, wa >> 16),
@@ -210,27 +248,18 @@ __device__ __forceinline__ void block_products(Tile<NT>& tl, uint32_t wa, uint32
   uint32_t neg[4] = {prmt(tab, kTabHi, na), prmt(tab, kTabHi, nb), prmt(tab, kTabHi, na >> 16),
                      prmt(tab, kTabHi, nb >> 16)};
   const bool biga = ea >= kBigExponent, bigb = eb >= kBigExponent;
-  // 2^(e - 128), one instruction for 2 <= e < 253.
-  float sa = __int_as_float(int(ea - 1) << 23), sb = __int_as_float(int(eb - 1) << 23);
+  // 2^(e - 128) for 2 <= e < 253: e * 2^23 - 2^23 as a float's bits, one IMAD (in
+  // C++, any spelling of it compiled to three: shift, mask, add).
+  float sa = e8m0_scale_bits(ea), sb = e8m0_scale_bits(eb);
   if (ea - 2u > 250u || eb - 2u > 250u) {  // rare: subnormal scales, or weights that may overflow
     // A left-out row's D is 0, and its scale could be inf (0 * inf would be NaN).
     if (ea - 2u > 250u) sa = biga ? 0.0f : e8m0_half(ea);
     if (eb - 2u > 250u) sb = bigb ? 0.0f : e8m0_half(eb);
-    if (biga || bigb) {  // ggml's own weights, one by one
+    if (biga || bigb) {
       tl.any_big = true;
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        if (!(r == 0 ? biga : bigb)) continue;
-        pos[r] = pos[r + 2] = neg[r] = neg[r + 2] = 0;
-        const uint8_t* blk = (r == 0 ? rowa : rowb) + size_t(u) * 17;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const int i = 4 * c + (j & 3) + 16 * (j >> 2);
-          const float w = dequant_elem<39>(blk, i);
-#pragma unroll
-          for (int t = 0; t < NT; ++t) tl.big[r][t] = fmaf(w, __ldg(xp[t] + size_t(u) * 32 + i), tl.big[r][t]);
-        }
-      }
+      if (biga) pos[0] = pos[2] = neg[0] = neg[2] = 0;
+      if (bigb) pos[1] = pos[3] = neg[1] = neg[3] = 0;
+      big_block<NT>(big, rowa, rowb, biga, bigb, u, c, xr);
     }
   }
 #pragma unroll
@@ -282,9 +311,7 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
   uint32_t* bufs = reinterpret_cast<uint32_t*>(stage + x_stage_bytes<NT>(seg_chunks)) +
                     size_t(threadIdx.x >> 5) * 2 * kBufWords;
 
-  const float* xp[NT];
-#pragma unroll
-  for (int t = 0; t < NT; ++t) xp[t] = x + size_t(row0 + min(t, nt_real - 1)) * size_t(ne0);
+  const XRows xr{x, ne0, row0, nt_real};
 
   const bool whole = seg_chunks >= units;
   if (whole) stage_x<NT, kThreads>(x, size_t(ne0), row0, nt_real, 0, units, bsm, xsc);
@@ -312,10 +339,11 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
     for (int i = 0; i < Tile<NT>::kNtiles; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j) tl.acc[i][j] = 0.0f;
+    float big[2][NT];  // this lane's codes of blocks with kBigExponent, rows g and g + 8
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
-      for (int t = 0; t < NT; ++t) tl.big[r][t] = 0.0f;
+      for (int t = 0; t < NT; ++t) big[r][t] = 0.0f;
     tl.any_big = false;
 
     for (int c0 = 0; c0 < units; c0 += seg_chunks) {
@@ -350,8 +378,8 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
           const uint32_t wa = sh ? __funnelshift_r(ra[w], ra[w + 1], sh) : ra[w];
           const uint32_t wb = sh ? __funnelshift_r(rb[w], rb[w + 1], sh) : rb[w];
           const int u = q * kGroup + j;
-          block_products<NT>(tl, wa, wb, rab[17 * j], rbb[17 * j], tab, rowa, rowb, u, lane,
-                             bsm + size_t(u - c0) * chunk_bytes(NT), xsc + (u - c0) * NT, xp);
+          block_products<NT>(tl, big, wa, wb, rab[17 * j], rbb[17 * j], tab, rowa, rowb, u, lane,
+                             bsm + size_t(u - c0) * chunk_bytes(NT), xsc + (u - c0) * NT, xr);
         }
         __syncwarp();  // done with cur before a later copy overwrites it
       }
@@ -360,14 +388,14 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
     // Terms to sums: lane c holds columns 2c, 2c + 1, i.e. terms (0, 1) for even c
     // and (2, 3) for odd c of token 2 * pair + c / 2; its partner c ^ 1 the others.
     const float w0 = (c & 1) ? 0x1p-14f : 1.0f, w1 = (c & 1) ? 0x1p-21f : 0x1p-7f;
-    const bool big = __any_sync(0xFFFFFFFFu, tl.any_big);
+    const bool any_big = __any_sync(0xFFFFFFFFu, tl.any_big);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float bq[NT];
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
-        bq[t] = tl.big[r][t];
-        if (big) {
+        bq[t] = big[r][t];
+        if (any_big) {
           bq[t] += __shfl_xor_sync(0xFFFFFFFFu, bq[t], 1);
           bq[t] += __shfl_xor_sync(0xFFFFFFFFu, bq[t], 2);
         }
@@ -381,7 +409,7 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
           float tot = v;
 #pragma unroll
           for (int t = 0; t < NT; ++t)
-            if (t == tok && big) tot += bq[t];
+            if (t == tok && any_big) tot += bq[t];
           red[sub][warp][g + 8 * r][tok] = tot;
         }
       }

@@ -181,6 +181,27 @@ TEST_CASE("cuda backend: top_k (ties to the lower index), take, get_rows, set_ro
   be.cpu.top_k(scores.cpu, ids.cpu);
   be.gpu.top_k(scores.gpu, ids.gpu);
   be.same_ints(ids, "top_k");
+  // Router widths (one warp's registers up to 1024 scores, the block's passes
+  // beyond), with many ties, both zeros (equal), infinities, and k up to n.
+  for (const int64_t width : {int64_t(7), int64_t(256), int64_t(896), int64_t(1024), int64_t(1025), int64_t(3000)}) {
+    for (const int64_t pick : {int64_t(1), int64_t(6), int64_t(16), width}) {
+      if (pick > width) continue;
+      CAPTURE(width);
+      CAPTURE(pick);
+      std::vector<float> tv = random_floats(size_t(width * 3), 13);
+      for (size_t i = 0; i < tv.size(); ++i) {
+        tv[i] = std::round(tv[i] * 4.0f) / 4.0f;  // few distinct values: ties everywhere
+        if (i % 11 == 0) tv[i] = (i / 11) % 2 ? 0.0f : -0.0f;
+      }
+      tv[size_t(width) - 1] = INFINITY;
+      tv[size_t(width)] = -INFINITY;
+      const Both ts = be.up(tv, width);
+      Both tid = be.alloc(XPACK_TYPE_I32, pick, 3);
+      be.cpu.top_k(ts.cpu, tid.cpu);
+      be.gpu.top_k(ts.gpu, tid.gpu);
+      be.same_ints(tid, "top_k at router widths");
+    }
+  }
   Both taken = be.alloc(XPACK_TYPE_F32, k, n);
   be.cpu.take(scores.cpu, ids.cpu, taken.cpu);
   be.gpu.take(scores.gpu, ids.gpu, taken.gpu);
