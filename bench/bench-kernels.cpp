@@ -25,7 +25,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <initializer_list>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -375,7 +374,8 @@ int main(int argc, char** argv) {
     if (std::string(sh.what).find("expert") != std::string::npos) {
       const int topk = sh.type == xk::kMXFP4 ? 6 : 16;
       const bool gate_up = std::string(sh.what).find("gate-up") != std::string::npos;
-      for (int tokens : gate_up ? std::initializer_list<int>{1, 2, 8} : std::initializer_list<int>{1, 8}) {
+      const std::vector<int> token_counts = gate_up ? std::vector<int>{1, 2, 8} : std::vector<int>{1, 8};
+      for (int tokens : token_counts) {
         const int np = std::min(topk * tokens, std::min(copies, xk::kMaxGroupedProblems));
         std::vector<xk::ExpertProblem> pr(static_cast<size_t>(np));
         int rounds = std::max(1, copies / np);
