@@ -92,12 +92,12 @@ __device__ float weighted_copies(const float* row, const float* w, int hc, int64
   return acc;
 }
 
-// The sub-layer's rms_norm of a token's input, whose chunks the token's blocks
-// (gridDim.x of them) wrote: each block leaves its chunk's sum of squares in
+// The sub-layer's rms_norm of a token's input, whose chunks the token's first
+// `blocks` blocks wrote: each block leaves its chunk's sum of squares in
 // partials and counts itself done; the last one to count adds the sums in
 // block order (which block is last decides only who adds) and scales the whole
 // row, in rms_norm_kernel's expressions. Every thread of the block calls it.
-__device__ void norm_when_last(float v, const float* norm_w, float eps, int64_t d, double* partials,
+__device__ void norm_when_last(float v, const float* norm_w, float eps, int64_t d, unsigned blocks, double* partials,
                                unsigned* counter, float* row) {
   __shared__ bool last;
   __threadfence();  // this thread's chunk of the row reaches L2 before the count
@@ -105,21 +105,23 @@ __device__ void norm_when_last(float v, const float* norm_w, float eps, int64_t 
   if (threadIdx.x == 0) {
     partials[blockIdx.x] = sq;
     __threadfence();
-    last = atomicAdd(counter, 1u) == gridDim.x - 1;
+    last = atomicAdd(counter, 1u) == blocks - 1;
     if (last) __threadfence();  // the reads below come after the completed count
   }
   __syncthreads();
   if (!last) return;
   double s = 0.0;
-  for (unsigned b = 0; b < gridDim.x; ++b) s += __ldcg(partials + b);
+  for (unsigned b = 0; b < blocks; ++b) s += __ldcg(partials + b);
   const float r = rms_scale_of(s, d, eps);
   block_scale_row(row, r, norm_w, d, row);  // its loads bypass L1, which holds nothing of the other blocks' writes
   if (threadIdx.x == 0) *counter = 0u;  // the next launch finds it zero
 }
 
-// Blocks (chunk of n_embd, token): every block forms pre (hc sigmoids) and
-// mixes its chunk; block 0 also forms post and comb (Sinkhorn). The mixes are
-// fn . stream, scaled here by the stream's norm (ds4_ops.h).
+// Blocks (chunk of n_embd, token): every block but the last forms pre (hc
+// sigmoids) and mixes its chunk; the last forms post and comb (Sinkhorn) alone,
+// beside them: when block 0 also did the Sinkhorn's 20 passes, they came before
+// its chunk, and its chunk (often the last one done) before the row's norm. The
+// mixes are fn . stream, scaled here by the stream's norm (ds4_ops.h).
 __global__ void hc_pre_kernel(const float* mixes, const float* base, const float* scale, const float* stream, int64_t n,
                               int hc, int64_t d, int iters, float eps, float rms_eps, float* input, float* post,
                               float* comb, const float* norm_w, double* partials, unsigned* counters) {
@@ -133,18 +135,21 @@ __global__ void hc_pre_kernel(const float* mixes, const float* base, const float
     // the stream for it (64 KiB for DeepSeek-V4, from L2) rather than a launch
     // of its own writing the normed copies out.
     const float r = block_rms_scale(stream + t * hc * d, hc * d, rms_eps);
-    if (h < hc) pre[h] = sigmoidf(m[h] * r * scale[0] + base[h]) + eps;
-    if (blockIdx.x == 0) {  // block-uniform: sinkhorn synchronises the block
+    const unsigned copiers = gridDim.x - 1;
+    if (blockIdx.x == copiers) {  // block-uniform: sinkhorn synchronises the block
       if (h < hc) post[t * hc + h] = 2.0f * sigmoidf(m[hc + h] * r * scale[1] + base[hc + h]);
       if (h < hc * hc) c[h] = m[2 * hc + h] * r * scale[2] + base[2 * hc + h];
       __syncthreads();
       sinkhorn(c, hc, iters, eps);
       if (h < hc * hc) comb[t * hc * hc + h] = c[h];
+      __syncthreads();  // c is rewritten for the next token
+      continue;
     }
+    if (h < hc) pre[h] = sigmoidf(m[h] * r * scale[0] + base[h]) + eps;
     __syncthreads();
     const float v = weighted_copies(stream + t * hc * d, pre, hc, d, input + t * d);
-    if (norm_w) norm_when_last(v, norm_w, rms_eps, d, partials + t * gridDim.x, counters + t, input + t * d);
-    __syncthreads();  // pre and c are rewritten for the next token
+    if (norm_w) norm_when_last(v, norm_w, rms_eps, d, copiers, partials + t * copiers, counters + t, input + t * d);
+    __syncthreads();  // pre is rewritten for the next token
   }
 }
 
@@ -177,7 +182,7 @@ __global__ void hc_head_kernel(const float* mixes, const float* base, const floa
       pre[threadIdx.x] = sigmoidf(mixes[t * hc + threadIdx.x] * r * scale[0] + base[threadIdx.x]) + eps;
     __syncthreads();
     const float v = weighted_copies(stream + t * hc * d, pre, hc, d, out + t * d);
-    if (norm_w) norm_when_last(v, norm_w, rms_eps, d, partials + t * gridDim.x, counters + t, out + t * d);
+    if (norm_w) norm_when_last(v, norm_w, rms_eps, d, gridDim.x, partials + t * gridDim.x, counters + t, out + t * d);
     __syncthreads();
   }
 }
@@ -411,7 +416,8 @@ cudaError_t hc_pre(const float* mixes, const float* base, const float* scale, co
   if (norm && (!norm->weight || !norm->partials || !norm->counters)) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   static_assert(kThreads >= kMaxHc * kMaxHc, "a Sinkhorn entry per thread");
-  const dim3 grid(unsigned(hc_norm_blocks(d)), unsigned(std::min<int64_t>(n, 65535)));
+  // hc_norm_blocks(d) blocks mix the copies, one more forms post and comb.
+  const dim3 grid(unsigned(hc_norm_blocks(d) + 1), unsigned(std::min<int64_t>(n, 65535)));
   hc_pre_kernel<<<grid, kThreads, 0, cs>>>(mixes, base, scale, stream, n, hc, d, sinkhorn_iters, eps, rms_eps, input,
                                            post, comb, norm ? norm->weight : nullptr,
                                            norm ? norm->partials : nullptr, norm ? norm->counters : nullptr);

@@ -1011,10 +1011,11 @@ constexpr int kMmaMinInputs = 3584;
 // equal separate ones bit for bit). By default where it was measured faster at one
 // token (doc/kernels.md, "MXFP4 on the int8 tensor cores"): rows of whole groups of
 // 16 blocks, at least kMmaMinInputs long, and enough tiles of 16 rows that the
-// rounds of the device's concurrent tiles are at least 80 % full. The kernel keeps
+// rounds of the device's concurrent tiles are at least 70 % full. The kernel keeps
 // a tile's 16 rows together, so a matrix of 12288 rows (768 tiles) on 132 SMs x 4
-// tiles takes two rounds, 73 % full: 0.92x the FMA kernel, where 7168 rows (85 %)
-// gave 1.12x and 163840 rows (97 %) 1.27x.
+// tiles takes two rounds, 73 % full: 0.92x the FMA kernel at first, 1.00x since
+// its blocks lost the rare exponents' inline path (2026-12-04), and 3x at 8 tokens;
+// 7168 rows (85 %) gave 1.21x and 163840 rows (97 %) 1.38x; 4096 rows (48 %) 0.74x.
 bool mma_takes(const Geometry& g, int64_t ne0, int64_t ne1) {
   if (g.mma_decode == kMmaDecodeNever || ne0 % 512 != 0) return false;
   if (g.mma_decode == kMmaDecodeAlways) return true;
@@ -1024,7 +1025,7 @@ bool mma_takes(const Geometry& g, int64_t ne0, int64_t ne1) {
   const long long tiles = (ne1 + 15) / 16;
   if (slots <= 0) return false;
   const long long rounds = (tiles + slots - 1) / slots;
-  return 5 * tiles >= 4 * rounds * slots;
+  return 10 * tiles >= 7 * rounds * slots;
 }
 
 template <class Ty>
