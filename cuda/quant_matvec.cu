@@ -1014,7 +1014,7 @@ constexpr int kMmaMinInputs = 3584;
 // rounds of the device's concurrent tiles are at least 70 % full. The kernel keeps
 // a tile's 16 rows together, so a matrix of 12288 rows (768 tiles) on 132 SMs x 4
 // tiles takes two rounds, 73 % full: 0.92x the FMA kernel at first, 1.00x since
-// its blocks lost the rare exponents' inline path (2026-12-04), and 3x at 8 tokens;
+// its blocks lost the rare exponents' inline path (2026-12-03), and 3x at 8 tokens;
 // 7168 rows (85 %) gave 1.21x and 163840 rows (97 %) 1.38x; 4096 rows (48 %) 0.74x.
 bool mma_takes(const Geometry& g, int64_t ne0, int64_t ne1) {
   if (g.mma_decode == kMmaDecodeNever || ne0 % 512 != 0) return false;
