@@ -212,8 +212,8 @@ struct XRows {
 // Block u's rows with kBigExponent (biga: row g, bigb: row g + 8), from ggml's own
 // weights one by one into big (this lane's codes 4c.. and 16 + 4c..). A function of
 // its own, never inlined: inlined, the compiler formed this path's 64-bit addresses
-// (the block in each row, x's rows) before the branch that skips it, about ten
-// instructions of every block's common path (SASS, 2026-12-03).
+// (the block in each row, x's rows) in some blocks before the branch that skips
+// them, and the path's copies made the kernel's code 1.8x as large (SASS, 2026-12-03).
 template <int NT>
 __device__ __noinline__ void big_block(float (&big)[2][NT], const uint8_t* rowa, const uint8_t* rowb, bool biga,
                                        bool bigb, int u, int c, XRows xr) {
