@@ -8,6 +8,7 @@
 #                         [--contexts D1,D2,...] [--tokens N] [--reps R] [--no-llama]
 #                         [--llama-tarball PATH] [--ram-ratio R] [--synth-args "ARGS"]
 #                         [--device cuda|cpu] [--build DIR] [--deadline S] [--profile D1,...]
+#                         [--against DIR]
 #   --contexts: prompt lengths D (default 512,2048,4096): per D an xpack-run process
 #     prefills D token ids and decodes --tokens (default 64) more at context D..D+N;
 #     llama-bench measures pp D (-p D) and tg N at depth D (-n N -d D); both --reps times
@@ -21,6 +22,9 @@
 #     (profiled runs are slower and not in the table)
 #   --device cpu: both on the CPU, llama.cpp built without CUDA in DIR/llama.cpp/b-cpu
 #     (a smoke test of this script off the GPU machine)
+#   --against DIR: another build of xpack-run (DIR/examples/xpack-run, e.g. the tree before
+#     a change, built beside this one) run with the same arguments right before each of
+#     ours, so both meet the same machine state; the table adds its times and ours' speed-up
 #
 # Ours is bench/e2e.sh's configuration (d): the trunk and the pack, an expert cache of the
 # pack's size, --preload-experts (the same slots and kernels as the streamed runs, no read
@@ -43,14 +47,14 @@ cd "$root" || exit 1
 # shellcheck source=bench/e2e-setup.sh
 . "$root/bench/e2e-setup.sh"
 arch=deepseek4 layers="" dir=/root/e2e out="${OUT:-$root/build-gpu}/ceiling"
-contexts=512,2048,4096 tokens=64 reps=3 deadline=0 use_llama=yes profile=""
+contexts=512,2048,4096 tokens=64 reps=3 deadline=0 use_llama=yes profile="" against=""
 tarball="$(ls "$root"/.deps/llama.cpp-*.tar.gz 2>/dev/null | head -1)"
 ram_ratio=$(python3 -c 'print(32/155)')  # bench/e2e.sh's: the seed's 32 GB PC, 155 GB model
 build="$root/build-gpu" synth_args="" device=cuda
 need() { [ $# -ge 2 ] || { echo "ceiling: $1 needs a value (--help)" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
   case "$1" in
-    --arch|--layers|--dir|--out|--contexts|--tokens|--reps|--deadline|--llama-tarball|--ram-ratio|--build|--synth-args|--device|--profile) need "$@" ;;&
+    --arch|--layers|--dir|--out|--contexts|--tokens|--reps|--deadline|--llama-tarball|--ram-ratio|--build|--synth-args|--device|--profile|--against) need "$@" ;;&
     --arch) arch="$2"; shift 2 ;;
     --layers) layers="$2"; shift 2 ;;
     --dir) dir="$2"; shift 2 ;;
@@ -65,8 +69,9 @@ while [ $# -gt 0 ]; do
     --synth-args) synth_args="$2"; shift 2 ;;
     --device) device="$2"; shift 2 ;;
     --profile) profile="$2"; shift 2 ;;
+    --against) against="$2"; shift 2 ;;
     --no-llama) use_llama=no; shift ;;
-    -h|--help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "ceiling: unknown argument $1 (--help)" >&2; exit 2 ;;
   esac
 done
@@ -83,6 +88,10 @@ done
 [ -z "$profile" ] || [[ "$profile" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || { echo "ceiling: --profile is a list such as 512,4096, got '$profile'" >&2; exit 2; }
 [ -z "$profile" ] || [ "$device" = cuda ] || { echo "ceiling: --profile needs --device cuda (--profile-ops times the GPU's stream)" >&2; exit 2; }
 [ "$tokens" -ge 1 ] && [ "$reps" -ge 1 ] || { echo "ceiling: --tokens and --reps are at least 1" >&2; exit 2; }
+if [ -n "$against" ]; then
+  against="$(cd "$against" 2>/dev/null && pwd)" && [ -x "$against/examples/xpack-run" ] ||
+    { echo "ceiling: --against needs a build directory holding examples/xpack-run" >&2; exit 2; }
+fi
 mkdir -p "$out/logs" "$dir"
 rm -f "$out"/llama-*.json "$out"/llama-*.rc "$out/llama-skipped.txt" "$out/runs.jsonl" "$out/ceiling.json"  # a previous call's
 t0=$(date +%s)
@@ -141,7 +150,7 @@ json.dump({"arch": "$arch", "preset": "$preset", "layers": $layers, "model_bytes
            "cache_mib": $all_mib, "ram_cap_bytes": $cap, "ram_capped": "$capped" == "yes", "ram_ratio": $ram_ratio,
            "contexts": [int(d) for d in "$contexts".split(",")], "tokens": $tokens, "reps": $reps, "vocab": $vocab,
            "device": "$device", "synth_args": "$synth_args", "gpu": "$gpu", "llama": "$use_llama" == "yes",
-           "cuda_module_loading": "$CUDA_MODULE_LOADING",
+           "cuda_module_loading": "$CUDA_MODULE_LOADING", "against": "$against" or None,
            "git": "$(e2e_tree)"}, open(sys.argv[1], "w"), indent=1)
 EOF
 
@@ -151,24 +160,31 @@ EOF
 : > "$out/runs.jsonl"
 evict "$model" "$base.trunk.gguf"
 run_ours() {  # REP
-  local rep="$1" d limit log ids cmd smi_pid t1 rc
+  local rep="$1" d ids who
   for d in ${contexts//,/ }; do
-    limit=$(time_left) || { say "ours: --deadline reached before D=$d (run $rep)"; return; }
-    log="$out/logs/ours-$d-$rep.log"
     ids=$(python3 "$report" --prompt-ids "$d" "$vocab")
-    cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$all_mib"
-         --preload-experts --greedy --ignore-eos -n "$tokens" --json --prompt-ids "$ids")
-    smi_pid=""
-    if [ "$device" = cuda ] && command -v nvidia-smi > /dev/null; then
-      nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader,nounits -lms 200 > "$log.vram" 2>/dev/null &
-      smi_pid=$!
-    fi
-    t1=$(date +%s.%N)
-    timeout "$limit" "${cmd[@]}" > "$log.out" 2> "$log" < /dev/null; rc=$?
-    [ -n "$smi_pid" ] && { kill "$smi_pid" 2>/dev/null; wait "$smi_pid" 2>/dev/null; }
-    python3 "$report" --parse-ours "$d" "$rc" "$log.out" "$log" "$t1" "$log.vram" "$rep" >> "$out/runs.jsonl"
-    say "ours D=$d (run $rep): $(python3 "$report" --brief "$out/runs.jsonl")"
+    for who in ${against:+against} ours; do
+      run_one "$rep" "$d" "$ids" "$who" || return
+    done
   done
+}
+run_one() {  # REP D IDS ours|against
+  local rep="$1" d="$2" ids="$3" who="$4" limit log cmd smi_pid t1 rc bin="$build"
+  [ "$who" = against ] && bin="$against"
+  limit=$(time_left) || { say "$who: --deadline reached before D=$d (run $rep)"; return 1; }
+  log="$out/logs/$who-$d-$rep.log"
+  cmd=("$bin/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$all_mib"
+       --preload-experts --greedy --ignore-eos -n "$tokens" --json --prompt-ids "$ids")
+  smi_pid=""
+  if [ "$device" = cuda ] && command -v nvidia-smi > /dev/null; then
+    nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader,nounits -lms 200 > "$log.vram" 2>/dev/null &
+    smi_pid=$!
+  fi
+  t1=$(date +%s.%N)
+  timeout "$limit" "${cmd[@]}" > "$log.out" 2> "$log" < /dev/null; rc=$?
+  [ -n "$smi_pid" ] && { kill "$smi_pid" 2>/dev/null; wait "$smi_pid" 2>/dev/null; }
+  python3 "$report" --parse-ours "$d" "$rc" "$log.out" "$log" "$t1" "$log.vram" "$rep" "$who" >> "$out/runs.jsonl"
+  say "$who D=$d (run $rep): $(python3 "$report" --brief "$out/runs.jsonl")"
 }
 run_ours 1
 

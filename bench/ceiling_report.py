@@ -5,11 +5,13 @@
   ceiling_report.py --prompt-ids N VOCAB                N comma-separated token ids, the first
                                                         N of one fixed pseudo-random sequence
                                                         in [3, VOCAB)
-  ceiling_report.py --parse-ours D RC STDOUT STDERR T_START VRAM [REP]
+  ceiling_report.py --parse-ours D RC STDOUT STDERR T_START VRAM [REP [WHO]]
                                                         one JSON line for runs.jsonl: an
                                                         xpack-run --json run at context D
                                                         (VRAM: nvidia-smi samples, may be absent;
-                                                        REP: which of the context's runs)
+                                                        REP: which of the context's runs;
+                                                        WHO: ours (default) or against, the
+                                                        --against build's run)
   ceiling_report.py --brief RUNS                        runs.jsonl's last run, one line
   ceiling_report.py --summary META RUNS OUTDIR          ceiling.json on stdout (OUTDIR holds
                                                         llama-{pp,tg}.json, .rc, logs/ and
@@ -225,9 +227,19 @@ def summarize(meta_path, runs_path, outdir):
     for d in meta["contexts"]:
         # Each context ran --reps times (a process each), as llama-bench's tests do: the
         # row holds the median of the runs that ended well, and every run's value.
-        mine = [x for x in runs if x["context"] == d]
+        mine = [x for x in runs if x["context"] == d and x.get("who", "ours") == "ours"]
         good = [x for x in mine if "error" not in x]
         row = {"context": d, "ours_ran": bool(mine), "ours_runs": len(good)}
+        # The --against build's runs, each right before one of ours: its medians and
+        # ours' speed-up over it (> 1: ours is faster).
+        theirs = [x for x in runs if x["context"] == d and x.get("who") == "against" and "error" not in x]
+        if theirs:
+            their_prefill = [x["n_prompt"] / x["prefill_s"] for x in theirs if x["prefill_s"]]
+            their_decode = [1e3 * x["decode_s"] / x["n_decode"] for x in theirs if x["n_decode"]]
+            row["against_prefill_tok_s_runs"] = their_prefill
+            row["against_decode_ms_runs"] = their_decode
+            row["against_prefill_tok_s"] = statistics.median(their_prefill) if their_prefill else None
+            row["against_decode_ms"] = statistics.median(their_decode) if their_decode else None
         if good:
             prefill = [x["n_prompt"] / x["prefill_s"] for x in good if x["prefill_s"]]
             decode_ms = [1e3 * x["decode_s"] / x["n_decode"] for x in good if x["n_decode"]]
@@ -262,6 +274,9 @@ def summarize(meta_path, runs_path, outdir):
         row["llama_tg_ms"] = 1e3 / g["avg_ts"] if g and g["avg_ts"] else None
         row["prefill_ratio"] = ratio(row.get("ours_prefill_tok_s"), row["llama_pp_tok_s"])
         row["decode_ratio"] = ratio(row.get("ours_decode_tok_s"), row["llama_tg_tok_s"])
+        if theirs:
+            row["against_prefill_speedup"] = ratio(row.get("ours_prefill_tok_s"), row["against_prefill_tok_s"])
+            row["against_decode_speedup"] = ratio(row["against_decode_ms"], row.get("ours_decode_ms"))
         rows.append(row)
     # What a longer context costs a decode step: the architecture's part of the step
     # (attention over the window and the compressed branches, or KDA's fixed state).
@@ -271,7 +286,8 @@ def summarize(meta_path, runs_path, outdir):
             a, b = row.get(f"{who}_decode_ms" if who == "ours" else "llama_tg_ms"), \
                 base.get(f"{who}_decode_ms" if who == "ours" else "llama_tg_ms")
             row[f"{who}_decode_ms_over_first"] = a - b if a is not None and b is not None else None
-    failures = [{"what": f"ours D={r['context']}" + (f" run {r['rep']}" if r.get("rep") else ""), "rc": r["rc"],
+    failures = [{"what": f"{r.get('who', 'ours')} D={r['context']}" + (f" run {r['rep']}" if r.get("rep") else ""),
+                 "rc": r["rc"],
                  "error": r["error"], "tail": r.get("stderr_tail", "")}
                 for r in runs if "error" in r]
     failures += [{"what": f"ours D={row['context']}", "rc": None, "error": "not run (the --deadline)", "tail": ""}
@@ -318,6 +334,13 @@ def table(summary):
     if spread:
         print("ours, the median of each context's runs; decode ms/token of each run: " + ", ".join(
             f"D={r['context']}: " + " / ".join(fmt(v) for v in r["ours_decode_ms_runs"]) for r in spread))
+    against = [r for r in rows if r.get("against_decode_ms_runs") or r.get("against_prefill_tok_s_runs")]
+    if against:
+        print(f"against {m.get('against')} (run right before each of ours): " + ", ".join(
+            f"D={r['context']}: decode {' / '.join(fmt(v) for v in r['against_decode_ms_runs'])} ms "
+            f"(ours {' / '.join(fmt(v) for v in r.get('ours_decode_ms_runs') or [])}; speed-up "
+            f"{fmt(r['against_decode_speedup'])}), prefill {fmt(r['against_prefill_tok_s'], '%.1f')} tok/s "
+            f"(speed-up {fmt(r['against_prefill_speedup'])})" for r in against))
     waits = [r for r in rows if r.get("ours_decode_host_wait_share") is not None]
     if waits:
         print("ours, the host waiting for the GPU (share of decode; near 0: the host sets the step time): " +
@@ -344,10 +367,14 @@ def main(argv):
             print(gguf_vocab(argv[1]))
         elif len(argv) == 3 and argv[0] == "--prompt-ids":
             print(",".join(map(str, prompt_ids(int(argv[1]), int(argv[2])))))
-        elif len(argv) in (7, 8) and argv[0] == "--parse-ours":
+        elif len(argv) in (7, 8, 9) and argv[0] == "--parse-ours":
             run = parse_ours(*argv[1:7])
-            if len(argv) == 8:
+            if len(argv) >= 8:
                 run["rep"] = int(argv[7])
+            if len(argv) == 9:
+                if argv[8] not in ("ours", "against"):
+                    raise ValueError(f"WHO is ours or against, not {argv[8]!r}")
+                run["who"] = argv[8]
             print(json.dumps(run))
         elif len(argv) == 2 and argv[0] == "--brief":
             print(brief(argv[1]))

@@ -168,6 +168,33 @@ with tempfile.TemporaryDirectory() as tmp:
     json.dump(s2, open(j("ceiling2.json"), "w"))
     t2 = report("--table", j("ceiling2.json")).stdout
     check("decode ms/token of each run: D=512: 10.00 / 15.00" in t2, "each run's decode printed:\n" + t2)
+    # --against: another build's runs, each right before one of ours, kept out of ours'
+    # medians; its own medians and ours' speed-up over it; its failure named as its own.
+    open(j("a512.out"), "w").write(ours_json(512, 8, 1.0, 0.096) + "\n")
+    theirs = [report("--parse-ours", "512", "0", j("a512.out"), j("o512.err"), "0", j("o512.vram"), "1", "against").stdout,
+              report("--parse-ours", "512", "0", j("a512.out"), j("o512.err"), "0", j("o512.vram"), "2", "against").stdout,
+              report("--parse-ours", "2048", "1", j("o4096.out"), j("o4096.err"), "0", j("none"), "1", "against").stdout]
+    check(json.loads(theirs[0]).get("who") == "against", "--parse-ours records whose run it was")
+    check(report("--parse-ours", "512", "0", j("a512.out"), j("o512.err"), "0", j("o512.vram"), "1", "mine").returncode == 1,
+          "a WHO that is neither ours nor against refused")
+    open(j("runs3.jsonl"), "w").write("".join(lines + extra + theirs))
+    meta["against"] = "/root/old/build-gpu"
+    json.dump(meta, open(j("meta3.json"), "w"))
+    s3 = json.loads(report("--summary", j("meta3.json"), j("runs3.jsonl"), tmp).stdout)
+    row3 = {x["context"]: x for x in s3["rows"]}
+    check(row3[512]["ours_decode_ms_runs"] == [10.0, 15.0] and row3[512]["ours_runs"] == 2,
+          "the --against runs stay out of ours")
+    check(row3[512]["against_decode_ms_runs"] == [12.0, 12.0] and abs(row3[512]["against_prefill_tok_s"] - 512) < 1e-9 and
+          abs(row3[512]["against_decode_speedup"] - 12.0 / 12.5) < 1e-9 and
+          abs(row3[512]["against_prefill_speedup"] - 1536 / 512) < 1e-9, "512: the other build's medians, ours' speed-up")
+    check("against_decode_ms" not in row3[4096], "no --against run at 4096: no numbers")
+    check([f["what"] for f in s3["failures"]] == ["ours D=4096", "against D=2048 run 1", "llama-bench tg"],
+          f"the other build's failure named: {[f['what'] for f in s3['failures']]}")
+    json.dump(s3, open(j("ceiling3.json"), "w"))
+    t3 = report("--table", j("ceiling3.json")).stdout
+    check("against /root/old/build-gpu (run right before each of ours): D=512: decode 12.00 / 12.00 ms "
+          "(ours 10.00 / 15.00; speed-up 0.96), prefill 512.0 tok/s (speed-up 3.00)" in t3, "the --against line:\n" + t3)
+    check("against" not in report("--table", j("ceiling2.json")).stdout, "no --against line without its runs")
     # llama.cpp not built: a failure that says why.
     os.makedirs(j("nb", "logs"))
     meta["llama"] = False
