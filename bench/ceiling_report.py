@@ -219,6 +219,16 @@ def ratio(a, b):
     return a / b if a and b else None
 
 
+def speeds(good, who, row):
+    """Into row: WHO's prefill tok/s and decode ms/token of each run that ended well, and their medians."""
+    prefill = [x["n_prompt"] / x["prefill_s"] for x in good if x["prefill_s"]]
+    decode_ms = [1e3 * x["decode_s"] / x["n_decode"] for x in good if x["n_decode"]]
+    row[f"{who}_prefill_tok_s_runs"] = prefill
+    row[f"{who}_decode_ms_runs"] = decode_ms
+    row[f"{who}_prefill_tok_s"] = statistics.median(prefill) if prefill else None
+    row[f"{who}_decode_ms"] = statistics.median(decode_ms) if decode_ms else None
+
+
 def summarize(meta_path, runs_path, outdir):
     meta = json.load(open(meta_path))
     runs = [json.loads(l) for l in open(runs_path) if l.strip()]
@@ -234,19 +244,9 @@ def summarize(meta_path, runs_path, outdir):
         # ours' speed-up over it (> 1: ours is faster).
         theirs = [x for x in runs if x["context"] == d and x.get("who") == "against" and "error" not in x]
         if theirs:
-            their_prefill = [x["n_prompt"] / x["prefill_s"] for x in theirs if x["prefill_s"]]
-            their_decode = [1e3 * x["decode_s"] / x["n_decode"] for x in theirs if x["n_decode"]]
-            row["against_prefill_tok_s_runs"] = their_prefill
-            row["against_decode_ms_runs"] = their_decode
-            row["against_prefill_tok_s"] = statistics.median(their_prefill) if their_prefill else None
-            row["against_decode_ms"] = statistics.median(their_decode) if their_decode else None
+            speeds(theirs, "against", row)
         if good:
-            prefill = [x["n_prompt"] / x["prefill_s"] for x in good if x["prefill_s"]]
-            decode_ms = [1e3 * x["decode_s"] / x["n_decode"] for x in good if x["n_decode"]]
-            row["ours_prefill_tok_s_runs"] = prefill
-            row["ours_decode_ms_runs"] = decode_ms
-            row["ours_prefill_tok_s"] = statistics.median(prefill) if prefill else None
-            row["ours_decode_ms"] = statistics.median(decode_ms) if decode_ms else None
+            speeds(good, "ours", row)
             row["ours_decode_tok_s"] = 1e3 / row["ours_decode_ms"] if row["ours_decode_ms"] else None
             row["ours_decode_steps"] = good[0]["n_decode"]
             # The share of decode the host spent waiting for the GPU: near 1 the GPU sets
