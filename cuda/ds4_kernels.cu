@@ -43,8 +43,8 @@ __device__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 // line divided by (its sum in double, rounded, + eps). Thread e < hc * hc owns
 // entry e and sums its line itself in the line's order, so every entry rounds
 // as the CPU's sequential loop does; one thread doing all 16 entries of 20
-// passes was 67 us of latency per call (H200, --profile-ops). Every thread of
-// the block calls it.
+// passes was 67 us of latency per call (H200, --profile-ops). For more copies
+// than warp_sinkhorn (below) holds. Every thread of the block calls it.
 __device__ void sinkhorn(float* c, int hc, int iters, float eps) {
   const int e = threadIdx.x, r = e / max(hc, 1), i = e - r * hc;
   const bool own = e < hc * hc;
@@ -77,6 +77,60 @@ __device__ void sinkhorn(float* c, int hc, int iters, float eps) {
   for (int it = 1; it < iters; ++it) {
     normalize(false);
     normalize(true);
+  }
+}
+
+// sinkhorn() by one warp from registers, for hc * hc <= 32: lane e < hc * hc
+// holds entry e and gathers its line by shuffles, then adds it in the line's
+// order: the same expressions in the same order, so the same bits. The 41
+// passes are a dependent chain, so each pass's latency is the whole cost: the
+// block version's shared-memory round and two barriers a pass made it the tail
+// of hc_pre (18.4 us a call, 12 calls a DeepSeek-V4 decode step; H200,
+// --profile-ops, 2026-12-04). Lanes past the matrix shadow entry 0 and their
+// results are dropped. Every lane of the warp calls it; x is the lane's entry.
+template <int HC>
+__device__ float warp_sinkhorn(float x, int iters, float eps) {
+  constexpr int kN = HC * HC;
+  static_assert(kN <= 32, "one entry per lane");
+  const int lane = threadIdx.x & 31, e = lane < kN ? lane : 0, r = e / HC, i = e - r * HC;
+  float line[HC];
+#pragma unroll
+  for (int j = 0; j < HC; ++j) line[j] = __shfl_sync(0xffffffffu, x, r * HC + j);
+  float mx = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < HC; ++j) mx = fmaxf(mx, line[j]);
+  double sum = 0.0;
+#pragma unroll
+  for (int j = 0; j < HC; ++j) sum += expf(line[j] - mx);
+  const float inv = static_cast<float>(1.0 / sum);
+  float v = expf(x - mx) * inv;
+  v = v + eps;
+  auto normalize = [&](bool columns) {
+#pragma unroll
+    for (int j = 0; j < HC; ++j) line[j] = __shfl_sync(0xffffffffu, v, columns ? j * HC + i : r * HC + j);
+    double s = 0.0;
+#pragma unroll
+    for (int j = 0; j < HC; ++j) s += line[j];
+    const float denom = static_cast<float>(s) + eps;
+    v = v / denom;
+  };
+  normalize(true);
+  for (int it = 1; it < iters; ++it) {
+    normalize(false);
+    normalize(true);
+  }
+  return v;
+}
+
+// warp_sinkhorn for a run-time hc <= kMaxWarpHc (warp-uniform).
+constexpr int kMaxWarpHc = 5;
+__device__ float warp_sinkhorn_of(int hc, float x, int iters, float eps) {
+  switch (hc) {
+    case 1: return warp_sinkhorn<1>(x, iters, eps);
+    case 2: return warp_sinkhorn<2>(x, iters, eps);
+    case 3: return warp_sinkhorn<3>(x, iters, eps);
+    case 4: return warp_sinkhorn<4>(x, iters, eps);
+    default: return warp_sinkhorn<5>(x, iters, eps);
   }
 }
 
@@ -138,6 +192,14 @@ __global__ void hc_pre_kernel(const float* mixes, const float* base, const float
     const unsigned copiers = gridDim.x - 1;
     if (blockIdx.x == copiers) {  // block-uniform: sinkhorn synchronises the block
       if (h < hc) post[t * hc + h] = 2.0f * sigmoidf(m[hc + h] * r * scale[1] + base[hc + h]);
+      if (hc <= kMaxWarpHc) {  // warp 0 alone; no shared memory, so no barrier before the next token
+        if (h < 32) {
+          const float x = h < hc * hc ? m[2 * hc + h] * r * scale[2] + base[2 * hc + h] : 0.0f;
+          const float v = warp_sinkhorn_of(hc, x, iters, eps);
+          if (h < hc * hc) comb[t * hc * hc + h] = v;
+        }
+        continue;
+      }
       if (h < hc * hc) c[h] = m[2 * hc + h] * r * scale[2] + base[2 * hc + h];
       __syncthreads();
       sinkhorn(c, hc, iters, eps);
