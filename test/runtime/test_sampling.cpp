@@ -2,6 +2,7 @@
 // and the stop-string scanner (stop_strings.cpp). No model needed.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <stdexcept>
@@ -38,6 +39,48 @@ TEST_CASE("argmax: the first maximum wins") {
   CHECK(xrun::argmax(l, 5) == 1);
   const float flat[] = {0.5f, 0.5f, 0.5f};
   CHECK(xrun::argmax(flat, 3) == 0);
+}
+
+TEST_CASE("argmax: the plain scan's answer on long rows with ties, NaNs, signed zeros, infinities and tails") {
+  const auto scan = [](const std::vector<float>& l) {
+    int32_t best = 0;
+    for (int i = 1; i < int(l.size()); ++i)
+      if (l[size_t(i)] > l[size_t(best)]) best = i;
+    return best;
+  };
+  const float nan = std::nanf(""), inf = INFINITY;
+  uint32_t state = 12345;
+  const auto next = [&] {
+    state = state * 1664525u + 1013904223u;
+    return state >> 8;
+  };
+  int checked = 0;
+  for (int n : {1, 2, 15, 16, 17, 31, 33, 100, 129280}) {
+    for (int variant = 0; variant < 12; ++variant) {
+      std::vector<float> l(static_cast<size_t>(n), 0.0f);
+      // Few distinct values, so ties are common.
+      for (float& v : l) v = float(int(next() % 7) - 3) * 0.5f;
+      if (variant % 2 == 1) l[next() % size_t(n)] = nan;
+      if (variant % 3 == 1) l[0] = nan;
+      if (variant % 4 == 2) l[next() % size_t(n)] = inf;
+      if (variant % 4 == 3) std::fill(l.begin(), l.end(), -inf);
+      if (variant == 5 || variant == 10) {  // zeros of both signs as the maximum
+        for (float& v : l) v = v > 0 ? -1.0f : v;
+        l[next() % size_t(n)] = -0.0f;
+        l[next() % size_t(n)] = 0.0f;
+      }
+      if (variant == 11) std::fill(l.begin(), l.end(), nan);
+      CAPTURE(n);
+      CAPTURE(variant);
+      CHECK(xrun::argmax(l.data(), n) == scan(l));
+      ++checked;
+    }
+  }
+  CHECK(checked == 9 * 12);
+  const float one_nan_first[] = {nan, 5.0f, 6.0f};
+  CHECK(xrun::argmax(one_nan_first, 3) == 0);
+  const float later_max[] = {-0.0f, 0.0f, -1.0f};
+  CHECK(xrun::argmax(later_max, 3) == 0);
 }
 
 TEST_CASE("greedy: temperature 0 is the argmax of the row, ties to the lowest id, whatever the seed") {
