@@ -269,16 +269,23 @@ void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
 void CudaBackend::wait_event(void* event) {
   const OpProfile::Scope timed(profile_.get(), "wait_event");
   if (!event) return;
-  // A resident expert's copy ended long ago: asking is cheaper than enqueuing a wait.
+  // Launched kernel by kernel the wait is enqueued whatever the event's state:
+  // cheaper for the host than asking first (0.9 against 1.6-1.9 us a call,
+  // 36 calls a DeepSeek-V4 decode step, H200 machine, 2026-12-04), and a wait
+  // on a finished copy costs the GPU nothing.
+  if (!capturing_) {
+    check_cuda(cudaStreamWaitEvent(state_->stream, static_cast<cudaEvent_t>(event), 0), "cudaStreamWaitEvent");
+    return;
+  }
+  // A resident expert's copy ended long ago: asking spares a graph a split.
   const cudaError_t q = cudaEventQuery(static_cast<cudaEvent_t>(event));
   if (q == cudaSuccess) return;
   if (q != cudaErrorNotReady) check_cuda(q, "cudaEventQuery");
   // A graph cannot wait on another stream's event: the stretch so far is
   // launched, the wait enqueued, and the rest captured as a stretch of its own.
-  const bool resume = capturing_;
-  if (resume) launch_capture();
+  launch_capture();
   check_cuda(cudaStreamWaitEvent(state_->stream, static_cast<cudaEvent_t>(event), 0), "cudaStreamWaitEvent");
-  if (resume) capture_until_download(capture_tokens_, false);
+  capture_until_download(capture_tokens_, false);
 }
 
 void CudaBackend::capture_until_download(int64_t tokens, bool step_start) {
