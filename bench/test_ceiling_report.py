@@ -114,9 +114,11 @@ with tempfile.TemporaryDirectory() as tmp:
             "cache_mib": 19600, "ram_cap_bytes": 4.6e9, "ram_capped": True, "ram_ratio": 0.2, "contexts": [512, 2048, 4096],
             "tokens": 8, "reps": 3, "vocab": 129280, "device": "cuda", "synth_args": "", "gpu": "H200", "llama": True, "git": "x"}
     json.dump(meta, open(j("meta.json"), "w"))
-    json.dump([llama_test(512, 0, 0, 2000.0), llama_test(2048, 0, 0, 1800.0), llama_test(4096, 0, 0, 1500.0)],
+    # ceiling.sh's pp: the first context twice, the first a slow warm-up the report must pass over
+    json.dump([llama_test(512, 0, 0, 600.0), llama_test(512, 0, 0, 2000.0), llama_test(2048, 0, 0, 1800.0),
+               llama_test(4096, 0, 0, 1500.0)],
               open(j("llama-pp.json"), "w"), indent=1)
-    cut = json.dumps([llama_test(0, 8, 512, 100.0), llama_test(0, 8, 2048, 80.0)], indent=1)
+    cut = json.dumps([llama_test(0, 8, 512, 30.0), llama_test(0, 8, 512, 100.0), llama_test(0, 8, 2048, 80.0)], indent=1)
     open(j("llama-tg.json"), "w").write(cut[: cut.rindex("]")].rstrip() + ",\n")
     open(j("llama-pp.rc"), "w").write("0\n")
     open(j("llama-tg.rc"), "w").write("136\n")
@@ -126,7 +128,7 @@ with tempfile.TemporaryDirectory() as tmp:
     s = json.loads(r.stdout)
     row = {x["context"]: x for x in s["rows"]}
     check(abs(row[512]["ours_prefill_tok_s"] - 1024) < 1e-9 and abs(row[512]["prefill_ratio"] - 0.512) < 1e-9,
-          "prefill 512 / 0.5 s against pp512")
+          "prefill 512 / 0.5 s against pp512's second test")
     check(abs(row[512]["ours_decode_ms"] - 10) < 1e-9 and abs(row[512]["decode_ratio"] - 1.0) < 1e-9,
           "decode 10 ms/token against tg at depth 512")
     check(abs(row[512]["ours_decode_host_wait_share"] - 0.25) < 1e-9 and "ours_decode_host_wait_share" not in row[2048],
