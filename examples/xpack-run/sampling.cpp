@@ -20,10 +20,21 @@ bool by_p_then_id(const Candidate& a, const Candidate& b) {
   return a.p > b.p || (a.p == b.p && a.id < b.id);
 }
 
-double mass(const std::vector<Candidate>& c) {
-  double s = 0;
-  for (const Candidate& x : c) s += x.p;
-  return s;
+// The largest value that is not NaN (-inf for none), over independent lanes: a
+// scan's chain through its running maximum took about 5 ns a value, 0.6 ms of
+// each 2.6 ms DeepSeek-V4 decode step on the GPU machine's host (129280 logits,
+// sampled stacks, 2026-12-04).
+float max_value(const float* v, int n) {
+  constexpr int kLanes = 16;
+  float lane[kLanes];
+  for (float& m : lane) m = -INFINITY;
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int k = 0; k < kLanes; ++k) lane[k] = v[i + k] > lane[k] ? v[i + k] : lane[k];
+  float best = -INFINITY;
+  for (; i < n; ++i) best = v[i] > best ? v[i] : best;
+  for (float m : lane) best = m > best ? m : best;
+  return best;
 }
 
 }  // namespace
@@ -55,22 +66,10 @@ uint64_t random_seed() {
 }
 
 // The plain scan's answer (best = i where logits[i] > logits[best]): the first
-// index of the largest value, NaNs never winning, 0 when logits[0] is NaN. In two
-// passes, the maximum over independent lanes and then its first index, because
-// the scan's chain through logits[best] took about 5 ns a value: 0.6 ms of each
-// 2.6 ms DeepSeek-V4 decode step on the GPU machine's host (129280 logits,
-// sampled stacks, 2026-12-04).
+// index of the largest value, NaNs never winning, 0 when logits[0] is NaN.
 int32_t argmax(const float* logits, int n) {
   if (n <= 0 || std::isnan(logits[0])) return 0;
-  constexpr int kLanes = 16;
-  float lane[kLanes];
-  for (float& m : lane) m = logits[0];
-  int i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int k = 0; k < kLanes; ++k) lane[k] = logits[i + k] > lane[k] ? logits[i + k] : lane[k];
-  float best = logits[0];
-  for (; i < n; ++i) best = logits[i] > best ? logits[i] : best;
-  for (float m : lane) best = m > best ? m : best;
+  const float best = max_value(logits, n);
   // == also matches a zero of the other sign, which the scan would not have
   // replaced either: the first of the equal maxima is its answer too.
   for (int j = 0; j < n; ++j)
@@ -78,39 +77,85 @@ int32_t argmax(const float* logits, int n) {
   return 0;  // not reached: best is one of the values
 }
 
-std::vector<Candidate> softmax_candidates(const float* logits, int n, float temperature) {
-  const float mx = logits[argmax(logits, n)];
-  std::vector<Candidate> c(static_cast<size_t>(n));
+Candidates::Candidates(const float* logits, int n, float temperature) : c_(static_cast<size_t>(std::max(n, 0))) {
+  const float mx = max_value(logits, n);
   for (int i = 0; i < n; ++i) {
-    // exp(-inf) = 0: a logit masked to -inf never survives a draw.
-    c[i] = {i, std::exp(static_cast<double>(logits[i] - mx) / temperature)};
+    // exp(-inf) = 0: a logit masked to -inf never survives a draw; nor does a NaN,
+    // nor anything beside a +inf maximum (inf - inf is NaN).
+    const double p = std::exp(static_cast<double>(logits[i] - mx) / temperature);
+    c_[i] = {i, std::isnan(p) ? 0.0 : p};
+    total_ += c_[i].p;
   }
-  std::sort(c.begin(), c.end(), by_p_then_id);
-  return c;
+  size_ = c_.size();
 }
 
-void keep_top_k(std::vector<Candidate>& c, int k) {
-  if (k > 0 && static_cast<size_t>(k) < c.size()) c.resize(static_cast<size_t>(k));
+Candidates::Candidates(std::vector<Candidate> c) : c_(std::move(c)), size_(c_.size()) {
+  for (const Candidate& x : c_) total_ += x.p;
 }
 
-void keep_top_p(std::vector<Candidate>& c, double p) {
-  if (p >= 1.0 || c.empty()) return;
-  const double target = p * mass(c);
+void Candidates::sort_to(size_t end) {
+  end = std::min(end, c_.size());
+  if (end <= sorted_) return;
+  // Two partial sorts at most, of the first 64 and then 1024 (a heap's pass
+  // over the rest, cheap while most values fail their first comparison), then
+  // the rest at once: a walk deeper than that costs what a full sort did, not
+  // one partial sort per step. Past an eighth of the rest a whole sort is
+  // cheaper than a partial one.
+  end = end <= 64 ? 64 : end <= 1024 ? 1024 : c_.size();
+  end = std::min(end, c_.size());
+  if (8 * (end - sorted_) > c_.size() - sorted_) end = c_.size();
+  if (end == c_.size())
+    std::sort(c_.begin() + sorted_, c_.end(), by_p_then_id);
+  else
+    std::partial_sort(c_.begin() + sorted_, c_.begin() + end, c_.end(), by_p_then_id);
+  sorted_ = end;
+}
+
+const Candidate& Candidates::at(size_t i) {
+  sort_to(i + 1);
+  return c_[i];
+}
+
+double Candidates::mass() {
+  if (size_ == c_.size()) return total_;
+  double s = 0;
+  for (size_t i = 0; i < size_; ++i) s += c_[i].p;  // a cut prefix is sorted
+  return s;
+}
+
+void Candidates::keep_top_k(int k) {
+  if (k <= 0 || static_cast<size_t>(k) >= size_) return;
+  sort_to(static_cast<size_t>(k));
+  size_ = static_cast<size_t>(k);
+}
+
+void Candidates::keep_top_p(double p) {
+  if (p >= 1.0 || size_ == 0) return;
+  const double target = p * mass();
   double cum = 0;
   size_t keep = 0;
-  while (keep < c.size()) {
-    cum += c[keep++].p;
+  while (keep < size_) {
+    cum += at(keep++).p;
     if (cum >= target) break;
   }
-  c.resize(std::max<size_t>(keep, 1));
+  size_ = std::max<size_t>(keep, 1);
 }
 
-void keep_min_p(std::vector<Candidate>& c, double min_p) {
-  if (min_p <= 0.0 || c.empty()) return;
-  const double floor = min_p * c.front().p;  // sorted: front is the most probable
+void Candidates::keep_min_p(double min_p) {
+  if (min_p <= 0.0 || size_ == 0) return;
+  const double floor = min_p * at(0).p;
   size_t keep = 1;
-  while (keep < c.size() && c[keep].p >= floor) ++keep;
-  c.resize(keep);
+  while (keep < size_ && at(keep).p >= floor) ++keep;
+  size_ = keep;
+}
+
+int32_t Candidates::pick(double u) {
+  for (size_t i = 0; i < size_; ++i) {
+    const Candidate& x = at(i);
+    if (u < x.p) return x.id;
+    u -= x.p;
+  }
+  return size_ ? c_[size_ - 1].id : 0;
 }
 
 void apply_penalties(float* logits, int n, const std::deque<int32_t>& window, const SamplingParams& p) {
@@ -150,17 +195,15 @@ int32_t Sampler::sample(const float* logits, int n) {
   }
   // Greedy reads the row itself: no softmax, no rounding, llama.cpp's ids.
   if (p_.temperature <= 0.0f) return argmax(logits, n);
-  std::vector<Candidate> c = softmax_candidates(logits, n, p_.temperature);
-  keep_top_k(c, p_.top_k);
-  keep_top_p(c, p_.top_p);
-  keep_min_p(c, p_.min_p);
+  Candidates c(logits, n, p_.temperature);
+  c.keep_top_k(p_.top_k);
+  c.keep_top_p(p_.top_p);
+  c.keep_min_p(p_.min_p);
+  // Nothing to draw from (every logit NaN or -inf, or a +inf one): greedy's answer.
+  const double mass = c.mass();
+  if (!(mass > 0) || !std::isfinite(mass)) return argmax(logits, n);
   // Inverse-CDF draw from a uniform in [0, mass): deterministic for a given seed.
-  double u = std::uniform_real_distribution<double>(0.0, mass(c))(rng_);
-  for (const Candidate& x : c) {
-    if (u < x.p) return x.id;
-    u -= x.p;
-  }
-  return c.back().id;  // u landed on the rounding slack past the last candidate
+  return c.pick(std::uniform_real_distribution<double>(0.0, mass)(rng_));
 }
 
 }  // namespace xrun

@@ -12,19 +12,20 @@
 #include "stop_strings.h"
 
 using xrun::Candidate;
+using xrun::Candidates;
 using xrun::SamplingParams;
 
 namespace {
 
-std::vector<int32_t> ids(const std::vector<Candidate>& c) {
+std::vector<int32_t> ids(Candidates& c) {
   std::vector<int32_t> out;
-  for (const Candidate& x : c) out.push_back(x.id);
+  for (size_t i = 0; i < c.size(); ++i) out.push_back(c.at(i).id);
   return out;
 }
 
-// Probabilities {4, 2, 1, 1}/8 on ids {3, 1, 0, 2}: exact in binary, so the
-// boundaries below are exact too.
-std::vector<Candidate> eighths() { return {{3, 4.0}, {1, 2.0}, {0, 1.0}, {2, 1.0}}; }
+// Probabilities {4, 2, 1, 1}/8 on ids {3, 1, 0, 2}, given in id order: exact in
+// binary, so the boundaries below are exact too.
+Candidates eighths() { return Candidates({{0, 1.0}, {1, 2.0}, {2, 1.0}, {3, 4.0}}); }
 
 std::string refused(SamplingParams p) {
   std::string why = xrun::check_sampling_params(p);
@@ -95,40 +96,49 @@ TEST_CASE("greedy: temperature 0 is the argmax of the row, ties to the lowest id
   }
 }
 
-TEST_CASE("softmax_candidates: probabilities in proportion exp(logit / T), sorted, ties by id") {
+TEST_CASE("candidates: probabilities in proportion exp(logit / T), most probable first, ties by id") {
   const float l[] = {0.0f, std::log(2.0f), std::log(4.0f), 0.0f};
-  auto c = xrun::softmax_candidates(l, 4, 1.0f);
+  Candidates c(l, 4, 1.0f);
   CHECK(ids(c) == std::vector<int32_t>{2, 1, 0, 3});
-  CHECK(c[0].p == doctest::Approx(1.0).epsilon(1e-6));
-  CHECK(c[1].p / c[0].p == doctest::Approx(0.5).epsilon(1e-6));
-  CHECK(c[2].p / c[0].p == doctest::Approx(0.25).epsilon(1e-6));
-  CHECK(c[2].p == c[3].p);
+  CHECK(c.at(0).p == doctest::Approx(1.0).epsilon(1e-6));
+  CHECK(c.at(1).p / c.at(0).p == doctest::Approx(0.5).epsilon(1e-6));
+  CHECK(c.at(2).p / c.at(0).p == doctest::Approx(0.25).epsilon(1e-6));
+  CHECK(c.at(2).p == c.at(3).p);
+  CHECK(c.mass() == c.at(0).p + c.at(1).p + c.at(2).p + c.at(3).p);
   // T = 2 takes the square root of the ratios: 4 : 2 : 1 becomes 2 : sqrt 2 : 1.
-  c = xrun::softmax_candidates(l, 4, 2.0f);
-  CHECK(c[1].p / c[0].p == doctest::Approx(std::sqrt(0.5)).epsilon(1e-6));
-  CHECK(c[2].p / c[0].p == doctest::Approx(0.5).epsilon(1e-6));
-  // A logit masked to -inf has probability 0.
-  const float masked[] = {1.0f, -INFINITY};
-  c = xrun::softmax_candidates(masked, 2, 1.0f);
-  CHECK(c[1].id == 1);
-  CHECK(c[1].p == 0.0);
+  Candidates t2(l, 4, 2.0f);
+  CHECK(t2.at(1).p / t2.at(0).p == doctest::Approx(std::sqrt(0.5)).epsilon(1e-6));
+  CHECK(t2.at(2).p / t2.at(0).p == doctest::Approx(0.5).epsilon(1e-6));
+  // A logit masked to -inf, and a NaN, weigh 0.
+  const float masked[] = {-INFINITY, 1.0f, std::nanf("")};
+  Candidates m(masked, 3, 1.0f);
+  CHECK(m.at(0).id == 1);
+  CHECK(m.at(1).p == 0.0);
+  CHECK(m.at(2).p == 0.0);
+  CHECK(m.mass() == 1.0);
+  // Nothing to weigh: every logit -inf, or a +inf one.
+  const float none[] = {-INFINITY, -INFINITY}, inf[] = {1.0f, INFINITY};
+  CHECK(Candidates(none, 2, 1.0f).mass() == 0.0);
+  CHECK(Candidates(inf, 2, 1.0f).mass() == 0.0);
 }
 
 TEST_CASE("top-k keeps the k most probable; 0 and k >= n keep all") {
   auto c = eighths();
-  xrun::keep_top_k(c, 2);
+  c.keep_top_k(2);
   CHECK(ids(c) == std::vector<int32_t>{3, 1});
+  CHECK(c.mass() == 6.0);
   c = eighths();
-  xrun::keep_top_k(c, 0);
+  c.keep_top_k(0);
   CHECK(c.size() == 4);
-  xrun::keep_top_k(c, 9);
+  c.keep_top_k(9);
   CHECK(c.size() == 4);
+  CHECK(c.mass() == 8.0);
 }
 
 TEST_CASE("top-p: the smallest prefix reaching p of the mass, cut exactly at the boundary") {
   auto kept = [](double p) {
     auto c = eighths();
-    xrun::keep_top_p(c, p);
+    c.keep_top_p(p);
     return c.size();
   };
   CHECK(kept(0.5) == 1);         // 4/8 reaches 0.5 exactly
@@ -140,15 +150,20 @@ TEST_CASE("top-p: the smallest prefix reaching p of the mass, cut exactly at the
   CHECK(kept(1.0) == 4);
   CHECK(kept(0.0) == 1);         // never empty
   // On unnormalised weights the fraction is of their total (what top-k left).
-  std::vector<Candidate> c = {{5, 30.0}, {6, 10.0}};
-  xrun::keep_top_p(c, 0.75);
-  CHECK(ids(c) == std::vector<int32_t>{5});
+  Candidates c({{5, 30.0}, {6, 10.0}, {7, 1000.0}});
+  c.keep_top_k(2);
+  c.keep_top_p(0.97);
+  CHECK(ids(c) == std::vector<int32_t>{7});
+  c = Candidates({{5, 30.0}, {6, 10.0}, {7, 1000.0}});
+  c.keep_top_k(2);
+  c.keep_top_p(0.98);
+  CHECK(ids(c) == std::vector<int32_t>{7, 5});
 }
 
 TEST_CASE("min-p: relative to the most probable token, the floor itself kept") {
   auto kept = [](double m) {
     auto c = eighths();
-    xrun::keep_min_p(c, m);
+    c.keep_min_p(m);
     return c.size();
   };
   CHECK(kept(0.0) == 4);
@@ -158,9 +173,138 @@ TEST_CASE("min-p: relative to the most probable token, the floor itself kept") {
   CHECK(kept(0.51) == 1);
   CHECK(kept(1.0) == 1);
   // Scale-free: the same on weights times 1000.
-  std::vector<Candidate> c = {{0, 4000.0}, {1, 2000.0}, {2, 1000.0}};
-  xrun::keep_min_p(c, 0.5);
+  Candidates c({{0, 4000.0}, {1, 2000.0}, {2, 1000.0}});
+  c.keep_min_p(0.5);
   CHECK(ids(c) == std::vector<int32_t>{0, 1});
+}
+
+TEST_CASE("pick: inverse CDF most probable first; the last survivor takes rounding slack") {
+  auto c = eighths();  // 3: [0, 4), 1: [4, 6), 0: [6, 7), 2: [7, 8)
+  CHECK(c.pick(0.0) == 3);
+  CHECK(c.pick(3.999) == 3);
+  CHECK(c.pick(4.0) == 1);
+  CHECK(c.pick(6.5) == 0);
+  CHECK(c.pick(7.0) == 2);
+  CHECK(c.pick(8.5) == 2);
+  c.keep_top_k(2);
+  CHECK(c.pick(7.0) == 1);
+}
+
+namespace {
+
+// The chain as a full sort would run it: every candidate sorted by p (ties by
+// id), each filter a prefix, the draw walking the survivors in order.
+struct Reference {
+  std::vector<Candidate> c;
+  double total = 0;  // in id order, as Candidates sums an uncut set
+  Reference(const std::vector<float>& l, float t) {
+    float mx = -INFINITY;
+    for (float v : l) mx = v > mx ? v : mx;
+    for (size_t i = 0; i < l.size(); ++i) {
+      const double p = std::exp(static_cast<double>(l[i] - mx) / t);
+      c.push_back({int32_t(i), std::isnan(p) ? 0.0 : p});
+      total += c.back().p;
+    }
+    std::sort(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) {
+      return a.p > b.p || (a.p == b.p && a.id < b.id);
+    });
+  }
+  double mass(size_t n) const {
+    if (n == c.size()) return total;
+    double s = 0;
+    for (size_t i = 0; i < n; ++i) s += c[i].p;
+    return s;
+  }
+  size_t survivors(const SamplingParams& p) const {
+    size_t n = p.top_k > 0 ? std::min(c.size(), size_t(p.top_k)) : c.size();
+    if (p.top_p < 1.0f) {
+      const double target = double(p.top_p) * mass(n);
+      double cum = 0;
+      size_t keep = 0;
+      while (keep < n) {
+        cum += c[keep++].p;
+        if (cum >= target) break;
+      }
+      n = std::max<size_t>(keep, 1);
+    }
+    if (p.min_p > 0.0f) {
+      size_t keep = 1;
+      while (keep < n && c[keep].p >= double(p.min_p) * c[0].p) ++keep;
+      n = keep;
+    }
+    return n;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("candidates on long rows: the survivors and draws of a full sort, filter by filter") {
+  uint32_t state = 777;
+  const auto next = [&] {
+    state = state * 1664525u + 1013904223u;
+    return state >> 8;
+  };
+  const auto uniform = [&] { return double(next()) / double(1u << 24); };
+  for (int n : {1, 5, 64, 65, 300, 5000, 129280}) {
+    for (int variant = 0; variant < 4; ++variant) {
+      std::vector<float> l(static_cast<size_t>(n));
+      // Variant 0 peaked (a few large logits), 1 flat with ties, 2 wide, 3 with -inf and NaN.
+      for (float& v : l) {
+        const double u = uniform();
+        v = variant == 1 ? float(int(u * 5)) * 0.25f : float((u - 0.5) * (variant == 0 ? 8 : 30));
+      }
+      if (variant == 0)
+        for (int k = 0; k < 3; ++k) l[next() % size_t(n)] = 20.0f + float(k);
+      if (variant == 3)
+        for (int k = 0; k < n / 10; ++k) l[next() % size_t(n)] = k % 2 ? -INFINITY : std::nanf("");
+      for (float t : {0.3f, 1.0f, 2.5f}) {
+        const Reference ref(l, t);
+        struct Filters {
+          int top_k;
+          float top_p, min_p;
+        };
+        for (const Filters f : {Filters{0, 1.0f, 0.0f}, Filters{40, 1.0f, 0.0f}, Filters{0, 0.9f, 0.0f},
+                                Filters{0, 0.999f, 0.0f}, Filters{50, 0.95f, 0.05f}, Filters{0, 1.0f, 0.01f},
+                                Filters{1, 0.5f, 0.0f}, Filters{100000, 0.2f, 0.5f}}) {
+          SamplingParams p;
+          p.temperature = t;
+          p.top_k = f.top_k;
+          p.top_p = f.top_p;
+          p.min_p = f.min_p;
+          Candidates c(l.data(), n, t);
+          c.keep_top_k(p.top_k);
+          c.keep_top_p(p.top_p);
+          c.keep_min_p(p.min_p);
+          const size_t m = ref.survivors(p);
+          CAPTURE(n);
+          CAPTURE(variant);
+          CAPTURE(t);
+          CAPTURE(f.top_k);
+          CAPTURE(f.top_p);
+          CAPTURE(f.min_p);
+          REQUIRE(c.size() == m);
+          CHECK(c.mass() == ref.mass(m));
+          // Draws anywhere in the mass, the edges included, land where the sorted walk does.
+          for (double frac : {0.0, 1e-9, 0.3, uniform(), uniform(), 0.999999, 1.0}) {
+            double u = frac * ref.mass(m);
+            int32_t want = ref.c[m - 1].id;
+            for (size_t i = 0; i < m; ++i) {
+              if (u < ref.c[i].p) {
+                want = ref.c[i].id;
+                break;
+              }
+              u -= ref.c[i].p;
+            }
+            CHECK(c.pick(frac * ref.mass(m)) == want);
+          }
+          // Every survivor, in order, as the sort has them (the walk above may have looked at a few).
+          bool same = true;
+          for (size_t i = 0; i < m; ++i) same = same && c.at(i).id == ref.c[i].id && c.at(i).p == ref.c[i].p;
+          CHECK(same);
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("penalties on the logits: repeat divides positive, multiplies negative; frequency x count; presence once") {
