@@ -4,12 +4,14 @@
 //
 //   bench-kernels [--quick] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem]
 //                 [--row-threads N] [--no-pipeline] [--[no-]mma-decode] [--mma-warps N] [--mma-tiles N]
-//                 [--type T,...] [--shape S]   (one RESULT line per measurement)
+//                 [--mma-large-from N] [--type T,...] [--shape S]   (one RESULT line per measurement)
 //   --few-rows: the copy and the few-row matrices only (a short device call)
 //   --decode: the copy, matvec and the grouped decode launches only (no prefill)
 //   --block-threads, --wave-per-problem, --row-threads, --no-pipeline, --mma-*: the decode
 //     kernel's layout (--mma-decode: MXFP4 on the int8 tensor cores instead of the FMA kernel;
 //     doc/kernels.md), to measure one against another in the same call
+//   --mma-large-from N: the prefill kernel's 128 x 64 tiles from N tokens whatever the grid
+//     (default: a rule of tokens and grid, cuda/quant_mma.cu; a large N: never), likewise
 //   --type, --shape: only the shapes of those types / of that name (e.g. for ncu)
 //
 // kind=matvec is matvec() (no workspace: rows never split); kind=matvec-split is
@@ -33,6 +35,7 @@
 
 #include "cli_app.h"
 #include "quant_matmul.h"
+#include "quant_mma.h"
 
 namespace xk = xpack::kernels;
 
@@ -152,12 +155,12 @@ void report(const char* kind, uint32_t type, int64_t ne0, int64_t ne1, int n, co
 int main(int argc, char** argv) {
   bool quick = false, few_only = false, decode_only = false, wave_per_problem = false, no_pipeline = false,
        mma_decode = false, no_mma_decode = false;
-  uint64_t block_threads = 0, row_threads = 0, mma_warps = 0, mma_tiles = 0;
+  uint64_t block_threads = 0, row_threads = 0, mma_warps = 0, mma_tiles = 0, large_from = 0;
   std::string only_type, only_shape;
   xpack::cli::App app("bench-kernels",
                       "bench-kernels [--quick] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem] "
                       "[--row-threads N] [--no-pipeline] [--[no-]mma-decode] [--mma-warps N] [--mma-tiles N] "
-                      "[--type T,...] [--shape S]",
+                      "[--mma-large-from N] [--type T,...] [--shape S]",
                       "Microseconds per product and weight GB/s of the CUDA kernels (cuda/quant_matmul.h) for "
                       "every weight type, against a device-to-device copy measured in the same run; one RESULT "
                       "line per measurement.",
@@ -185,6 +188,9 @@ int main(int argc, char** argv) {
             4, 8);
   app.count("--mma-tiles", "N", &mma_tiles,
             "the tensor-core kernel's tiles of 16 rows a block of threads, 2 or 4 (default 4; 8 warps take 2)", 2, 4);
+  app.count("--mma-large-from", "N", &large_from,
+            "the prefill kernel's 128 x 64 tiles from N tokens whatever the grid (default: a rule of tokens and "
+            "grid, cuda/quant_mma.cu; a large N: never)", 1, 1u << 30);
   app.text("--type", "T,...", &only_type, "only the shapes of these weight types (ggml's names: mxfp4,q2_K,...)");
   app.text("--shape", "S", &only_shape, "only the shapes of this name (as printed in shape=)");
   if (auto rc = app.parse(argc, argv)) return *rc;
@@ -203,6 +209,7 @@ int main(int argc, char** argv) {
                                : no_mma_decode ? xk::dev::kMmaDecodeNever
                                                : xk::dev::kMmaDecodeAuto,
                                int(mma_warps), int(mma_tiles));
+  xk::dev::set_mma_large_from(int(large_from));
   const uint32_t all[] = {xk::kF32, xk::kF16, xk::kBF16, xk::kQ8_0, xk::kQ4_K,
                           xk::kQ5_K, xk::kQ6_K, xk::kQ2_K, xk::kQ3_K, xk::kMXFP4};
   std::vector<Shape> shapes = {
@@ -349,7 +356,7 @@ int main(int argc, char** argv) {
     // at 512 prompt tokens gives 256 experts 12 rows on average).
     if (prefill && std::string(sh.what).find("expert") != std::string::npos) {
       // Each count as it runs by default and on the fp32 tile path (the baseline).
-      for (int tokens : {4, 12, 24})
+      for (int tokens : {4, 12, 24, 96})
         for (int tiles : {0, 1}) {
           const int np = std::min(copies, std::min(xk::kMaxGroupedProblems, nmax / tokens));
           std::vector<xk::ExpertProblem> pr(static_cast<size_t>(np));

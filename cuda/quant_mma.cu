@@ -4,7 +4,10 @@
 // Shape of the work: a block of 4 warps owns 64 output rows x 32 tokens of one
 // problem (grid: row tiles x problems x token tiles), or, for problems of at
 // most 16 tokens (a prompt's typical expert), 128 rows x 16 tokens: the warps
-// then all multiply, and each step's split activations serve twice the rows.
+// then all multiply, and each step's split activations serve twice the rows;
+// for many tokens on a large grid (launch() says when) a block of 8 warps owns
+// 128 rows x 64 tokens (each warp 32 x 32), so each decoded weight and each
+// split activation serves twice as many products as in 64 x 32.
 // Every 256 inputs it loads the tile's rows' byte windows (coalesced, one window
 // ahead); per step of 64 inputs it decodes the rows' two 32-input chunks into
 // bf16 (one thread per row chunk, two each with 128 rows), splits the tokens'
@@ -15,6 +18,9 @@
 // sum each chunk in a register tile of its own and add it times the scale.
 #include <cuda_bf16.h>
 
+#include <atomic>
+#include <cstdint>
+
 #include "quant_blocks.cuh"
 #include "quant_mma.h"
 
@@ -23,7 +29,7 @@ namespace dev {
 
 namespace {
 
-constexpr int kStep = 64, kThreads = 128;
+constexpr int kStep = 64;
 // Weights are fetched 256 inputs (8 blocks) per row at a time, as 16-byte
 // aligned loads of the byte window that holds them: a warp then reads runs of
 // contiguous bytes (a block-per-thread load of 17- or 34-byte blocks touched a
@@ -238,12 +244,16 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// The block's shared memory (dynamic: the 128-row tiles of the scaled types
-// need more than the 48 KiB a static array may have).
-template <uint32_t T, int WM>
+// A block's shape: WM warps along the rows (32 rows each) by WN along the
+// tokens, each warp NT columns of 8 tokens. Its shared memory is dynamic (the
+// 128-row tiles of the scaled types need more than the 48 KiB a static array
+// may have).
+template <uint32_t T, int WM, int WN, int NT>
 struct Tile {
   using B = Block<T>;
-  static constexpr int kRows = 32 * WM, kTokens = 16 * (4 / WM);
+  static constexpr int kRows = 32 * WM, kTokens = 8 * NT * WN, kThreads = 32 * WM * WN;
+  static_assert(NT % 2 == 0, "tokens are read 16 at a time");
+  static_assert(kTokens <= kThreads / 4, "four threads split each token's activations");
   static constexpr size_t kWs = 0;                                                // bf16 [kRows][kLd]
   static constexpr size_t kXs = kWs + sizeof(__nv_bfloat16) * kRows * kLd;        // bf16 [3][kTokens][kLd]
   static constexpr size_t kRaw = kXs + sizeof(__nv_bfloat16) * 3 * kTokens * kLd;  // u32 [kRows][kRowWords]
@@ -253,13 +263,15 @@ struct Tile {
   static constexpr size_t kBytes = kXsum + sizeof(float) * (B::kMins ? kTokens : 1) * (kStep / 16);
 };
 
-// WM: warps along the rows (2: 64 rows x 32 tokens; 4: 128 rows x 16 tokens).
-template <uint32_t T, int WM>
-__global__ void __launch_bounds__(kThreads) mma_kernel(Problems ps, int64_t ne0, int64_t ne1, size_t rb,
-                                                       const float* __restrict__ x, float* __restrict__ y) {
+// Every output's sequence of operations (the steps, within a step the 16-input
+// slices, within a slice the three terms, the scale after each block) is the
+// same in every tile shape, so a problem's bits do not depend on its tile.
+template <uint32_t T, int WM, int WN, int NT>
+__global__ void __launch_bounds__(Tile<T, WM, WN, NT>::kThreads)
+    mma_kernel(Problems ps, int64_t ne0, int64_t ne1, size_t rb, const float* __restrict__ x, float* __restrict__ y) {
   using B = Block<T>;
-  using L = Tile<T, WM>;
-  constexpr int kRows = L::kRows, kTokens = L::kTokens;
+  using L = Tile<T, WM, WN, NT>;
+  constexpr int kRows = L::kRows, kTokens = L::kTokens, kThreads = L::kThreads, kWarpTokens = 8 * NT;
   const int p = blockIdx.y;
   const int ntok = ps.ntok[p];
   const int tok0 = blockIdx.z * kTokens;
@@ -278,10 +290,13 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(Problems ps, int64_t ne0,
   auto xsum = reinterpret_cast<float(*)[kStep / 16]>(smem + L::kXsum);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wm = warp % WM, wn = warp / WM;  // this warp: rows 32*wm.., tokens 16*wn..
+  const int wm = warp % WM, wn = warp / WM;  // this warp: rows 32*wm.., tokens kWarpTokens*wn..
+  const int wt0 = kWarpTokens * wn;
   // Token columns past the problem's end are zeros: their products are skipped
   // (a warp-uniform test), which is most of the work of a 12-token expert.
-  const bool live0 = tok0 + 16 * wn < ntok, live1 = tok0 + 16 * wn + 8 < ntok;
+  bool live[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) live[nt] = tok0 + wt0 + 8 * nt < ntok;
 
   // Weight fetch: chunk c of the tile's windows -> (row c / kWinChunks, chunk
   // c % kWinChunks), so consecutive threads read consecutive 16 bytes of a row.
@@ -347,8 +362,8 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(Problems ps, int64_t ne0,
     }
   };
 
-  float acc[2][2][4] = {};
-  float part[2][2][4] = {};  // the current block's sums (scaled types)
+  float acc[2][NT][4] = {};
+  float part[2][NT][4] = {};  // the current block's sums (scaled types)
 
   fetch(0);
   load_x(0);
@@ -419,7 +434,7 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(Problems ps, int64_t ne0,
     // The next step's activations are in flight while this step multiplies.
     if (k0 + kStep < ne0) load_x(k0 + kStep);
 
-    if (live0) {
+    if (live[0]) {
 #pragma unroll
       for (int ks = 0; ks < kStep / 16; ++ks) {
         uint32_t a[2][4];
@@ -429,14 +444,18 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(Problems ps, int64_t ne0,
         // Smallest terms first, so the large one is added to sums already formed.
 #pragma unroll
         for (int m = 2; m >= 0; --m) {
-          uint32_t b[4];  // b[0], b[1]: tokens 0-7 of this warp; b[2], b[3]: tokens 8-15
-          ldmatrix4(b, &xs[m][16 * wn + ((lane >> 4) << 3) + (lane & 7)][16 * ks + ((lane >> 3) & 1) * 8]);
 #pragma unroll
-          for (int mt = 0; mt < 2; ++mt) {
-            float (&c0)[4] = B::kScaled ? part[mt][0] : acc[mt][0];
-            float (&c1)[4] = B::kScaled ? part[mt][1] : acc[mt][1];
-            mma16816(c0, a[mt], b[0], b[1]);
-            if (live1) mma16816(c1, a[mt], b[2], b[3]);
+          for (int j = 0; j < NT / 2; ++j) {
+            if (!live[2 * j]) continue;
+            uint32_t b[4];  // b[0], b[1]: tokens 16j..16j+7 of this warp; b[2], b[3]: the next 8
+            ldmatrix4(b, &xs[m][wt0 + 16 * j + ((lane >> 4) << 3) + (lane & 7)][16 * ks + ((lane >> 3) & 1) * 8]);
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+              float (&c0)[4] = B::kScaled ? part[mt][2 * j] : acc[mt][2 * j];
+              float (&c1)[4] = B::kScaled ? part[mt][2 * j + 1] : acc[mt][2 * j + 1];
+              mma16816(c0, a[mt], b[0], b[1]);
+              if (live[2 * j + 1]) mma16816(c1, a[mt], b[2], b[3]);
+            }
           }
         }
         if constexpr (B::kScaled) {
@@ -447,7 +466,7 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(Problems ps, int64_t ne0,
               const float s0 = scale[32 * wm + 16 * mt + g][ks >> 1];
               const float s1 = scale[32 * wm + 16 * mt + g + 8][ks >> 1];
 #pragma unroll
-              for (int nt = 0; nt < 2; ++nt) {
+              for (int nt = 0; nt < NT; ++nt) {
                 acc[mt][nt][0] = fmaf(part[mt][nt][0], s0, acc[mt][nt][0]);
                 acc[mt][nt][1] = fmaf(part[mt][nt][1], s0, acc[mt][nt][1]);
                 acc[mt][nt][2] = fmaf(part[mt][nt][2], s1, acc[mt][nt][2]);
@@ -459,10 +478,10 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(Problems ps, int64_t ne0,
                 const int sb = 2 * (ks >> 1);
                 const int r0 = 32 * wm + 16 * mt + g;
 #pragma unroll
-                for (int nt = 0; nt < 2; ++nt)
+                for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
                   for (int i = 0; i < 4; ++i) {
-                    const int r = r0 + 8 * (i >> 1), t = 16 * wn + 8 * nt + 2 * (lane & 3) + (i & 1);
+                    const int r = r0 + 8 * (i >> 1), t = wt0 + 8 * nt + 2 * (lane & 3) + (i & 1);
                     acc[mt][nt][i] -= mins[r][sb] * xsum[t][sb] + mins[r][sb + 1] * xsum[t][sb + 1];
                   }
               }
@@ -480,44 +499,68 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(Problems ps, int64_t ne0,
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int64_t r = row0 + 32 * wm + 16 * mt + g + 8 * (i >> 1);
-        const int t = 16 * wn + 8 * nt + 2 * q + (i & 1);
+        const int t = wt0 + 8 * nt + 2 * q + (i & 1);
         if (r < ne1 && tok0 + t < ntok) yp[int64_t(t) * ne1 + r] = acc[mt][nt][i];
       }
 }
 
-template <uint32_t T, int WM>
+template <uint32_t T, int WM, int WN, int NT>
 int launch_tiles(int64_t ne0, int64_t ne1, const Problems& ps, int max_tok, const float* x, float* y,
                  cudaStream_t stream) {
-  using L = Tile<T, WM>;
+  using L = Tile<T, WM, WN, NT>;
   const int64_t row_tiles = (ne1 + L::kRows - 1) / L::kRows;
   const int64_t tok_tiles = (max_tok + L::kTokens - 1) / L::kTokens;
   if (row_tiles > 0x7FFFFFFF || tok_tiles > 65535) return kErrShape;
   if (L::kBytes > 48 * 1024 &&
-      cudaFuncSetAttribute(mma_kernel<T, WM>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(L::kBytes)) !=
-          cudaSuccess)
+      cudaFuncSetAttribute(mma_kernel<T, WM, WN, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           int(L::kBytes)) != cudaSuccess)
     return kErrCuda;
   const dim3 grid{unsigned(row_tiles), unsigned(ps.n), unsigned(tok_tiles)};
-  mma_kernel<T, WM><<<grid, kThreads, L::kBytes, stream>>>(ps, ne0, ne1, row_bytes(T, ne0), x, y);
+  mma_kernel<T, WM, WN, NT><<<grid, L::kThreads, L::kBytes, stream>>>(ps, ne0, ne1, row_bytes(T, ne0), x, y);
   return cudaGetLastError() == cudaSuccess ? kOk : kErrCuda;
 }
 
-// Problems of up to 16 tokens in one launch of 128 x 16 tiles, the others in
-// one of 64 x 32 tiles; which tile a problem gets depends on its own token
-// count only, so its outputs do not depend on the rest of the launch.
+// Three tile shapes; a problem's bits do not depend on which it gets. Up to 16
+// tokens 128 rows x 16 (a prompt's typical expert: all four warps multiply);
+// else 64 x 32, or 128 x 64 with 8 warps of 32 x 32, where each decoded weight
+// serves 64 tokens and each split activation 128 rows, twice what either did in
+// 64 x 32 (the decode and split, not the tensor cores, set the smaller tiles'
+// time). The large tiles hold one block an SM (200+ registers a thread), so
+// they pay only with many blocks and few idle token columns: measured on the
+// H200 (bench-kernels, 2026-12-04), 1.16-1.20x on a 4096 x 14336 Q8_0 / MXFP4
+// product of 512 tokens (256 large blocks) and 1.03-1.06x for Q2_K / Q3_K, but
+// 0.80-0.94x on 2048- and 3072-row experts of 512 tokens (128 and 192 blocks)
+// and 0.69-0.87x on five 96-token experts (a third of their columns idle). By
+// default a problem takes them from kLargeTokens tokens when the launch's large
+// blocks number at least kLargeBlocks; set_mma_large_from(n) forces them from
+// n tokens whatever the grid.
+constexpr int kLargeTokens = 256, kLargeBlocks = 256;
+std::atomic<int> g_large_from{0};
+
 template <uint32_t T>
 int launch(int64_t ne0, int64_t ne1, const ExpertProblem* problems, int n, const float* x, float* y,
            cudaStream_t stream) {
-  constexpr int kFewTokens = Tile<T, 4>::kTokens;
-  Problems few{}, many{};
-  int max_few = 0, max_many = 0;
+  using Large = Tile<T, 4, 2, 4>;
+  constexpr int kFewTokens = Tile<T, 4, 1, 2>::kTokens;
+  const int forced = g_large_from.load(std::memory_order_relaxed);
+  int large_from = forced > 0 ? forced : kLargeTokens;
+  if (forced <= 0) {
+    int64_t blocks = 0;
+    for (int i = 0; i < n; ++i)
+      if (problems[i].n_tokens >= large_from)
+        blocks += (ne1 + Large::kRows - 1) / Large::kRows * ((problems[i].n_tokens + Large::kTokens - 1) / Large::kTokens);
+    if (blocks < kLargeBlocks) large_from = INT32_MAX;
+  }
+  Problems few{}, many{}, large{};
+  int max_few = 0, max_many = 0, max_large = 0;
   for (int i = 0; i < n; ++i) {
     const ExpertProblem& p = problems[i];
-    Problems& ps = p.n_tokens <= kFewTokens ? few : many;
-    int& max_tok = p.n_tokens <= kFewTokens ? max_few : max_many;
+    Problems& ps = p.n_tokens <= kFewTokens ? few : p.n_tokens < large_from ? many : large;
+    int& max_tok = p.n_tokens <= kFewTokens ? max_few : p.n_tokens < large_from ? max_many : max_large;
     ps.w[ps.n] = static_cast<const uint8_t*>(p.w);
     ps.row[ps.n] = p.row;
     ps.ntok[ps.n] = p.n_tokens;
@@ -525,12 +568,18 @@ int launch(int64_t ne0, int64_t ne1, const ExpertProblem* problems, int n, const
     max_tok = max_tok > p.n_tokens ? max_tok : p.n_tokens;
   }
   if (few.n > 0)
-    if (const int st = launch_tiles<T, 4>(ne0, ne1, few, max_few, x, y, stream); st != kOk) return st;
-  if (many.n > 0) return launch_tiles<T, 2>(ne0, ne1, many, max_many, x, y, stream);
+    if (const int st = launch_tiles<T, 4, 1, 2>(ne0, ne1, few, max_few, x, y, stream); st != kOk) return st;
+  if (many.n > 0)
+    if (const int st = launch_tiles<T, 2, 2, 2>(ne0, ne1, many, max_many, x, y, stream); st != kOk) return st;
+  if (large.n > 0) return launch_tiles<T, 4, 2, 4>(ne0, ne1, large, max_large, x, y, stream);
   return kOk;
 }
 
 }  // namespace
+
+int mma_large_from() { return g_large_from.load(std::memory_order_relaxed); }
+
+void set_mma_large_from(int n) { g_large_from.store(n > 0 ? n : 0, std::memory_order_relaxed); }
 
 bool mma_supports(uint32_t type) { return type == kMXFP4 || type == kQ8_0 || type == kQ3_K || type == kQ2_K; }
 

@@ -30,12 +30,22 @@ namespace xpack::kernels::dev {
 bool mma_supports(uint32_t type);
 
 // y rows [p.row, p.row + p.n_tokens) = W_p x rows, for n problems (<= 128) of
-// any token count in one launch per tile shape (two at most: problems of up
-// to 16 tokens get 128-row x 16-token tiles, the others 64 x 32). x [n_rows][ne0], y [n_rows][ne1], ne0 a whole
-// number of blocks, x and every w 16-byte aligned. Each output depends on its
-// problem alone (the same bits whatever else is in the launch). Arguments are
-// checked by the caller.
+// any token count in one launch per tile shape (three at most: problems of up
+// to 16 tokens get 128-row x 16-token tiles, those of many tokens on a large
+// grid 128 x 64, the others 64 x 32; quant_mma.cu's launch() has the rule and
+// its measurements). x [n_rows][ne0], y [n_rows][ne1], ne0 a whole number of
+// blocks, x and every w 16-byte aligned. Each output depends on its problem
+// alone, not on its tile (the same bits whatever else is in the launch).
+// Arguments are checked by the caller.
 int mma_grouped(uint32_t type, int64_t ne0, int64_t ne1, const ExpertProblem* problems, int n,
                 const float* x, float* y, cudaStream_t stream);
+
+// set_mma_large_from(n), n > 0: problems of n tokens or more take the 128 x 64
+// tiles whatever the grid (a huge n: never); n <= 0: the rule (the default).
+// mma_large_from() is the n in force, 0 for the rule. For bench-kernels'
+// side-by-side runs and the tests (the bits do not change).
+// Thread safety: safe from any thread; launches already enqueued keep theirs.
+int mma_large_from();
+void set_mma_large_from(int n);
 
 }  // namespace xpack::kernels::dev

@@ -23,6 +23,7 @@
 
 #include "ops.h"
 #include "quant_matmul.h"
+#include "quant_mma.h"
 
 namespace xk = xpack::kernels;
 
@@ -458,11 +459,11 @@ TEST_CASE("matvec and matmul: MXFP4 at every E8M0 exponent 0..254 with every nib
 
 // The tensor-core path of the fp32 default (MXFP4, Q8_0, Q3_K, Q2_K): row
 // lengths that end in half a 64-input step (32-element blocks) or span several
-// 256-input windows, row counts that end in a partial 64-row tile (so the last
-// row's window ends inside the matrix's last 16 bytes), token counts around its
-// 32-token tiles; grouped launches of mixed sizes equal the separate products
-// bit for bit; an x that is not 16-byte aligned takes the tile path and is
-// right too.
+// 256-input windows, row counts that end in a partial 64- and 128-row tile (so
+// the last row's window ends inside the matrix's last 16 bytes), token counts
+// around its 16-, 32- and 64-token tiles; grouped launches of mixed sizes equal
+// the separate products bit for bit, and so do the same problems in other tile
+// shapes; an x that is not 16-byte aligned takes the tile path and is right too.
 TEST_CASE("matmul on tensor cores: fp32 bound at odd shapes, grouped = separate bit for bit") {
   std::mt19937 rng(8);
   Stream st;
@@ -473,9 +474,10 @@ TEST_CASE("matmul on tensor cores: fp32 bound at odd shapes, grouped = separate 
     for (const int64_t ne0 : {int64_t(xk::block_elems(type) == 32 ? 96 : 768), int64_t(4096)}) {
       CAPTURE(ne0);
       const int64_t ne1 = 130;
-      // Both tile shapes (up to 16 tokens: 128 x 16; more: 64 x 32) at their edges.
-      const int counts[] = {40, 9, 3, 77, 16, 33, 17, 4};
-      const int np = 8;
+      // Token counts at the edges of the three tile shapes (16 tokens: 128 x 16;
+      // 32 and 64: 64 x 32 and 128 x 64, forced below).
+      const int counts[] = {40, 9, 3, 77, 16, 33, 17, 4, 64, 130, 63};
+      const int np = 11;
       std::vector<std::vector<uint8_t>> hw;
       std::vector<std::unique_ptr<DevBuf>> ws;
       std::vector<xk::ExpertProblem> probs;
@@ -502,6 +504,20 @@ TEST_CASE("matmul on tensor cores: fp32 bound at odd shapes, grouped = separate 
       dy.get(a.data(), a.size() * 4);
       dsep.get(b.data(), b.size() * 4);
       CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+      // Every problem in 64 x 32 tiles however many tokens it has, or in 128 x 64
+      // from 17: the same bits as in the tile the rule gave it.
+      for (const int from : {1 << 30, 17}) {
+        CAPTURE(from);
+        xk::dev::set_mma_large_from(from);
+        dsep.poison();
+        REQUIRE(xk::grouped_matmul(ctx, type, ne0, ne1, probs.data(), np, dx.as<float>(), dsep.as<float>(), rows,
+                                   nullptr, st.s) == xk::kOk);
+        st.sync();
+        xk::dev::set_mma_large_from(0);
+        dsep.get(b.data(), b.size() * 4);
+        CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+      }
+      CHECK(xk::dev::mma_large_from() == 0);
       for (int i = 0; i < np; ++i) {
         const auto& p = probs[size_t(i)];
         const Ref ref = reference(type, hw[size_t(i)], ne0, ne1, x.data() + p.row * ne0, p.n_tokens);
