@@ -17,8 +17,14 @@ kimi-k3-q2k-q3k-00001-of-00003.gguf) and PROMPT (short | long):
     below 2e-5, since there a tiny numeric difference may legitimately pick
     another expert.
 
+With --device cuda every run computes on the GPU (the experts streamed through
+the CUDA cache), except the direct reader's, which stays on the CPU's host
+cache path: the checks are the same, so CUDA's logits are held to llama.cpp's
+as the CPU's are (the GPU issues' acceptance), and a machine without a GPU
+skips (77, also under XPACK_REQUIRE_FIXTURES).
+
 Exit status: 0 pass, 1 fail, 77 skipped (oracle folder absent; a failure under
-XPACK_REQUIRE_FIXTURES=1, as in CI), 2 usage.
+XPACK_REQUIRE_FIXTURES=1, as in CI; or --device cuda without a GPU), 2 usage.
 """
 import argparse
 import json
@@ -78,10 +84,14 @@ def main():
     ap.add_argument("--prompt", required=True, choices=["short", "long"])
     ap.add_argument("--cache-mib", default="4", help="budget of the streamed run")
     ap.add_argument("--threads", default=None)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = ap.parse_args()
     args.xpack_run = os.path.abspath(args.xpack_run)
     args.xpack_build = os.path.abspath(args.xpack_build)
 
+    if args.device == "cuda" and not os.path.exists("/dev/nvidiactl"):
+        print("SKIPPED: --device cuda and no GPU here (/dev/nvidiactl absent)")
+        return 77
     if not os.path.isdir(os.path.join(args.oracle, "models")):
         print(f"SKIPPED: oracle folder {args.oracle} absent")
         return skipped()
@@ -105,6 +115,7 @@ def main():
     fragile = first_fragile_position(route)
 
     extra = ["--threads", args.threads] if args.threads else []
+    device = ["--device", args.device] if args.device != "cpu" else []
     id_arg = ",".join(str(i) for i in ids)
     with tempfile.TemporaryDirectory(prefix="xpack-oracle-") as tmp:
         out = os.path.join(tmp, "m")
@@ -112,9 +123,10 @@ def main():
         runs = {}
         counters = {}
 
-        def xrun(name, cmd):
+        def xrun(name, cmd, on_device=True):
             f32 = os.path.join(tmp, name + ".f32")
-            stdout = run([args.xpack_run] + cmd + ["--prompt-ids", id_arg, "-n", "0", "--json", "--logits-out", f32] + extra)
+            stdout = run([args.xpack_run] + cmd + ["--prompt-ids", id_arg, "-n", "0", "--json", "--logits-out", f32] + extra
+                         + (device if on_device else []))
             counters[name] = json.loads(stdout).get("counters", {})
             runs[name] = np.fromfile(f32, dtype="<f4")
 
@@ -125,38 +137,49 @@ def main():
         stride = (int(c["object_bytes"]) + 255) // 256 * 256
         tight = ((int(c["n_experts_used"]) + 1) * stride + 512) / 1048576.0
         xrun("tight", pack + ["--cache-mib", f"{tight:.9f}"])
-        xrun("direct-reader", pack + ["--cache-mib", args.cache_mib, "--expert-reader", "direct"])
-        xrun("resident", pack + ["--cache-mib", "65536"])
+        resident = pack + ["--cache-mib", "65536"] + (["--preload-experts"] if device else [])
+        xrun("resident", resident)
         xrun("plain-gguf", ["-m", model_path])
+        # The direct reader feeds the CPU's host cache: on CUDA it is the CPU's run,
+        # compared below with llama.cpp's like the others (not bit for bit).
+        xrun("direct-reader", pack + ["--cache-mib", args.cache_mib, "--expert-reader", "direct"], on_device=False)
 
     ok = True
-    print(f"{args.model} / {args.prompt}: reference {ref}, {len(ids)} rows")
+    print(f"{args.model} / {args.prompt} on {args.device}: reference {ref}, {len(ids)} rows")
     for name in ("streamed", "tight", "direct-reader", "resident"):
         c = counters[name]
         print(f"  {name} run ({c.get('source')}): {c.get('cache_misses')} misses, {c.get('cache_evictions')} evictions, "
               f"{c.get('budget_objects')} objects fit the budget")
-    for name in ("tight", "direct-reader", "resident", "plain-gguf"):
+    identical = ("tight", "resident", "plain-gguf") + (("direct-reader",) if not device else ())
+    for name in identical:
         same = runs[name].tobytes() == runs["streamed"].tobytes()
         print(f"  streamed vs {name}: {'bit-identical' if same else 'DIFFERENT'}")
         ok &= same
 
-    got = runs["streamed"].reshape(-1, n_vocab)
-    if got.shape != want.shape:
-        print(f"  logits shape {got.shape}, expected {want.shape}")
-        return 1
-    row_max = np.abs(got.astype(np.float64) - want.astype(np.float64)).max(axis=1)
     checked = len(ids) if fragile is None else fragile
+    for name in ("streamed",) + (("direct-reader",) if device else ()):
+        ok &= against_reference(name, runs[name], want, n_vocab, checked, fragile)
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+def against_reference(name, logits, want, n_vocab, checked, fragile):
+    """Every row before the first fragile position within TOL of llama.cpp's."""
+    got = logits.reshape(-1, n_vocab)
+    if got.shape != want.shape:
+        print(f"  {name}: logits shape {got.shape}, expected {want.shape}")
+        return False
+    row_max = np.abs(got.astype(np.float64) - want.astype(np.float64)).max(axis=1)
     within = int((row_max[:checked] <= TOL).sum())
     bad = [r for r in range(checked) if not row_max[r] <= TOL]
-    print(f"  rows checked: {checked} (first routing margin < {MARGIN}: "
+    print(f"  {name}: rows checked: {checked} (first routing margin < {MARGIN}: "
           f"{'none' if fragile is None else 'position %d' % fragile}); within {TOL}: {within}; "
           f"max |diff| over checked rows {row_max[:checked].max() if checked else 0:.3g}, "
           f"over all rows {row_max.max():.3g}")
     if bad:
         print(f"  FAIL: first row over tolerance {bad[0]} (|diff| {row_max[bad[0]]:.3g}); {len(bad)} rows over")
-        ok = False
-    print("PASS" if ok else "FAIL")
-    return 0 if ok else 1
+        return False
+    return True
 
 
 if __name__ == "__main__":
