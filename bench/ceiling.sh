@@ -12,7 +12,7 @@
 #   --contexts: prompt lengths D (default 512,2048,4096): per D an xpack-run process
 #     prefills D token ids and decodes --tokens (default 64) more at context D..D+N;
 #     llama-bench measures pp D (-p D) and tg N at depth D (-n N -d D), the first D twice
-#     (its first test of a process is slow: the report keeps the second); both --reps times
+#     (a run's first test has come out slow: the report keeps the second); both --reps times
 #     each (default 3; ours: a process each, every context once before any twice, its
 #     table row the median)
 #   --deadline: no run starts, and none lasts, past S seconds after the script started
@@ -193,10 +193,11 @@ run_ours 1
 if [ "$use_llama" = yes ]; then
   for kind in pp tg; do
     limit=$(time_left) || { say "llama.cpp $kind: --deadline reached, skipped"; continue; }
-    # The first context twice: llama-bench's first test of a process has come out at a third
-    # of its speed (pp 512: 2088 and 2959 tok/s against 6600-6682; tg at depth 512: 135.6
-    # against 375-395), its own warm-up run notwithstanding; the report keeps a context's
-    # last test, so that first one only warms the process up.
+    # The first context twice: llama-bench's first test of a run has come out at a third of
+    # its other runs' speed (pp 512: 2088 and 2959 tok/s against 6600-6682; tg at depth 512:
+    # 135.6 against 375-395), its own warm-up run notwithstanding; the report keeps a
+    # context's last test, so a slow first test stays out. Not the whole story: on
+    # 2026-12-04 both pp 512 tests of one run gave 3231 and 3271 (doc/benchmarks.md).
     warm="${contexts%%,*},$contexts"
     if [ "$kind" = pp ]; then args=(-p "$warm" -n 0); else args=(-p 0 -n "$tokens" -d "$warm"); fi
     log="$out/logs/llama-$kind.log"
