@@ -2,11 +2,13 @@
 # The CUDA and Python suites on the GPU machine in one command, with the oracle models
 # that cuda_deepseek4 and cuda_kimi_k3 need (../shared does not travel there).
 #
-# usage: bench/gpu-suites.sh --fixtures-to DIR     (here: copy the fixtures into DIR)
+# usage: bench/gpu-suites.sh --fixtures-to DIR [--models LIST]   (here: copy the fixtures into DIR)
 #        bench/gpu-suites.sh [--fixtures DIR] [--build DIR] [--jobs N] [-- MESON_TEST_ARGS]
-#   --fixtures-to DIR: run on this machine; copies the deepseek4 and kimi-k3 oracle models
-#     and logits from ../shared/oracle into DIR (about 46 MB): name DIR (inside the checkout,
-#     git-ignored or excluded) in the device tool's carry, with .deps.
+#   --fixtures-to DIR: run on this machine; copies the oracle models and logits of LIST
+#     from ../shared/oracle into DIR: name DIR (inside the checkout, git-ignored or excluded)
+#     in the device tool's carry, with .deps. The carry holds 64 MiB in all: deepseek4's
+#     files are about 8 MB, kimi-k3's about 47, so one call may not carry both.
+#   --models LIST: deepseek4, kimi-k3 or both, comma-separated (default both)
 #   --fixtures DIR: on the GPU machine, DIR from --fixtures-to: linked as ../shared/oracle
 #     (deepseek4) and named in XPACK_KIMI_FIXTURE_DIR (kimi-k3)
 #   --build DIR: the CUDA build (default build-gpu; configured with -Dcuda=enabled if new)
@@ -20,17 +22,18 @@ set -uo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root" || exit 1
-fixtures="" build=build-gpu jobs=4 copy_to=""
+fixtures="" build=build-gpu jobs=4 copy_to="" models="deepseek4,kimi-k3"
 need() { [ $# -ge 2 ] || { echo "gpu-suites: $1 needs a value (--help)" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
   case "$1" in
-    --fixtures|--fixtures-to|--build|--jobs) need "$@" ;;&
+    --fixtures|--fixtures-to|--models|--build|--jobs) need "$@" ;;&
     --fixtures) fixtures="$2"; shift 2 ;;
     --fixtures-to) copy_to="$2"; shift 2 ;;
+    --models) models="$2"; shift 2 ;;
     --build) build="$2"; shift 2 ;;
     --jobs) jobs="$2"; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-suites: unknown argument $1 (--help)" >&2; exit 2 ;;
   esac
 done
@@ -40,10 +43,13 @@ if [ -n "$copy_to" ]; then
   src="$root/../shared/oracle"
   [ -d "$src/models" ] || { echo "gpu-suites: $src not found (the fixtures come from ../shared)" >&2; exit 1; }
   mkdir -p "$copy_to/models" "$copy_to/logits" || exit 1
-  cp "$src"/models/deepseek4-* "$src"/models/kimi-k3-f32.gguf "$src"/models/kimi-k3-q2k-q3k-0000?-of-00003.gguf \
-    "$copy_to/models/" &&
-    cp "$src"/logits/deepseek4-* "$src"/logits/kimi-k3-f32.{short,long}.json \
-      "$src"/logits/kimi-k3-q2k-q3k-deq.{short,long}.json "$copy_to/logits/" || exit 1
+  IFS=, read -ra names <<< "$models"
+  for m in "${names[@]}"; do
+    case "$m" in
+      deepseek4|kimi-k3) cp "$src/models/$m"-*.gguf "$copy_to/models/" && cp "$src/logits/$m"-* "$copy_to/logits/" || exit 1 ;;
+      *) echo "gpu-suites: --models takes deepseek4 and kimi-k3, got '$m'" >&2; exit 2 ;;
+    esac
+  done
   echo "gpu-suites: fixtures in $copy_to ($(du -sh "$copy_to" | cut -f1)); carry it with .deps"
   exit 0
 fi
