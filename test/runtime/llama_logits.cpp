@@ -9,10 +9,10 @@
 //               token fed back)
 //     OUT.json  prompt_ids, gen_ids, n_vocab and the run's settings
 //
-// The settings are the oracle's (../shared/oracle/MANIFEST.md): CPU only,
-// F32 K/V cache, flash attention off, one sequence. Greedy is argmax with ties
-// to the lowest id. PROMPT.ids is a JSON list of token ids, as in
-// ../shared/oracle/prompts.
+// The settings are the oracle's (../shared/oracle/MANIFEST.md): CPU only, no
+// weight repacking, F32 K/V cache, flash attention off, one sequence. Greedy is
+// argmax with ties to the lowest id. PROMPT.ids is a JSON list of token ids, as
+// in ../shared/oracle/prompts.
 #include <llama.h>
 
 #include <algorithm>
@@ -79,6 +79,9 @@ int main(int argc, char** argv) {
   llama_backend_init();
   llama_model_params mp = llama_model_default_params();
   mp.n_gpu_layers = 0;
+  // No CPU weight repacking, as ../shared/oracle ran: with it this build aborts in
+  // the scheduler on Kimi-K3's Q2_K/Q3_K experts (no backend for a repacked tensor).
+  mp.use_extra_bufts = false;
   llama_model* model = llama_model_load_from_file(model_path.c_str(), mp);
   if (!model) die("cannot load " + model_path);
   const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));

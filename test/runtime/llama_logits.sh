@@ -7,7 +7,7 @@
 # LLAMA_SRC: llama.cpp unpacked from ../shared/baselines/llama.cpp-13f76e69.tar.gz;
 # LLAMA_BUILD: its CMake build folder holding libllama.so (default LLAMA_SRC/b; a
 # CPU build as in test/data/kimi-k3-kv-b/README.md); ORACLE: ../shared/oracle.
-# Builds test/runtime/llama_logits.cpp against that libllama, writes the
+# Builds test/runtime/llama_logits.cpp against that libllama (build_llama_logits.sh), writes the
 # llama.cpp-readable variant (kimi_k3_kv_b.py --form mha --llama-q-order) and
 # dumps both prompts, every row, 32 greedy tokens, 2 threads.
 set -eu
@@ -20,10 +20,7 @@ out=$root/test/data/kimi-k3-kv-b
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-lib=$(dirname "$(find "$build" -name 'libllama.so' | head -n 1)")
-ggml_lib=$(dirname "$(find "$build" -name 'libggml.so' | head -n 1)")
-c++ -std=c++17 -O2 -I"$src/include" -I"$src/ggml/include" "$here/llama_logits.cpp" \
-  -L"$lib" -L"$ggml_lib" -lllama -lggml -lggml-base -Wl,-rpath,"$lib:$ggml_lib" -o "$tmp/llama_logits"
+"$here/build_llama_logits.sh" "$src" "$build" "$tmp/llama_logits"
 
 python3 "$here/kimi_k3_kv_b.py" "$oracle/models/kimi-k3-f32.gguf" "$tmp/kimi-k3-f32-kv-b-mha-q.gguf" \
   --form mha --llama-q-order
