@@ -126,11 +126,14 @@ def main():
     unknown = [c for c in args.cases if c not in CASES]
     if unknown:
         ap.error(f"unknown case {unknown[0]}; cases: {', '.join(CASES)}")
+    for prog in (args.llama_logits, args.xpack_synth, args.xpack_run):
+        if not os.access(prog, os.X_OK):
+            ap.error(f"{prog}: not an executable (llama_logits: test/runtime/build_llama_logits.sh builds it)")
     ok = True
     for name in args.cases:
         try:
             ok &= check(args, name)
-        except RuntimeError as e:
+        except (RuntimeError, OSError) as e:
             print(f"{name}: {e}")
             ok = False
     return 0 if ok else 1
