@@ -198,7 +198,7 @@ def same_greedy_ids(name, logits, meta, n_vocab, checked):
     got = logits.reshape(-1, n_vocab)
     first = len(meta["prompt_ids"]) - 1
     gen = list(meta["gen_ids"])
-    rows = [r for r in range(first, min(first + len(gen), checked))]
+    rows = range(first, min(first + len(gen), checked))
     if got.shape[0] < first + len(gen):
         print(f"  {name}: {got.shape[0]} rows, too few for the {len(gen)} generated ids")
         return False
