@@ -8,7 +8,7 @@
 #                         [--contexts D1,D2,...] [--tokens N] [--reps R] [--no-llama]
 #                         [--llama-tarball PATH] [--ram-ratio R] [--synth-args "ARGS"]
 #                         [--device cuda|cpu] [--build DIR] [--deadline S] [--profile D1,...]
-#                         [--against DIR]
+#                         [--against DIR] [--against-args "ARGS"]
 #   --contexts: prompt lengths D (default 512,2048,4096): per D an xpack-run process
 #     prefills D token ids and decodes --tokens (default 64) more at context D..D+N;
 #     llama-bench measures pp D (-p D) and tg N at depth D (-n N -d D), the first D twice
@@ -26,6 +26,8 @@
 #   --against DIR: another build of xpack-run (DIR/examples/xpack-run, e.g. the tree before
 #     a change, built beside this one) run with the same arguments right before each of
 #     ours, so both meet the same machine state; the table adds its times and ours' speed-up
+#   --against-args "ARGS": more xpack-run flags for the --against runs only (without
+#     --against: this build, e.g. --against-args "--prefill-precision bf16")
 #
 # Ours is bench/e2e.sh's configuration (d): the trunk and the pack, an expert cache of the
 # pack's size, --preload-experts (the same slots and kernels as the streamed runs, no read
@@ -48,14 +50,14 @@ cd "$root" || exit 1
 # shellcheck source=bench/e2e-setup.sh
 . "$root/bench/e2e-setup.sh"
 arch=deepseek4 layers="" dir=/root/e2e out="${OUT:-$root/build-gpu}/ceiling"
-contexts=512,2048,4096 tokens=64 reps=3 deadline=0 use_llama=yes profile="" against=""
+contexts=512,2048,4096 tokens=64 reps=3 deadline=0 use_llama=yes profile="" against="" against_args=""
 tarball="$(ls "$root"/.deps/llama.cpp-*.tar.gz 2>/dev/null | head -1)"
 ram_ratio=$(python3 -c 'print(32/155)')  # bench/e2e.sh's: the seed's 32 GB PC, 155 GB model
 build="$root/build-gpu" synth_args="" device=cuda
 need() { [ $# -ge 2 ] || { echo "ceiling: $1 needs a value (--help)" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
   case "$1" in
-    --arch|--layers|--dir|--out|--contexts|--tokens|--reps|--deadline|--llama-tarball|--ram-ratio|--build|--synth-args|--device|--profile|--against) need "$@" ;;&
+    --arch|--layers|--dir|--out|--contexts|--tokens|--reps|--deadline|--llama-tarball|--ram-ratio|--build|--synth-args|--device|--profile|--against|--against-args) need "$@" ;;&
     --arch) arch="$2"; shift 2 ;;
     --layers) layers="$2"; shift 2 ;;
     --dir) dir="$2"; shift 2 ;;
@@ -71,8 +73,9 @@ while [ $# -gt 0 ]; do
     --device) device="$2"; shift 2 ;;
     --profile) profile="$2"; shift 2 ;;
     --against) against="$2"; shift 2 ;;
+    --against-args) against_args="$2"; shift 2 ;;
     --no-llama) use_llama=no; shift ;;
-    -h|--help) sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) echo "ceiling: unknown argument $1 (--help)" >&2; exit 2 ;;
   esac
 done
@@ -92,6 +95,8 @@ done
 if [ -n "$against" ]; then
   against="$(cd "$against" 2>/dev/null && pwd)" && [ -x "$against/examples/xpack-run" ] ||
     { echo "ceiling: --against needs a build directory holding examples/xpack-run" >&2; exit 2; }
+elif [ -n "$against_args" ]; then
+  against="$build"  # built below, like ours
 fi
 mkdir -p "$out/logs" "$dir"
 rm -f "$out"/llama-*.json "$out"/llama-*.rc "$out/llama-skipped.txt" "$out/runs.jsonl" "$out/ceiling.json"  # a previous call's
@@ -151,7 +156,7 @@ json.dump({"arch": "$arch", "preset": "$preset", "layers": $layers, "model_bytes
            "cache_mib": $all_mib, "ram_cap_bytes": $cap, "ram_capped": "$capped" == "yes", "ram_ratio": $ram_ratio,
            "contexts": [int(d) for d in "$contexts".split(",")], "tokens": $tokens, "reps": $reps, "vocab": $vocab,
            "device": "$device", "synth_args": "$synth_args", "gpu": "$gpu", "llama": "$use_llama" == "yes",
-           "cuda_module_loading": "$CUDA_MODULE_LOADING", "against": "$against" or None,
+           "cuda_module_loading": "$CUDA_MODULE_LOADING", "against": " ".join(w for w in ("$against", "$against_args") if w) or None,
            "git": "$(e2e_tree)"}, open(sys.argv[1], "w"), indent=1)
 EOF
 
@@ -176,6 +181,8 @@ run_one() {  # REP D IDS ours|against
   log="$out/logs/$who-$d-$rep.log"
   cmd=("$bin/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$all_mib"
        --preload-experts --greedy --ignore-eos -n "$tokens" --json --prompt-ids "$ids")
+  # shellcheck disable=SC2206  # the flags, split as the user wrote them
+  [ "$who" = against ] && [ -n "$against_args" ] && cmd+=($against_args)
   smi_pid=""
   if [ "$device" = cuda ] && command -v nvidia-smi > /dev/null; then
     nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader,nounits -lms 200 > "$log.vram" 2>/dev/null &

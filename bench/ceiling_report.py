@@ -279,6 +279,10 @@ def summarize(meta_path, runs_path, outdir):
         if theirs:
             row["against_prefill_speedup"] = ratio(row.get("ours_prefill_tok_s"), row["against_prefill_tok_s"])
             row["against_decode_speedup"] = ratio(row["against_decode_ms"], row.get("ours_decode_ms"))
+            # The other side against llama.cpp too (--against-args: ours with other flags).
+            row["against_prefill_ratio"] = ratio(row["against_prefill_tok_s"], row["llama_pp_tok_s"])
+            row["against_decode_ratio"] = ratio(1e3 / row["against_decode_ms"] if row["against_decode_ms"] else None,
+                                                row["llama_tg_tok_s"])
         rows.append(row)
     # What a longer context costs a decode step: the architecture's part of the step
     # (attention over the window and the compressed branches, or KDA's fixed state).
@@ -343,6 +347,10 @@ def table(summary):
             f"(ours {' / '.join(fmt(v) for v in r.get('ours_decode_ms_runs') or [])}; speed-up "
             f"{fmt(r['against_decode_speedup'])}), prefill {fmt(r['against_prefill_tok_s'], '%.1f')} tok/s "
             f"(speed-up {fmt(r['against_prefill_speedup'])})" for r in against))
+        if any(r.get("against_prefill_ratio") or r.get("against_decode_ratio") for r in against):
+            print("against, next to llama.cpp: " + ", ".join(
+                f"D={r['context']}: prefill {fmt(r.get('against_prefill_ratio'))}x, decode {fmt(r.get('against_decode_ratio'))}x"
+                for r in against))
     waits = [r for r in rows if r.get("ours_decode_host_wait_share") is not None]
     if waits:
         print("ours, the host waiting for the GPU (share of decode; near 0: the host sets the step time): " +

@@ -189,6 +189,9 @@ with tempfile.TemporaryDirectory() as tmp:
     check(row3[512]["against_decode_ms_runs"] == [12.0, 12.0] and abs(row3[512]["against_prefill_tok_s"] - 512) < 1e-9 and
           abs(row3[512]["against_decode_speedup"] - 12.0 / 12.5) < 1e-9 and
           abs(row3[512]["against_prefill_speedup"] - 1536 / 512) < 1e-9, "512: the other build's medians, ours' speed-up")
+    check(abs(row3[512]["against_prefill_ratio"] - 512 / row3[512]["llama_pp_tok_s"]) < 1e-9 and
+          abs(row3[512]["against_decode_ratio"] - (1e3 / 12.0) / row3[512]["llama_tg_tok_s"]) < 1e-9,
+          "512: the other side against llama.cpp too")
     check("against_decode_ms" not in row3[4096], "no --against run at 4096: no numbers")
     check([f["what"] for f in s3["failures"]] == ["ours D=4096", "against D=2048 run 1", "llama-bench tg"],
           f"the other build's failure named: {[f['what'] for f in s3['failures']]}")
@@ -196,6 +199,9 @@ with tempfile.TemporaryDirectory() as tmp:
     t3 = report("--table", j("ceiling3.json")).stdout
     check("against /root/old/build-gpu (run right before each of ours): D=512: decode 12.00 / 12.00 ms "
           "(ours 10.00 / 15.00; speed-up 0.96), prefill 512.0 tok/s (speed-up 3.00)" in t3, "the --against line:\n" + t3)
+    want = "against, next to llama.cpp: D=512: prefill %.2fx, decode %.2fx" % (
+        512 / row3[512]["llama_pp_tok_s"], (1e3 / 12.0) / row3[512]["llama_tg_tok_s"])
+    check(want in t3, f"the --against line next to llama.cpp ({want}):\n" + t3)
     check("against" not in report("--table", j("ceiling2.json")).stdout, "no --against line without its runs")
     # llama.cpp not built: a failure that says why.
     os.makedirs(j("nb", "logs"))

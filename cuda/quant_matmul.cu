@@ -217,8 +217,10 @@ int read_opts(const MatmulOptions* o, Opts* out) {
 // expert 8 us in a grouped launch).
 int mv_default(uint32_t type) { return dev::mma_supports(type) ? 3 : kMaxMatvecTokens; }
 
+// Whatever the precision: decode is bound by the weights' bytes, so rounding x
+// to bf16 would only lose digits there.
 bool uses_matvec(uint32_t type, const Opts& o, int n_tokens) {
-  return o.precision == kPrecisionFp32 && n_tokens <= (o.mv_max ? o.mv_max : mv_default(type));
+  return n_tokens <= (o.mv_max ? o.mv_max : mv_default(type));
 }
 
 // The fp32 default on the tensor cores (quant_mma.h) where the type allows it;
@@ -237,6 +239,19 @@ int gemm(Context* ctx, uint32_t type, const void* w, int64_t ne0, int64_t ne1, c
                          ctx->workspace_bytes, stream);
   }
   const size_t elt = bf16 ? 2 : 4;
+  if (bf16 && n_tokens > 1 && size_t(n_tokens) * size_t(ne0) * 2 + 255 > ctx->workspace_bytes / 2) {
+    // x in bf16 would take more than half the workspace (a long prompt): the
+    // tokens in parts, each with its own tiles, so that the tiles keep rows.
+    const int part = int(std::max<size_t>(1, (ctx->workspace_bytes / 2 - 255) / (size_t(ne0) * 2)));
+    for (int t0 = 0; t0 < n_tokens; t0 += part) {
+      const int n = std::min(part, n_tokens - t0);
+      if (const int st = gemm(ctx, type, w, ne0, ne1, x + size_t(t0) * size_t(ne0), n, y + size_t(t0) * size_t(ne1), o,
+                              stream);
+          st != kOk)
+        return st;
+    }
+    return kOk;
+  }
   const size_t x_bytes = bf16 ? ((size_t(n_tokens) * size_t(ne0) * 2 + 255) & ~size_t(255)) : 0;
   if (ctx->workspace_bytes < x_bytes + size_t(ne0) * elt) return kErrWorkspace;
   const int64_t tile = std::min<int64_t>(ne1, int64_t((ctx->workspace_bytes - x_bytes) / (size_t(ne0) * elt)));

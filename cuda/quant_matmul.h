@@ -184,15 +184,16 @@ int dequantize_rows(uint32_t type, const void* w, int64_t ne0, int64_t n_rows, f
 enum Precision : int {
   // Weights dequantized exactly to fp32 tiles, cuBLAS SGEMM with TF32 off.
   kPrecisionFp32 = 0,
-  // Weights and x rounded to bf16, tensor cores, fp32 accumulation: per product
-  // a relative error up to 2^-8, so |y - exact| <= 4e-3 * sum|w*x| (tested).
+  // Beyond matvec_max_tokens (decode-sized products stay on the fp32 matvec):
+  // weights and x rounded to bf16, cuBLAS on the tensor cores, fp32 accumulation;
+  // per product a relative error up to 2^-8, so |y - exact| <= 4e-3 * sum|w*x| (tested).
   kPrecisionBf16 = 1,
 };
 
 struct MatmulOptions {
   size_t size;          // sizeof(MatmulOptions); a zero-filled struct means the defaults
   int precision;        // Precision; 0 = kPrecisionFp32
-  int matvec_max_tokens;  // up to this many tokens use matvec (fp32 only); 0 = 3 for the
+  int matvec_max_tokens;  // up to this many tokens use matvec (in fp32, whatever precision says); 0 = 3 for the
                           // types with a tensor-core path (MXFP4, Q8_0, Q3_K, Q2_K), 8 otherwise
   int fp32_tiles;       // 1: fp32 products beyond matvec always take the dequantized-tile +
                         // SGEMM path (the baseline the tensor-core path is measured against)
