@@ -193,12 +193,6 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
            "round trips as a CUDA graph and launch that, instead of each\n"
            "kernel on its own (the same results; today slower: every step\n"
            "captures and updates its graphs again, doc/xpack-run.md)");
-  auto* precision_opt = app.choice("--prefill-precision", "P", &o.prefill_precision, {"fp32", "bf16"},
-             "--device cuda: the arithmetic of a prompt's trunk products:\n"
-             "fp32 (default: x kept exact, within 1e-5 of sum|w*x| a product)\n"
-             "or bf16 (W and x rounded to bf16 on cuBLAS's tensor cores,\n"
-             "within 4e-3 of sum|w*x|: faster prefill, other logits). Decode\n"
-             "and the routed experts stay fp32 (doc/xpack-run.md)");
   app.flag("--allow-buffered-io", &o.allow_buffered_io,
            "where the pack's filesystem refuses O_DIRECT (tmpfs, ramfs),\n"
            "read experts through the page cache instead of failing\n"
@@ -260,8 +254,6 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
     if (given && (o.pack_path.empty() || o.expert_reader != "cache"))
       return fail(std::string(flag) + " needs --pack and --expert-reader cache: it applies to the expert cache");
   if (o.cuda_graphs && o.device != "cuda") return fail("--cuda-graphs needs --device cuda");
-  if (precision_opt->count() > 0 && o.device != "cuda")
-    return fail("--prefill-precision needs --device cuda: the CPU backend's products are fp32 only");
   if (o.profile_ops && o.device != "cuda")
     return fail("--profile-ops needs --device cuda: it times operations on the GPU's stream");
   if (o.profile_ops && (o.server || o.conversation))

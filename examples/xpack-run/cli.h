@@ -55,7 +55,6 @@ struct CliOptions {
   std::string cache_policy = "adaptive";  // --cache-policy: the expert cache's eviction policy
   bool no_overlap = false;         // --no-overlap: a MoE layer computes once all its experts are in (baseline)
   bool cuda_graphs = false;        // --cuda-graphs: decode stretches launched as CUDA graphs (CUDA)
-  std::string prefill_precision = "fp32";  // --prefill-precision: fp32 or bf16 (a prompt's trunk products, CUDA)
   bool profile_ops = false;        // --profile-ops: per-operation GPU and host time, a table on stderr (CUDA)
 };
 

@@ -388,7 +388,7 @@ void CudaBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& y) {
     copy(x, xa);
   }
   const int st = xk::matmul(ctx_, w.type, w.data, w.width(), w.rows(), xa.f32(), static_cast<int>(n), y.f32(),
-                            &product_opts_, state_->stream);
+                            nullptr, state_->stream);
   if (st != xk::kOk) {
     throw ModelError("CUDA matmul of a type-" + std::to_string(w.type) + " " + std::to_string(w.width()) + "x" +
                      std::to_string(w.rows()) + " weight: " + xk::status_name(st) +
@@ -458,7 +458,7 @@ void CudaBackend::shared_input_matmul(const Tensor& x, const std::vector<Product
     }
     if (ps.empty()) continue;
     const int st = xk::shared_input_matmul(ctx_, type, x.width(), ps.data(), static_cast<int>(ps.size()), x.f32(),
-                                           static_cast<int>(n), &product_opts_, state_->stream);
+                                           static_cast<int>(n), nullptr, state_->stream);
     if (st != xk::kOk) {
       throw ModelError("CUDA products of one input (" + std::to_string(ps.size()) + " type-" + std::to_string(type) +
                        " weights of " + std::to_string(x.width()) + " inputs): " + xk::status_name(st) +
@@ -645,10 +645,9 @@ void CudaBackend::enable_profile() {
 
 // ---- device_backend.h ----
 
-std::unique_ptr<Backend> make_cuda_backend(bool graphs, bool bf16_prefill) {
+std::unique_ptr<Backend> make_cuda_backend(bool graphs) {
   auto be = std::make_unique<CudaBackend>(0);
   be->set_graphs(graphs);
-  be->set_bf16_prefill(bf16_prefill);
   return be;
 }
 

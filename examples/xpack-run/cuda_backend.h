@@ -86,13 +86,6 @@ class CudaBackend final : public Backend {
   // default: capturing and updating every step's graphs again costs the host
   // more than launching their kernels one by one (doc/xpack-run.md).
   void set_graphs(bool on) { graphs_ = on; }
-  // --prefill-precision bf16: the products of one weight with a prompt's tokens
-  // (matmul, shared_input_matmul) round W and x to bf16 on cuBLAS's tensor
-  // cores (kernels::kPrecisionBf16: within 4e-3 * sum|w*x| a product). Decode
-  // stays fp32 (bound by weight bytes, it would gain nothing), and so do the
-  // routed experts' grouped products: a prompt gives each expert a few dozen
-  // tokens, too few to pay for a dequantized tile per expert.
-  void set_bf16_prefill(bool on) { product_opts_.precision = on ? xpack::kernels::kPrecisionBf16 : 0; }
   CudaGraphCounts graph_counts() const { return graph_counts_; }
   // Seconds the host has waited for the GPU in download() and upload()
   // (cudaStreamSynchronize), from the start.
@@ -133,8 +126,6 @@ class CudaBackend final : public Backend {
   xpack::kernels::Context* ctx_ = nullptr;
   uint64_t workspace_bytes_ = 0;
   std::unique_ptr<OpProfile> profile_;
-  // What matmul and shared_input_matmul ask of the kernels (set_bf16_prefill).
-  xpack::kernels::MatmulOptions product_opts_{sizeof(xpack::kernels::MatmulOptions), 0, 0, 0};
   // download()'s pinned buffer, grown on demand; larger downloads (every
   // prompt row's logits) go straight to the caller's memory.
   static constexpr size_t kMaxBounceBytes = size_t(64) << 20;

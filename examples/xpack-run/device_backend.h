@@ -12,10 +12,9 @@
 namespace xrun {
 
 // The CUDA backend on device 0, with CUDA graphs for decode steps when
-// `graphs` (--cuda-graphs) and a prompt's trunk products in bf16 when
-// `bf16_prefill` (--prefill-precision bf16). Throws ModelError naming what is
-// missing: a build without CUDA, no CUDA device (or no usable driver).
-std::unique_ptr<Backend> make_cuda_backend(bool graphs = false, bool bf16_prefill = false);
+// `graphs` (--cuda-graphs). Throws ModelError naming what is missing: a build
+// without CUDA, no CUDA device (or no usable driver).
+std::unique_ptr<Backend> make_cuda_backend(bool graphs = false);
 
 // What a CUDA backend holds in VRAM now, for the load-time plan on stderr:
 // trunk weights, other live tensors (KV caches, states), the matrix-product

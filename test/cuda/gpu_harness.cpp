@@ -22,24 +22,6 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
-double max_row_relative_diff(const std::vector<float>& a, const std::vector<float>& b, size_t n_vocab) {
-  REQUIRE(a.size() == b.size());
-  REQUIRE(n_vocab > 0);
-  REQUIRE(a.size() % n_vocab == 0);
-  double worst = 0.0;
-  for (size_t r = 0; r < a.size(); r += n_vocab) {
-    double diff = 0.0, scale = 0.0;
-    for (size_t i = r; i < r + n_vocab; ++i) {
-      REQUIRE(std::isfinite(a[i]));
-      diff = std::max(diff, std::fabs(double(a[i]) - double(b[i])));
-      scale = std::max(scale, std::fabs(double(b[i])));
-    }
-    REQUIRE(scale > 0.0);
-    worst = std::max(worst, diff / scale);
-  }
-  return worst;
-}
-
 std::vector<int32_t> OracleRun::all() const {
   std::vector<int32_t> v = prompt;
   v.insert(v.end(), gen.begin(), gen.end());

@@ -16,10 +16,6 @@ namespace xpack::test::gpu {
 // max |a[i] - b[i]|; both the same size and a finite (REQUIREd).
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
 
-// The largest |a - b| of a row over the largest |b| of that row, over rows of
-// n_vocab values: a difference measured against the logits' own scale.
-double max_row_relative_diff(const std::vector<float>& a, const std::vector<float>& b, size_t n_vocab);
-
 // An oracle run's ids (logits/<ref>.json): the prompt and the tokens llama.cpp generated.
 struct OracleRun {
   std::vector<int32_t> prompt, gen;

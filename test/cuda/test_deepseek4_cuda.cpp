@@ -24,7 +24,6 @@ using namespace xrun_test;
 using nlohmann::json;
 
 using xpack::test::gpu::max_abs_diff;
-using xpack::test::gpu::max_row_relative_diff;
 using xpack::test::gpu::OracleRun;
 using xpack::test::gpu::load_run;
 using xpack::test::gpu::run_logits;
@@ -36,11 +35,6 @@ namespace {
 constexpr size_t kVocab = 512;       // the oracle and variant models' vocabulary
 constexpr double kTolCpu = 1e-3;     // CUDA vs CPU logits, per value
 constexpr double kTolDecode = 1e-4;  // decode vs batch on CUDA (as the CPU test asks of the CPU)
-// --prefill-precision bf16 rounds a prompt's trunk products to bf16 (4e-3 of
-// sum|w*x| a product, tested in cuda_kernels); through the layers the logits
-// move by more than the fp32 path's 1e-3, so the option states its own bound
-// against the logits' scale: kTolBf16Prefill of each row's largest |logit|.
-constexpr double kTolBf16Prefill = 2e-2;
 
 std::optional<fs::path> oracle_dir() {
   auto o = oracle_dir_with("deepseek4-f32.gguf");
@@ -79,26 +73,6 @@ TEST_CASE("deepseek4 on CUDA: teacher-forced logits within 1e-3 of the CPU (F32 
       MESSAGE(model << " " << prompt << " (" << ids.size() << " rows, one batch): CUDA vs CPU max|diff| " << d);
       CHECK(d <= kTolCpu);
     }
-  }
-}
-
-TEST_CASE("deepseek4 on CUDA: --prefill-precision bf16 stays within 2e-2 of each row's scale, and changes the logits") {
-  if (!xpack::test::gpu::available()) return;
-  auto oracle = oracle_dir();
-  if (!oracle) return;
-  xpack::test::TempDir tmp;
-  for (int m = 0; m < 2; ++m) {
-    const std::string model = kModels[m];
-    CAPTURE(model);
-    const std::vector<int32_t> ids = load_run(*oracle, std::string(kRefs[m]) + ".long").all();
-    const std::string args = "-m " + q(*oracle / "models" / model) + " --device cuda";
-    const auto fp32 = batch_logits(args, ids, tmp / "fp32.f32", kVocab);
-    const auto bf16 = batch_logits(args + " --prefill-precision bf16", ids, tmp / "bf16.f32", kVocab);
-    const double rel = max_row_relative_diff(bf16, fp32, kVocab);
-    MESSAGE(model << " long (" << ids.size() << " rows, one batch): bf16 prefill vs fp32 max|diff| "
-                  << max_abs_diff(bf16, fp32) << ", " << rel << " of a row's largest |logit|");
-    CHECK(rel <= kTolBf16Prefill);
-    CHECK(rel > 1e-6);  // the option really changes the arithmetic
   }
 }
 

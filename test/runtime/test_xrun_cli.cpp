@@ -323,20 +323,3 @@ TEST_CASE("xpack-run: --cuda-graphs is for CUDA runs") {
   CHECK(p.o.cuda_graphs);
   refused({"-m", "x", "--prompt-ids", "1", "--cuda-graphs"}, "--cuda-graphs needs --device cuda");
 }
-
-TEST_CASE("xpack-run: --prefill-precision is fp32 or bf16, for CUDA runs") {
-  auto p = parse({"-m", "x", "--prompt-ids", "1", "--device", "cuda"});
-  REQUIRE(!p.rc);
-  CHECK(p.o.prefill_precision == "fp32");  // the exact default (doc/kernels.md, "Precision")
-  p = parse({"-m", "x", "--prompt-ids", "1", "--device", "cuda", "--prefill-precision", "bf16"});
-  REQUIRE(!p.rc);
-  CHECK(p.o.prefill_precision == "bf16");
-  p = parse({"-m", "x", "--prompt-ids", "1", "--device", "cuda", "--prefill-precision", "fp32"});
-  REQUIRE(!p.rc);
-  CHECK(p.o.prefill_precision == "fp32");
-  refused({"-m", "x", "--prompt-ids", "1", "--prefill-precision", "bf16"}, "--prefill-precision needs --device cuda");
-  refused({"-m", "x", "--prompt-ids", "1", "--device", "cpu", "--prefill-precision", "fp32"},
-          "--prefill-precision needs --device cuda");
-  refused({"-m", "x", "--prompt-ids", "1", "--device", "cuda", "--prefill-precision", "fp16"}, "--prefill-precision");
-  refused({"-m", "x", "--prompt-ids", "1", "--device", "cuda", "--prefill-precision"}, "--prefill-precision");
-}
