@@ -184,6 +184,15 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
            "seed's engine does (the baseline of the ablation; by default the\n"
            "resident experts compute while misses load, each miss as soon as\n"
            "its own copy lands; the output is the same)");
+  auto* splits_opt = app.count("--read-splits", "K", &o.read_splits,
+                               "through the expert cache: read each expert as K aligned\n"
+                               "ranges at once, 1..256 (default 1; with --queue-depth K the\n"
+                               "experts land one after another instead of all at the end)",
+                               1, 256);
+  auto* depth_opt = app.count("--queue-depth", "N", &o.queue_depth,
+                              "through the expert cache: io_uring reads in flight at most,\n"
+                              "1..4096 (default 64)",
+                              1, 4096);
   app.flag("--profile-ops", &o.profile_ops,
            "--device cuda: time every operation of prefill and of decode on\n"
            "the GPU and on the host, and print a table per phase on stderr\n"
@@ -250,7 +259,8 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
   if (!o.trace_path.empty() && o.expert_reader != "cache")
     return fail("--trace needs --expert-reader cache: the direct reader does not record routing");
   // Both change what the expert cache does; anything else would ignore them silently.
-  for (const auto& [given, flag] : {std::pair{policy_opt->count() > 0, "--cache-policy"}, {o.no_overlap, "--no-overlap"}})
+  for (const auto& [given, flag] : {std::pair{policy_opt->count() > 0, "--cache-policy"}, {o.no_overlap, "--no-overlap"},
+                                    {splits_opt->count() > 0, "--read-splits"}, {depth_opt->count() > 0, "--queue-depth"}})
     if (given && (o.pack_path.empty() || o.expert_reader != "cache"))
       return fail(std::string(flag) + " needs --pack and --expert-reader cache: it applies to the expert cache");
   if (o.cuda_graphs && o.device != "cuda") return fail("--cuda-graphs needs --device cuda");

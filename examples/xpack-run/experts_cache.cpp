@@ -264,6 +264,8 @@ bool CacheExperts::create_cache(std::string* why_not, bool* capacity) {
   co.direct_io = XPACK_IO_DIRECT;
   co.trace_path = o.trace_path.empty() ? nullptr : o.trace_path.c_str();
   co.policy = o.policy;
+  co.read_splits = o.read_splits;
+  co.queue_depth = o.queue_depth;
   int rc = xpack_cache_create(pack_, &co, &cache_);
   if (rc == XPACK_E_NO_DIRECT_IO) {
     // Fail closed: reading through the page cache doubles every expert's memory

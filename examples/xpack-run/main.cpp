@@ -182,6 +182,8 @@ int run(const CliOptions& o) {
     po.threads = o.threads;
     po.cuda = cuda;
     po.policy = cache_policy_of(o.cache_policy);
+    po.read_splits = o.read_splits;
+    po.queue_depth = o.queue_depth;
     po.overlap = !o.no_overlap;
     const int n_expected = static_cast<int>(weights.get_int(weights.arch_key("expert_count"), 0));
     std::string why_not;

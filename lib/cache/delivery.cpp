@@ -2,10 +2,9 @@
 // the checksum beside it (hash workers), and failure.
 #include "cache/expert_cache.h"
 
-#include <xxhash.h>
-
 #include "cache/cache_clock.h"
 #include "io/read_engine.h"
+#include "pack/format.h"
 
 namespace xpack::cache {
 
@@ -95,7 +94,7 @@ void ExpertCache::publish(const LoadJob& job, uint64_t bytes_read, uint64_t read
 
 void ExpertCache::check_hash(const HashJob& j) {
   int status = 0;
-  if (XXH3_64bits(j.staged, src_.object_bytes) != j.expected) {
+  if (pack::xxh3(j.staged, src_.object_bytes) != j.expected) {
     status = XPACK_E_OBJECT_CHECKSUM;
   } else {
     // Recorded after the copy (one stream, FIFO), so it covers it.

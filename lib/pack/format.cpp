@@ -5,6 +5,9 @@
 #include <cstring>
 
 #include <xxhash.h>
+#if XPACK_XXH_DISPATCH
+#include <xxh_x86dispatch.h>
+#endif
 
 #include "common/checked_math.h"
 #include "gguf/ggml_type.h"
@@ -104,7 +107,13 @@ bool valid_role_name(const std::string& s) {
 
 }  // namespace
 
-uint64_t xxh3(const void* data, size_t n) { return XXH3_64bits(data, n); }
+uint64_t xxh3(const void* data, size_t n) {
+#if XPACK_XXH_DISPATCH
+  return XXH3_64bits_dispatch(data, n);
+#else
+  return XXH3_64bits(data, n);
+#endif
+}
 
 std::string Role::source_name(uint32_t block) const {
   std::string s = source_pattern;

@@ -131,7 +131,8 @@ struct IndexSource {
 Result<Index> decode_index(IndexSource& src, uint64_t actual_file_size, const std::string& name,
                            bool check_index_checksum = true);
 
-// xxh3-64 helpers.
+// xxh3-64: the pack's checksums, and the cache's check of every object it reads
+// (on the CPU's widest SIMD where xxHash can dispatch; the same hash either way).
 uint64_t xxh3(const void* data, size_t n);
 
 }  // namespace xpack::pack

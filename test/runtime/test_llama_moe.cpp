@@ -181,7 +181,7 @@ TEST_CASE("MoE fixture: a host tier serves the streamed run's misses with copies
   check_refused(base + "-n 1 --host-cache-mib -3", 2, "--host-cache-mib");
 }
 
-TEST_CASE("MoE fixture: --no-overlap and --cache-policy change when experts compute and which stay, not the logits") {
+TEST_CASE("MoE fixture: --no-overlap, --cache-policy, --read-splits and --queue-depth change when experts compute and which stay, not the logits") {
   auto model = fixture_source();
   if (!model) return;
   xpack::test::TempDir tmp;
@@ -210,8 +210,21 @@ TEST_CASE("MoE fixture: --no-overlap and --cache-policy change when experts comp
     CHECK(r["counters"]["cache_policy"] == policy);
   }
 
-  // Both apply to the expert cache only, and the CLI admits only its policies.
+  // Each expert read as 4 ranges, 2 reads in flight: when the bytes land changes, not what they are.
+  json split = run_json(base + "--read-splits 4 --queue-depth 2 --logits-out " + q(tmp / "split.f32"));
+  CHECK(xpack::test::read_file(tmp / "split.f32") == want);
+  CHECK(split["counters"]["pack_reads"] == plain["counters"]["pack_reads"]);
+  CHECK(split["counters"]["io_errors"] == 0);
+
+  // They apply to the expert cache only, and the CLI admits only its policies.
   check_refused("-m " + q(tmp / "moe.gguf") + " --prompt-ids 1,403 -n 1 --no-overlap", 2, "--no-overlap needs --pack");
+  check_refused("-m " + q(tmp / "moe.gguf") + " --prompt-ids 1,403 -n 1 --read-splits 4", 2,
+                "--read-splits needs --pack");
+  check_refused(base + "-n 1 --expert-reader direct --queue-depth 8", 2,
+                "--queue-depth needs --pack and --expert-reader cache");
+  check_refused(base + "-n 1 --read-splits 0", 2, "--read-splits");
+  check_refused(base + "-n 1 --read-splits 257", 2, "--read-splits");
+  check_refused(base + "-n 1 --queue-depth 4097", 2, "--queue-depth");
   check_refused(base + "-n 1 --expert-reader direct --cache-policy lru", 2,
                 "--cache-policy needs --pack and --expert-reader cache");
   check_refused(base + "-n 1 --cache-policy belady", 2, "--cache-policy");
