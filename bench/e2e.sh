@@ -21,6 +21,10 @@
 #       are loaded, as the seed's engine does): the ablation's baseline
 #   ap  (a) with the next-layer guess (--prefetch-next top-k): its ablation
 #   al  (a) with LRU instead of the adaptive eviction policy (--cache-policy lru)
+#   a1  (a) with every missed expert of a layer in flight at once, landing together
+#       (--read-splits 1 --queue-depth 64, libxpack's defaults): the ablation of
+#       xpack-run's in-order reads (8 ranges an expert, 8 in flight)
+#   ah  (a) without the hash-routed layers' exact prefetch (--no-hash-prefetch; deepseek4)
 #   b   llama.cpp, everything but the experts on the GPU, the experts on the CPU through
 #       mmap (--n-cpu-moe = every layer)
 #   bp  llama.cpp, as many whole layers on the GPU (-ngl N) as fit in vram-ratio x model
@@ -69,7 +73,7 @@ while [ $# -gt 0 ]; do
     --build) build="$2"; shift 2 ;;
     --synth-args) synth_args="$2"; shift 2 ;;
     --device) device="$2"; shift 2 ;;
-    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) echo "e2e: unknown argument $1 (--help)" >&2; exit 2 ;;
   esac
 done
@@ -147,6 +151,8 @@ run_config() {
       ap) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$cache_mib" --prefetch-next "$top_k" "${common_ours[@]}") ;;
       n) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$cache_mib" --host-cache-mib 0 --no-overlap "${common_ours[@]}") ;;
       al) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$cache_mib" --cache-policy lru "${common_ours[@]}") ;;
+      a1) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$cache_mib" --read-splits 1 --queue-depth 64 "${common_ours[@]}") ;;
+      ah) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$cache_mib" --no-hash-prefetch "${common_ours[@]}") ;;
       a0) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$cache_mib" --host-cache-mib 0 "${common_ours[@]}") ;;
       d) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$all_mib" --preload-experts "${common_ours[@]}") ;;
       b) cmd=("$llama/b/bin/llama-completion" -m "$model" -ngl 99 -ncmoe "$layers" "${common_llama[@]}") ;;

@@ -186,12 +186,14 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
            "its own copy lands; the output is the same)");
   auto* splits_opt = app.count("--read-splits", "K", &o.read_splits,
                                "through the expert cache: read each expert as K aligned\n"
-                               "ranges at once, 1..256 (default 1; with --queue-depth K the\n"
-                               "experts land one after another instead of all at the end)",
+                               "ranges at once, 1..256 (default 8)",
                                1, 256);
   auto* depth_opt = app.count("--queue-depth", "N", &o.queue_depth,
                               "through the expert cache: io_uring reads in flight at most,\n"
-                              "1..4096 (default 64)",
+                              "1..4096 (default 8: with N = K the experts land one after\n"
+                              "another, each checked and computed while the next is read;\n"
+                              "--read-splits 1 --queue-depth 64, libxpack's defaults, has\n"
+                              "them all in flight, landing together)",
                               1, 4096);
   app.flag("--profile-ops", &o.profile_ops,
            "--device cuda: time every operation of prefill and of decode on\n"

@@ -54,8 +54,10 @@ struct CliOptions {
   std::string prefetch_next_from = "moe-input";  // --prefetch-next-from: the state the guess routes
   std::string cache_policy = "adaptive";  // --cache-policy: the expert cache's eviction policy
   bool no_overlap = false;         // --no-overlap: a MoE layer computes once all its experts are in (baseline)
-  uint32_t read_splits = 0;        // --read-splits: ranges per expert read (0 = libxpack's default, 1)
-  uint32_t queue_depth = 0;        // --queue-depth: reads in flight at most (0 = libxpack's default, 64)
+  // --read-splits, --queue-depth: one expert's ranges fill the queue, so the experts of a
+  // layer land one after another (doc/xpack-run.md; libxpack's own defaults are 1 and 64).
+  uint32_t read_splits = 8;
+  uint32_t queue_depth = 8;
   bool cuda_graphs = false;        // --cuda-graphs: decode stretches launched as CUDA graphs (CUDA)
   bool profile_ops = false;        // --profile-ops: per-operation GPU and host time, a table on stderr (CUDA)
 };

@@ -27,8 +27,8 @@ struct PackSourceOptions {
   bool cuda = false;           // cache slots in VRAM (XPACK_DEVICE_CUDA), for the CUDA backend
   int32_t policy = 0;          // enum xpack_cache_policy (0 = adaptive)
   bool overlap = true;         // false: acquire() returns once every expert is loaded (--no-overlap)
-  uint32_t read_splits = 0;    // xpack_cache_options.read_splits (0 = the default)
-  uint32_t queue_depth = 0;    // xpack_cache_options.queue_depth (0 = the default)
+  uint32_t read_splits = 0;    // xpack_cache_options.read_splits (0 = libxpack's default)
+  uint32_t queue_depth = 0;    // xpack_cache_options.queue_depth (0 = libxpack's default)
 };
 
 // Experts served from an Expert Pack through libxpack's C API, kept in a

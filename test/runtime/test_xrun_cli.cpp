@@ -323,3 +323,17 @@ TEST_CASE("xpack-run: --cuda-graphs is for CUDA runs") {
   CHECK(p.o.cuda_graphs);
   refused({"-m", "x", "--prompt-ids", "1", "--cuda-graphs"}, "--cuda-graphs needs --device cuda");
 }
+
+TEST_CASE("xpack-run: the expert cache's reads default to 8 ranges an expert, 8 in flight") {
+  auto p = parse({"-m", "x", "--prompt-ids", "1", "--pack", "p.xpack"});
+  REQUIRE(!p.rc);
+  // One expert's ranges fill the queue: a layer's experts land one after another.
+  CHECK(p.o.read_splits == 8);
+  CHECK(p.o.queue_depth == 8);
+  p = parse({"-m", "x", "--prompt-ids", "1", "--pack", "p.xpack", "--read-splits", "1", "--queue-depth", "64"});
+  REQUIRE(!p.rc);
+  CHECK(p.o.read_splits == 1);
+  CHECK(p.o.queue_depth == 64);
+  refused({"-m", "x", "--prompt-ids", "1", "--pack", "p.xpack", "--read-splits", "x"}, "--read-splits");
+  refused({"-m", "x", "--prompt-ids", "1", "--pack", "p.xpack", "--queue-depth", "0"}, "--queue-depth");
+}
