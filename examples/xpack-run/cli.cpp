@@ -260,7 +260,7 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
                 "experts are read without it");
   if (!o.trace_path.empty() && o.expert_reader != "cache")
     return fail("--trace needs --expert-reader cache: the direct reader does not record routing");
-  // Both change what the expert cache does; anything else would ignore them silently.
+  // They change what the expert cache does; anything else would ignore them silently.
   for (const auto& [given, flag] : {std::pair{policy_opt->count() > 0, "--cache-policy"}, {o.no_overlap, "--no-overlap"},
                                     {splits_opt->count() > 0, "--read-splits"}, {depth_opt->count() > 0, "--queue-depth"}})
     if (given && (o.pack_path.empty() || o.expert_reader != "cache"))
