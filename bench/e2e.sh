@@ -25,6 +25,7 @@
 #       (--read-splits 1 --queue-depth 64, libxpack's defaults): the ablation of
 #       xpack-run's in-order reads (8 ranges an expert, 8 in flight)
 #   ah  (a) without the hash-routed layers' exact prefetch (--no-hash-prefetch; deepseek4)
+#   av  (a) without the xxh3 check of each expert read (--no-verify-experts): what it costs
 #   b   llama.cpp, everything but the experts on the GPU, the experts on the CPU through
 #       mmap (--n-cpu-moe = every layer)
 #   bp  llama.cpp, as many whole layers on the GPU (-ngl N) as fit in vram-ratio x model
@@ -153,6 +154,7 @@ run_config() {
       al) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$cache_mib" --cache-policy lru "${common_ours[@]}") ;;
       a1) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$cache_mib" --read-splits 1 --queue-depth 64 "${common_ours[@]}") ;;
       ah) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$cache_mib" --no-hash-prefetch "${common_ours[@]}") ;;
+      av) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$cache_mib" --no-verify-experts "${common_ours[@]}") ;;
       a0) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$cache_mib" --host-cache-mib 0 "${common_ours[@]}") ;;
       d) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$all_mib" --preload-experts "${common_ours[@]}") ;;
       b) cmd=("$llama/b/bin/llama-completion" -m "$model" -ngl 99 -ncmoe "$layers" "${common_llama[@]}") ;;

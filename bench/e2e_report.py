@@ -24,12 +24,13 @@ NAMES = {
     "al": "(al) (a) with LRU instead of the adaptive policy (--cache-policy lru)",
     "a1": "(a1) (a) with a layer's experts read all at once (--read-splits 1 --queue-depth 64)",
     "ah": "(ah) (a) without the hash layers' prefetch (--no-hash-prefetch)",
+    "av": "(av) (a) without the check of each expert read (--no-verify-experts)",
     "b": "(b) llama.cpp, experts on the CPU via mmap (--n-cpu-moe all)",
     "bp": "(b') llama.cpp, -ngl N whole layers on the GPU, rest via mmap",
     "c": "(c) llama.cpp, everything in VRAM",
     "d": "(d) xpack-run, every expert resident",
 }
-OURS = {"a", "a0", "a1", "ah", "al", "ap", "d", "n"}
+OURS = {"a", "a0", "a1", "ah", "al", "ap", "av", "d", "n"}
 # The counters that only grow (the rest are sizes, medians and fractions).
 CUMULATIVE = ("cache_hits", "cache_misses", "cache_evictions", "pack_reads", "pack_read_bytes", "h2d_bytes",
               "fallback_count", "io_errors", "acquires", "steps", "stall_ns", "stall_waits", "deferred_experts",
