@@ -239,10 +239,13 @@ int gemm(Context* ctx, uint32_t type, const void* w, int64_t ne0, int64_t ne1, c
                          ctx->workspace_bytes, stream);
   }
   const size_t elt = bf16 ? 2 : 4;
-  if (bf16 && n_tokens > 1 && size_t(n_tokens) * size_t(ne0) * 2 + 255 > ctx->workspace_bytes / 2) {
+  const size_t half = ctx->workspace_bytes / 2;
+  if (bf16 && n_tokens > 1 && size_t(n_tokens) * size_t(ne0) * 2 + 255 > half && half >= size_t(ne0) * 2 + 255) {
     // x in bf16 would take more than half the workspace (a long prompt): the
-    // tokens in parts, each with its own tiles, so that the tiles keep rows.
-    const int part = int(std::max<size_t>(1, (ctx->workspace_bytes / 2 - 255) / (size_t(ne0) * 2)));
+    // tokens in parts of at least one, each with its own tiles, so that the
+    // tiles keep rows. (A workspace without room for one token's x in half of
+    // it is refused below.) part < n_tokens, so it fits an int.
+    const int part = int((half - 255) / (size_t(ne0) * 2));
     for (int t0 = 0; t0 < n_tokens; t0 += part) {
       const int n = std::min(part, n_tokens - t0);
       if (const int st = gemm(ctx, type, w, ne0, ne1, x + size_t(t0) * size_t(ne0), n, y + size_t(t0) * size_t(ne1), o,
