@@ -147,16 +147,19 @@ run_config() {
     local log="$out/logs/$cfg-$i.log" cmd
     local common_llama=(-c 1024 -fit off -t 16 --temp 0 --ignore-eos -n "$tokens" -no-cnv --no-display-prompt -p "${texts[$i]}")
     local common_ours=(-c 1024 --greedy --ignore-eos -n "$tokens" --json -p "${texts[$i]}")
+    # Ours from the pack; streamed through a cache of cache-ratio x the pack unless (d).
+    local ours=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device")
+    local streamed=("${ours[@]}" --cache-mib "$cache_mib")
     case "$cfg" in
-      a) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$cache_mib" "${common_ours[@]}") ;;
-      ap) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$cache_mib" --prefetch-next "$top_k" "${common_ours[@]}") ;;
-      n) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$cache_mib" --host-cache-mib 0 --no-overlap "${common_ours[@]}") ;;
-      al) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$cache_mib" --cache-policy lru "${common_ours[@]}") ;;
-      a1) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$cache_mib" --read-splits 1 --queue-depth 64 "${common_ours[@]}") ;;
-      ah) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$cache_mib" --no-hash-prefetch "${common_ours[@]}") ;;
-      av) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$cache_mib" --no-verify-experts "${common_ours[@]}") ;;
-      a0) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$cache_mib" --host-cache-mib 0 "${common_ours[@]}") ;;
-      d) cmd=("$build/examples/xpack-run" -m "$base.trunk.gguf" --pack "$base.xpack" --device "$device" --cache-mib "$all_mib" --preload-experts "${common_ours[@]}") ;;
+      a) cmd=("${streamed[@]}" "${common_ours[@]}") ;;
+      ap) cmd=("${streamed[@]}" --prefetch-next "$top_k" "${common_ours[@]}") ;;
+      n) cmd=("${streamed[@]}" --host-cache-mib 0 --no-overlap "${common_ours[@]}") ;;
+      al) cmd=("${streamed[@]}" --cache-policy lru "${common_ours[@]}") ;;
+      a1) cmd=("${streamed[@]}" --read-splits 1 --queue-depth 64 "${common_ours[@]}") ;;
+      ah) cmd=("${streamed[@]}" --no-hash-prefetch "${common_ours[@]}") ;;
+      av) cmd=("${streamed[@]}" --no-verify-experts "${common_ours[@]}") ;;
+      a0) cmd=("${streamed[@]}" --host-cache-mib 0 "${common_ours[@]}") ;;
+      d) cmd=("${ours[@]}" --cache-mib "$all_mib" --preload-experts "${common_ours[@]}") ;;
       b) cmd=("$llama/b/bin/llama-completion" -m "$model" -ngl 99 -ncmoe "$layers" "${common_llama[@]}") ;;
       bp) cmd=("$llama/b/bin/llama-completion" -m "$model" -ngl "$ngl_bp" "${common_llama[@]}") ;;
       c) cmd=("$llama/b/bin/llama-completion" -m "$model" -ngl 99 "${common_llama[@]}") ;;
