@@ -224,10 +224,12 @@ bool uses_matvec(uint32_t type, const Opts& o, int n_tokens) {
 }
 
 // The fp32 default on the tensor cores (quant_mma.h) where the type allows it;
-// its 16-byte loads need x and w 16-byte aligned (a sub-view may not be).
+// its 16-byte loads need x and w 16-byte aligned (a sub-view may not be), and
+// the workspace must hold one row's split activations.
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-bool uses_mma(uint32_t type, const Opts& o, const float* x, const void* w) {
-  return o.precision == kPrecisionFp32 && !o.tiles && dev::mma_supports(type) && aligned16(x) && aligned16(w);
+bool uses_mma(const Context* ctx, uint32_t type, int64_t ne0, const Opts& o, const float* x, const void* w) {
+  return o.precision == kPrecisionFp32 && !o.tiles && dev::mma_supports(type) && aligned16(x) && aligned16(w) &&
+         dev::mma_split_rows(type, ne0, ctx->workspace_bytes) > 0;
 }
 
 int gemm(Context* ctx, uint32_t type, const void* w, int64_t ne0, int64_t ne1, const float* x,
@@ -305,9 +307,9 @@ int matmul(Context* ctx, uint32_t type, const void* w, int64_t ne0, int64_t ne1,
     const ExpertProblem p{w, 0, n_tokens};
     return dev::grouped_matvec_scratch(&sc, type, ne0, ne1, &p, 1, x, y, n_tokens, stream);
   }
-  if (uses_mma(type, o, x, w)) {
+  if (uses_mma(ctx, type, ne0, o, x, w)) {
     const ExpertProblem p{w, 0, n_tokens};
-    return dev::mma_grouped(type, ne0, ne1, &p, 1, x, y, stream);
+    return dev::mma_grouped(type, ne0, ne1, &p, 1, x, y, ctx->workspace, ctx->workspace_bytes, stream);
   }
   return gemm(ctx, type, w, ne0, ne1, x, n_tokens, y, o, stream);
 }
@@ -338,10 +340,10 @@ int grouped_matmul(Context* ctx, uint32_t type, int64_t ne0, int64_t ne1,
           return st;
         n_small = 0;
       }
-    } else if (uses_mma(type, o, x, p.w)) {
+    } else if (uses_mma(ctx, type, ne0, o, x, p.w)) {
       big[n_big++] = p;
       if (n_big == kMaxGroupedProblems) {
-        if (const int st = dev::mma_grouped(type, ne0, ne1, big, n_big, x, y, stream); st != kOk) return st;
+        if (const int st = dev::mma_grouped(type, ne0, ne1, big, n_big, x, y, ctx->workspace, ctx->workspace_bytes, stream); st != kOk) return st;
         n_big = 0;
       }
     } else {
@@ -351,7 +353,7 @@ int grouped_matmul(Context* ctx, uint32_t type, int64_t ne0, int64_t ne1,
     }
   }
   if (n_big > 0)
-    if (const int st = dev::mma_grouped(type, ne0, ne1, big, n_big, x, y, stream); st != kOk) return st;
+    if (const int st = dev::mma_grouped(type, ne0, ne1, big, n_big, x, y, ctx->workspace, ctx->workspace_bytes, stream); st != kOk) return st;
   if (n_small > 0) return dev::grouped_matvec_scratch(&sc, type, ne0, ne1, small, n_small, x, y, n_rows, stream);
   return kOk;
 }

@@ -199,9 +199,11 @@ struct MatmulOptions {
                         // SGEMM path (the baseline the tensor-core path is measured against)
 };
 
-// Owns a cuBLAS handle and a device workspace for the dequantized tiles (and
-// the decode kernels' partial sums where they split rows, with 512 KiB of
-// counters beside it), and 32 MiB that cuBLAS gets as its own workspace.
+// Owns a cuBLAS handle and a device workspace for the dequantized tiles, the
+// tensor-core products' split activations (6 bytes an input: a workspace of
+// fewer rows than a prompt takes it in parts) and the decode kernels' partial
+// sums where they split rows (with 512 KiB of counters beside it), and 32 MiB
+// that cuBLAS gets as its own workspace.
 struct Context;
 
 // workspace_bytes: 0 = 64 MiB. Allocates with cudaMalloc (once, here); waits
@@ -217,8 +219,9 @@ void context_destroy(Context* ctx);
 // through matvec()'s kernel (a matrix with too few rows to fill the GPU has its
 // rows split over more warps, the workspace holding the partial sums: the same
 // bits run after run, within the same bound; doc/kernels.md, "Few rows"); more,
-// for MXFP4, Q8_0, Q3_K and Q2_K with w and x 16-byte aligned,
-// through tensor cores within the fp32 bound (quant_mma.h says why that holds);
+// for MXFP4, Q8_0, Q3_K and Q2_K with w and x 16-byte aligned and a workspace
+// that holds one row's split activations, through tensor cores within the fp32
+// bound (quant_mma.h says why that holds);
 // otherwise tiles of W dequantized into the workspace and multiplied by cuBLAS.
 // opts may be null (defaults).
 // Thread safety: one thread at a time per context, and every call with one

@@ -1,23 +1,27 @@
 // The tensor-core prefill of quant_mma.h: bf16 mma.sync over weights decoded into
-// shared memory and activations split into three exact bf16 terms.
+// shared memory and activations split into three exact bf16 terms (once per launch,
+// into the workspace, by split_kernel: every row tile of a product used to split the
+// same activations again, about as much integer work as decoding its weights).
 //
 // Shape of the work: a block of 4 warps owns 64 output rows x 32 tokens of one
 // problem (grid: row tiles x problems x token tiles), or, for problems of at
 // most 16 tokens (a prompt's typical expert), 128 rows x 16 tokens: the warps
 // then all multiply, and each step's split activations serve twice the rows;
-// for many tokens on a large grid (launch() says when) a block of 8 warps owns
+// for many tokens on a large grid (launch_split() says when) a block of 8 warps owns
 // 128 rows x 64 tokens (each warp 32 x 32), so each decoded weight and each
 // split activation serves twice as many products as in 64 x 32.
 // Every 256 inputs it loads the tile's rows' byte windows (coalesced, one window
-// ahead); per step of 64 inputs it decodes the rows' two 32-input chunks into
-// bf16 (one thread per row chunk, two each with 128 rows), splits the tokens'
-// 64 activations into hi/mid/lo bf16 (one thread per 16), then each warp
-// multiplies its 32 rows x 16 tokens with m16n8k16 mma, three per product (one
-// per term), while the next step's activations load.
+// ahead); per step of 64 inputs it copies the tokens' split activations into
+// shared memory (cp.async, in flight while it decodes), decodes the rows' two
+// 32-input chunks into bf16 (one thread per row chunk, two each with 128 rows),
+// then each warp multiplies its 32 rows x 16 tokens with m16n8k16 mma, three per
+// product (one per term).
 // Types whose chunk scale the bf16 value cannot absorb exactly (all but MXFP4)
 // sum each chunk in a register tile of its own and add it times the scale.
 #include <cuda_bf16.h>
+#include <cuda_pipeline.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 
@@ -39,11 +43,22 @@ constexpr int kFetch = 256, kFetchBlocks = kFetch / 32;
 // one ldmatrix phase reads start in 8 different 4-bank groups.
 constexpr int kLd = kStep + 8;
 
+// row: a problem's first row of x and y; xrow: of the split activations.
 struct Problems {
   int n;
   const uint8_t* w[kMaxGroupedProblems];
   int32_t row[kMaxGroupedProblems];
+  int32_t xrow[kMaxGroupedProblems];
   int32_t ntok[kMaxGroupedProblems];
+};
+
+// The activations of a launch's problems, split: three bf16 terms per input,
+// word j of each 32-input block holding elements j and j + 16 (the order the
+// tiles store them in), and for the types with mins each token's sums of x over
+// 16-input sub-blocks. Rows of ne0 / 2 words and ne0 / 16 floats.
+struct SplitX {
+  const uint32_t* term[3];
+  const float* xsum;
 };
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
@@ -253,14 +268,20 @@ struct Tile {
   using B = Block<T>;
   static constexpr int kRows = 32 * WM, kTokens = 8 * NT * WN, kThreads = 32 * WM * WN;
   static_assert(NT % 2 == 0, "tokens are read 16 at a time");
-  static_assert(kTokens <= kThreads / 4, "four threads split each token's activations");
+  static_assert(kTokens <= kThreads / 4, "four threads copy each token's activations");
+  // The 128 x 64 tiles hold one or two blocks an SM (registers), too few to hide
+  // a step's activation copy behind other blocks' work: they copy the next
+  // step's while this one's multiply (measured on the H200, 2026-12-04: Q8_0 and
+  // Q2_K at 4096 x 14336, 512 tokens, lost 8-10 % with one stage). Two stages
+  // keep every type's blocks an SM there (shared memory is not what limits them).
+  static constexpr int kXStages = kTokens >= 64 ? 2 : 1;
   static constexpr size_t kWs = 0;                                                // bf16 [kRows][kLd]
-  static constexpr size_t kXs = kWs + sizeof(__nv_bfloat16) * kRows * kLd;        // bf16 [3][kTokens][kLd]
-  static constexpr size_t kRaw = kXs + sizeof(__nv_bfloat16) * 3 * kTokens * kLd;  // u32 [kRows][kRowWords]
+  static constexpr size_t kXs = kWs + sizeof(__nv_bfloat16) * kRows * kLd;  // bf16 [kXStages][3][kTokens][kLd]
+  static constexpr size_t kRaw = kXs + sizeof(__nv_bfloat16) * kXStages * 3 * kTokens * kLd;  // u32 [kRows][kRowWords]
   static constexpr size_t kScale = kRaw + sizeof(uint32_t) * kRows * B::kRowWords;  // f32 [kRows][2]
   static constexpr size_t kMinsAt = kScale + sizeof(float) * kRows * (kStep / 32);  // f32 [kRows or 1][4]
   static constexpr size_t kXsum = kMinsAt + sizeof(float) * (B::kMins ? kRows : 1) * (kStep / 16);
-  static constexpr size_t kBytes = kXsum + sizeof(float) * (B::kMins ? kTokens : 1) * (kStep / 16);
+  static constexpr size_t kBytes = kXsum + sizeof(float) * kXStages * (B::kMins ? kTokens : 1) * (kStep / 16);
 };
 
 // Every output's sequence of operations (the steps, within a step the 16-input
@@ -268,7 +289,7 @@ struct Tile {
 // same in every tile shape, so a problem's bits do not depend on its tile.
 template <uint32_t T, int WM, int WN, int NT>
 __global__ void __launch_bounds__(Tile<T, WM, WN, NT>::kThreads)
-    mma_kernel(Problems ps, int64_t ne0, int64_t ne1, size_t rb, const float* __restrict__ x, float* __restrict__ y) {
+    mma_kernel(Problems ps, int64_t ne0, int64_t ne1, size_t rb, SplitX sx, float* __restrict__ y) {
   using B = Block<T>;
   using L = Tile<T, WM, WN, NT>;
   constexpr int kRows = L::kRows, kTokens = L::kTokens, kThreads = L::kThreads, kWarpTokens = 8 * NT;
@@ -278,16 +299,15 @@ __global__ void __launch_bounds__(Tile<T, WM, WN, NT>::kThreads)
   if (tok0 >= ntok) return;
   const int64_t row0 = int64_t(blockIdx.x) * kRows;
   const uint8_t* __restrict__ w = ps.w[p];
-  const float* __restrict__ xp = x + (int64_t(ps.row[p]) + tok0) * ne0;
 
   extern __shared__ __align__(16) uint8_t smem[];
   auto ws = reinterpret_cast<__nv_bfloat16(*)[kLd]>(smem + L::kWs);
-  auto xs = reinterpret_cast<__nv_bfloat16(*)[kTokens][kLd]>(smem + L::kXs);
+  auto xs = reinterpret_cast<__nv_bfloat16(*)[3][kTokens][kLd]>(smem + L::kXs);
   auto scale = reinterpret_cast<float(*)[kStep / 32]>(smem + L::kScale);
   // Types with mins: dmin * min per row and 16-input sub-block of the step, and
   // each token's sums of x over those sub-blocks.
   auto mins = reinterpret_cast<float(*)[kStep / 16]>(smem + L::kMinsAt);
-  auto xsum = reinterpret_cast<float(*)[kStep / 16]>(smem + L::kXsum);
+  auto xsum = reinterpret_cast<float(*)[kTokens][kStep / 16]>(smem + L::kXsum);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp % WM, wn = warp / WM;  // this warp: rows 32*wm.., tokens kWarpTokens*wn..
@@ -338,41 +358,60 @@ __global__ void __launch_bounds__(Tile<T, WM, WN, NT>::kThreads)
 
   // Decode roles: thread -> (row, block lb of each 64-input step), kDecodes of
   // them (rows lr, lr + kThreads / 2, ...). Activations: thread -> (token, block c
-  // of the step, half h): inputs 8h..8h+7 and 16+8h..16+8h+7 of the block, stored
-  // as the pairs (t, t + 16); with 16 tokens the upper half of the threads has none.
+  // of the step, half h): the split words 8h..8h+7 of the block (inputs 8h.. and
+  // 16+8h.., paired), 32 bytes a term; with 16 tokens the upper half of the
+  // threads has none.
   constexpr int kDecodes = 2 * kRows / kThreads;
   const int lr = tid >> 1, lb = tid & 1;
   const int xt = tid >> 2, xc = (tid >> 1) & 1, xh = tid & 1;
   const bool x_role = xt < kTokens;
   const bool tok_ok = x_role && tok0 + xt < ntok;
   const int64_t n_blocks = ne0 / 32;
-  const float* xrow = xp + int64_t(tok_ok ? xt : 0) * ne0;
+  const int64_t xr = int64_t(ps.xrow[p]) + tok0 + (tok_ok ? xt : 0);
 
-  float4 xr[4];
-  bool xr_ok = false;
-  auto load_x = [&](int64_t k0) {
-    const int64_t k = k0 + 32 * xc + 8 * xh;
-    xr_ok = tok_ok && k < ne0;
-    if (xr_ok) {
-      const float4* src = reinterpret_cast<const float4*>(xrow + k);
-      xr[0] = __ldg(src);
-      xr[1] = __ldg(src + 1);
-      xr[2] = __ldg(src + 4);  // inputs k + 16 ..
-      xr[3] = __ldg(src + 5);
+  // A token past the problem's end or a block past the row's end is zeros
+  // (copied from nowhere: zfill 16 reads no byte).
+  auto load_x = [&](int64_t k0, int stage) {
+    if (!x_role) return;
+    const int64_t blk = k0 / 32 + xc;
+    const bool ok = tok_ok && blk < n_blocks;
+    const size_t word = ok ? size_t(xr) * size_t(ne0 / 2) + size_t(blk) * 16 + size_t(8 * xh) : 0;
+#pragma unroll
+    for (int m = 0; m < 3; ++m) {
+      auto* dst = reinterpret_cast<uint4*>(&xs[stage][m][xt][32 * xc + 16 * xh]);
+      const uint32_t* src = sx.term[m] + word;
+      __pipeline_memcpy_async(dst, src, 16, ok ? 0 : 16);
+      __pipeline_memcpy_async(dst + 1, src + 4, 16, ok ? 0 : 16);
     }
+    if constexpr (B::kMins) {  // the step's four sub-block sums (ne0 is whole 256s)
+      if (xc == 0 && xh == 0) {
+        const float* src = sx.xsum + (tok_ok ? size_t(xr) * size_t(ne0 / 16) + size_t(k0 / 16) : 0);
+        __pipeline_memcpy_async(&xsum[stage][xt][0], src, 16, tok_ok ? 0 : 16);
+      }
+    }
+    __pipeline_commit();
   };
 
   float acc[2][NT][4] = {};
   float part[2][NT][4] = {};  // the current block's sums (scaled types)
 
   fetch(0);
-  load_x(0);
+  if constexpr (L::kXStages == 2) load_x(0, 0);
   for (int64_t k0 = 0; k0 < ne0; k0 += kStep) {
+    const int stage = L::kXStages == 2 ? int((k0 / kStep) & 1) : 0;
     if (k0 % kFetch == 0) {  // a new window: previous decodes are done with wraw
       __syncthreads();
       stash();
       if (k0 + kFetch < ne0) fetch(k0 + kFetch);  // in flight for the next 4 steps
       __syncthreads();
+    }
+    // In flight while the weights decode (one stage: the last step's products are
+    // done with it; two: this step's was copied during the last step's products).
+    const bool ahead = L::kXStages == 2 && k0 + kStep < ne0;
+    if constexpr (L::kXStages == 2) {
+      if (ahead) load_x(k0 + kStep, stage ^ 1);
+    } else {
+      load_x(k0, 0);
     }
 #pragma unroll
     for (int d = 0; d < kDecodes; ++d) {  // weights -> bf16 in shared memory
@@ -396,43 +435,9 @@ __global__ void __launch_bounds__(Tile<T, WM, WN, NT>::kThreads)
         mins[r][2 * lb + 1] = dm[1];
       }
     }
-    {  // activations -> three bf16 terms in shared memory
-      uint32_t t[3][8];
-      if (xr_ok) {
-        const float lo[8] = {xr[0].x, xr[0].y, xr[0].z, xr[0].w, xr[1].x, xr[1].y, xr[1].z, xr[1].w};
-        const float hi[8] = {xr[2].x, xr[2].y, xr[2].z, xr[2].w, xr[3].x, xr[3].y, xr[3].z, xr[3].w};
-#pragma unroll
-        for (int i = 0; i < 8; ++i) split2(lo[i], hi[i], t[0][i], t[1][i], t[2][i]);
-      } else {
-#pragma unroll
-        for (int m = 0; m < 3; ++m)
-#pragma unroll
-          for (int i = 0; i < 8; ++i) t[m][i] = 0u;
-      }
-      if constexpr (B::kMins) {  // sub-block 2xc: the pairs' first inputs, 2xc + 1: their second
-        float lo = 0.0f, hi = 0.0f;
-        if (xr_ok) {
-          lo = ((xr[0].x + xr[0].y) + (xr[0].z + xr[0].w)) + ((xr[1].x + xr[1].y) + (xr[1].z + xr[1].w));
-          hi = ((xr[2].x + xr[2].y) + (xr[2].z + xr[2].w)) + ((xr[3].x + xr[3].y) + (xr[3].z + xr[3].w));
-        }
-        const float lo2 = __shfl_xor_sync(0xFFFFFFFFu, lo, 1), hi2 = __shfl_xor_sync(0xFFFFFFFFu, hi, 1);
-        if (x_role && xh == 0) {
-          xsum[xt][2 * xc] = lo + lo2;
-          xsum[xt][2 * xc + 1] = hi + hi2;
-        }
-      }
-      if (x_role) {
-#pragma unroll
-        for (int m = 0; m < 3; ++m) {
-          uint4* dst = reinterpret_cast<uint4*>(&xs[m][xt][32 * xc + 16 * xh]);
-          dst[0] = make_uint4(t[m][0], t[m][1], t[m][2], t[m][3]);
-          dst[1] = make_uint4(t[m][4], t[m][5], t[m][6], t[m][7]);
-        }
-      }
-    }
+    if (ahead) __pipeline_wait_prior(1);  // this step's copy, not the next one's
+    else __pipeline_wait_prior(0);
     __syncthreads();
-    // The next step's activations are in flight while this step multiplies.
-    if (k0 + kStep < ne0) load_x(k0 + kStep);
 
     if (live[0]) {
 #pragma unroll
@@ -448,7 +453,7 @@ __global__ void __launch_bounds__(Tile<T, WM, WN, NT>::kThreads)
           for (int j = 0; j < NT / 2; ++j) {
             if (!live[2 * j]) continue;
             uint32_t b[4];  // b[0], b[1]: tokens 16j..16j+7 of this warp; b[2], b[3]: the next 8
-            ldmatrix4(b, &xs[m][wt0 + 16 * j + ((lane >> 4) << 3) + (lane & 7)][16 * ks + ((lane >> 3) & 1) * 8]);
+            ldmatrix4(b, &xs[stage][m][wt0 + 16 * j + ((lane >> 4) << 3) + (lane & 7)][16 * ks + ((lane >> 3) & 1) * 8]);
 #pragma unroll
             for (int mt = 0; mt < 2; ++mt) {
               float (&c0)[4] = B::kScaled ? part[mt][2 * j] : acc[mt][2 * j];
@@ -482,7 +487,7 @@ __global__ void __launch_bounds__(Tile<T, WM, WN, NT>::kThreads)
 #pragma unroll
                   for (int i = 0; i < 4; ++i) {
                     const int r = r0 + 8 * (i >> 1), t = wt0 + 8 * nt + 2 * (lane & 3) + (i & 1);
-                    acc[mt][nt][i] -= mins[r][sb] * xsum[t][sb] + mins[r][sb + 1] * xsum[t][sb + 1];
+                    acc[mt][nt][i] -= mins[r][sb] * xsum[stage][t][sb] + mins[r][sb + 1] * xsum[stage][t][sb + 1];
                   }
               }
             }
@@ -508,8 +513,53 @@ __global__ void __launch_bounds__(Tile<T, WM, WN, NT>::kThreads)
       }
 }
 
+// The split activations of a launch's problems: grid.y = problem, threads over
+// its tokens' words (two inputs each) and, for the types with mins, then over its
+// tokens' 16-input sub-blocks. The sums are added in the order the tiles added
+// them when they split x themselves (halves of 8 inputs, each as pairs of pairs),
+// so the results kept their bits.
+__global__ void split_kernel(Problems ps, int64_t ne0, const float* __restrict__ x, uint32_t* __restrict__ hi,
+                             uint32_t* __restrict__ mid, uint32_t* __restrict__ lo, float* __restrict__ xsum) {
+  const int p = blockIdx.y;
+  const int64_t words = int64_t(ps.ntok[p]) * (ne0 / 2);
+  const int64_t sums = xsum ? int64_t(ps.ntok[p]) * (ne0 / 16) : 0;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < words + sums;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    if (i < words) {
+      const int64_t t = i / (ne0 / 2), wd = i % (ne0 / 2);
+      const float* xr = x + (int64_t(ps.row[p]) + t) * ne0 + (wd / 16) * 32 + wd % 16;
+      const int64_t at = (int64_t(ps.xrow[p]) + t) * (ne0 / 2) + wd;
+      split2(__ldg(xr), __ldg(xr + 16), hi[at], mid[at], lo[at]);
+    } else {
+      const int64_t j = i - words, t = j / (ne0 / 16), sb = j % (ne0 / 16);
+      const float* v = x + (int64_t(ps.row[p]) + t) * ne0 + 16 * sb;
+      float h[2];
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const float* e = v + 8 * k;
+        h[k] = ((__ldg(e) + __ldg(e + 1)) + (__ldg(e + 2) + __ldg(e + 3))) +
+               ((__ldg(e + 4) + __ldg(e + 5)) + (__ldg(e + 6) + __ldg(e + 7)));
+      }
+      xsum[(int64_t(ps.xrow[p]) + t) * (ne0 / 16) + sb] = h[0] + h[1];
+    }
+  }
+}
+
+// Where each part of the split activations of n rows lies in the workspace.
+struct SplitLayout {
+  size_t term_bytes, sum_bytes, total;
+};
+SplitLayout split_layout(bool mins, int64_t ne0, int64_t n_rows) {
+  const auto up = [](size_t v) { return (v + 255) & ~size_t(255); };
+  SplitLayout l{};
+  l.term_bytes = up(size_t(n_rows) * size_t(ne0) * 2);
+  l.sum_bytes = mins ? up(size_t(n_rows) * size_t(ne0 / 16) * 4) : 0;
+  l.total = 3 * l.term_bytes + l.sum_bytes;
+  return l;
+}
+
 template <uint32_t T, int WM, int WN, int NT>
-int launch_tiles(int64_t ne0, int64_t ne1, const Problems& ps, int max_tok, const float* x, float* y,
+int launch_tiles(int64_t ne0, int64_t ne1, const Problems& ps, int max_tok, const SplitX& sx, float* y,
                  cudaStream_t stream) {
   using L = Tile<T, WM, WN, NT>;
   const int64_t row_tiles = (ne1 + L::kRows - 1) / L::kRows;
@@ -520,7 +570,7 @@ int launch_tiles(int64_t ne0, int64_t ne1, const Problems& ps, int max_tok, cons
                            int(L::kBytes)) != cudaSuccess)
     return kErrCuda;
   const dim3 grid{unsigned(row_tiles), unsigned(ps.n), unsigned(tok_tiles)};
-  mma_kernel<T, WM, WN, NT><<<grid, L::kThreads, L::kBytes, stream>>>(ps, ne0, ne1, row_bytes(T, ne0), x, y);
+  mma_kernel<T, WM, WN, NT><<<grid, L::kThreads, L::kBytes, stream>>>(ps, ne0, ne1, row_bytes(T, ne0), sx, y);
   return cudaGetLastError() == cudaSuccess ? kOk : kErrCuda;
 }
 
@@ -541,38 +591,91 @@ int launch_tiles(int64_t ne0, int64_t ne1, const Problems& ps, int max_tok, cons
 constexpr int kLargeTokens = 256, kLargeBlocks = 256;
 std::atomic<int> g_large_from{0};
 
+// One launch per tile shape over problems whose split activations are in the
+// workspace (xrow set).
 template <uint32_t T>
-int launch(int64_t ne0, int64_t ne1, const ExpertProblem* problems, int n, const float* x, float* y,
-           cudaStream_t stream) {
+int launch_split(int64_t ne0, int64_t ne1, const Problems& all, const SplitX& sx, float* y, cudaStream_t stream) {
   using Large = Tile<T, 4, 2, 4>;
   constexpr int kFewTokens = Tile<T, 4, 1, 2>::kTokens;
   const int forced = g_large_from.load(std::memory_order_relaxed);
   int large_from = forced > 0 ? forced : kLargeTokens;
   if (forced <= 0) {
     int64_t blocks = 0;
-    for (int i = 0; i < n; ++i)
-      if (problems[i].n_tokens >= large_from)
-        blocks += (ne1 + Large::kRows - 1) / Large::kRows * ((problems[i].n_tokens + Large::kTokens - 1) / Large::kTokens);
+    for (int i = 0; i < all.n; ++i)
+      if (all.ntok[i] >= large_from)
+        blocks += (ne1 + Large::kRows - 1) / Large::kRows * ((all.ntok[i] + Large::kTokens - 1) / Large::kTokens);
     if (blocks < kLargeBlocks) large_from = INT32_MAX;
   }
   Problems few{}, many{}, large{};
   int max_few = 0, max_many = 0, max_large = 0;
-  for (int i = 0; i < n; ++i) {
-    const ExpertProblem& p = problems[i];
-    Problems& ps = p.n_tokens <= kFewTokens ? few : p.n_tokens < large_from ? many : large;
-    int& max_tok = p.n_tokens <= kFewTokens ? max_few : p.n_tokens < large_from ? max_many : max_large;
-    ps.w[ps.n] = static_cast<const uint8_t*>(p.w);
-    ps.row[ps.n] = p.row;
-    ps.ntok[ps.n] = p.n_tokens;
+  for (int i = 0; i < all.n; ++i) {
+    const int nt = all.ntok[i];
+    Problems& ps = nt <= kFewTokens ? few : nt < large_from ? many : large;
+    int& max_tok = nt <= kFewTokens ? max_few : nt < large_from ? max_many : max_large;
+    ps.w[ps.n] = all.w[i];
+    ps.row[ps.n] = all.row[i];
+    ps.xrow[ps.n] = all.xrow[i];
+    ps.ntok[ps.n] = nt;
     ++ps.n;
-    max_tok = max_tok > p.n_tokens ? max_tok : p.n_tokens;
+    max_tok = max_tok > nt ? max_tok : nt;
   }
   if (few.n > 0)
-    if (const int st = launch_tiles<T, 4, 1, 2>(ne0, ne1, few, max_few, x, y, stream); st != kOk) return st;
+    if (const int st = launch_tiles<T, 4, 1, 2>(ne0, ne1, few, max_few, sx, y, stream); st != kOk) return st;
   if (many.n > 0)
-    if (const int st = launch_tiles<T, 2, 2, 2>(ne0, ne1, many, max_many, x, y, stream); st != kOk) return st;
-  if (large.n > 0) return launch_tiles<T, 4, 2, 4>(ne0, ne1, large, max_large, x, y, stream);
+    if (const int st = launch_tiles<T, 2, 2, 2>(ne0, ne1, many, max_many, sx, y, stream); st != kOk) return st;
+  if (large.n > 0) return launch_tiles<T, 4, 2, 4>(ne0, ne1, large, max_large, sx, y, stream);
   return kOk;
+}
+
+// The problems in batches whose split activations fit the workspace (a problem
+// of more tokens than fit goes in parts of tokens, each a problem of its own: a
+// token's outputs depend on its own activations only, so the bits are those of
+// one launch); per batch one split launch, then the tiles.
+template <uint32_t T>
+int launch(int64_t ne0, int64_t ne1, const ExpertProblem* problems, int n, const float* x, float* y, void* workspace,
+           size_t workspace_bytes, cudaStream_t stream) {
+  constexpr bool kMins = Block<T>::kMins;
+  const int64_t cap = mma_split_rows(T, ne0, workspace_bytes);
+  if (cap < 1) return kErrWorkspace;
+  const SplitLayout l = split_layout(kMins, ne0, cap);
+  auto* base = static_cast<uint8_t*>(workspace);
+  auto* term0 = reinterpret_cast<uint32_t*>(base);
+  auto* term1 = reinterpret_cast<uint32_t*>(base + l.term_bytes);
+  auto* term2 = reinterpret_cast<uint32_t*>(base + 2 * l.term_bytes);
+  float* sums = kMins ? reinterpret_cast<float*>(base + 3 * l.term_bytes) : nullptr;
+  const SplitX sx{{term0, term1, term2}, sums};
+
+  Problems batch{};
+  int64_t rows = 0;
+  auto flush = [&]() -> int {
+    if (batch.n == 0) return kOk;
+    int64_t most = 0;
+    for (int i = 0; i < batch.n; ++i) most = most > batch.ntok[i] ? most : batch.ntok[i];
+    const int64_t work = most * (ne0 / 2 + (kMins ? ne0 / 16 : 0));
+    const unsigned blocks = unsigned(std::min<int64_t>((work + 255) / 256, 1024));
+    split_kernel<<<dim3{blocks, unsigned(batch.n)}, 256, 0, stream>>>(batch, ne0, x, term0, term1, term2, sums);
+    if (cudaGetLastError() != cudaSuccess) return kErrCuda;
+    const int st = launch_split<T>(ne0, ne1, batch, sx, y, stream);
+    batch.n = 0;
+    rows = 0;
+    return st;
+  };
+  for (int i = 0; i < n; ++i) {
+    const ExpertProblem& p = problems[i];
+    for (int t0 = 0; t0 < p.n_tokens;) {
+      if (rows == cap || batch.n == kMaxGroupedProblems)
+        if (const int st = flush(); st != kOk) return st;
+      const int part = int(std::min<int64_t>(p.n_tokens - t0, cap - rows));
+      batch.w[batch.n] = static_cast<const uint8_t*>(p.w);
+      batch.row[batch.n] = p.row + t0;
+      batch.xrow[batch.n] = int32_t(rows);
+      batch.ntok[batch.n] = part;
+      ++batch.n;
+      rows += part;
+      t0 += part;
+    }
+  }
+  return flush();
 }
 
 }  // namespace
@@ -583,14 +686,23 @@ void set_mma_large_from(int n) { g_large_from.store(n > 0 ? n : 0, std::memory_o
 
 bool mma_supports(uint32_t type) { return type == kMXFP4 || type == kQ8_0 || type == kQ3_K || type == kQ2_K; }
 
-int mma_grouped(uint32_t type, int64_t ne0, int64_t ne1, const ExpertProblem* problems, int n,
-                const float* x, float* y, cudaStream_t stream) {
+int64_t mma_split_rows(uint32_t type, int64_t ne0, size_t workspace_bytes) {
+  if (!mma_supports(type) || ne0 <= 0) return 0;
+  const bool mins = type == kQ2_K;  // Block<kQ2_K>::kMins, the only type with mins
+  const size_t row = size_t(ne0) * 2 * 3 + (mins ? size_t(ne0 / 16) * 4 : 0);
+  const size_t spare = 4 * 255;  // each of split_layout's parts is rounded up to 256 bytes
+  if (workspace_bytes < spare + row) return 0;
+  return int64_t(std::min<size_t>((workspace_bytes - spare) / row, size_t(1) << 30));
+}
+
+int mma_grouped(uint32_t type, int64_t ne0, int64_t ne1, const ExpertProblem* problems, int n, const float* x,
+                float* y, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   if (n < 1 || n > kMaxGroupedProblems) return kErrArgument;
   switch (type) {
-    case kMXFP4: return launch<kMXFP4>(ne0, ne1, problems, n, x, y, stream);
-    case kQ8_0: return launch<kQ8_0>(ne0, ne1, problems, n, x, y, stream);
-    case kQ3_K: return launch<kQ3_K>(ne0, ne1, problems, n, x, y, stream);
-    case kQ2_K: return launch<kQ2_K>(ne0, ne1, problems, n, x, y, stream);
+    case kMXFP4: return launch<kMXFP4>(ne0, ne1, problems, n, x, y, workspace, workspace_bytes, stream);
+    case kQ8_0: return launch<kQ8_0>(ne0, ne1, problems, n, x, y, workspace, workspace_bytes, stream);
+    case kQ3_K: return launch<kQ3_K>(ne0, ne1, problems, n, x, y, workspace, workspace_bytes, stream);
+    case kQ2_K: return launch<kQ2_K>(ne0, ne1, problems, n, x, y, workspace, workspace_bytes, stream);
     default: return kErrType;
   }
 }

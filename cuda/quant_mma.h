@@ -29,16 +29,24 @@ namespace xpack::kernels::dev {
 // Whether mma_grouped() takes this weight type.
 bool mma_supports(uint32_t type);
 
+// How many rows of x the split activations of a workspace of this size hold (0:
+// not one; the product then needs another path). Each input takes 6 bytes (its
+// three bf16 terms), and for Q2_K each 16 inputs 4 more (their sum).
+int64_t mma_split_rows(uint32_t type, int64_t ne0, size_t workspace_bytes);
+
 // y rows [p.row, p.row + p.n_tokens) = W_p x rows, for n problems (<= 128) of
-// any token count in one launch per tile shape (three at most: problems of up
-// to 16 tokens get 128-row x 16-token tiles, those of many tokens on a large
-// grid 128 x 64, the others 64 x 32; quant_mma.cu's launch() has the rule and
-// its measurements). x [n_rows][ne0], y [n_rows][ne1], ne0 a whole number of
-// blocks, x and every w 16-byte aligned. Each output depends on its problem
-// alone, not on its tile (the same bits whatever else is in the launch).
-// Arguments are checked by the caller.
+// any token count: per batch of problems whose split activations fit the
+// workspace, one launch that splits them and one per tile shape (three at most:
+// problems of up to 16 tokens get 128-row x 16-token tiles, those of many tokens
+// on a large grid 128 x 64, the others 64 x 32; quant_mma.cu's launch_split() has
+// the rule and its measurements). x [n_rows][ne0], y [n_rows][ne1], ne0 a whole
+// number of blocks, x and every w 16-byte aligned, the workspace 256-byte
+// aligned and free until the launches end (stream order). Each output depends
+// on its problem alone, not on its tile, its batch or the workspace's size (the
+// same bits whatever else is in the launch). kErrWorkspace where
+// mma_split_rows() is 0; other arguments are checked by the caller.
 int mma_grouped(uint32_t type, int64_t ne0, int64_t ne1, const ExpertProblem* problems, int n,
-                const float* x, float* y, cudaStream_t stream);
+                const float* x, float* y, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // set_mma_large_from(n), n > 0: problems of n tokens or more take the 128 x 64
 // tiles whatever the grid (a huge n: never); n <= 0: the rule (the default).

@@ -518,6 +518,30 @@ TEST_CASE("matmul on tensor cores: fp32 bound at odd shapes, grouped = separate 
         CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
       }
       CHECK(xk::dev::mma_large_from() == 0);
+      // A workspace of 5 rows' split activations: the problems go in batches and
+      // the long ones in parts of tokens, with the same bits (but for the
+      // 3-token problem, which takes the decode kernel: a workspace that small
+      // does not split its rows).
+      {
+        const size_t row = size_t(ne0) * 6 + (type == xk::kQ2_K ? size_t(ne0 / 16) * 4 : 0);
+        CHECK(xk::dev::mma_split_rows(type, ne0, 4 * 255 + 5 * row) == 5);
+        CHECK(xk::dev::mma_split_rows(type, ne0, 4 * 255 + row - 1) == 0);
+        CHECK(xk::dev::mma_split_rows(xk::kQ4_K, 768, size_t(1) << 20) == 0);
+        xk::Context* few = nullptr;
+        REQUIRE(xk::context_create(&few, 4 * 255 + 5 * row) == xk::kOk);
+        dsep.poison();
+        REQUIRE(xk::grouped_matmul(few, type, ne0, ne1, probs.data(), np, dx.as<float>(), dsep.as<float>(), rows,
+                                   nullptr, st.s) == xk::kOk);
+        st.sync();
+        dsep.get(b.data(), b.size() * 4);
+        for (int i = 0; i < np; ++i) {
+          const auto& p = probs[size_t(i)];
+          if (p.n_tokens <= 3) continue;
+          CAPTURE(i);
+          CHECK(std::memcmp(a.data() + p.row * ne1, b.data() + p.row * ne1, size_t(p.n_tokens * ne1) * 4) == 0);
+        }
+        xk::context_destroy(few);
+      }
       for (int i = 0; i < np; ++i) {
         const auto& p = probs[size_t(i)];
         const Ref ref = reference(type, hw[size_t(i)], ne0, ne1, x.data() + p.row * ne0, p.n_tokens);
@@ -1103,8 +1127,10 @@ TEST_CASE("bad input is refused and writes nothing") {
   o.fp32_tiles = 0;
   CHECK(xk::matmul(nullptr, xk::kQ8_0, dw.p, 64, 4, x, 16, y, nullptr, st.s) == xk::kErrArgument);
   // A 4096-byte workspace cannot hold one 2048-element fp32 row (Q4_K takes the
-  // tile path; the tensor-core types need no workspace).
+  // tile path) nor one row's split activations (12 KiB: the tensor-core types
+  // then take the tile path too).
   CHECK(xk::matmul(ctx, xk::kQ4_K, dw.p, 2048, 4, x, 16, y, nullptr, st.s) == xk::kErrWorkspace);
+  CHECK(xk::matmul(ctx, xk::kQ8_0, dw.p, 2048, 4, x, 16, y, nullptr, st.s) == xk::kErrWorkspace);
   // shared_input_matmul: its list, its products, its x.
   xk::SharedInputProduct ok[2] = {{dw.p, 4, y}, {dw.p, 8, y + 64}};
   CHECK(xk::shared_input_matmul(nullptr, xk::kQ8_0, 64, ok, 2, x, 1, nullptr, st.s) == xk::kErrArgument);
