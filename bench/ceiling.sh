@@ -75,7 +75,7 @@ while [ $# -gt 0 ]; do
     --against) against="$2"; shift 2 ;;
     --against-args) against_args="$2"; shift 2 ;;
     --no-llama) use_llama=no; shift ;;
-    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
+    -h|--help) e2e_help "$0"; exit 0 ;;
     *) echo "ceiling: unknown argument $1 (--help)" >&2; exit 2 ;;
   esac
 done

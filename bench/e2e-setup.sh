@@ -8,6 +8,9 @@
 # The functions read the caller's variables: root, dir, out (logs go to $out/logs), build,
 # tarball, arch, preset, layers, synth_args, ram_ratio; and call its say().
 
+# --help: the script's header comment (its first lines after the shebang), without the "# ".
+e2e_help() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$1"; }
+
 # The tree the numbers come from, for the results' "git" field: $XPACK_TREE when set, else
 # HEAD's short hash with "+changes" when tracked files differ from it (the device tool's copy
 # of a checkout has the working tree's files beside a .git that may be older: without the

@@ -74,7 +74,7 @@ while [ $# -gt 0 ]; do
     --build) build="$2"; shift 2 ;;
     --synth-args) synth_args="$2"; shift 2 ;;
     --device) device="$2"; shift 2 ;;
-    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
+    -h|--help) e2e_help "$0"; exit 0 ;;
     *) echo "e2e: unknown argument $1 (--help)" >&2; exit 2 ;;
   esac
 done
