@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "quant_blocks.cuh"
 #include "quant_mma.h"
@@ -545,6 +546,14 @@ __global__ void split_kernel(Problems ps, int64_t ne0, const float* __restrict__
   }
 }
 
+// One row of x split: three bf16 terms per input, and for the types with mins
+// a float per 16 inputs (their sum).
+constexpr size_t split_row_bytes(bool mins, int64_t ne0) {
+  return size_t(ne0) * 2 * 3 + (mins ? size_t(ne0 / 16) * 4 : 0);
+}
+// Each of split_layout()'s four parts is rounded up to 256 bytes.
+constexpr size_t kSplitSpare = 4 * 255;
+
 // Where each part of the split activations of n rows lies in the workspace.
 struct SplitLayout {
   size_t term_bytes, sum_bytes, total;
@@ -556,6 +565,13 @@ SplitLayout split_layout(bool mins, int64_t ne0, int64_t n_rows) {
   l.sum_bytes = mins ? up(size_t(n_rows) * size_t(ne0 / 16) * 4) : 0;
   l.total = 3 * l.term_bytes + l.sum_bytes;
   return l;
+}
+
+template <uint32_t T>
+int64_t split_rows(int64_t ne0, size_t workspace_bytes) {
+  const size_t row = split_row_bytes(Block<T>::kMins, ne0);
+  if (ne0 <= 0 || workspace_bytes < kSplitSpare + row) return 0;
+  return int64_t(std::min<size_t>((workspace_bytes - kSplitSpare) / row, size_t(1) << 30));
 }
 
 template <uint32_t T, int WM, int WN, int NT>
@@ -591,39 +607,52 @@ int launch_tiles(int64_t ne0, int64_t ne1, const Problems& ps, int max_tok, cons
 constexpr int kLargeTokens = 256, kLargeBlocks = 256;
 std::atomic<int> g_large_from{0};
 
-// One launch per tile shape over problems whose split activations are in the
-// workspace (xrow set).
+enum TileShape : uint8_t { kFew, kMany, kLarge };
+
+// Each problem's tile shape, from its whole token count and the whole launch's
+// grid (not from the parts a small workspace cuts it into).
 template <uint32_t T>
-int launch_split(int64_t ne0, int64_t ne1, const Problems& all, const SplitX& sx, float* y, cudaStream_t stream) {
+void tile_shapes(int64_t ne1, const ExpertProblem* problems, int n, TileShape* shape) {
   using Large = Tile<T, 4, 2, 4>;
   constexpr int kFewTokens = Tile<T, 4, 1, 2>::kTokens;
   const int forced = g_large_from.load(std::memory_order_relaxed);
   int large_from = forced > 0 ? forced : kLargeTokens;
   if (forced <= 0) {
     int64_t blocks = 0;
-    for (int i = 0; i < all.n; ++i)
-      if (all.ntok[i] >= large_from)
-        blocks += (ne1 + Large::kRows - 1) / Large::kRows * ((all.ntok[i] + Large::kTokens - 1) / Large::kTokens);
+    for (int i = 0; i < n; ++i)
+      if (problems[i].n_tokens >= large_from)
+        blocks += (ne1 + Large::kRows - 1) / Large::kRows * ((problems[i].n_tokens + Large::kTokens - 1) / Large::kTokens);
     if (blocks < kLargeBlocks) large_from = INT32_MAX;
   }
-  Problems few{}, many{}, large{};
-  int max_few = 0, max_many = 0, max_large = 0;
+  for (int i = 0; i < n; ++i) {
+    const int nt = problems[i].n_tokens;
+    shape[i] = nt <= kFewTokens ? kFew : nt < large_from ? kMany : kLarge;
+  }
+}
+
+// One launch per tile shape over problems whose split activations are in the
+// workspace (xrow set); shape[i] is problem i's.
+template <uint32_t T>
+int launch_split(int64_t ne0, int64_t ne1, const Problems& all, const TileShape* shape, const SplitX& sx, float* y,
+                 cudaStream_t stream) {
+  Problems by[3]{};
+  int max_tok[3]{};
   for (int i = 0; i < all.n; ++i) {
-    const int nt = all.ntok[i];
-    Problems& ps = nt <= kFewTokens ? few : nt < large_from ? many : large;
-    int& max_tok = nt <= kFewTokens ? max_few : nt < large_from ? max_many : max_large;
+    Problems& ps = by[shape[i]];
     ps.w[ps.n] = all.w[i];
     ps.row[ps.n] = all.row[i];
     ps.xrow[ps.n] = all.xrow[i];
-    ps.ntok[ps.n] = nt;
+    ps.ntok[ps.n] = all.ntok[i];
     ++ps.n;
-    max_tok = max_tok > nt ? max_tok : nt;
+    max_tok[shape[i]] = std::max(max_tok[shape[i]], all.ntok[i]);
   }
-  if (few.n > 0)
-    if (const int st = launch_tiles<T, 4, 1, 2>(ne0, ne1, few, max_few, sx, y, stream); st != kOk) return st;
-  if (many.n > 0)
-    if (const int st = launch_tiles<T, 2, 2, 2>(ne0, ne1, many, max_many, sx, y, stream); st != kOk) return st;
-  if (large.n > 0) return launch_tiles<T, 4, 2, 4>(ne0, ne1, large, max_large, sx, y, stream);
+  if (by[kFew].n > 0)
+    if (const int st = launch_tiles<T, 4, 1, 2>(ne0, ne1, by[kFew], max_tok[kFew], sx, y, stream); st != kOk)
+      return st;
+  if (by[kMany].n > 0)
+    if (const int st = launch_tiles<T, 2, 2, 2>(ne0, ne1, by[kMany], max_tok[kMany], sx, y, stream); st != kOk)
+      return st;
+  if (by[kLarge].n > 0) return launch_tiles<T, 4, 2, 4>(ne0, ne1, by[kLarge], max_tok[kLarge], sx, y, stream);
   return kOk;
 }
 
@@ -635,7 +664,7 @@ template <uint32_t T>
 int launch(int64_t ne0, int64_t ne1, const ExpertProblem* problems, int n, const float* x, float* y, void* workspace,
            size_t workspace_bytes, cudaStream_t stream) {
   constexpr bool kMins = Block<T>::kMins;
-  const int64_t cap = mma_split_rows(T, ne0, workspace_bytes);
+  const int64_t cap = split_rows<T>(ne0, workspace_bytes);
   if (cap < 1) return kErrWorkspace;
   const SplitLayout l = split_layout(kMins, ne0, cap);
   auto* base = static_cast<uint8_t*>(workspace);
@@ -644,8 +673,11 @@ int launch(int64_t ne0, int64_t ne1, const ExpertProblem* problems, int n, const
   auto* term2 = reinterpret_cast<uint32_t*>(base + 2 * l.term_bytes);
   float* sums = kMins ? reinterpret_cast<float*>(base + 3 * l.term_bytes) : nullptr;
   const SplitX sx{{term0, term1, term2}, sums};
+  TileShape shape[kMaxGroupedProblems];
+  tile_shapes<T>(ne1, problems, n, shape);
 
   Problems batch{};
+  TileShape batch_shape[kMaxGroupedProblems];
   int64_t rows = 0;
   auto flush = [&]() -> int {
     if (batch.n == 0) return kOk;
@@ -655,7 +687,7 @@ int launch(int64_t ne0, int64_t ne1, const ExpertProblem* problems, int n, const
     const unsigned blocks = unsigned(std::min<int64_t>((work + 255) / 256, 1024));
     split_kernel<<<dim3{blocks, unsigned(batch.n)}, 256, 0, stream>>>(batch, ne0, x, term0, term1, term2, sums);
     if (cudaGetLastError() != cudaSuccess) return kErrCuda;
-    const int st = launch_split<T>(ne0, ne1, batch, sx, y, stream);
+    const int st = launch_split<T>(ne0, ne1, batch, batch_shape, sx, y, stream);
     batch.n = 0;
     rows = 0;
     return st;
@@ -670,6 +702,7 @@ int launch(int64_t ne0, int64_t ne1, const ExpertProblem* problems, int n, const
       batch.row[batch.n] = p.row + t0;
       batch.xrow[batch.n] = int32_t(rows);
       batch.ntok[batch.n] = part;
+      batch_shape[batch.n] = shape[i];
       ++batch.n;
       rows += part;
       t0 += part;
@@ -678,33 +711,44 @@ int launch(int64_t ne0, int64_t ne1, const ExpertProblem* problems, int n, const
   return flush();
 }
 
+// f(std::integral_constant<uint32_t, T>) for the types the tiles take, else r.
+template <class R, class F>
+R by_type(uint32_t type, R r, F f) {
+  switch (type) {
+    case kMXFP4: return f(std::integral_constant<uint32_t, kMXFP4>{});
+    case kQ8_0: return f(std::integral_constant<uint32_t, kQ8_0>{});
+    case kQ3_K: return f(std::integral_constant<uint32_t, kQ3_K>{});
+    case kQ2_K: return f(std::integral_constant<uint32_t, kQ2_K>{});
+    default: return r;
+  }
+}
+
 }  // namespace
 
 int mma_large_from() { return g_large_from.load(std::memory_order_relaxed); }
 
 void set_mma_large_from(int n) { g_large_from.store(n > 0 ? n : 0, std::memory_order_relaxed); }
 
-bool mma_supports(uint32_t type) { return type == kMXFP4 || type == kQ8_0 || type == kQ3_K || type == kQ2_K; }
+bool mma_supports(uint32_t type) {
+  return by_type(type, false, [](auto) { return true; });
+}
+
+size_t mma_split_bytes(uint32_t type, int64_t ne0, int64_t rows) {
+  if (ne0 <= 0 || rows <= 0) return 0;
+  return by_type(type, size_t(0),
+                 [&](auto t) { return kSplitSpare + size_t(rows) * split_row_bytes(Block<decltype(t)::value>::kMins, ne0); });
+}
 
 int64_t mma_split_rows(uint32_t type, int64_t ne0, size_t workspace_bytes) {
-  if (!mma_supports(type) || ne0 <= 0) return 0;
-  const bool mins = type == kQ2_K;  // Block<kQ2_K>::kMins, the only type with mins
-  const size_t row = size_t(ne0) * 2 * 3 + (mins ? size_t(ne0 / 16) * 4 : 0);
-  const size_t spare = 4 * 255;  // each of split_layout's parts is rounded up to 256 bytes
-  if (workspace_bytes < spare + row) return 0;
-  return int64_t(std::min<size_t>((workspace_bytes - spare) / row, size_t(1) << 30));
+  return by_type(type, int64_t(0), [&](auto t) { return split_rows<decltype(t)::value>(ne0, workspace_bytes); });
 }
 
 int mma_grouped(uint32_t type, int64_t ne0, int64_t ne1, const ExpertProblem* problems, int n, const float* x,
                 float* y, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   if (n < 1 || n > kMaxGroupedProblems) return kErrArgument;
-  switch (type) {
-    case kMXFP4: return launch<kMXFP4>(ne0, ne1, problems, n, x, y, workspace, workspace_bytes, stream);
-    case kQ8_0: return launch<kQ8_0>(ne0, ne1, problems, n, x, y, workspace, workspace_bytes, stream);
-    case kQ3_K: return launch<kQ3_K>(ne0, ne1, problems, n, x, y, workspace, workspace_bytes, stream);
-    case kQ2_K: return launch<kQ2_K>(ne0, ne1, problems, n, x, y, workspace, workspace_bytes, stream);
-    default: return kErrType;
-  }
+  return by_type(type, int(kErrType), [&](auto t) {
+    return launch<decltype(t)::value>(ne0, ne1, problems, n, x, y, workspace, workspace_bytes, stream);
+  });
 }
 
 }  // namespace dev

@@ -34,6 +34,10 @@ bool mma_supports(uint32_t type);
 // three bf16 terms), and for Q2_K each 16 inputs 4 more (their sum).
 int64_t mma_split_rows(uint32_t type, int64_t ne0, size_t workspace_bytes);
 
+// The least workspace whose mma_split_rows() is rows (0 for a type the tiles do
+// not take).
+size_t mma_split_bytes(uint32_t type, int64_t ne0, int64_t rows);
+
 // y rows [p.row, p.row + p.n_tokens) = W_p x rows, for n problems (<= 128) of
 // any token count: per batch of problems whose split activations fit the
 // workspace, one launch that splits them and one per tile shape (three at most:

@@ -523,12 +523,14 @@ TEST_CASE("matmul on tensor cores: fp32 bound at odd shapes, grouped = separate 
       // 3-token problem, which takes the decode kernel: a workspace that small
       // does not split its rows).
       {
-        const size_t row = size_t(ne0) * 6 + (type == xk::kQ2_K ? size_t(ne0 / 16) * 4 : 0);
-        CHECK(xk::dev::mma_split_rows(type, ne0, 4 * 255 + 5 * row) == 5);
-        CHECK(xk::dev::mma_split_rows(type, ne0, 4 * 255 + row - 1) == 0);
+        const size_t five = xk::dev::mma_split_bytes(type, ne0, 5);
+        CHECK(xk::dev::mma_split_rows(type, ne0, five) == 5);
+        CHECK(xk::dev::mma_split_rows(type, ne0, five - 1) == 4);
+        CHECK(xk::dev::mma_split_rows(type, ne0, xk::dev::mma_split_bytes(type, ne0, 1) - 1) == 0);
         CHECK(xk::dev::mma_split_rows(xk::kQ4_K, 768, size_t(1) << 20) == 0);
+        CHECK(xk::dev::mma_split_bytes(xk::kQ4_K, 768, 5) == 0);
         xk::Context* few = nullptr;
-        REQUIRE(xk::context_create(&few, 4 * 255 + 5 * row) == xk::kOk);
+        REQUIRE(xk::context_create(&few, five) == xk::kOk);
         dsep.poison();
         REQUIRE(xk::grouped_matmul(few, type, ne0, ne1, probs.data(), np, dx.as<float>(), dsep.as<float>(), rows,
                                    nullptr, st.s) == xk::kOk);
