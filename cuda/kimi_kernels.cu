@@ -73,35 +73,49 @@ __global__ void __launch_bounds__(kResMixThreads)
   }
 }
 
-// One thread per channel, the tokens in order; the window of previous raw
-// inputs in registers (the loops unroll to kMaxConv).
+// A block owns kConvChannels channels (threadIdx.x) over all n tokens, cut into
+// blockDim.y runs of tokens (threadIdx.y), each a thread's, in order, with the
+// window of previous raw inputs in registers (the loops unroll to kMaxConv).
+// Outputs overwrite x, so every run reads the raw inputs before its own (x's or
+// the state's) before the barrier, and only then writes. One thread a channel
+// walking all the tokens made 4096 threads for Kimi-K3's 4096 channels: 2.7 ms a
+// call on a 4096-token prompt (H200, --profile-ops, 2026-12-04).
+constexpr int kConvChannels = 32, kConvRuns = 32;
 __global__ void short_conv_kernel(float* __restrict__ x, const float* __restrict__ weight, float* __restrict__ state,
                                   int64_t n, int64_t width, int d_conv) {
   const int n_prev = d_conv - 1;
-  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < width; c += int64_t(gridDim.x) * blockDim.x) {
-    float win[kMaxConv - 1];
-    const float* wc = weight + c * d_conv;
+  const int64_t c = blockIdx.x * int64_t(kConvChannels) + threadIdx.x;
+  const int64_t per = (n + blockDim.y - 1) / blockDim.y;
+  const int64_t t0 = min(n, threadIdx.y * per), t1 = min(n, t0 + per);
+  const bool mine = c < width && t0 < t1;
+  float win[kMaxConv - 1];
 #pragma unroll
-    for (int j = 0; j < kMaxConv - 1; ++j) win[j] = j < n_prev ? state[j * width + c] : 0.0f;
-    for (int64_t t = 0; t < n; ++t) {
-      const float raw = x[t * width + c];
-      float sum = 0.0f;
+  for (int j = 0; j < kMaxConv - 1; ++j) {
+    const int64_t t = t0 - n_prev + j;  // win[n_prev - 1] is the newest
+    win[j] = !mine || j >= n_prev ? 0.0f : t >= 0 ? x[t * width + c] : state[(t + n_prev) * width + c];
+  }
+  __syncthreads();
+  if (!mine) return;
+  const float* wc = weight + c * d_conv;
+  for (int64_t t = t0; t < t1; ++t) {
+    const float raw = x[t * width + c];
+    float sum = 0.0f;
 #pragma unroll
-      for (int j = 0; j < kMaxConv - 1; ++j)
-        if (j < n_prev) sum += win[j] * wc[j];
-      sum += raw * wc[n_prev];
+    for (int j = 0; j < kMaxConv - 1; ++j)
+      if (j < n_prev) sum += win[j] * wc[j];
+    sum += raw * wc[n_prev];
 #pragma unroll
-      for (int j = 0; j < kMaxConv - 2; ++j)
-        if (j + 1 < n_prev) win[j] = win[j + 1];
+    for (int j = 0; j < kMaxConv - 2; ++j)
+      if (j + 1 < n_prev) win[j] = win[j + 1];
 #pragma unroll
-      for (int j = 0; j < kMaxConv - 1; ++j)
-        if (j == n_prev - 1) win[j] = raw;
-      x[t * width + c] = silu(sum);
-    }
+    for (int j = 0; j < kMaxConv - 1; ++j)
+      if (j == n_prev - 1) win[j] = raw;
+    x[t * width + c] = silu(sum);
+  }
+  if (t1 == n)  // the run with the last token: its window is the next call's state
 #pragma unroll
     for (int j = 0; j < kMaxConv - 1; ++j)
       if (j < n_prev) state[j * width + c] = win[j];
-  }
 }
 
 __global__ void kda_gate_kernel(float* __restrict__ g, const float* __restrict__ dt_bias, const float* __restrict__ a,
@@ -274,7 +288,10 @@ cudaError_t short_conv_silu(float* x, const float* weight, float* state, int64_t
                             cudaStream_t stream) {
   if (d_conv < 1 || d_conv > kMaxConv || width <= 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  short_conv_kernel<<<grid_for(width), kThreads, 0, stream>>>(x, weight, state, n, width, d_conv);
+  if ((width + kConvChannels - 1) / kConvChannels > 0x7FFFFFFF) return cudaErrorInvalidValue;
+  const dim3 block{kConvChannels, unsigned(std::min<int64_t>(n, kConvRuns))};
+  short_conv_kernel<<<unsigned((width + kConvChannels - 1) / kConvChannels), block, 0, stream>>>(x, weight, state, n,
+                                                                                                  width, d_conv);
   return launched();
 }
 
