@@ -204,6 +204,12 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
            "round trips as a CUDA graph and launch that, instead of each\n"
            "kernel on its own (the same results; today slower: every step\n"
            "captures and updates its graphs again, doc/xpack-run.md)");
+  auto* large_opt = app.count("--mma-large-from", "N", &o.mma_large_from,
+                              "--device cuda, for side-by-side measurements: prefill products\n"
+                              "of N tokens or more take the tensor cores' 128 x 64 tiles\n"
+                              "whatever the grid (default: the rule of doc/kernels.md; the\n"
+                              "same results bit for bit, only the speed differs)",
+                              1, 1 << 30);
   app.flag("--allow-buffered-io", &o.allow_buffered_io,
            "where the pack's filesystem refuses O_DIRECT (tmpfs, ramfs),\n"
            "read experts through the page cache instead of failing\n"
@@ -266,6 +272,7 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
     if (given && (o.pack_path.empty() || o.expert_reader != "cache"))
       return fail(std::string(flag) + " needs --pack and --expert-reader cache: it applies to the expert cache");
   if (o.cuda_graphs && o.device != "cuda") return fail("--cuda-graphs needs --device cuda");
+  if (large_opt->count() > 0 && o.device != "cuda") return fail("--mma-large-from needs --device cuda");
   if (o.profile_ops && o.device != "cuda")
     return fail("--profile-ops needs --device cuda: it times operations on the GPU's stream");
   if (o.profile_ops && (o.server || o.conversation))

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "device_backend.h"
+#include "quant_mma.h"
 #include "runtime_ops.h"
 #include "xpack/xpack.h"
 
@@ -645,9 +646,10 @@ void CudaBackend::enable_profile() {
 
 // ---- device_backend.h ----
 
-std::unique_ptr<Backend> make_cuda_backend(bool graphs) {
+std::unique_ptr<Backend> make_cuda_backend(bool graphs, int mma_large_from) {
   auto be = std::make_unique<CudaBackend>(0);
   be->set_graphs(graphs);
+  xk::dev::set_mma_large_from(mma_large_from);
   return be;
 }
 

@@ -3,7 +3,7 @@
 
 namespace xrun {
 
-std::unique_ptr<Backend> make_cuda_backend(bool) {
+std::unique_ptr<Backend> make_cuda_backend(bool, int) {
   throw ModelError(
       "--device cuda: this xpack-run was built without CUDA (configure with meson setup -Dcuda=enabled); "
       "use --device cpu");

@@ -12,9 +12,11 @@
 namespace xrun {
 
 // The CUDA backend on device 0, with CUDA graphs for decode steps when
-// `graphs` (--cuda-graphs). Throws ModelError naming what is missing: a build
+// `graphs` (--cuda-graphs), and prefill products of mma_large_from tokens or
+// more in the tensor cores' largest tiles when it is > 0 (--mma-large-from; the
+// setting is the process's). Throws ModelError naming what is missing: a build
 // without CUDA, no CUDA device (or no usable driver).
-std::unique_ptr<Backend> make_cuda_backend(bool graphs = false);
+std::unique_ptr<Backend> make_cuda_backend(bool graphs = false, int mma_large_from = 0);
 
 // What a CUDA backend holds in VRAM now, for the load-time plan on stderr:
 // trunk weights, other live tensors (KV caches, states), the matrix-product

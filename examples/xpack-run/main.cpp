@@ -155,7 +155,7 @@ int run(const CliOptions& o) {
   std::unique_ptr<Backend> backend_owner;
   CpuBackend* cpu_backend = nullptr;
   if (cuda) {
-    backend_owner = make_cuda_backend(o.cuda_graphs);
+    backend_owner = make_cuda_backend(o.cuda_graphs, o.mma_large_from);
   } else {
     auto cpu = std::make_unique<CpuBackend>(o.threads);
     cpu_backend = cpu.get();

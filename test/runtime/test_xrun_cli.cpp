@@ -324,6 +324,20 @@ TEST_CASE("xpack-run: --cuda-graphs is for CUDA runs") {
   refused({"-m", "x", "--prompt-ids", "1", "--cuda-graphs"}, "--cuda-graphs needs --device cuda");
 }
 
+TEST_CASE("xpack-run: --mma-large-from is for CUDA runs, a positive token count") {
+  auto p = parse({"-m", "x", "--prompt-ids", "1", "--device", "cuda"});
+  REQUIRE(!p.rc);
+  CHECK(p.o.mma_large_from == 0);  // the rule
+  p = parse({"-m", "x", "--prompt-ids", "1", "--device", "cuda", "--mma-large-from", "128"});
+  REQUIRE(!p.rc);
+  CHECK(p.o.mma_large_from == 128);
+  refused({"-m", "x", "--prompt-ids", "1", "--mma-large-from", "128"}, "--mma-large-from needs --device cuda");
+  for (const char* bad : {"0", "-3", "x", "2147483648"}) {
+    CAPTURE(bad);
+    refused({"-m", "x", "--prompt-ids", "1", "--device", "cuda", "--mma-large-from", bad}, "--mma-large-from");
+  }
+}
+
 TEST_CASE("xpack-run: the expert cache's reads default to 8 ranges an expert, 8 in flight") {
   auto p = parse({"-m", "x", "--prompt-ids", "1", "--pack", "p.xpack"});
   REQUIRE(!p.rc);
