@@ -600,7 +600,9 @@ int launch_tiles(int64_t ne0, int64_t ne1, const Problems& ps, int max_tok, cons
 // H200 (bench-kernels, 2026-12-04), 1.16-1.20x on a 4096 x 14336 Q8_0 / MXFP4
 // product of 512 tokens (256 large blocks) and 1.03-1.06x for Q2_K / Q3_K, but
 // 0.80-0.94x on 2048- and 3072-row experts of 512 tokens (128 and 192 blocks)
-// and 0.69-0.87x on five 96-token experts (a third of their columns idle). By
+// and 0.69-0.87x on five 96-token experts (a third of their columns idle); a
+// Kimi-K3 prompt of 4096 tokens, whose experts get about 233 tokens each, was
+// 0.99x with them forced from 128 or 64 tokens (xpack-run --mma-large-from). By
 // default a problem takes them from kLargeTokens tokens when the launch's large
 // blocks number at least kLargeBlocks; set_mma_large_from(n) forces them from
 // n tokens whatever the grid.
