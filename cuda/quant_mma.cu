@@ -115,7 +115,11 @@ __device__ __forceinline__ uint32_t byte_of(const uint32_t (&w)[N], int idx) {
 // 16-element sub-blocks, which multiply the sub-blocks' sums of x.
 //   kWinBytes: bytes of 256 inputs; kWinChunks: 16-byte loads of a window at any
 //   offset; kRowWords: a shared row (window, the funnel shift's spare word, and
-//   padding to a stride of 12 banks so that neighbouring rows meet different banks).
+//   padding to a stride of 12 banks so that neighbouring rows meet different banks);
+//   kScaleInputs: how many inputs' sums the scaled types multiply by their scale at
+//   once (the multiplies compete with the products for issue slots): Q8_0's block,
+//   the K-quants' step of 64 of d's 256 (sums kept over steps would be live through
+//   the next step's decode: Q3_K's 128 x 64 tile went from 128 registers to 169).
 template <uint32_t T>
 struct Block;
 
@@ -162,6 +166,7 @@ template <>
 struct Block<kQ8_0> {
   static constexpr int kWinBytes = 8 * 34, kWinChunks = 18, kRowWords = 76;
   static constexpr bool kScaled = true;  // d (fp16) times an int8 needs up to 19 bits
+  static constexpr int kScaleInputs = 32;
   static constexpr bool kMins = false;
   __device__ static float chunk(const uint32_t* row, int off, int c, uint32_t (&out)[16], float (&)[2]) {
     uint32_t v[9];
@@ -186,6 +191,7 @@ template <>
 struct Block<kQ3_K> {
   static constexpr int kWinBytes = 110, kWinChunks = 8, kRowWords = 44;
   static constexpr bool kScaled = true;
+  static constexpr int kScaleInputs = kStep;
   static constexpr bool kMins = false;
   __device__ static float chunk(const uint32_t* row, int off, int c, uint32_t (&out)[16], float (&)[2]) {
     const int h = c >> 2, g = c & 3;
@@ -223,6 +229,7 @@ template <>
 struct Block<kQ2_K> {
   static constexpr int kWinBytes = 84, kWinChunks = 7, kRowWords = 44;
   static constexpr bool kScaled = true;
+  static constexpr int kScaleInputs = kStep;
   static constexpr bool kMins = true;
   __device__ static float chunk(const uint32_t* row, int off, int c, uint32_t (&out)[16], float (&dm)[2]) {
     const int h = c >> 2, g = c & 3;
@@ -465,20 +472,24 @@ __global__ void __launch_bounds__(Tile<T, WM, WN, NT>::kThreads)
           }
         }
         if constexpr (B::kScaled) {
-          if (ks & 1) {  // a 32-element block is complete: scale its sums into acc
+          if (ks & 1) {  // a 32-element block is complete
             const int g = lane >> 2;
+            // Its scale's last block: the sums so far times the scale, into acc.
+            const bool scale_ends = (k0 + 16 * (ks + 1)) % B::kScaleInputs == 0;
 #pragma unroll
             for (int mt = 0; mt < 2; ++mt) {
-              const float s0 = scale[32 * wm + 16 * mt + g][ks >> 1];
-              const float s1 = scale[32 * wm + 16 * mt + g + 8][ks >> 1];
+              if (scale_ends) {
+                const float s0 = scale[32 * wm + 16 * mt + g][ks >> 1];
+                const float s1 = scale[32 * wm + 16 * mt + g + 8][ks >> 1];
 #pragma unroll
-              for (int nt = 0; nt < NT; ++nt) {
-                acc[mt][nt][0] = fmaf(part[mt][nt][0], s0, acc[mt][nt][0]);
-                acc[mt][nt][1] = fmaf(part[mt][nt][1], s0, acc[mt][nt][1]);
-                acc[mt][nt][2] = fmaf(part[mt][nt][2], s1, acc[mt][nt][2]);
-                acc[mt][nt][3] = fmaf(part[mt][nt][3], s1, acc[mt][nt][3]);
+                for (int nt = 0; nt < NT; ++nt) {
+                  acc[mt][nt][0] = fmaf(part[mt][nt][0], s0, acc[mt][nt][0]);
+                  acc[mt][nt][1] = fmaf(part[mt][nt][1], s0, acc[mt][nt][1]);
+                  acc[mt][nt][2] = fmaf(part[mt][nt][2], s1, acc[mt][nt][2]);
+                  acc[mt][nt][3] = fmaf(part[mt][nt][3], s1, acc[mt][nt][3]);
 #pragma unroll
-                for (int i = 0; i < 4; ++i) part[mt][nt][i] = 0.0f;
+                  for (int i = 0; i < 4; ++i) part[mt][nt][i] = 0.0f;
+                }
               }
               if constexpr (B::kMins) {  // - dmin * min * (sum of x) per sub-block
                 const int sb = 2 * (ks >> 1);
