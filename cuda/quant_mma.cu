@@ -293,8 +293,8 @@ struct Tile {
 };
 
 // Every output's sequence of operations (the steps, within a step the 16-input
-// slices, within a slice the three terms, the scale after each block) is the
-// same in every tile shape, so a problem's bits do not depend on its tile.
+// slices, within a slice the three terms, the scale after each kScaleInputs) is
+// the same in every tile shape, so a problem's bits do not depend on its tile.
 template <uint32_t T, int WM, int WN, int NT>
 __global__ void __launch_bounds__(Tile<T, WM, WN, NT>::kThreads)
     mma_kernel(Problems ps, int64_t ne0, int64_t ne1, size_t rb, SplitX sx, float* __restrict__ y) {
