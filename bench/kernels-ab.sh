@@ -14,7 +14,8 @@ usage: bench/kernels-ab.sh --against TREE [--build DIR] [--rounds R] [--out DIR]
                            [--jobs N] [-- BENCH_KERNELS_ARGS...]
   --against TREE: the baseline's sources: a directory with meson.build, or a tarball of
     one (git archive --format=tar.gz REV > FILE; carry it to the GPU machine), unpacked
-    in OUT/a-src; built with -Dcuda=enabled in its own build-ab
+    in DIR/kernels-ab-base (again only when the tarball changed, so a warm machine does
+    not build it twice); built with -Dcuda=enabled in its own build-ab
   --build DIR: this tree's CUDA build (default build-gpu; configured if new)
   --rounds R: runs per side, alternating A, B, A, B, ... (default 2)
   --out DIR: the logs and the table (default: $OUT/kernels-ab where OUT is set, else
@@ -53,13 +54,19 @@ out=$(cd "$out" && pwd)
 [ -n "$jobs" ] || jobs=$(( ($(nproc) + 1) / 2 ))
 
 # The baseline's tree: the directory itself, or the tarball unpacked (its top folder, if
-# it has exactly one, else the unpacked files themselves).
+# it has exactly one, else the unpacked files themselves) beside this tree's build, not
+# under OUT (whose files travel back).
 if [ -d "$against" ]; then
   src_a=$(cd "$against" && pwd)
 else
-  rm -rf "$out/a-src" && mkdir -p "$out/a-src" || exit 1
-  tar xzf "$against" -C "$out/a-src" || { echo "kernels-ab: cannot unpack $against" >&2; exit 1; }
-  src_a="$out/a-src"
+  base="$build/kernels-ab-base"
+  sum=$(sha256sum < "$against" | cut -d' ' -f1)
+  if [ "$(cat "$base.sha256" 2>/dev/null)" != "$sum" ]; then
+    rm -rf "$base" "$base.sha256" && mkdir -p "$base" || exit 1
+    tar xzf "$against" -C "$base" || { echo "kernels-ab: cannot unpack $against" >&2; exit 1; }
+    echo "$sum" > "$base.sha256"
+  fi
+  src_a="$base"
   tops=$(ls -A "$src_a")
   [ "$(echo "$tops" | wc -l)" = 1 ] && [ -d "$src_a/$tops" ] && src_a="$src_a/$tops"
 fi
