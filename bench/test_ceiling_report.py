@@ -9,15 +9,10 @@ import subprocess
 import sys
 import tempfile
 
+from checks import check, finish
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPORT = os.path.join(HERE, "ceiling_report.py")
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
 
 
 def report(*args):
@@ -216,7 +211,4 @@ with tempfile.TemporaryDirectory() as tmp:
     json.dump(s, open(j("ok.json"), "w"))
     check(report("--table", j("ok.json")).returncode == 0, "--table exits 0 when every run ended well")
 
-if failures:
-    print(f"{len(failures)} check(s) failed")
-    sys.exit(1)
-print("all checks passed")
+finish()

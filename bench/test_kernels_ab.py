@@ -7,16 +7,11 @@ import subprocess
 import sys
 import tempfile
 
+from checks import check, finish
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOIN = os.path.join(HERE, "kernels_ab.py")
 SCRIPT = os.path.join(HERE, "kernels-ab.sh")
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
 
 
 def line(kind, typ, us, n=1, mode="cold", shape="s"):
@@ -79,7 +74,4 @@ with tempfile.TemporaryDirectory() as d:
     r = sh("--against", os.path.dirname(HERE), "--out", os.path.join(d, "o"))
     check(r.returncode == 2 and "this tree itself" in r.stderr, f"the tree against itself (rc {r.returncode})")
 
-if failures:
-    print(f"{len(failures)} check(s) failed")
-    sys.exit(1)
-print("all checks passed")
+finish()
