@@ -210,6 +210,15 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
                               "whatever the grid (default: the rule of doc/kernels.md; the\n"
                               "same results bit for bit, only the speed differs)",
                               1, 1 << 30);
+  auto* workspace_opt = app.count("--workspace-mib", "N", &o.workspace_mib,
+                                  "--device cuda: the matrix products' workspace, 16..65536\n"
+                                  "(default 64). A prompt's tensor-core products hold its\n"
+                                  "activations split there, 6 bytes an input and token, and\n"
+                                  "take a prompt of more in batches of tokens (their results\n"
+                                  "are the same bits at any size; other paths may round\n"
+                                  "differently). Counted in the VRAM plan, taken from the\n"
+                                  "expert cache's share",
+                                  16, 65536);
   app.flag("--allow-buffered-io", &o.allow_buffered_io,
            "where the pack's filesystem refuses O_DIRECT (tmpfs, ramfs),\n"
            "read experts through the page cache instead of failing\n"
@@ -273,6 +282,7 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
       return fail(std::string(flag) + " needs --pack and --expert-reader cache: it applies to the expert cache");
   if (o.cuda_graphs && o.device != "cuda") return fail("--cuda-graphs needs --device cuda");
   if (large_opt->count() > 0 && o.device != "cuda") return fail("--mma-large-from needs --device cuda");
+  if (workspace_opt->count() > 0 && o.device != "cuda") return fail("--workspace-mib needs --device cuda");
   if (o.profile_ops && o.device != "cuda")
     return fail("--profile-ops needs --device cuda: it times operations on the GPU's stream");
   if (o.profile_ops && (o.server || o.conversation))

@@ -71,7 +71,7 @@ CudaBackend::State::~State() {
   cudaStreamDestroy(stream);
 }
 
-CudaBackend::CudaBackend(int ordinal) : ordinal_(ordinal), state_(std::make_shared<State>()) {
+CudaBackend::CudaBackend(int ordinal, size_t kernels_workspace) : ordinal_(ordinal), state_(std::make_shared<State>()) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
@@ -95,9 +95,10 @@ CudaBackend::CudaBackend(int ordinal) : ordinal_(ordinal), state_(std::make_shar
   uint64_t keep = UINT64_MAX;
   check_cuda(cudaMemPoolSetAttribute(stream_pool, cudaMemPoolAttrReleaseThreshold, &keep), "cudaMemPoolSetAttribute");
   check_cuda(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "cudaStreamCreate (allocations)");
-  const int st = xk::context_create(&ctx_, 0);
+  const int st = xk::context_create(&ctx_, kernels_workspace);
   if (st != xk::kOk) throw ModelError(std::string("CUDA: matmul context: ") + xk::status_name(st));
-  workspace_bytes_ = (size_t(64) << 20) + (size_t(32) << 20);  // context_create's default and cuBLAS's own
+  // the context's workspace (context_create's default for 0) and cuBLAS's own
+  workspace_bytes_ = (kernels_workspace ? kernels_workspace : size_t(64) << 20) + (size_t(32) << 20);
 }
 
 CudaBackend::~CudaBackend() {
@@ -646,10 +647,10 @@ void CudaBackend::enable_profile() {
 
 // ---- device_backend.h ----
 
-std::unique_ptr<Backend> make_cuda_backend(bool graphs, int mma_large_from) {
-  auto be = std::make_unique<CudaBackend>(0);
-  be->set_graphs(graphs);
-  xk::dev::set_mma_large_from(mma_large_from);
+std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& o) {
+  auto be = std::make_unique<CudaBackend>(0, o.workspace_bytes);
+  be->set_graphs(o.graphs);
+  xk::dev::set_mma_large_from(o.mma_large_from);
   return be;
 }
 

@@ -29,7 +29,9 @@ namespace xrun {
 class CudaBackend final : public Backend {
  public:
   // Throws ModelError when the device or the stream cannot be set up.
-  explicit CudaBackend(int ordinal);
+  // kernels_workspace: the matrix products' workspace in bytes (0: the kernels'
+  // default, 64 MiB).
+  explicit CudaBackend(int ordinal, size_t kernels_workspace = 0);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;

@@ -3,7 +3,7 @@
 
 namespace xrun {
 
-std::unique_ptr<Backend> make_cuda_backend(bool, int) {
+std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions&) {
   throw ModelError(
       "--device cuda: this xpack-run was built without CUDA (configure with meson setup -Dcuda=enabled); "
       "use --device cpu");

@@ -11,12 +11,17 @@
 
 namespace xrun {
 
-// The CUDA backend on device 0, with CUDA graphs for decode steps when
-// `graphs` (--cuda-graphs), and prefill products of mma_large_from tokens or
-// more in the tensor cores' largest tiles when it is > 0 (--mma-large-from; the
-// setting is the process's). Throws ModelError naming what is missing: a build
-// without CUDA, no CUDA device (or no usable driver).
-std::unique_ptr<Backend> make_cuda_backend(bool graphs = false, int mma_large_from = 0);
+// xpack-run's CUDA flags.
+struct CudaBackendOptions {
+  bool graphs = false;         // --cuda-graphs: each stretch of a decode step as one CUDA graph
+  int mma_large_from = 0;      // --mma-large-from: prefill products of this many tokens or more in
+                               // the tensor cores' largest tiles (0: the rule; the setting is the process's)
+  size_t workspace_bytes = 0;  // --workspace-mib: the matrix products' workspace (0: 64 MiB)
+};
+
+// The CUDA backend on device 0, set up as `o` says. Throws ModelError naming
+// what is missing: a build without CUDA, no CUDA device (or no usable driver).
+std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& o = {});
 
 // What a CUDA backend holds in VRAM now, for the load-time plan on stderr:
 // trunk weights, other live tensors (KV caches, states), the matrix-product

@@ -155,7 +155,11 @@ int run(const CliOptions& o) {
   std::unique_ptr<Backend> backend_owner;
   CpuBackend* cpu_backend = nullptr;
   if (cuda) {
-    backend_owner = make_cuda_backend(o.cuda_graphs, o.mma_large_from);
+    CudaBackendOptions co;
+    co.graphs = o.cuda_graphs;
+    co.mma_large_from = o.mma_large_from;
+    co.workspace_bytes = size_t(o.workspace_mib) << 20;
+    backend_owner = make_cuda_backend(co);
   } else {
     auto cpu = std::make_unique<CpuBackend>(o.threads);
     cpu_backend = cpu.get();

@@ -324,6 +324,20 @@ TEST_CASE("xpack-run: --cuda-graphs is for CUDA runs") {
   refused({"-m", "x", "--prompt-ids", "1", "--cuda-graphs"}, "--cuda-graphs needs --device cuda");
 }
 
+TEST_CASE("xpack-run: --workspace-mib is for CUDA runs, 16..65536") {
+  auto p = parse({"-m", "x", "--prompt-ids", "1", "--device", "cuda"});
+  REQUIRE(!p.rc);
+  CHECK(p.o.workspace_mib == 0);  // the kernels' default, 64 MiB
+  p = parse({"-m", "x", "--prompt-ids", "1", "--device", "cuda", "--workspace-mib", "256"});
+  REQUIRE(!p.rc);
+  CHECK(p.o.workspace_mib == 256);
+  refused({"-m", "x", "--prompt-ids", "1", "--workspace-mib", "256"}, "--workspace-mib needs --device cuda");
+  for (const char* bad : {"0", "15", "65537", "-1", "1e3", "4294967296"}) {
+    CAPTURE(bad);
+    refused({"-m", "x", "--prompt-ids", "1", "--device", "cuda", "--workspace-mib", bad}, "--workspace-mib");
+  }
+}
+
 TEST_CASE("xpack-run: --mma-large-from is for CUDA runs, a positive token count") {
   auto p = parse({"-m", "x", "--prompt-ids", "1", "--device", "cuda"});
   REQUIRE(!p.rc);
