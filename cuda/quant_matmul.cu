@@ -232,6 +232,12 @@ bool uses_mma(const Context* ctx, uint32_t type, int64_t ne0, const Opts& o, con
          dev::mma_split_rows(type, ne0, ctx->workspace_bytes) > 0;
 }
 
+// mma_grouped() with the context's workspace for the split activations.
+int mma(Context* ctx, uint32_t type, int64_t ne0, int64_t ne1, const ExpertProblem* ps, int n, const float* x,
+        float* y, cudaStream_t stream) {
+  return dev::mma_grouped(type, ne0, ne1, ps, n, x, y, ctx->workspace, ctx->workspace_bytes, stream);
+}
+
 int gemm(Context* ctx, uint32_t type, const void* w, int64_t ne0, int64_t ne1, const float* x,
          int n_tokens, float* y, const Opts& o, cudaStream_t stream) {
   const bool bf16 = o.precision == kPrecisionBf16;
@@ -309,7 +315,7 @@ int matmul(Context* ctx, uint32_t type, const void* w, int64_t ne0, int64_t ne1,
   }
   if (uses_mma(ctx, type, ne0, o, x, w)) {
     const ExpertProblem p{w, 0, n_tokens};
-    return dev::mma_grouped(type, ne0, ne1, &p, 1, x, y, ctx->workspace, ctx->workspace_bytes, stream);
+    return mma(ctx, type, ne0, ne1, &p, 1, x, y, stream);
   }
   return gemm(ctx, type, w, ne0, ne1, x, n_tokens, y, o, stream);
 }
@@ -343,7 +349,7 @@ int grouped_matmul(Context* ctx, uint32_t type, int64_t ne0, int64_t ne1,
     } else if (uses_mma(ctx, type, ne0, o, x, p.w)) {
       big[n_big++] = p;
       if (n_big == kMaxGroupedProblems) {
-        if (const int st = dev::mma_grouped(type, ne0, ne1, big, n_big, x, y, ctx->workspace, ctx->workspace_bytes, stream); st != kOk) return st;
+        if (const int st = mma(ctx, type, ne0, ne1, big, n_big, x, y, stream); st != kOk) return st;
         n_big = 0;
       }
     } else {
@@ -353,7 +359,7 @@ int grouped_matmul(Context* ctx, uint32_t type, int64_t ne0, int64_t ne1,
     }
   }
   if (n_big > 0)
-    if (const int st = dev::mma_grouped(type, ne0, ne1, big, n_big, x, y, ctx->workspace, ctx->workspace_bytes, stream); st != kOk) return st;
+    if (const int st = mma(ctx, type, ne0, ne1, big, n_big, x, y, stream); st != kOk) return st;
   if (n_small > 0) return dev::grouped_matvec_scratch(&sc, type, ne0, ne1, small, n_small, x, y, n_rows, stream);
   return kOk;
 }

@@ -7,7 +7,7 @@
 // problem (grid: row tiles x problems x token tiles), or, for problems of at
 // most 16 tokens (a prompt's typical expert), 128 rows x 16 tokens: the warps
 // then all multiply, and each step's split activations serve twice the rows;
-// for many tokens on a large grid (launch_split() says when) a block of 8 warps owns
+// for many tokens on a large grid (tile_shapes() says when) a block of 8 warps owns
 // 128 rows x 64 tokens (each warp 32 x 32), so each decoded weight and each
 // split activation serves twice as many products as in 64 x 32.
 // Every 256 inputs it loads the tile's rows' byte windows (coalesced, one window
@@ -567,14 +567,13 @@ constexpr size_t kSplitSpare = 4 * 255;
 
 // Where each part of the split activations of n rows lies in the workspace.
 struct SplitLayout {
-  size_t term_bytes, sum_bytes, total;
+  size_t term_bytes, sum_bytes;
 };
 SplitLayout split_layout(bool mins, int64_t ne0, int64_t n_rows) {
   const auto up = [](size_t v) { return (v + 255) & ~size_t(255); };
   SplitLayout l{};
   l.term_bytes = up(size_t(n_rows) * size_t(ne0) * 2);
   l.sum_bytes = mins ? up(size_t(n_rows) * size_t(ne0 / 16) * 4) : 0;
-  l.total = 3 * l.term_bytes + l.sum_bytes;
   return l;
 }
 
