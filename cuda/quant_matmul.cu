@@ -174,6 +174,17 @@ int context_create(Context** out, size_t workspace_bytes) {
   return kOk;
 }
 
+int context_reserve(Context* ctx, size_t workspace_bytes) {
+  if (!ctx) return kErrArgument;
+  if (workspace_bytes <= ctx->workspace_bytes) return kOk;
+  void* grown = nullptr;
+  if (cudaMalloc(&grown, workspace_bytes) != cudaSuccess) return kErrCuda;
+  cudaFree(ctx->workspace);
+  ctx->workspace = grown;
+  ctx->workspace_bytes = workspace_bytes;
+  return kOk;
+}
+
 void context_destroy(Context* ctx) {
   if (!ctx) return;
   cublasDestroy(ctx->blas);

@@ -210,6 +210,14 @@ struct Context;
 // for the zeroed counters (and cuBLAS's warm-up) before returning.
 // Thread safety: safe from any thread; the new context belongs to its caller.
 int context_create(Context** out, size_t workspace_bytes);
+// Grows the workspace to at least workspace_bytes (a size it already has keeps
+// it): for a caller that learns its largest product only after creating the
+// context (xpack-run, once the model is loaded). The new workspace is allocated
+// before the old one is freed, so on failure (kErrCuda) the old one is kept.
+// Waits for the device (cudaFree does). kErrArgument for a null context.
+// Thread safety: not with other calls on the same context, nor while products
+// enqueued with it are still to run.
+int context_reserve(Context* ctx, size_t workspace_bytes);
 // Waits for nothing: the caller must have finished (or ordered before a
 // cudaFree-safe point) every product enqueued with it. destroy(nullptr) is a no-op.
 // Thread safety: not with other calls on the same context.

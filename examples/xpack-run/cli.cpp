@@ -212,12 +212,13 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
                               1, 1 << 30);
   auto* workspace_opt = app.count("--workspace-mib", "N", &o.workspace_mib,
                                   "--device cuda: the matrix products' workspace, 16..65536\n"
-                                  "(default 64). A prompt's tensor-core products hold its\n"
-                                  "activations split there, 6 bytes an input and token, and\n"
-                                  "take a prompt of more in batches of tokens (their results\n"
-                                  "are the same bits at any size; other paths may round\n"
-                                  "differently). Counted in the VRAM plan, taken from the\n"
-                                  "expert cache's share",
+                                  "(default: what the trunk's largest product needs for 4096\n"
+                                  "tokens, at least 64, at most a 32nd of the GPU's memory;\n"
+                                  "the VRAM plan shows it). A prompt's tensor-core products\n"
+                                  "hold its activations split there, 6 bytes an input and\n"
+                                  "token, and take a longer prompt in batches of tokens (the\n"
+                                  "same bits at any size; other paths may round differently).\n"
+                                  "Taken from the expert cache's share",
                                   16, 65536);
   app.flag("--allow-buffered-io", &o.allow_buffered_io,
            "where the pack's filesystem refuses O_DIRECT (tmpfs, ramfs),\n"

@@ -2,6 +2,7 @@
 // shape check (the CPU backend's) and one enqueue on the compute stream.
 #include "cuda_backend.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -19,6 +20,10 @@ namespace xrun {
 namespace xk = xpack::kernels;
 
 namespace {
+
+// context_create's workspace for 0, and the 32 MiB the context gives cuBLAS.
+constexpr size_t kDefaultWorkspace = size_t(64) << 20;
+constexpr size_t kBlasWorkspace = size_t(32) << 20;
 
 void check_cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess) {
@@ -97,8 +102,24 @@ CudaBackend::CudaBackend(int ordinal, size_t kernels_workspace) : ordinal_(ordin
   check_cuda(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "cudaStreamCreate (allocations)");
   const int st = xk::context_create(&ctx_, kernels_workspace);
   if (st != xk::kOk) throw ModelError(std::string("CUDA: matmul context: ") + xk::status_name(st));
+  asked_workspace_ = kernels_workspace;
   // the context's workspace (context_create's default for 0) and cuBLAS's own
-  workspace_bytes_ = (kernels_workspace ? kernels_workspace : size_t(64) << 20) + (size_t(32) << 20);
+  workspace_bytes_ = (kernels_workspace ? kernels_workspace : kDefaultWorkspace) + kBlasWorkspace;
+}
+
+void CudaBackend::fit_workspace() {
+  if (asked_workspace_ != 0) return;
+  size_t free_b = 0, total_b = 0;
+  check_cuda(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+  const size_t want = std::min(largest_split_, std::max(kDefaultWorkspace, total_b / 32));
+  if (want + kBlasWorkspace <= workspace_bytes_) return;
+  sync_stream("cudaStreamSynchronize (workspace)");
+  const int st = xk::context_reserve(ctx_, want);
+  if (st != xk::kOk) {
+    throw ModelError("CUDA: the matrix products' workspace of " + std::to_string(want >> 20) +
+                     " MiB cannot be allocated (" + xk::status_name(st) + "); --workspace-mib sets a smaller one");
+  }
+  workspace_bytes_ = want + kBlasWorkspace;
 }
 
 CudaBackend::~CudaBackend() {
@@ -160,6 +181,7 @@ Tensor CudaBackend::weight(const WeightTensor& w) {
   // From the mapping (pageable): the call returns once the bytes are staged.
   check_cuda(cudaMemcpyAsync(p, w.data, n, cudaMemcpyHostToDevice, state_->stream), "cudaMemcpyAsync (weight)");
   state_->weight_bytes += bytes;
+  largest_split_ = std::max(largest_split_, xk::dev::mma_split_bytes(t.type, t.width(), kWorkspaceRows));
   std::shared_ptr<State> st = state_;
   t.storage = std::shared_ptr<void>(p, [st, bytes](void* q) {
     cudaFree(q);
@@ -652,6 +674,10 @@ std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& o) {
   be->set_graphs(o.graphs);
   xk::dev::set_mma_large_from(o.mma_large_from);
   return be;
+}
+
+void cuda_fit_workspace(Backend& be) {
+  if (auto* cb = dynamic_cast<CudaBackend*>(&be)) cb->fit_workspace();
 }
 
 std::string cuda_vram_plan(Backend& be, uint64_t expert_cache_bytes) {

@@ -9,6 +9,7 @@ std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions&) {
       "use --device cpu");
 }
 
+void cuda_fit_workspace(Backend&) {}
 std::string cuda_vram_plan(Backend&, uint64_t) { return ""; }
 CudaGraphCounts cuda_graph_counts(Backend&) { return {}; }
 double cuda_host_wait_s(Backend&) { return 0.0; }

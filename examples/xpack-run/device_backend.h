@@ -16,12 +16,19 @@ struct CudaBackendOptions {
   bool graphs = false;         // --cuda-graphs: each stretch of a decode step as one CUDA graph
   int mma_large_from = 0;      // --mma-large-from: prefill products of this many tokens or more in
                                // the tensor cores' largest tiles (0: the rule; the setting is the process's)
-  size_t workspace_bytes = 0;  // --workspace-mib: the matrix products' workspace (0: 64 MiB)
+  size_t workspace_bytes = 0;  // --workspace-mib: the matrix products' workspace (0: fitted to
+                               // the trunk by cuda_fit_workspace, at least 64 MiB)
 };
 
 // The CUDA backend on device 0, set up as `o` says. Throws ModelError naming
 // what is missing: a build without CUDA, no CUDA device (or no usable driver).
 std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& o = {});
+
+// Once the model is loaded, before the expert cache takes the free VRAM: a
+// CUDA backend's products' workspace grown to fit the trunk's largest product
+// (CudaBackend::fit_workspace), unless --workspace-mib set it. No-op for any
+// other backend.
+void cuda_fit_workspace(Backend& be);
 
 // What a CUDA backend holds in VRAM now, for the load-time plan on stderr:
 // trunk weights, other live tensors (KV caches, states), the matrix-product

@@ -234,6 +234,7 @@ int run(const CliOptions& o) {
     c.update(model->counters_json());
     return c;
   };
+  cuda_fit_workspace(backend);
   if (cache_after_model) create_gpu_cache(*cache_after_model, o);
   if (experts) {
     // The cache's staging memory is measured once the cache exists (on CUDA, after the

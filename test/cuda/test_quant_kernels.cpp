@@ -542,6 +542,17 @@ TEST_CASE("matmul on tensor cores: fp32 bound at odd shapes, grouped = separate 
           CAPTURE(i);
           CHECK(std::memcmp(a.data() + p.row * ne1, b.data() + p.row * ne1, size_t(p.n_tokens * ne1) * 4) == 0);
         }
+        // Grown to the default's size, the same context gives the default's bits
+        // for every problem, the 3-token one's too; asking for less keeps it.
+        CHECK(xk::context_reserve(nullptr, five) == xk::kErrArgument);
+        REQUIRE(xk::context_reserve(few, size_t(64) << 20) == xk::kOk);
+        CHECK(xk::context_reserve(few, five) == xk::kOk);
+        dsep.poison();
+        REQUIRE(xk::grouped_matmul(few, type, ne0, ne1, probs.data(), np, dx.as<float>(), dsep.as<float>(), rows,
+                                   nullptr, st.s) == xk::kOk);
+        st.sync();
+        dsep.get(b.data(), b.size() * 4);
+        CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
         xk::context_destroy(few);
       }
       for (int i = 0; i < np; ++i) {
