@@ -20,6 +20,7 @@
 #include "cpu_backend.h"
 #include "cuda_backend.h"
 #include "gpu_available.h"
+#include "quant_mma.h"
 #include "skip.h"
 #include "xpack/xpack.h"
 
@@ -318,6 +319,61 @@ TEST_CASE("cuda backend: a download in two halves gives the bytes as they were a
     be.download(t, got.data());  // and the work between them did run
     CHECK(got[0] == 2.0f * v[0]);
     CHECK_THROWS_AS(be.finish_download(got.data()), ModelError);
+  }
+}
+
+TEST_CASE("cuda backend: the products' workspace is fitted to the widest weight's split, unless a size was asked") {
+  if (!xpack::test::gpu::available()) return;
+  constexpr size_t kMiB = size_t(1) << 20;
+  // A Q8_0 weight of 32768 inputs: its split of kWorkspaceRows tokens (6 bytes an
+  // input and token) is far above the 64 MiB default; one of 256 inputs is below it.
+  const int64_t wide = 32768, narrow = 256, rows = 16, tokens = 40;
+  const std::vector<uint8_t> qw = q8_0_rows(wide, rows, 31), qn = q8_0_rows(narrow, rows, 32);
+  const auto weight_of = [](const std::vector<uint8_t>& q, int64_t ne0, int64_t ne1) {
+    WeightTensor w;
+    w.name = "w";
+    w.type = XPACK_TYPE_Q8_0;
+    w.n_dims = 2;
+    w.ne[0] = ne0;
+    w.ne[1] = ne1;
+    w.data = q.data();
+    w.nbytes = q.size();
+    return w;
+  };
+  size_t free_b = 0, total_b = 0;
+  REQUIRE(cudaMemGetInfo(&free_b, &total_b) == cudaSuccess);
+  const size_t split = xpack::kernels::dev::mma_split_bytes(XPACK_TYPE_Q8_0, wide, CudaBackend::kWorkspaceRows);
+  REQUIRE(split > 64 * kMiB);
+  const size_t fitted = std::min(split, std::max(64 * kMiB, total_b / 32));
+  const std::vector<float> xs = random_floats(size_t(wide * tokens), 33);
+  {
+    CudaBackend be(0);
+    CHECK(be.workspace_bytes() == (64 + 32) * kMiB);
+    const Tensor n = be.weight(weight_of(qn, narrow, rows));
+    be.fit_workspace();
+    CHECK(be.workspace_bytes() == (64 + 32) * kMiB);
+    // The same product before and after the workspace grows: the same bits.
+    const Tensor w = be.weight(weight_of(qw, wide, rows));
+    const Tensor x = be.upload(XPACK_TYPE_F32, xs.data(), wide, tokens);
+    const Tensor y = be.alloc(XPACK_TYPE_F32, rows, tokens);
+    std::vector<float> before(size_t(rows * tokens)), after(before.size());
+    be.matmul(w, x, y);
+    be.download(y, before.data());
+    be.fit_workspace();
+    CHECK(be.workspace_bytes() == fitted + 32 * kMiB);
+    be.scale(y, 0.0f, y);
+    be.matmul(w, x, y);
+    be.download(y, after.data());
+    CHECK(std::memcmp(before.data(), after.data(), before.size() * 4) == 0);
+    CHECK(std::any_of(after.begin(), after.end(), [](float v) { return v != 0.0f; }));
+    be.fit_workspace();  // again: nothing more to grow
+    CHECK(be.workspace_bytes() == fitted + 32 * kMiB);
+  }
+  {
+    CudaBackend be(0, 16 * kMiB);  // --workspace-mib 16: kept whatever the weights
+    const Tensor w = be.weight(weight_of(qw, wide, rows));
+    be.fit_workspace();
+    CHECK(be.workspace_bytes() == (16 + 32) * kMiB);
   }
 }
 
