@@ -1,0 +1,521 @@
+// The decode kernel's units (quant_matvec.cu): for each GGUF type, how a lane
+// turns a unit of a row's bytes (a block, or the part of a block whose quant
+// bytes belong together) into that unit's products with R rows' x for NT tokens,
+// accumulated in fixed order. Integer quants become exact floats in the mantissa
+// of 2^23 (byte permute + one FADD); sub-block scales multiply sub-block sums.
+// Types that load ahead (TMXFP4) split this into load() and compute().
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "quant_blocks.cuh"
+
+namespace xpack::kernels::dev {
+// x is read from shared memory (staged) or from global memory: a plain load,
+// which the compiler turns into LDS or LDG as the pointer's origin says.
+__device__ __forceinline__ float4 ldx(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ uint4 ld128(const uint8_t* p) {
+  return __ldg(reinterpret_cast<const uint4*>(p));
+}
+// Four exact floats byte_k(v) - bias.
+__device__ __forceinline__ void unpack4(uint32_t v, float bias, float (&f)[4]) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k) f[k] = magic_byte(v, k) - (kMagic + bias);
+}
+__device__ __forceinline__ float dot4(const float (&f)[4], const float4& x, float s) {
+  s = fmaf(f[0], x.x, s);
+  s = fmaf(f[1], x.y, s);
+  s = fmaf(f[2], x.z, s);
+  return fmaf(f[3], x.w, s);
+}
+__device__ __forceinline__ float sum4(const float4& x) { return (x.x + x.y) + (x.z + x.w); }
+
+// Byte idx (run-time, < 12) of 12 bytes held in 3 words, without indexing a
+// register array at run time (which would put it in local memory).
+__device__ __forceinline__ int byte12(const uint32_t (&s)[3], int idx) {
+  const int w = idx >> 2;
+  const uint32_t word = w == 0 ? s[0] : (w == 1 ? s[1] : s[2]);
+  return int((word >> (8 * (idx & 3))) & 0xFFu);
+}
+
+template <int NT, int R>
+using Acc = float[R][NT];
+
+// ---- float types ------------------------------------------------------------
+
+struct TF32 {  // 8 elements (32 bytes) per unit; ne0 % 8 == 0, 16-byte aligned rows
+  static constexpr int kUnit = 8;
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
+    float4 w[R][2];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float* p = reinterpret_cast<const float*>(rp[r]) + 8 * u;
+      w[r][0] = ldx(p);
+      w[r][1] = ldx(p + 4);
+    }
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const float4 xv = ldx(xp[t] + xs * u + 4 * k);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const float f[4] = {w[r][k].x, w[r][k].y, w[r][k].z, w[r][k].w};
+          acc[r][t] = dot4(f, xv, acc[r][t]);
+        }
+      }
+    }
+  }
+};
+
+template <bool kBf16>
+struct THalf {  // F16 or BF16, 8 elements (16 bytes) per unit
+  static constexpr int kUnit = 8;
+  __device__ static void to_f(uint32_t w, float& a, float& b) {
+    if (kBf16) {
+      a = __uint_as_float(w << 16);
+      b = __uint_as_float(w & 0xFFFF0000u);
+    } else {
+      const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&w));
+      a = v.x;
+      b = v.y;
+    }
+  }
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
+    float w[R][8];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint4 q = ld128(rp[r] + 16 * size_t(u));
+      to_f(q.x, w[r][0], w[r][1]);
+      to_f(q.y, w[r][2], w[r][3]);
+      to_f(q.z, w[r][4], w[r][5]);
+      to_f(q.w, w[r][6], w[r][7]);
+    }
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const float4 xv = ldx(xp[t] + xs * u + 4 * k);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const float f[4] = {w[r][4 * k], w[r][4 * k + 1], w[r][4 * k + 2], w[r][4 * k + 3]};
+          acc[r][t] = dot4(f, xv, acc[r][t]);
+        }
+      }
+    }
+  }
+};
+
+// One element per unit: float types whose rows are not whole 16-byte vectors.
+template <uint32_t kType>
+struct TScalar {
+  static constexpr int kUnit = 1;
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
+    constexpr int kBytes = kType == 0 ? 4 : 2;
+    float w[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* p = rp[r] + size_t(u) * kBytes;
+      if (kType == 0) w[r] = __uint_as_float(ld32(p));
+      else if (kType == 1) w[r] = h2f(ld16(p));
+      else w[r] = __uint_as_float(ld16(p) << 16);
+    }
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const float xv = xp[t][xs * u];
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r][t] = fmaf(w[r], xv, acc[r][t]);
+    }
+  }
+};
+
+// ---- Q8_0: one 34-byte block per unit ------------------------------------------
+
+struct TQ8_0 {
+  static constexpr int kUnit = 32;
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
+    uint32_t q[R][8];
+    float d[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* b = rp[r] + size_t(u) * 34;
+      d[r] = h2f(ld16(b));
+      ldwords<8>(b + 2, q[r]);
+    }
+    float s1[R][NT] = {};
+    const int e = xs * u;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      float4 xv[NT];
+#pragma unroll
+      for (int t = 0; t < NT; ++t) xv[t] = ldx(xp[t] + e + 4 * k);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float f[4];
+        unpack4(q[r][k] ^ 0x80808080u, 128.0f, f);  // int8 -> unsigned byte + 128
+#pragma unroll
+        for (int t = 0; t < NT; ++t) s1[r][t] = dot4(f, xv[t], s1[r][t]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int t = 0; t < NT; ++t) acc[r][t] = fmaf(d[r], s1[r][t], acc[r][t]);
+  }
+};
+
+// ---- MXFP4: one 17-byte block per unit -------------------------------------------
+
+struct TMXFP4 {
+  static constexpr int kUnit = 32;
+  // Eight codes of a 32-bit word w (nibbles of bytes 4k..4k+3) as exact floats
+  // kvalue(code), in the order (4k, 4k+16, 4k+1, 4k+17, 4k+2, 4k+18, 4k+3, 4k+19).
+  // kvalue + 12 (0..24) comes from two byte tables by the code's low 3 bits (one
+  // for each sign); the sign bits pick between them.
+  __device__ static void decode(uint32_t w, float (&f)[8]) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const uint32_t ww = half ? (w >> 16) : w;
+      const uint32_t sel = ww & 0x7777u;
+      const uint32_t pos = prmt(0x0F0E0D0Cu, 0x18141210u, sel);  // 12 + {0,1,2,3,4,6,8,12}
+      const uint32_t neg = prmt(0x090A0B0Cu, 0x00040608u, sel);  // 12 - {0,1,2,3,4,6,8,12}
+      // 0xFF where the code is negative, 0x80 elsewhere (values are < 0x80).
+      const uint32_t m = prmt(0x80808080u, 0u, (ww & 0x8888u) | 0x3210u);
+      const uint32_t v = (neg & m) | (pos & ~m);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) f[4 * half + k] = magic_byte(v, k) - (kMagic + 12.0f);
+    }
+  }
+  // A unit's bytes as loaded: the five aligned words that hold a row's 17-byte
+  // block (whatever its offset, each of them holds one of its bytes, so no load
+  // leaves the block's aligned words).
+  template <int R>
+  struct Raw {
+    uint32_t v[R][5];
+  };
+  template <int R>
+  __device__ static void load(const uint8_t* const (&rp)[R], int u, Raw<R>& raw) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uintptr_t a = reinterpret_cast<uintptr_t>(rp[r] + size_t(u) * 17);
+      const unsigned int* base = reinterpret_cast<const unsigned int*>(a & ~uintptr_t(3));
+#pragma unroll
+      for (int i = 0; i < 5; ++i) raw.v[r][i] = __ldg(base + i);
+    }
+  }
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
+    Raw<R> raw;
+    load<R>(rp, u, raw);
+    compute<NT, R>(rp, raw, u, xp, acc, xs);
+  }
+  template <int NT, int R>
+  __device__ static void compute(const uint8_t* const (&rp)[R], const Raw<R>& raw, int u,
+                                 const float* const (&xp)[NT], Acc<NT, R>& acc, int xs) {
+    uint32_t q[R][4];
+    float sc[R];
+    bool big[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      // The block starts at byte `at` of its first word: the scale, then the codes.
+      const unsigned at = unsigned(reinterpret_cast<uintptr_t>(rp[r] + size_t(u) * 17) & 3u);
+      const uint32_t e = (raw.v[r][0] >> (8 * at)) & 0xFFu;
+      sc[r] = e8m0_half(e);
+      // From e = 253 on, kvalue * 2^(e-128) can overflow to inf, as on the CPU;
+      // only there the weights are formed one by one to give the CPU's inf/NaN.
+      big[r] = e >= 253;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) q[r][i] = __funnelshift_rc(raw.v[r][i], raw.v[r][i + 1], 8 * (at + 1));
+    }
+    float s1[R][NT] = {};
+    const int e0 = xs * u;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      float4 xl[NT], xh[NT];
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        xl[t] = ldx(xp[t] + e0 + 4 * k);
+        xh[t] = ldx(xp[t] + e0 + 16 + 4 * k);
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float f[8];
+        decode(q[r][k], f);
+        if (big[r]) {
+#pragma unroll
+          for (int i = 0; i < 8; ++i) f[i] = __fmul_rn(f[i], sc[r]);
+        }
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          float s = s1[r][t];
+          s = fmaf(f[0], xl[t].x, s);
+          s = fmaf(f[1], xh[t].x, s);
+          s = fmaf(f[2], xl[t].y, s);
+          s = fmaf(f[3], xh[t].y, s);
+          s = fmaf(f[4], xl[t].z, s);
+          s = fmaf(f[5], xh[t].z, s);
+          s = fmaf(f[6], xl[t].w, s);
+          s1[r][t] = fmaf(f[7], xh[t].w, s);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+        acc[r][t] = big[r] ? acc[r][t] + s1[r][t] : fmaf(sc[r], s1[r][t], acc[r][t]);
+  }
+};
+
+// ---- Q2_K: half a 84-byte block (128 elements) per unit ------------------------------
+
+struct TQ2_K {
+  static constexpr int kUnit = 128;
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
+    const int blk = u >> 1, h = u & 1;
+    uint32_t sc[R][2], q[R][8];
+    float d[R], dm[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* b = rp[r] + size_t(blk) * 84;  // 4-byte aligned
+      sc[r][0] = ld32(b + 8 * h);
+      sc[r][1] = ld32(b + 8 * h + 4);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) q[r][i] = ld32(b + 16 + 32 * h + 4 * i);
+      const uint32_t dd = ld32(b + 80);
+      d[r] = h2f(dd);
+      dm[r] = h2f(dd >> 16);
+    }
+    const int e0 = xs * u;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+#pragma unroll
+      for (int g = 0; g < 4; ++g) {
+        const int e = e0 + 32 * g + 16 * half;
+        float s1[R][NT] = {}, sx[NT] = {};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          float4 xv[NT];
+#pragma unroll
+          for (int t = 0; t < NT; ++t) {
+            xv[t] = ldx(xp[t] + e + 4 * k);
+            sx[t] += sum4(xv[t]);
+          }
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            float f[4];
+            unpack4((q[r][4 * half + k] >> (2 * g)) & 0x03030303u, 0.0f, f);
+#pragma unroll
+            for (int t = 0; t < NT; ++t) s1[r][t] = dot4(f, xv[t], s1[r][t]);
+          }
+        }
+        const int sb = 2 * g + half;  // scale byte within this half block
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const uint32_t s = (sc[r][sb >> 2] >> (8 * (sb & 3))) & 0xFFu;
+          const float dl = d[r] * float(s & 0xF);
+          const float ml = dm[r] * float(s >> 4);
+#pragma unroll
+          for (int t = 0; t < NT; ++t) acc[r][t] = fmaf(-ml, sx[t], fmaf(dl, s1[r][t], acc[r][t]));
+        }
+      }
+    }
+  }
+};
+
+// ---- Q3_K: half a 110-byte block per unit ------------------------------------------
+
+struct TQ3_K {
+  static constexpr int kUnit = 128;
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
+    const int blk = u >> 1, h = u & 1;
+    uint32_t hm[R][8], q[R][8], sc[R][3];
+    float d[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* b = rp[r] + size_t(blk) * 110;  // 2-byte aligned
+      ldwords<8>(b, hm[r]);
+      ldwords<8>(b + 32 + 32 * h, q[r]);
+      ldwords<3>(b + 96, sc[r]);
+      d[r] = h2f(ld16(b + 108));
+    }
+    const int e0 = xs * u;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+#pragma unroll
+      for (int g = 0; g < 4; ++g) {
+        const int e = e0 + 32 * g + 16 * half;
+        const int hbit = 4 * h + g;
+        float s1[R][NT] = {};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          float4 xv[NT];
+#pragma unroll
+          for (int t = 0; t < NT; ++t) xv[t] = ldx(xp[t] + e + 4 * k);
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const uint32_t low = (q[r][4 * half + k] >> (2 * g)) & 0x03030303u;
+            const uint32_t hb = (hm[r][4 * half + k] >> hbit) & 0x01010101u;
+            float f[4];
+            unpack4(low | (hb << 2), 4.0f, f);  // low - (hb ? 0 : 4)
+#pragma unroll
+            for (int t = 0; t < NT; ++t) s1[r][t] = dot4(f, xv[t], s1[r][t]);
+          }
+        }
+        // Sub-block j = 8h + sb: its low 4 scale bits are byte sb's nibble h, the
+        // high 2 bits are in byte 8 + (j & 3) at shift 2 * (j >> 2).
+        const int sb = 2 * g + half;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const int lo4 = (byte12(sc[r], sb) >> (4 * h)) & 0xF;
+          const int hi2 = (byte12(sc[r], 8 + (sb & 3)) >> (2 * (2 * h + (sb >> 2)))) & 3;
+          const float dl = d[r] * float((lo4 | (hi2 << 4)) - 32);
+#pragma unroll
+          for (int t = 0; t < NT; ++t) acc[r][t] = fmaf(dl, s1[r][t], acc[r][t]);
+        }
+      }
+    }
+  }
+};
+
+// ---- Q4_K / Q5_K: a quarter of the block (two 32-element sub-blocks) per unit ---------
+
+template <bool kQ5>
+struct TQ45_K {
+  static constexpr int kUnit = 64;
+  static constexpr int kBlock = kQ5 ? 176 : 144;  // both multiples of 16
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
+    const int blk = u >> 2, p = u & 3;
+    uint32_t q[R][8], qh[R][8], sc[R][3];
+    float d[R], dm[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* b = rp[r] + size_t(blk) * kBlock;
+      const uint4 a = ld128(b);  // d, dmin, scales[12]
+      d[r] = h2f(a.x);
+      dm[r] = h2f(a.x >> 16);
+      sc[r][0] = a.y;
+      sc[r][1] = a.z;
+      sc[r][2] = a.w;
+      const uint8_t* qs = b + (kQ5 ? 48 : 16) + 32 * p;
+      const uint4 q0 = ld128(qs), q1 = ld128(qs + 16);
+      q[r][0] = q0.x; q[r][1] = q0.y; q[r][2] = q0.z; q[r][3] = q0.w;
+      q[r][4] = q1.x; q[r][5] = q1.y; q[r][6] = q1.z; q[r][7] = q1.w;
+      if (kQ5) {
+        const uint4 h0 = ld128(b + 16), h1 = ld128(b + 32);
+        qh[r][0] = h0.x; qh[r][1] = h0.y; qh[r][2] = h0.z; qh[r][3] = h0.w;
+        qh[r][4] = h1.x; qh[r][5] = h1.y; qh[r][6] = h1.z; qh[r][7] = h1.w;
+      }
+    }
+#pragma unroll
+    for (int nib = 0; nib < 2; ++nib) {
+      const int j = 2 * p + nib;
+      const int e = xs * u + 32 * nib;
+      float s1[R][NT] = {}, sx[NT] = {};
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        float4 xv[NT];
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          xv[t] = ldx(xp[t] + e + 4 * k);
+          sx[t] += sum4(xv[t]);
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          uint32_t v = (q[r][k] >> (4 * nib)) & 0x0F0F0F0Fu;
+          if (kQ5) v |= ((qh[r][k] >> j) & 0x01010101u) << 4;
+          float f[4];
+          unpack4(v, 0.0f, f);
+#pragma unroll
+          for (int t = 0; t < NT; ++t) s1[r][t] = dot4(f, xv[t], s1[r][t]);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        int s, m;
+        if (j < 4) {
+          s = byte12(sc[r], j) & 63;
+          m = byte12(sc[r], j + 4) & 63;
+        } else {
+          s = (byte12(sc[r], j + 4) & 0xF) | ((byte12(sc[r], j - 4) >> 6) << 4);
+          m = (byte12(sc[r], j + 4) >> 4) | ((byte12(sc[r], j) >> 6) << 4);
+        }
+        const float dl = d[r] * float(s);
+        const float ml = dm[r] * float(m);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) acc[r][t] = fmaf(-ml, sx[t], fmaf(dl, s1[r][t], acc[r][t]));
+      }
+    }
+  }
+};
+
+// ---- Q6_K: half a 210-byte block per unit -----------------------------------------
+
+struct TQ6_K {
+  static constexpr int kUnit = 128;
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
+    const int blk = u >> 1, h = u & 1;
+    uint32_t ql[R][16], qh[R][8], sc[R][2];
+    float d[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* b = rp[r] + size_t(blk) * 210;  // 2-byte aligned
+      ldwords<16>(b + 64 * h, ql[r]);
+      ldwords<8>(b + 128 + 32 * h, qh[r]);
+      ldwords<2>(b + 192 + 8 * h, sc[r]);
+      d[r] = h2f(ld16(b + 208));
+    }
+    const int e0 = xs * u;
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int e = e0 + 32 * g + 16 * half;
+        float s1[R][NT] = {};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          float4 xv[NT];
+#pragma unroll
+          for (int t = 0; t < NT; ++t) xv[t] = ldx(xp[t] + e + 4 * k);
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const uint32_t lo = (ql[r][8 * (g & 1) + 4 * half + k] >> (g < 2 ? 0 : 4)) & 0x0F0F0F0Fu;
+            const uint32_t hi = (qh[r][4 * half + k] >> (2 * g)) & 0x03030303u;
+            float f[4];
+            unpack4(lo | (hi << 4), 32.0f, f);
+#pragma unroll
+            for (int t = 0; t < NT; ++t) s1[r][t] = dot4(f, xv[t], s1[r][t]);
+          }
+        }
+        const int sb = 2 * g + half;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const int8_t s = int8_t((sc[r][sb >> 2] >> (8 * (sb & 3))) & 0xFFu);
+          const float dsc = d[r] * float(s);
+#pragma unroll
+          for (int t = 0; t < NT; ++t) acc[r][t] = fmaf(dsc, s1[r][t], acc[r][t]);
+        }
+      }
+    }
+  }
+};
+
+}  // namespace xpack::kernels::dev
