@@ -91,9 +91,6 @@ struct Context {
 };
 
 namespace {
-// cuBLAS's workspace on Hopper (NVIDIA's guidance for sm_90: 32 MiB).
-constexpr size_t kBlasWorkspaceBytes = size_t(32) << 20;
-
 // cublasSetStream drops any workspace the handle was given and falls back to
 // cuBLAS's default pool: the stream and a workspace of the context's own are set
 // together (as PyTorch does for its handles), and only when the stream changes.
@@ -122,7 +119,7 @@ int context_create(Context** out, size_t workspace_bytes) {
   *out = nullptr;
   auto* c = new (std::nothrow) Context;
   if (!c) return kErrArgument;
-  c->workspace_bytes = workspace_bytes ? workspace_bytes : (size_t(64) << 20);
+  c->workspace_bytes = workspace_bytes ? workspace_bytes : kDefaultWorkspaceBytes;
   if (cudaMalloc(&c->workspace, c->workspace_bytes) != cudaSuccess) {
     delete c;
     return kErrCuda;
@@ -184,6 +181,8 @@ int context_reserve(Context* ctx, size_t workspace_bytes) {
   ctx->workspace_bytes = workspace_bytes;
   return kOk;
 }
+
+size_t context_workspace_bytes(const Context* ctx) { return ctx ? ctx->workspace_bytes : 0; }
 
 void context_destroy(Context* ctx) {
   if (!ctx) return;

@@ -206,7 +206,12 @@ struct MatmulOptions {
 // that cuBLAS gets as its own workspace.
 struct Context;
 
-// workspace_bytes: 0 = 64 MiB. Allocates with cudaMalloc (once, here); waits
+// The workspace context_create gives for 0, and cuBLAS's own beside it (NVIDIA's
+// guidance for sm_90: 32 MiB).
+constexpr size_t kDefaultWorkspaceBytes = size_t(64) << 20;
+constexpr size_t kBlasWorkspaceBytes = size_t(32) << 20;
+
+// workspace_bytes: 0 = kDefaultWorkspaceBytes. Allocates with cudaMalloc (once, here); waits
 // for the zeroed counters (and cuBLAS's warm-up) before returning.
 // Thread safety: safe from any thread; the new context belongs to its caller.
 int context_create(Context** out, size_t workspace_bytes);
@@ -218,6 +223,9 @@ int context_create(Context** out, size_t workspace_bytes);
 // Thread safety: not with other calls on the same context, nor while products
 // enqueued with it are still to run.
 int context_reserve(Context* ctx, size_t workspace_bytes);
+// The workspace's bytes now (not counting cuBLAS's kBlasWorkspaceBytes).
+// Thread safety: not with context_reserve on the same context.
+size_t context_workspace_bytes(const Context* ctx);
 // Waits for nothing: the caller must have finished (or ordered before a
 // cudaFree-safe point) every product enqueued with it. destroy(nullptr) is a no-op.
 // Thread safety: not with other calls on the same context.

@@ -21,10 +21,6 @@ namespace xk = xpack::kernels;
 
 namespace {
 
-// context_create's workspace for 0, and the 32 MiB the context gives cuBLAS.
-constexpr size_t kDefaultWorkspace = size_t(64) << 20;
-constexpr size_t kBlasWorkspace = size_t(32) << 20;
-
 void check_cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess) {
     throw ModelError(std::string("CUDA: ") + what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
@@ -103,23 +99,24 @@ CudaBackend::CudaBackend(int ordinal, size_t kernels_workspace) : ordinal_(ordin
   const int st = xk::context_create(&ctx_, kernels_workspace);
   if (st != xk::kOk) throw ModelError(std::string("CUDA: matmul context: ") + xk::status_name(st));
   asked_workspace_ = kernels_workspace;
-  // the context's workspace (context_create's default for 0) and cuBLAS's own
-  workspace_bytes_ = (kernels_workspace ? kernels_workspace : kDefaultWorkspace) + kBlasWorkspace;
+}
+
+uint64_t CudaBackend::workspace_bytes() const {
+  return xk::context_workspace_bytes(ctx_) + xk::kBlasWorkspaceBytes;
 }
 
 void CudaBackend::fit_workspace() {
   if (asked_workspace_ != 0) return;
   size_t free_b = 0, total_b = 0;
   check_cuda(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
-  const size_t want = std::min(largest_split_, std::max(kDefaultWorkspace, total_b / 32));
-  if (want + kBlasWorkspace <= workspace_bytes_) return;
+  const size_t want = std::min(largest_split_, std::max(xk::kDefaultWorkspaceBytes, total_b / 32));
+  if (want <= xk::context_workspace_bytes(ctx_)) return;
   sync_stream("cudaStreamSynchronize (workspace)");
   const int st = xk::context_reserve(ctx_, want);
   if (st != xk::kOk) {
     throw ModelError("CUDA: the matrix products' workspace of " + std::to_string(want >> 20) +
                      " MiB cannot be allocated (" + xk::status_name(st) + "); --workspace-mib sets a smaller one");
   }
-  workspace_bytes_ = want + kBlasWorkspace;
 }
 
 CudaBackend::~CudaBackend() {

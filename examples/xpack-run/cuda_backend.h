@@ -80,7 +80,7 @@ class CudaBackend final : public Backend {
   uint64_t weight_bytes() const { return state_->weight_bytes.load(); }
   uint64_t tensor_bytes() const { return state_->tensor_bytes.load(); }
   uint64_t pooled_bytes() const { return state_->pool ? state_->pool->cached_bytes() : 0; }
-  uint64_t workspace_bytes() const { return workspace_bytes_; }
+  uint64_t workspace_bytes() const;  // the context's workspace and cuBLAS's
 
   // Once the trunk is loaded (weight() has seen every matrix; experts come
   // through upload() and do not count), and unless the constructor was given a
@@ -89,7 +89,7 @@ class CudaBackend final : public Backend {
   // of the device's memory. At 64 MiB a 4096-token Kimi-K3 prompt's
   // 33792-input product went in 13 batches of too few tiles to fill the GPU
   // evenly, and the prompt ran 0.91x of the same run with the whole prompt in
-  // one batch (doc/xpack-run.md, "VRAM plan"). Waits for the stream. Throws
+  // one batch (doc/xpack-run.md, "The matmul workspace"). Waits for the stream. Throws
   // ModelError when the memory cannot be had.
   void fit_workspace();
   static constexpr int64_t kWorkspaceRows = 4096;
@@ -138,7 +138,6 @@ class CudaBackend final : public Backend {
   int ordinal_;
   std::shared_ptr<State> state_;
   xpack::kernels::Context* ctx_ = nullptr;
-  uint64_t workspace_bytes_ = 0;
   size_t asked_workspace_ = 0;  // the constructor's kernels_workspace (0: fit_workspace decides)
   size_t largest_split_ = 0;    // the largest trunk product's split for kWorkspaceRows tokens
   std::unique_ptr<OpProfile> profile_;
