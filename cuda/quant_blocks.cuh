@@ -42,9 +42,13 @@ __device__ __forceinline__ void ldwords(const uint8_t* p, uint32_t (&w)[N]) {
 // replicates the selected byte's sign instead (the MXFP4 decoders build a sign
 // mask, or a zero for negative codes, with it).
 __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t s) {
+#ifdef XPACK_UNITS_ON_HOST  // test/cuda/units_on_host: the units run on the CPU
+  return xpack_host_prmt(a, b, s);
+#else
   uint32_t r;
   asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(s));
   return r;
+#endif
 }
 
 // Byte k of v (unsigned, < 256) as the float 2^23 + byte, by placing it in the

@@ -22,10 +22,12 @@
 #include <vector>
 
 #include "ops.h"
+#include "random_blocks.h"
 #include "quant_matmul.h"
 #include "quant_mma.h"
 
 namespace xk = xpack::kernels;
+using namespace random_blocks;
 
 namespace {
 
@@ -76,93 +78,6 @@ struct Stream {
   ~Stream() { cudaStreamDestroy(s); }
   void sync() const { check_cuda(cudaStreamSynchronize(s)); check_cuda(cudaGetLastError()); }
 };
-
-// A sane random fp16: |v| in [2^-12, 2^-3), random sign and mantissa.
-uint16_t rand_f16(std::mt19937& rng) {
-  const uint32_t sign = rng() & 1, exp = 3 + rng() % 9, mant = rng() & 0x3FF;
-  return uint16_t((sign << 15) | (exp << 10) | mant);
-}
-void put16(uint8_t* p, uint16_t v) { p[0] = uint8_t(v); p[1] = uint8_t(v >> 8); }
-
-// n_rows rows of ne0 elements of `type`: random bytes, then the fields that are
-// floating-point scales (or the values of float types) set to sane values.
-std::vector<uint8_t> random_weights(uint32_t type, int64_t ne0, int64_t n_rows, std::mt19937& rng) {
-  const size_t rb = xk::row_bytes(type, ne0);
-  std::vector<uint8_t> w(rb * size_t(n_rows));
-  for (auto& b : w) b = uint8_t(rng());
-  const size_t bb = size_t(xk::block_bytes(type));
-  const size_t nb = w.size() / bb;
-  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
-  for (size_t i = 0; i < nb; ++i) {
-    uint8_t* b = w.data() + i * bb;
-    switch (type) {
-      case xk::kF32: { const float v = uni(rng); std::memcpy(b, &v, 4); break; }
-      case xk::kF16: put16(b, rand_f16(rng)); break;
-      case xk::kBF16: {
-        const uint32_t sign = rng() & 1, exp = 117 + rng() % 12, mant = rng() & 0x7F;
-        put16(b, uint16_t((sign << 15) | (exp << 7) | mant));
-        break;
-      }
-      case xk::kQ8_0: put16(b, rand_f16(rng)); break;
-      case xk::kQ2_K: put16(b + 80, rand_f16(rng)); put16(b + 82, rand_f16(rng)); break;
-      case xk::kQ3_K: put16(b + 108, rand_f16(rng)); break;
-      case xk::kQ4_K: case xk::kQ5_K: put16(b, rand_f16(rng)); put16(b + 2, rand_f16(rng)); break;
-      case xk::kQ6_K: put16(b + 208, rand_f16(rng)); break;
-      case xk::kMXFP4: b[0] = uint8_t(118 + rng() % 21); break;  // 2^-10 .. 2^10
-      default: break;
-    }
-  }
-  return w;
-}
-
-std::vector<float> random_x(size_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
-  std::vector<float> x(n);
-  for (auto& v : x) v = uni(rng);
-  return x;
-}
-
-// CPU reference: ref[t][o] and mag[t][o] = sum |w*x| in double.
-struct Ref {
-  std::vector<double> y, mag;
-};
-Ref reference(uint32_t type, const std::vector<uint8_t>& w, int64_t ne0, int64_t ne1,
-              const float* x, int n_tokens) {
-  std::vector<float> wf(size_t(ne0 * ne1));
-  xrun::dequantize(type, w.data(), wf.data(), ne0 * ne1);
-  Ref r;
-  r.y.assign(size_t(n_tokens * ne1), 0.0);
-  r.mag.assign(size_t(n_tokens * ne1), 0.0);
-  for (int t = 0; t < n_tokens; ++t)
-    for (int64_t o = 0; o < ne1; ++o) {
-      double s = 0, m = 0;
-      const float* wr = wf.data() + o * ne0;
-      const float* xr = x + t * ne0;
-      for (int64_t i = 0; i < ne0; ++i) {
-        const double p = double(wr[i]) * double(xr[i]);
-        s += p;
-        m += std::fabs(p);
-      }
-      r.y[size_t(t * ne1 + o)] = s;
-      r.mag[size_t(t * ne1 + o)] = m;
-    }
-  return r;
-}
-
-// Number of outputs outside the tolerance (printing the first few).
-int count_bad(const std::vector<float>& got, const Ref& ref, double tol, const char* what) {
-  int bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::fabs(double(got[i]) - ref.y[i]);
-    if (!(err <= tol * ref.mag[i] + 1e-37)) {
-      if (bad < 5)
-        std::fprintf(stderr, "%s: output %zu got %.9g want %.9g (sum|wx| %.3g)\n", what, i, got[i],
-                     ref.y[i], ref.mag[i]);
-      ++bad;
-    }
-  }
-  return bad;
-}
 
 // A random matrix and n_tokens random rows of x, on the device, with the CPU reference.
 struct MatvecCase {

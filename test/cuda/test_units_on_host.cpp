@@ -1,0 +1,134 @@
+// The decode kernel's units (cuda/matvec_units.cuh: how one lane turns a unit of
+// R rows' bytes and NT tokens' x into partial sums) run on the CPU, through host
+// stand-ins for the CUDA names they use (units_on_host/), against the CPU
+// decoders: every type, every layout of x a kernel hands them, within the fp32
+// bound of the GPU test (random_blocks.h). What this cannot see is the kernels
+// around the units (their grids, staging loops, shuffles and launch rules): those
+// are tested on a GPU (test_quant_kernels.cpp). It needs neither a GPU nor nvcc,
+// so CI runs it; a unit's arithmetic or byte offsets that break show here first.
+#include "cuda_host.h"  // first: the CUDA names for the kernel headers
+
+#include "matvec_units.cuh"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "random_blocks.h"
+
+namespace dev = xpack::kernels::dev;
+using namespace random_blocks;
+
+namespace {
+
+constexpr double kTolFp32 = 1e-5;
+
+// How the kernel hands x to a unit: read where it lies in global memory (a row
+// of ne0 floats a token), or staged in shared memory with each unit's floats
+// padded by 4.
+enum class XLayout { kGlobal, kStaged };
+
+// 16-byte aligned float storage, as x is on the device.
+struct Floats {
+  std::vector<float4> v;
+  explicit Floats(size_t n) : v((n + 3) / 4) {}
+  float* data() { return reinterpret_cast<float*>(v.data()); }
+};
+
+// y[t * ne1 + o] for all rows o and NT tokens of x (token-major, ne0 a token)
+// by unit Ty in groups of R rows: each group sums its units in order, as one
+// lane that owned them all would (the kernel splits them over lanes and adds the
+// lanes' sums by shuffles: other rounding, within the same bound).
+template <class Ty, int NT, int R>
+std::vector<float> unit_products(const std::vector<uint8_t>& w, int ne0, int ne1, const std::vector<float>& x,
+                                 XLayout layout) {
+  const size_t rb = w.size() / size_t(ne1);
+  const int units = ne0 / Ty::kUnit;
+  const int xs = layout == XLayout::kStaged ? Ty::kUnit + 4 : Ty::kUnit;
+  Floats staged(NT * size_t(units) * size_t(xs));
+  const float* xp[NT];
+  for (int t = 0; t < NT; ++t) {
+    const float* src = x.data() + size_t(t) * size_t(ne0);
+    if (layout == XLayout::kGlobal) {
+      xp[t] = src;
+      continue;
+    }
+    float* dst = staged.data() + size_t(t) * size_t(units) * size_t(xs);
+    for (int e = 0; e < ne0; ++e) dst[(e / Ty::kUnit) * xs + e % Ty::kUnit] = src[e];
+    xp[t] = dst;
+  }
+  std::vector<float> y(NT * size_t(ne1));
+  for (int o0 = 0; o0 < ne1; o0 += R) {
+    const uint8_t* rp[R];
+    for (int r = 0; r < R; ++r) rp[r] = w.data() + size_t(std::min(o0 + r, ne1 - 1)) * rb;
+    dev::Acc<NT, R> acc = {};
+    for (int u = 0; u < units; ++u) Ty::template run<NT, R>(rp, u, xp, acc, xs);
+    for (int r = 0; r < R && o0 + r < ne1; ++r)
+      for (int t = 0; t < NT; ++t) y[size_t(t) * size_t(ne1) + size_t(o0 + r)] = acc[r][t];
+  }
+  return y;
+}
+
+// Random rows of `type` (ne1 of ne0) and 8 tokens of x, with the reference.
+struct Case {
+  uint32_t type;
+  int ne0, ne1;
+  std::vector<uint8_t> w;
+  std::vector<float> x;
+  Ref ref;
+  Case(uint32_t type_, int ne0_, int ne1_, std::mt19937& rng)
+      : type(type_), ne0(ne0_), ne1(ne1_), w(random_weights(type_, ne0_, ne1_, rng)),
+        x(random_x(size_t(8) * size_t(ne0_), rng)), ref(reference(type_, w, ne0_, ne1_, x.data(), 8)) {}
+  Ref head(int nt) const {
+    const auto m = std::ptrdiff_t(nt) * ne1;
+    return Ref{std::vector<double>(ref.y.begin(), ref.y.begin() + m),
+               std::vector<double>(ref.mag.begin(), ref.mag.begin() + m)};
+  }
+};
+
+// Unit Ty at 1, 3 and 8 tokens (R = 4, 2, 2 rows: the kernel's choices) and
+// with R = 1, in each layout: within the bound of the reference.
+template <class Ty>
+void check_unit(uint32_t type, int ne0, const char* what, std::initializer_list<XLayout> layouts) {
+  std::mt19937 rng(ne0 * 131 + type);
+  const Case c(type, ne0, 37, rng);
+  for (const XLayout layout : layouts) {
+    CAPTURE(what);
+    CAPTURE(ne0);
+    CAPTURE(int(layout));
+    CHECK(count_bad(unit_products<Ty, 1, 4>(c.w, ne0, c.ne1, c.x, layout), c.head(1), kTolFp32, what) == 0);
+    CHECK(count_bad(unit_products<Ty, 1, 1>(c.w, ne0, c.ne1, c.x, layout), c.head(1), kTolFp32, what) == 0);
+    CHECK(count_bad(unit_products<Ty, 3, 2>(c.w, ne0, c.ne1, c.x, layout), c.head(3), kTolFp32, what) == 0);
+    CHECK(count_bad(unit_products<Ty, 8, 2>(c.w, ne0, c.ne1, c.x, layout), c.head(8), kTolFp32, what) == 0);
+  }
+}
+
+constexpr auto kBoth = {XLayout::kGlobal, XLayout::kStaged};
+
+}  // namespace
+
+TEST_CASE("decode units on the CPU: float types") {
+  check_unit<dev::TF32>(kF32, 8 * 13, "TF32", kBoth);
+  check_unit<dev::THalf<false>>(kF16, 8 * 13, "THalf<f16>", kBoth);
+  check_unit<dev::THalf<true>>(kBF16, 8 * 13, "THalf<bf16>", kBoth);
+  // One element a unit: rows that are not whole 16-byte vectors (x read in place).
+  check_unit<dev::TScalar<kF32>>(kF32, 37, "TScalar<f32>", {XLayout::kGlobal});
+  check_unit<dev::TScalar<kF16>>(kF16, 37, "TScalar<f16>", {XLayout::kGlobal});
+  check_unit<dev::TScalar<kBF16>>(kBF16, 37, "TScalar<bf16>", {XLayout::kGlobal});
+}
+
+TEST_CASE("decode units on the CPU: quantized types") {
+  // 13 blocks of 34 and 17 bytes, 1 and 3 of 110 and 210: rows that start at
+  // every byte offset their alignment allows.
+  for (const int blocks : {1, 3}) {
+    check_unit<dev::TQ8_0>(kQ8_0, 32 * (blocks == 1 ? 8 : 13), "TQ8_0", kBoth);
+    check_unit<dev::TMXFP4>(kMXFP4, 32 * (blocks == 1 ? 8 : 13), "TMXFP4", kBoth);
+    check_unit<dev::TQ2_K>(kQ2_K, 256 * blocks, "TQ2_K", kBoth);
+    check_unit<dev::TQ3_K>(kQ3_K, 256 * blocks, "TQ3_K", kBoth);
+    check_unit<dev::TQ45_K<false>>(kQ4_K, 256 * blocks, "TQ45_K<q4>", kBoth);
+    check_unit<dev::TQ45_K<true>>(kQ5_K, 256 * blocks, "TQ45_K<q5>", kBoth);
+    check_unit<dev::TQ6_K>(kQ6_K, 256 * blocks, "TQ6_K", kBoth);
+  }
+}
