@@ -132,3 +132,22 @@ TEST_CASE("decode units on the CPU: quantized types") {
     check_unit<dev::TQ6_K>(kQ6_K, 256 * blocks, "TQ6_K", kBoth);
   }
 }
+
+// The stand-ins the units' warp-wide staging uses: every lane gets the butterfly's
+// sum and the warp's maximum, as on the device.
+TEST_CASE("decode units on the CPU: the warp of host threads exchanges values like a warp") {
+  float sums[32] = {};
+  unsigned maxes[32] = {};
+  run_warp([&] {
+    const unsigned lane = threadIdx.x;
+    float v = float(lane + 1);
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
+    sums[lane] = v;
+    __syncwarp();
+    maxes[lane] = __reduce_max_sync(0xFFFFFFFFu, (lane * 7u) % 32u);
+  });
+  for (int l = 0; l < 32; ++l) {
+    CHECK(sums[l] == 528.0f);
+    CHECK(maxes[l] == 31u);
+  }
+}
