@@ -7,6 +7,7 @@
 // of magnitudes being the scale of the rounding errors of an fp32 dot product.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -116,5 +117,61 @@ inline int count_bad(const std::vector<float>& got, const Ref& ref, double tol, 
   }
   return bad;
 }
+
+// MXFP4 at every E8M0 exponent: 255 rows of ne0 inputs, row e with exponent e in
+// all its blocks, whose 32 codes hold all 16 nibbles (shuffled); x of two tokens,
+// token 0 in [-1, 1] and token 1 the same times 2^-16.
+struct EveryE8m0 {
+  static constexpr int64_t kRows = 255;
+  int64_t ne0;
+  std::vector<uint8_t> w;
+  std::vector<float> x;
+  Ref ref;
+  EveryE8m0(int64_t ne0_, std::mt19937& rng) : ne0(ne0_), w(xrun::row_bytes(kMXFP4, ne0_) * kRows) {
+    const int64_t nblk = ne0 / 32;
+    for (int64_t e = 0; e < kRows; ++e)
+      for (int64_t blk = 0; blk < nblk; ++blk) {
+        uint8_t* b = w.data() + size_t(e * nblk + blk) * 17;
+        b[0] = uint8_t(e);
+        uint8_t codes[32];
+        for (int i = 0; i < 32; ++i) codes[i] = uint8_t(i & 15);
+        std::shuffle(codes, codes + 32, rng);
+        for (int j = 0; j < 16; ++j) b[1 + j] = uint8_t(codes[j] | (codes[j + 16] << 4));
+      }
+    x = random_x(size_t(2 * ne0), rng);
+    for (int64_t i = 0; i < ne0; ++i) x[size_t(ne0 + i)] = std::ldexp(x[size_t(i)], -16);
+    ref = reference(kMXFP4, w, ne0, kRows, x.data(), 2);
+  }
+  // got (2 x 255 outputs) against the reference: rows whose sums stay in range
+  // within tol (e <= 240 for token 0, e >= 100 for token 1); where ggml's weights
+  // overflow to inf (e >= 253) the CPU's inf of the same sign, or NaN where the
+  // CPU's is NaN. Counts what it checked (every exponent at least once).
+  struct Result {
+    int checked = 0, nonfinite = 0, bad = 0;
+  };
+  Result check(const std::vector<float>& got, double tol, const char* what) const {
+    Result r;
+    for (int t = 0; t < 2; ++t)
+      for (int64_t e = 0; e < kRows; ++e) {
+        const size_t i = size_t(t * kRows + e);
+        const double want = ref.y[i];
+        if (!std::isfinite(want)) {
+          ++r.nonfinite;
+          if (!(std::isnan(want) ? std::isnan(got[i]) : double(got[i]) == want)) {
+            ++r.bad;
+            std::fprintf(stderr, "%s: e=%d t=%d: got %g want %g\n", what, int(e), t, got[i], want);
+          }
+          continue;
+        }
+        if ((t == 0 && e > 240) || (t == 1 && e < 100)) continue;
+        ++r.checked;
+        if (!(std::fabs(double(got[i]) - want) <= tol * ref.mag[i] + 1e-45)) {
+          ++r.bad;
+          std::fprintf(stderr, "%s: e=%d t=%d: got %.9g want %.9g\n", what, int(e), t, got[i], want);
+        }
+      }
+    return r;
+  }
+};
 
 }  // namespace random_blocks

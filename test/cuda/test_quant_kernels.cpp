@@ -307,23 +307,11 @@ TEST_CASE("matvec and matmul: MXFP4 at every E8M0 exponent 0..254 with every nib
   std::mt19937 rng(4);
   Stream st;
   // 16 blocks a row: the tensor-core path takes rows of whole groups of 16.
-  const int64_t ne0 = 512, ne1 = 255, nblk = ne0 / 32;
-  std::vector<uint8_t> w(xk::row_bytes(xk::kMXFP4, ne0) * ne1);
-  for (int64_t e = 0; e < ne1; ++e)
-    for (int blk = 0; blk < nblk; ++blk) {
-      uint8_t* b = w.data() + size_t(e * nblk + blk) * 17;
-      b[0] = uint8_t(e);
-      uint8_t codes[32];
-      for (int i = 0; i < 32; ++i) codes[i] = uint8_t(i & 15);
-      std::shuffle(codes, codes + 32, rng);
-      for (int j = 0; j < 16; ++j) b[1 + j] = uint8_t(codes[j] | (codes[j + 16] << 4));
-    }
-  auto x = random_x(size_t(2 * ne0), rng);
-  for (int64_t i = 0; i < ne0; ++i) x[size_t(ne0 + i)] = std::ldexp(x[size_t(i)], -16);
-  DevBuf dw(w.size()), dx(x.size() * 4), dy(size_t(2 * ne1) * 4);
-  dw.put(w.data(), w.size());
-  dx.put(x.data(), x.size() * 4);
-  const Ref ref = reference(xk::kMXFP4, w, ne0, ne1, x.data(), 2);
+  const EveryE8m0 c(512, rng);
+  const int64_t ne0 = c.ne0, ne1 = EveryE8m0::kRows;
+  DevBuf dw(c.w.size()), dx(c.x.size() * 4), dy(size_t(2 * ne1) * 4);
+  dw.put(c.w.data(), c.w.size());
+  dx.put(c.x.data(), c.x.size() * 4);
   xk::Context* ctx = nullptr;
   REQUIRE(xk::context_create(&ctx, 0) == xk::kOk);
   for (const int path : {0, 1, 2, 3, 4}) {  // decode on the tensor cores (3 layouts), decode by FMA, matmul
@@ -343,30 +331,10 @@ TEST_CASE("matvec and matmul: MXFP4 at every E8M0 exponent 0..254 with every nib
     st.sync();
     std::vector<float> got(size_t(2 * ne1));
     dy.get(got.data(), got.size() * 4);
-    int checked = 0, nonfinite = 0, bad = 0;
-    for (int t = 0; t < 2; ++t)
-      for (int64_t e = 0; e < ne1; ++e) {
-        const size_t i = size_t(t * ne1 + e);
-        const double want = ref.y[i];
-        if (!std::isfinite(want)) {
-          ++nonfinite;
-          const bool same = std::isnan(want) ? std::isnan(got[i]) : (double(got[i]) == want);
-          if (!same) {
-            ++bad;
-            std::fprintf(stderr, "e=%d t=%d: got %g want %g\n", int(e), t, got[i], want);
-          }
-          continue;
-        }
-        if ((t == 0 && e > 240) || (t == 1 && e < 100)) continue;
-        ++checked;
-        if (!(std::fabs(double(got[i]) - want) <= kTolFp32 * ref.mag[i] + 1e-45)) {
-          ++bad;
-          std::fprintf(stderr, "e=%d t=%d: got %.9g want %.9g\n", int(e), t, got[i], want);
-        }
-      }
-    CHECK(bad == 0);
-    CHECK(nonfinite > 0);       // e = 253/254 did overflow on the CPU
-    CHECK(checked >= 255 + 2);  // every exponent checked at least once
+    const auto r = c.check(got, kTolFp32, "mxfp4");
+    CHECK(r.bad == 0);
+    CHECK(r.nonfinite > 0);       // e = 253/254 did overflow on the CPU
+    CHECK(r.checked >= 255 + 2);  // every exponent checked at least once
   }
   xk::dev::set_matvec_geometry(0, true);
   xk::context_destroy(ctx);

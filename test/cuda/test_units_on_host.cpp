@@ -160,53 +160,20 @@ TEST_CASE("decode units on the CPU: the warp of host threads exchanges values li
   }
 }
 
-// MXFP4 at every E8M0 exponent (row e: exponent e in all its blocks, whose 32 codes
-// hold all 16 nibbles), token 0 x in [-1, 1], token 1 the same times 2^-16: rows
-// whose sums stay in range are within the bound (e <= 240 for token 0, e >= 100 for
-// token 1); where ggml's weights overflow to inf (e >= 253) the unit gives the
-// CPU's inf of the same sign, or NaN where the CPU's is NaN.
+// MXFP4 at every E8M0 exponent with every nibble (random_blocks.h's EveryE8m0, the
+// GPU test's case): within the bound where the sums stay in range, the CPU's inf
+// or NaN where ggml's weights overflow.
 template <class Ty>
 void check_every_e8m0(const char* what, XLayout layout) {
   std::mt19937 rng(4);
-  const int ne0 = 512, ne1 = 255, nblk = ne0 / 32;
-  std::vector<uint8_t> w(xrun::row_bytes(kMXFP4, ne0) * ne1);
-  for (int e = 0; e < ne1; ++e)
-    for (int blk = 0; blk < nblk; ++blk) {
-      uint8_t* b = w.data() + size_t(e * nblk + blk) * 17;
-      b[0] = uint8_t(e);
-      uint8_t codes[32];
-      for (int i = 0; i < 32; ++i) codes[i] = uint8_t(i & 15);
-      std::shuffle(codes, codes + 32, rng);
-      for (int j = 0; j < 16; ++j) b[1 + j] = uint8_t(codes[j] | (codes[j + 16] << 4));
-    }
-  auto x = random_x(size_t(2 * ne0), rng);
-  for (int i = 0; i < ne0; ++i) x[size_t(ne0 + i)] = std::ldexp(x[size_t(i)], -16);
-  const Ref ref = reference(kMXFP4, w, ne0, ne1, x.data(), 2);
+  const EveryE8m0 c(512, rng);
+  auto w = c.w;
   w.resize(w.size() + kSlack);
-  const auto got = unit_products<Ty, 2, 2>(kMXFP4, w, ne0, ne1, x, layout);
-  int checked = 0, nonfinite = 0, bad = 0;
-  for (int t = 0; t < 2; ++t)
-    for (int e = 0; e < ne1; ++e) {
-      const size_t i = size_t(t * ne1 + e);
-      const double want = ref.y[i];
-      if (!std::isfinite(want)) {
-        ++nonfinite;
-        if (!(std::isnan(want) ? std::isnan(got[i]) : double(got[i]) == want)) {
-          ++bad;
-          std::fprintf(stderr, "%s: e=%d t=%d: got %g want %g\n", what, e, t, got[i], want);
-        }
-        continue;
-      }
-      if ((t == 0 && e > 240) || (t == 1 && e < 100)) continue;
-      ++checked;
-      if (!(std::fabs(double(got[i]) - want) <= kTolFp32 * ref.mag[i] + 1e-45)) {
-        ++bad;
-        std::fprintf(stderr, "%s: e=%d t=%d: got %.9g want %.9g\n", what, e, t, got[i], want);
-      }
-    }
-  CHECK(bad == 0);
-  CHECK(nonfinite > 0);
-  CHECK(checked >= ne1 + 2);
+  const auto r = c.check(unit_products<Ty, 2, 2>(kMXFP4, w, int(c.ne0), int(EveryE8m0::kRows), c.x, layout),
+                         kTolFp32, what);
+  CHECK(r.bad == 0);
+  CHECK(r.nonfinite > 0);
+  CHECK(r.checked >= EveryE8m0::kRows + 2);
 }
 
 TEST_CASE("decode units on the CPU: MXFP4 at every E8M0 exponent 0..254 with every nibble") {
