@@ -19,6 +19,8 @@
 
 namespace random_blocks {
 
+constexpr double kTolFp32 = 1e-5;
+
 // ggml's type ids.
 enum : uint32_t { kF32 = 0, kF16 = 1, kQ8_0 = 8, kQ2_K = 10, kQ3_K = 11, kQ4_K = 12, kQ5_K = 13,
                   kQ6_K = 14, kBF16 = 30, kMXFP4 = 39 };
@@ -101,6 +103,12 @@ inline Ref reference(uint32_t type, const std::vector<uint8_t>& w, int64_t ne0, 
       r.mag[size_t(t * ne1 + o)] = m;
     }
   return r;
+}
+
+// The first m outputs of a reference (its first tokens).
+inline Ref head(const Ref& ref, size_t m) {
+  return Ref{std::vector<double>(ref.y.begin(), ref.y.begin() + std::ptrdiff_t(m)),
+             std::vector<double>(ref.mag.begin(), ref.mag.begin() + std::ptrdiff_t(m))};
 }
 
 // Number of outputs outside the tolerance (printing the first few).

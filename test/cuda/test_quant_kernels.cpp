@@ -31,7 +31,6 @@ using namespace random_blocks;
 
 namespace {
 
-constexpr double kTolFp32 = 1e-5;
 constexpr double kTolBf16 = 4e-3;
 
 const uint32_t kTypes[] = {xk::kF32, xk::kF16, xk::kBF16, xk::kQ8_0, xk::kQ4_K,
@@ -109,11 +108,6 @@ std::vector<float> matvec_y(const Stream& st, uint32_t type, const DevBuf& dw, i
   return got;
 }
 
-// The first m outputs of a reference (its first tokens).
-Ref head(const Ref& ref, size_t m) {
-  return Ref{std::vector<double>(ref.y.begin(), ref.y.begin() + std::ptrdiff_t(m)),
-             std::vector<double>(ref.mag.begin(), ref.mag.begin() + std::ptrdiff_t(m))};
-}
 
 // The tensor-core kernel's layouts (warps a tile, tiles a block of threads).
 constexpr int kMmaLayouts[][2] = {{4, 2}, {4, 4}, {8, 2}};

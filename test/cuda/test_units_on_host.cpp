@@ -23,8 +23,6 @@ using namespace random_blocks;
 
 namespace {
 
-constexpr double kTolFp32 = 1e-5;
-
 // How the kernel hands x to a unit: read where it lies in global memory (a row
 // of ne0 floats a token), or staged in shared memory with each unit's floats
 // padded by 4.
@@ -43,9 +41,10 @@ struct Floats {
 constexpr size_t kSlack = 16;
 
 // y[t * ne1 + o] for all rows o and NT tokens of x (token-major, ne0 a token)
-// by unit Ty in groups of R rows (w: ne1 rows of `type`, then kSlack bytes): each group sums its units in order, as one
-// lane that owned them all would (the kernel splits them over lanes and adds the
-// lanes' sums by shuffles: other rounding, within the same bound).
+// by unit Ty in groups of R rows (w: ne1 rows of `type`, then kSlack bytes):
+// each group sums its units in order, as one lane that owned them all would (the
+// kernel splits them over lanes and adds the lanes' sums by shuffles: other
+// rounding, within the same bound).
 template <class Ty, int NT, int R>
 std::vector<float> unit_products(uint32_t type, const std::vector<uint8_t>& w, int ne0, int ne1,
                                  const std::vector<float>& x, XLayout layout) {
@@ -79,21 +78,16 @@ std::vector<float> unit_products(uint32_t type, const std::vector<uint8_t>& w, i
 
 // Random rows of `type` (ne1 of ne0) and 8 tokens of x, with the reference.
 struct Case {
-  uint32_t type;
-  int ne0, ne1;
+  int ne1;
   std::vector<uint8_t> w;
   std::vector<float> x;
   Ref ref;
-  Case(uint32_t type_, int ne0_, int ne1_, std::mt19937& rng)
-      : type(type_), ne0(ne0_), ne1(ne1_), w(random_weights(type_, ne0_, ne1_, rng)),
-        x(random_x(size_t(8) * size_t(ne0_), rng)), ref(reference(type_, w, ne0_, ne1_, x.data(), 8)) {
+  Case(uint32_t type, int ne0, int ne1_, std::mt19937& rng)
+      : ne1(ne1_), w(random_weights(type, ne0, ne1_, rng)), x(random_x(size_t(8) * size_t(ne0), rng)),
+        ref(reference(type, w, ne0, ne1_, x.data(), 8)) {
     w.resize(w.size() + kSlack);
   }
-  Ref head(int nt) const {
-    const auto m = std::ptrdiff_t(nt) * ne1;
-    return Ref{std::vector<double>(ref.y.begin(), ref.y.begin() + m),
-               std::vector<double>(ref.mag.begin(), ref.mag.begin() + m)};
-  }
+  Ref first(int nt) const { return head(ref, size_t(nt) * size_t(ne1)); }
 };
 
 // Unit Ty at 1, 3 and 8 tokens (R = 4, 2, 2 rows: the kernel's choices) and
@@ -106,10 +100,10 @@ void check_unit(uint32_t type, int ne0, const char* what, std::initializer_list<
     CAPTURE(what);
     CAPTURE(ne0);
     CAPTURE(int(layout));
-    CHECK(count_bad(unit_products<Ty, 1, 4>(type, c.w, ne0, c.ne1, c.x, layout), c.head(1), kTolFp32, what) == 0);
-    CHECK(count_bad(unit_products<Ty, 1, 1>(type, c.w, ne0, c.ne1, c.x, layout), c.head(1), kTolFp32, what) == 0);
-    CHECK(count_bad(unit_products<Ty, 3, 2>(type, c.w, ne0, c.ne1, c.x, layout), c.head(3), kTolFp32, what) == 0);
-    CHECK(count_bad(unit_products<Ty, 8, 2>(type, c.w, ne0, c.ne1, c.x, layout), c.head(8), kTolFp32, what) == 0);
+    CHECK(count_bad(unit_products<Ty, 1, 4>(type, c.w, ne0, c.ne1, c.x, layout), c.first(1), kTolFp32, what) == 0);
+    CHECK(count_bad(unit_products<Ty, 1, 1>(type, c.w, ne0, c.ne1, c.x, layout), c.first(1), kTolFp32, what) == 0);
+    CHECK(count_bad(unit_products<Ty, 3, 2>(type, c.w, ne0, c.ne1, c.x, layout), c.first(3), kTolFp32, what) == 0);
+    CHECK(count_bad(unit_products<Ty, 8, 2>(type, c.w, ne0, c.ne1, c.x, layout), c.first(8), kTolFp32, what) == 0);
   }
 }
 
