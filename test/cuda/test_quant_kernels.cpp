@@ -108,7 +108,6 @@ std::vector<float> matvec_y(const Stream& st, uint32_t type, const DevBuf& dw, i
   return got;
 }
 
-
 // The tensor-core kernel's layouts (warps a tile, tiles a block of threads).
 constexpr int kMmaLayouts[][2] = {{4, 2}, {4, 4}, {8, 2}};
 void set_mma_layout(size_t l) {
