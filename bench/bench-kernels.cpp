@@ -4,7 +4,7 @@
 //
 //   bench-kernels [--quick] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem]
 //                 [--row-threads N] [--no-pipeline] [--[no-]mma-decode] [--mma-warps N] [--mma-tiles N]
-//                 [--mma-large-from N] [--type T,...] [--shape S]   (one RESULT line per measurement)
+//                 [--mma-large-from N] [--no-dp4a] [--type T,...] [--shape S]   (one RESULT line per measurement)
 //   --few-rows: the copy and the few-row matrices only (a short device call)
 //   --decode: the copy, matvec and the grouped decode launches only (no prefill)
 //   --block-threads, --wave-per-problem, --row-threads, --no-pipeline, --mma-*: the decode
@@ -12,6 +12,8 @@
 //     doc/kernels.md), to measure one against another in the same call
 //   --mma-large-from N: the prefill kernel's 128 x 64 tiles from N tokens whatever the grid
 //     (default: a rule of tokens and grid, cuda/quant_mma.cu; a large N: never), likewise
+//   --no-dp4a: Q2_K decode on the FMA unit for every row (default: rows of up to 5760
+//     inputs on the dp4a unit, TQ2_K8 in cuda/matvec_units.cuh)
 //   --type, --shape: only the shapes of those types / of that name (e.g. for ncu)
 //
 // kind=matvec is matvec() (no workspace: rows never split); kind=matvec-split is
@@ -154,13 +156,13 @@ void report(const char* kind, uint32_t type, int64_t ne0, int64_t ne1, int n, co
 
 int main(int argc, char** argv) {
   bool quick = false, few_only = false, decode_only = false, wave_per_problem = false, no_pipeline = false,
-       mma_decode = false, no_mma_decode = false;
+       mma_decode = false, no_mma_decode = false, no_dp4a = false;
   uint64_t block_threads = 0, row_threads = 0, mma_warps = 0, mma_tiles = 0, large_from = 0;
   std::string only_type, only_shape;
   xpack::cli::App app("bench-kernels",
                       "bench-kernels [--quick] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem] "
                       "[--row-threads N] [--no-pipeline] [--[no-]mma-decode] [--mma-warps N] [--mma-tiles N] "
-                      "[--mma-large-from N] [--type T,...] [--shape S]",
+                      "[--mma-large-from N] [--no-dp4a] [--type T,...] [--shape S]",
                       "Microseconds per product and weight GB/s of the CUDA kernels (cuda/quant_matmul.h) for "
                       "every weight type, against a device-to-device copy measured in the same run; one RESULT "
                       "line per measurement.",
@@ -191,6 +193,9 @@ int main(int argc, char** argv) {
   app.count("--mma-large-from", "N", &large_from,
             "the prefill kernel's 128 x 64 tiles from N tokens whatever the grid (default: a rule of tokens and "
             "grid, cuda/quant_mma.cu; a large N: never)", 1, 1u << 30);
+  app.flag("--no-dp4a", &no_dp4a,
+           "Q2_K decode on the FMA unit for every row (default: rows of up to 5760 inputs on the dp4a unit, "
+           "doc/kernels.md)");
   app.text("--type", "T,...", &only_type, "only the shapes of these weight types (ggml's names: mxfp4,q2_K,...)");
   app.text("--shape", "S", &only_shape, "only the shapes of this name (as printed in shape=)");
   if (auto rc = app.parse(argc, argv)) return *rc;
@@ -208,7 +213,7 @@ int main(int argc, char** argv) {
                                mma_decode      ? xk::dev::kMmaDecodeAlways
                                : no_mma_decode ? xk::dev::kMmaDecodeNever
                                                : xk::dev::kMmaDecodeAuto,
-                               int(mma_warps), int(mma_tiles));
+                               int(mma_warps), int(mma_tiles), !no_dp4a);
   xk::dev::set_mma_large_from(int(large_from));
   const uint32_t all[] = {xk::kF32, xk::kF16, xk::kBF16, xk::kQ8_0, xk::kQ4_K,
                           xk::kQ5_K, xk::kQ6_K, xk::kQ2_K, xk::kQ3_K, xk::kMXFP4};

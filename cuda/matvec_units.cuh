@@ -335,6 +335,134 @@ struct TQ2_K {
   }
 };
 
+// ---- Q2_K on dp4a: the same half block, x as int8 terms ---------------------------
+//
+// TQ2_K spends about 5.5 instructions a weight (SASS, doc/kernels.md: "What a
+// K-quant unit costs"), which bounds it by issue near 47 % of the copy bandwidth.
+// Here each token's x is staged as int8 terms (int8_terms: per 32-input chunk, q0 +
+// q1/2^7 + q2/2^14 + q3/2^21 times the chunk's power of two) with each chunk's
+// power of two and each 16-input sub-block's sum of x (fp32, a fixed butterfly);
+// a row's 2-bit quants are masked in place (quant * 4^g in each byte, one LOP3 a 4
+// weights) and multiplied with each term by dp4a, exactly in int32. A sub-block's
+// two pairs of terms, a = 128 s0 + s1 and b = 128 s2 + s3 (|a|, |b| < 2^25), become
+// one float a + b 2^-14, scaled by the chunk's power of two 4^-g 2^-7: about 2.2
+// instructions a weight. The sub-block's scale and min apply as in TQ2_K.
+//
+// Staged per unit and token (kXs floats, 560 bytes, 16-byte aligned; the lanes of a
+// row group read at a stride of one unit, 140 words, so 8 lanes' 16-byte reads fall
+// in 8 different bank groups): the 4 chunks' terms, chunk g's term k at byte
+// 128 g + 32 k (one byte an input), then the chunks' scales 2^(ex - 139) (4 floats),
+// then the 8 sub-blocks' sums of x.
+// dp4a with unsigned bytes in a (a K-quant's masked quants, up to 192) and signed
+// bytes in b (x's terms); CUDA's __dp4a takes both signed or both unsigned.
+__device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
+  int d;
+  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+struct TQ2_K8 {
+  static constexpr int kUnit = 128;
+  static constexpr int kXs = 140;
+  static constexpr int kScales = 128;  // floats: the chunks' scales, then the sums
+  static constexpr int kSums = 132;
+
+  // Warp-wide: turns chunk g of a staged unit `u` (one token's), whose 32 floats
+  // were copied to bytes 128 g.. (the 128 bytes its terms take), into its terms,
+  // scale and sums. Lane i takes input i.
+  __device__ static void stage_chunk(uint8_t* u, int g) {
+    const int lane = int(threadIdx.x & 31);
+    const float xv = reinterpret_cast<const float*>(u + 128 * g)[lane];
+    const unsigned ex = chunk_exponent(xv);
+    uint32_t q[4];
+    int8_terms(xv, ex, q);
+    __syncwarp();  // every lane has read its float before the chunk is overwritten
+#pragma unroll
+    for (int k = 0; k < 4; ++k) u[128 * g + 32 * k + lane] = uint8_t(q[k]);
+    float sx = xv;  // the sub-block's sum: lanes 0-15 and 16-31, every lane the same bits
+#pragma unroll
+    for (int off = 8; off > 0; off >>= 1) sx += __shfl_xor_sync(0xFFFFFFFFu, sx, off);
+    float* f = reinterpret_cast<float*>(u);
+    if ((lane & 15) == 0) f[kSums + 2 * g + (lane >> 4)] = sx;
+    // 2^(ex - 139): q0's scale 2^(ex - 132) over the 2^7 that a carries (below).
+    if (lane == 0)
+      f[kScales + g] = ex == 255 ? __int_as_float(0x7FC00000)
+                                 : (ex >= 13 ? __int_as_float(int(ex - 12) << 23) : __int_as_float(1 << (ex + 10)));
+  }
+
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
+    const int blk = u >> 1, h = u & 1;
+    uint32_t sc[R][2], q[R][8];
+    float d[R], dm[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* b = rp[r] + size_t(blk) * 84;  // 4-byte aligned
+      sc[r][0] = ld32(b + 8 * h);
+      sc[r][1] = ld32(b + 8 * h + 4);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) q[r][i] = ld32(b + 16 + 32 * h + 4 * i);
+      const uint32_t dd = ld32(b + 80);
+      d[r] = h2f(dd);
+      dm[r] = h2f(dd >> 16);
+    }
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      float cs[NT];
+#pragma unroll
+      for (int t = 0; t < NT; ++t) cs[t] = xp[t][xs * u + kScales + g] * (1.0f / float(1 << (2 * g)));
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int sb = 2 * g + half;  // scale byte within this half block
+        float dl[R], ml[R];
+        uint32_t qw[R][4];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const uint32_t s = (sc[r][sb >> 2] >> (8 * (sb & 3))) & 0xFFu;
+          dl[r] = d[r] * float(s & 0xF);
+          ml[r] = dm[r] * float(s >> 4);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) qw[r][j] = q[r][4 * half + j] & (0x03030303u << (2 * g));
+        }
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          const float* xu = xp[t] + xs * u;
+          const uint8_t* terms = reinterpret_cast<const uint8_t*>(xu) + 128 * g + 16 * half;
+          uint4 tv[4];
+#pragma unroll
+          for (int k = 0; k < 4; ++k) tv[k] = *reinterpret_cast<const uint4*>(terms + 32 * k);
+          const float sx = xu[kSums + sb];
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            int a = 0, b = 0;
+            a = dp4a_us(qw[r][0], tv[0].x, a);
+            a = dp4a_us(qw[r][1], tv[0].y, a);
+            a = dp4a_us(qw[r][2], tv[0].z, a);
+            a = dp4a_us(qw[r][3], tv[0].w, a);
+            a <<= 7;
+            a = dp4a_us(qw[r][0], tv[1].x, a);
+            a = dp4a_us(qw[r][1], tv[1].y, a);
+            a = dp4a_us(qw[r][2], tv[1].z, a);
+            a = dp4a_us(qw[r][3], tv[1].w, a);
+            b = dp4a_us(qw[r][0], tv[2].x, b);
+            b = dp4a_us(qw[r][1], tv[2].y, b);
+            b = dp4a_us(qw[r][2], tv[2].z, b);
+            b = dp4a_us(qw[r][3], tv[2].w, b);
+            b <<= 7;
+            b = dp4a_us(qw[r][0], tv[3].x, b);
+            b = dp4a_us(qw[r][1], tv[3].y, b);
+            b = dp4a_us(qw[r][2], tv[3].z, b);
+            b = dp4a_us(qw[r][3], tv[3].w, b);
+            const float s1 = fmaf(float(b), 0x1p-14f, float(a)) * cs[t];
+            acc[r][t] = fmaf(-ml[r], sx, fmaf(dl[r], s1, acc[r][t]));
+          }
+        }
+      }
+    }
+  }
+};
+
 // ---- Q3_K: half a 110-byte block per unit ------------------------------------------
 
 struct TQ3_K {

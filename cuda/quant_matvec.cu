@@ -51,6 +51,17 @@ constexpr size_t kMaxSmemX = 200 * 1024;
 template <class Ty>
 constexpr bool kPipelines = std::is_same_v<Ty, TMXFP4>;
 
+// Units that read x staged as int8 terms (Ty::stage_chunk), never x itself: only
+// the staged kernel takes them, and only where 8 tokens' terms fit (dp4a_takes).
+template <class Ty>
+constexpr bool kTermsX = std::is_same_v<Ty, TQ2_K8>;
+// Staged floats a unit and token.
+template <class Ty>
+constexpr int staged_floats() {
+  if constexpr (kTermsX<Ty>) return Ty::kXs;
+  else return Ty::kUnit + 4;
+}
+
 template <class Ty, int NT, int R, bool kSmemX, int kBlock = kThreads, bool kPipe = false>
 __global__ void __launch_bounds__(kBlock) matvec_kernel(const GroupParams gp, int ne0, int ne1,
                                                           size_t row_bytes, const float* __restrict__ x,
@@ -68,7 +79,34 @@ __global__ void __launch_bounds__(kBlock) matvec_kernel(const GroupParams gp, in
 
   const float* xp[NT];
   int xs;
-  if constexpr (kSmemX) {
+  if constexpr (kTermsX<Ty>) {
+    static_assert(kSmemX, "the dp4a units read x staged as terms");
+    // x's floats first, each unit's to the bytes its terms will take (independent
+    // loads, all in flight at once), then a warp turns one (token, 32-input chunk)
+    // at a time into terms in place.
+    auto* xsm = reinterpret_cast<uint8_t*>(xsm4);
+    const size_t token_bytes = size_t(units) * (4 * Ty::kXs);
+    const int quads = ne0 / 4;
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const float4* src = reinterpret_cast<const float4*>(x + size_t(row0 + min(t, nt - 1)) * size_t(ne0));
+      uint8_t* dst = xsm + size_t(t) * token_bytes;
+      for (int i = threadIdx.x; i < quads; i += kBlock) {
+        const int e = 4 * i;
+        *reinterpret_cast<float4*>(dst + size_t(e / kU) * (4 * Ty::kXs) + 4 * (e % kU)) = __ldg(src + i);
+      }
+    }
+    __syncthreads();
+    const int chunks = 4 * units;
+    for (int item = int(threadIdx.x >> 5); item < NT * chunks; item += kBlock / 32) {
+      const int t = item / chunks, c = item - t * chunks;
+      Ty::stage_chunk(xsm + size_t(t) * token_bytes + size_t(c >> 2) * (4 * Ty::kXs), c & 3);
+    }
+#pragma unroll
+    for (int t = 0; t < NT; ++t) xp[t] = reinterpret_cast<const float*>(xsm + size_t(t) * token_bytes);
+    xs = Ty::kXs;
+    __syncthreads();
+  } else if constexpr (kSmemX) {
     constexpr int kXs = kU + 4;
     float* xsm = reinterpret_cast<float*>(xsm4);
     const int quads = ne0 / 4;
@@ -367,6 +405,7 @@ std::atomic<int> g_row_threads{0};
 std::atomic<bool> g_pipeline{true};
 std::atomic<int> g_mma_decode{kMmaDecodeAuto};
 std::atomic<int> g_mma_layout{int(MmaLayout::k4x4)};
+std::atomic<bool> g_kquant_dp4a{true};
 struct Geometry {
   int block;         // threads per block: 256, 512, or 0: chosen per launch (launch_smem_x)
   bool shared_wave;  // the problems of a launch share one wave of blocks (else one wave each)
@@ -374,12 +413,14 @@ struct Geometry {
   bool pipeline;     // kPipelines types load a unit ahead (the same bits either way)
   int mma_decode;    // MXFP4 on the int8 tensor cores (mxfp4_mmv.cu): kMmaDecodeAuto/Always/Never
   MmaLayout mma_layout;  // that kernel's warps a tile x tiles a block (orders its sums)
+  bool kquant_dp4a;      // Q2_K rows that dp4a_takes on the dp4a unit (TQ2_K8)
 };
 inline Geometry geometry() {
   return Geometry{g_block.load(std::memory_order_relaxed), g_shared_wave.load(std::memory_order_relaxed),
                   g_row_threads.load(std::memory_order_relaxed), g_pipeline.load(std::memory_order_relaxed),
                   g_mma_decode.load(std::memory_order_relaxed),
-                  MmaLayout(g_mma_layout.load(std::memory_order_relaxed))};
+                  MmaLayout(g_mma_layout.load(std::memory_order_relaxed)),
+                  g_kquant_dp4a.load(std::memory_order_relaxed)};
 }
 // Threads per row group (log2) of the unsplit kernel. Fewer threads than the row
 // has units give each lane several units (MXFP4's loaded one ahead: kPipelines)
@@ -399,7 +440,8 @@ int row_tpr_log2(int units, const Geometry& g) {
   const int natural = tpr_log2_for(units);
   if (g.row_threads != 0) return std::min(natural, g.row_threads == 32 ? 5 : g.row_threads == 64 ? 6 : 7);
   if constexpr (std::is_same_v<Ty, TMXFP4> || std::is_same_v<Ty, TQ8_0>) return std::min(natural, units >= 128 ? 6 : 5);
-  if constexpr (std::is_same_v<Ty, TQ2_K> || std::is_same_v<Ty, TQ3_K>) return units >= 128 ? 5 : natural;
+  if constexpr (std::is_same_v<Ty, TQ2_K> || std::is_same_v<Ty, TQ2_K8> || std::is_same_v<Ty, TQ3_K>)
+    return units >= 128 ? 5 : natural;
   return natural;
 }
 
@@ -450,7 +492,7 @@ cudaError_t launch_unsplit(const GroupParams& gp, int ne0, int ne1, size_t rb, c
   constexpr bool kFloat = std::is_same_v<Ty, TF32> || std::is_same_v<Ty, THalf<false>> ||
                           std::is_same_v<Ty, THalf<true>>;
   if constexpr (Ty::kUnit % 4 == 0 && !kFloat) {
-    const size_t smem = size_t(NT) * size_t(units) * (Ty::kUnit + 4) * sizeof(float);
+    const size_t smem = size_t(NT) * size_t(units) * staged_floats<Ty>() * sizeof(float);
     if (smem <= kMaxSmemX) {
       Geometry g = geom;
       if (g.block == 0) {
@@ -472,15 +514,21 @@ cudaError_t launch_unsplit(const GroupParams& gp, int ne0, int ne1, size_t rb, c
       (void)cudaGetLastError();  // fall back to x from global memory
     }
   }
-  const dim3 grid(unsigned(blocks), unsigned(gp.shared ? 1 : gp.n));
-  matvec_kernel<Ty, NT, R, false, kThreads, kPipe><<<grid, kThreads, 0, stream>>>(gp, ne0, ne1, rb, x, y, tpr_log2);
-  return cudaGetLastError();
+  if constexpr (kTermsX<Ty>) {
+    return cudaErrorNotSupported;  // dp4a_takes rules this out
+  } else {
+    const dim3 grid(unsigned(blocks), unsigned(gp.shared ? 1 : gp.n));
+    matvec_kernel<Ty, NT, R, false, kThreads, kPipe><<<grid, kThreads, 0, stream>>>(gp, ne0, ne1, rb, x, y, tpr_log2);
+    return cudaGetLastError();
+  }
 }
 
 template <class Ty, int NT>
 cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
                       const Split& sp, const MatvecScratch* sc, const Geometry& geom, cudaStream_t stream) {
-  if (sp.chunks > 1) return launch_split<Ty, NT>(gp, ne0, ne1, rb, x, y, sp, *sc, stream);
+  if constexpr (!kTermsX<Ty>) {
+    if (sp.chunks > 1) return launch_split<Ty, NT>(gp, ne0, ne1, rb, x, y, sp, *sc, stream);
+  }
   if (kPipelines<Ty> && geom.pipeline) return launch_unsplit<Ty, NT, kPipelines<Ty>>(gp, ne0, ne1, rb, x, y, geom, stream);
   return launch_unsplit<Ty, NT, false>(gp, ne0, ne1, rb, x, y, geom, stream);
 }
@@ -521,6 +569,29 @@ bool mma_takes(const Geometry& g, int64_t ne0, int64_t ne1) {
   return 10 * tiles >= 7 * rounds * slots;
 }
 
+// Whether an unsplit Q2_K decode of rows of ne0 inputs takes the dp4a unit: where 8
+// tokens' x staged as terms fits the staged kernel on this device, so that every
+// token count takes it (a function of ne0 and the device alone: grouped launches
+// equal separate ones bit for bit). Up to 5760 inputs (Kimi-K3's experts: 3584 and
+// 3072); longer rows keep the FMA unit.
+bool dp4a_takes(const Geometry& g, int64_t ne0) {
+  if (!g.kquant_dp4a) return false;
+  const size_t smem = size_t(kMaxMatvecTokens) * size_t(ne0 / TQ2_K8::kUnit) * TQ2_K8::kXs * sizeof(float);
+  constexpr int R = rows_per_group<TQ2_K8, kMaxMatvecTokens>();
+  return smem <= kMaxSmemX && smem_x_blocks_per_sm<TQ2_K8, kMaxMatvecTokens, R, kThreads, false>(smem) > 0;
+}
+
+// launch_nt at the launch's token count rounded up to 1, 2, 4, 8: a problem with
+// fewer tokens skips the extra ones.
+template <class Ty>
+cudaError_t launch_rounded(int nt_max, const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
+                           const Split& sp, const MatvecScratch* sc, const Geometry& geom, cudaStream_t stream) {
+  if (nt_max <= 1) return launch_nt<Ty, 1>(gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
+  if (nt_max <= 2) return launch_nt<Ty, 2>(gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
+  if (nt_max <= 4) return launch_nt<Ty, 4>(gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
+  return launch_nt<Ty, 8>(gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
+}
+
 template <class Ty>
 cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x,
                         float* y, const MatvecScratch* sc, cudaStream_t stream) {
@@ -536,11 +607,11 @@ cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, siz
       (void)cudaGetLastError();  // the FMA kernel below
     }
   }
-  // Rounded up to 1, 2, 4, 8: a problem with fewer tokens skips the extra ones.
-  if (nt_max <= 1) return launch_nt<Ty, 1>(gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
-  if (nt_max <= 2) return launch_nt<Ty, 2>(gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
-  if (nt_max <= 4) return launch_nt<Ty, 4>(gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
-  return launch_nt<Ty, 8>(gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
+  if constexpr (std::is_same_v<Ty, TQ2_K>) {
+    if (sp.chunks <= 1 && dp4a_takes(geom, ne0))
+      return launch_rounded<TQ2_K8>(nt_max, gp, ne0, ne1, rb, x, y, Split{}, sc, geom, stream);
+  }
+  return launch_rounded<Ty>(nt_max, gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
 }
 
 }  // namespace dev
@@ -610,8 +681,9 @@ bool weight_aligned(uint32_t type, const void* w) {
 }  // namespace
 
 void dev::set_matvec_geometry(int block_threads, bool shared_wave, int row_threads, bool pipeline, int mma_decode,
-                              int mma_warps, int mma_tiles) {
+                              int mma_warps, int mma_tiles, bool kquant_dp4a) {
   g_pipeline.store(pipeline, std::memory_order_relaxed);
+  g_kquant_dp4a.store(kquant_dp4a, std::memory_order_relaxed);
   g_mma_decode.store(mma_decode == kMmaDecodeAlways || mma_decode == kMmaDecodeNever ? mma_decode : kMmaDecodeAuto,
                      std::memory_order_relaxed);
   const MmaLayout layout = mma_warps == 8 ? MmaLayout::k8x2 : mma_tiles == 2 ? MmaLayout::k4x2 : MmaLayout::k4x4;
