@@ -569,18 +569,6 @@ bool mma_takes(const Geometry& g, int64_t ne0, int64_t ne1) {
   return 10 * tiles >= 7 * rounds * slots;
 }
 
-// Whether an unsplit Q2_K decode of rows of ne0 inputs takes the dp4a unit: where 8
-// tokens' x staged as terms fits the staged kernel on this device, so that every
-// token count takes it (a function of ne0 and the device alone: grouped launches
-// equal separate ones bit for bit). Up to 5760 inputs (Kimi-K3's experts: 3584 and
-// 3072); longer rows keep the FMA unit.
-bool dp4a_takes(const Geometry& g, int64_t ne0) {
-  if (!g.kquant_dp4a) return false;
-  const size_t smem = size_t(kMaxMatvecTokens) * size_t(ne0 / TQ2_K8::kUnit) * TQ2_K8::kXs * sizeof(float);
-  constexpr int R = rows_per_group<TQ2_K8, kMaxMatvecTokens>();
-  return smem <= kMaxSmemX && smem_x_blocks_per_sm<TQ2_K8, kMaxMatvecTokens, R, kThreads, false>(smem) > 0;
-}
-
 // launch_nt at the launch's token count rounded up to 1, 2, 4, 8: a problem with
 // fewer tokens skips the extra ones.
 template <class Ty>
@@ -590,6 +578,51 @@ cudaError_t launch_rounded(int nt_max, const GroupParams& gp, int ne0, int ne1, 
   if (nt_max <= 2) return launch_nt<Ty, 2>(gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
   if (nt_max <= 4) return launch_nt<Ty, 4>(gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
   return launch_nt<Ty, 8>(gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
+}
+
+// Tokens a dp4a launch stages at once (8, 4, 2 or 1): the most whose terms fit the
+// staged kernel. A launch of more tokens goes in passes of that many, each a
+// launch of its own that reads the weights again; each token's sums are its own,
+// so the passes change no bit. 0: not even one token's terms fit.
+template <int P>
+bool dp4a_fits(size_t token_bytes) {
+  const size_t smem = size_t(P) * token_bytes;
+  return smem <= kMaxSmemX && smem_x_blocks_per_sm<TQ2_K8, P, rows_per_group<TQ2_K8, P>(), kThreads, false>(smem) > 0;
+}
+int dp4a_pass_tokens(int64_t ne0) {
+  const size_t token = size_t(ne0 / TQ2_K8::kUnit) * TQ2_K8::kXs * sizeof(float);
+  static_assert(kMaxMatvecTokens == 8);
+  return dp4a_fits<8>(token) ? 8 : dp4a_fits<4>(token) ? 4 : dp4a_fits<2>(token) ? 2 : dp4a_fits<1>(token) ? 1 : 0;
+}
+
+// Whether an unsplit Q2_K decode of rows of ne0 inputs takes the dp4a unit: where
+// one token's terms fit the staged kernel on this device (on an H200 up to 46720
+// inputs), a function of ne0 and the device alone, so that grouped launches equal
+// separate ones bit for bit; longer rows keep the FMA unit.
+bool dp4a_takes(const Geometry& g, int64_t ne0) { return g.kquant_dp4a && dp4a_pass_tokens(ne0) >= 1; }
+
+// The dp4a launch in passes of dp4a_pass_tokens: pass k takes each problem's
+// tokens from k * pass on (rows of x and y alike), problems with none left dropped.
+cudaError_t launch_dp4a(int nt_max, const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
+                        const MatvecScratch* sc, const Geometry& geom, cudaStream_t stream) {
+  const int pass = dp4a_pass_tokens(ne0);
+  if (nt_max <= pass) return launch_rounded<TQ2_K8>(nt_max, gp, ne0, ne1, rb, x, y, Split{}, sc, geom, stream);
+  for (int t0 = 0; t0 < nt_max; t0 += pass) {
+    GroupParams sub = gp;
+    sub.n = 0;
+    for (int i = 0; i < gp.n; ++i) {
+      if (gp.ntok[i] <= t0) continue;
+      sub.w[sub.n] = gp.w[i];
+      sub.row[sub.n] = gp.row[i] + t0;
+      sub.ntok[sub.n] = std::min(pass, gp.ntok[i] - t0);
+      ++sub.n;
+    }
+    if (sub.n == 0) continue;
+    const cudaError_t e =
+        launch_rounded<TQ2_K8>(std::min(pass, nt_max - t0), sub, ne0, ne1, rb, x, y, Split{}, sc, geom, stream);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
 }
 
 template <class Ty>
@@ -608,8 +641,7 @@ cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, siz
     }
   }
   if constexpr (std::is_same_v<Ty, TQ2_K>) {
-    if (sp.chunks <= 1 && dp4a_takes(geom, ne0))
-      return launch_rounded<TQ2_K8>(nt_max, gp, ne0, ne1, rb, x, y, Split{}, sc, geom, stream);
+    if (sp.chunks <= 1 && dp4a_takes(geom, ne0)) return launch_dp4a(nt_max, gp, ne0, ne1, rb, x, y, sc, geom, stream);
   }
   return launch_rounded<Ty>(nt_max, gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
 }
