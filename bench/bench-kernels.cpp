@@ -12,8 +12,8 @@
 //     doc/kernels.md), to measure one against another in the same call
 //   --mma-large-from N: the prefill kernel's 128 x 64 tiles from N tokens whatever the grid
 //     (default: a rule of tokens and grid, cuda/quant_mma.cu; a large N: never), likewise
-//   --no-dp4a: Q2_K decode on the FMA unit for every row (default: rows whose x fits
-//     shared memory as int8 terms on the dp4a unit, TQ2_K8 in cuda/matvec_units.cuh)
+//   --no-dp4a: Q2_K and Q3_K decode on the FMA units for every row (default: rows whose
+//     x fits shared memory as int8 terms on the dp4a units, cuda/matvec_units.cuh)
 //   --type, --shape: only the shapes of those types / of that name (e.g. for ncu)
 //
 // kind=matvec is matvec() (no workspace: rows never split); kind=matvec-split is
@@ -194,8 +194,8 @@ int main(int argc, char** argv) {
             "the prefill kernel's 128 x 64 tiles from N tokens whatever the grid (default: a rule of tokens and "
             "grid, cuda/quant_mma.cu; a large N: never)", 1, 1u << 30);
   app.flag("--no-dp4a", &no_dp4a,
-           "Q2_K decode on the FMA unit for every row (default: rows whose x fits shared memory as int8 "
-           "terms on the dp4a unit, doc/kernels.md)");
+           "Q2_K and Q3_K decode on the FMA units for every row (default: rows whose x fits shared memory "
+           "as int8 terms on the dp4a units, doc/kernels.md)");
   app.text("--type", "T,...", &only_type, "only the shapes of these weight types (ggml's names: mxfp4,q2_K,...)");
   app.text("--shape", "S", &only_shape, "only the shapes of this name (as printed in shape=)");
   if (auto rc = app.parse(argc, argv)) return *rc;

@@ -335,24 +335,17 @@ struct TQ2_K {
   }
 };
 
-// ---- Q2_K on dp4a: the same half block, x as int8 terms ---------------------------
+// ---- the K-quants on dp4a: x staged as int8 terms ----------------------------------
 //
-// TQ2_K spends about 5.5 instructions a weight (SASS, doc/kernels.md: "What a
-// K-quant unit costs"), which bounds it by issue near 47 % of the copy bandwidth.
-// Here each token's x is staged as int8 terms (int8_terms: per 32-input chunk, q0 +
-// q1/2^7 + q2/2^14 + q3/2^21 times the chunk's power of two) with each chunk's
-// power of two and each 16-input sub-block's sum of x (fp32, a fixed butterfly);
-// a row's 2-bit quants are masked in place (quant * 4^g in each byte, one LOP3 a 4
-// weights) and multiplied with each term by dp4a, exactly in int32. A sub-block's
-// two pairs of terms, a = 128 s0 + s1 and b = 128 s2 + s3 (|a|, |b| < 2^25), become
-// one float a + b 2^-14, scaled by the chunk's power of two 4^-g 2^-7: about 2.2
-// instructions a weight. The sub-block's scale and min apply as in TQ2_K.
-//
-// Staged per unit and token (kXs floats, 560 bytes, 16-byte aligned; the lanes of a
-// row group read at a stride of one unit, 140 words, so 8 lanes' 16-byte reads fall
-// in 8 different bank groups): the 4 chunks' terms, chunk g's term k at byte
-// 128 g + 32 k (one byte an input), then the chunks' scales 2^(ex - 139) (4 floats),
-// then the 8 sub-blocks' sums of x.
+// TQ2_K and TQ3_K spend 4.8 and about 6 instructions a weight in their one-token
+// loops (SASS, doc/kernels.md: "What a K-quant unit costs"), which bounds them by
+// issue below half the copy bandwidth. Here each token's x is staged as int8 terms
+// (int8_terms: per 32-input chunk, q0 + q1/2^7 + q2/2^14 + q3/2^21 times the chunk's
+// power of two) with each chunk's power of two and each 16-input sub-block's sum of
+// x (fp32, a fixed butterfly); a row's quants become unsigned bytes and meet each
+// term in dp4a, exactly in int32; each sub-block's scale, and its min or offset
+// times the sum of x, apply once, as in the FMA units.
+
 // dp4a with unsigned bytes in a (a K-quant's masked quants, up to 192) and signed
 // bytes in b (x's terms); CUDA's __dp4a takes both signed or both unsigned.
 __device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
@@ -361,7 +354,13 @@ __device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
   return d;
 }
 
-struct TQ2_K8 {
+// x staged as int8 terms for the dp4a units of 128 inputs (TQ2_K8, TQ3_K8). Per
+// unit and token (kXs floats, 560 bytes, 16-byte aligned; the lanes of a row group
+// read at a stride of one unit, 140 words, so 8 lanes' 16-byte reads fall in 8
+// different bank groups): the 4 chunks' terms, chunk g's term k at byte 128 g + 32 k
+// (one byte an input), then the chunks' scales 2^(ex - 139) (4 floats), then the 8
+// 16-input sub-blocks' sums of x.
+struct Terms128 {
   static constexpr int kUnit = 128;
   static constexpr int kXs = 140;
   static constexpr int kScales = 128;  // floats: the chunks' scales, then the sums
@@ -384,12 +383,50 @@ struct TQ2_K8 {
     for (int off = 8; off > 0; off >>= 1) sx += __shfl_xor_sync(0xFFFFFFFFu, sx, off);
     float* f = reinterpret_cast<float*>(u);
     if ((lane & 15) == 0) f[kSums + 2 * g + (lane >> 4)] = sx;
-    // 2^(ex - 139): q0's scale 2^(ex - 132) over the 2^7 that a carries (below).
+    // 2^(ex - 139): q0's scale 2^(ex - 132) over the 2^7 that a pair of terms carries.
     if (lane == 0)
       f[kScales + g] = ex == 255 ? __int_as_float(0x7FC00000)
                                  : (ex >= 13 ? __int_as_float(int(ex - 12) << 23) : __int_as_float(1 << (ex + 10)));
   }
 
+  // Sum over 16 inputs (sub-block half of chunk g) of v * x for one token, where the
+  // 4 words of v hold unsigned bytes v * 2^m (m: the caller's) and tv the 16 inputs'
+  // 4 terms: (a + b 2^-14) with a = 128 s0 + s1, b = 128 s2 + s3 (|a|, |b| < 2^25,
+  // exact in int32), times 2^m and the chunk's scale by the caller.
+  __device__ __forceinline__ static float dot16(const uint32_t (&v)[4], const uint4 (&tv)[4]) {
+    int a = 0, b = 0;
+    a = dp4a_us(v[0], tv[0].x, a);
+    a = dp4a_us(v[1], tv[0].y, a);
+    a = dp4a_us(v[2], tv[0].z, a);
+    a = dp4a_us(v[3], tv[0].w, a);
+    a <<= 7;
+    a = dp4a_us(v[0], tv[1].x, a);
+    a = dp4a_us(v[1], tv[1].y, a);
+    a = dp4a_us(v[2], tv[1].z, a);
+    a = dp4a_us(v[3], tv[1].w, a);
+    b = dp4a_us(v[0], tv[2].x, b);
+    b = dp4a_us(v[1], tv[2].y, b);
+    b = dp4a_us(v[2], tv[2].z, b);
+    b = dp4a_us(v[3], tv[2].w, b);
+    b <<= 7;
+    b = dp4a_us(v[0], tv[3].x, b);
+    b = dp4a_us(v[1], tv[3].y, b);
+    b = dp4a_us(v[2], tv[3].z, b);
+    b = dp4a_us(v[3], tv[3].w, b);
+    return fmaf(float(b), 0x1p-14f, float(a));
+  }
+
+  // The 4 terms of inputs 16 half.. of chunk g of a staged unit (xu: its floats).
+  __device__ __forceinline__ static void terms16(const float* xu, int g, int half, uint4 (&tv)[4]) {
+    const uint8_t* terms = reinterpret_cast<const uint8_t*>(xu) + 128 * g + 16 * half;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) tv[k] = *reinterpret_cast<const uint4*>(terms + 32 * k);
+  }
+};
+
+// Q2_K: the 2-bit quants masked in place (quant * 4^g in each byte: one LOP3 a 4
+// weights), 2.76 instructions a weight in the one-token loop against TQ2_K's 4.8.
+struct TQ2_K8 : Terms128 {
   template <int NT, int R>
   __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
                              Acc<NT, R>& acc, int xs) {
@@ -428,34 +465,76 @@ struct TQ2_K8 {
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
           const float* xu = xp[t] + xs * u;
-          const uint8_t* terms = reinterpret_cast<const uint8_t*>(xu) + 128 * g + 16 * half;
           uint4 tv[4];
-#pragma unroll
-          for (int k = 0; k < 4; ++k) tv[k] = *reinterpret_cast<const uint4*>(terms + 32 * k);
+          terms16(xu, g, half, tv);
           const float sx = xu[kSums + sb];
 #pragma unroll
           for (int r = 0; r < R; ++r) {
-            int a = 0, b = 0;
-            a = dp4a_us(qw[r][0], tv[0].x, a);
-            a = dp4a_us(qw[r][1], tv[0].y, a);
-            a = dp4a_us(qw[r][2], tv[0].z, a);
-            a = dp4a_us(qw[r][3], tv[0].w, a);
-            a <<= 7;
-            a = dp4a_us(qw[r][0], tv[1].x, a);
-            a = dp4a_us(qw[r][1], tv[1].y, a);
-            a = dp4a_us(qw[r][2], tv[1].z, a);
-            a = dp4a_us(qw[r][3], tv[1].w, a);
-            b = dp4a_us(qw[r][0], tv[2].x, b);
-            b = dp4a_us(qw[r][1], tv[2].y, b);
-            b = dp4a_us(qw[r][2], tv[2].z, b);
-            b = dp4a_us(qw[r][3], tv[2].w, b);
-            b <<= 7;
-            b = dp4a_us(qw[r][0], tv[3].x, b);
-            b = dp4a_us(qw[r][1], tv[3].y, b);
-            b = dp4a_us(qw[r][2], tv[3].z, b);
-            b = dp4a_us(qw[r][3], tv[3].w, b);
-            const float s1 = fmaf(float(b), 0x1p-14f, float(a)) * cs[t];
+            const float s1 = dot16(qw[r], tv) * cs[t];
             acc[r][t] = fmaf(-ml[r], sx, fmaf(dl[r], s1, acc[r][t]));
+          }
+        }
+      }
+    }
+  }
+};
+
+// Q3_K: each weight's 2 low bits and high bit make the unsigned byte v = low + 4 hb
+// (0..7), so the weight is scale * (v - 4) and a sub-block's sum is
+// scale * (sum v x - 4 sum x), the second with the staged sum of x.
+struct TQ3_K8 : Terms128 {
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
+    const int blk = u >> 1, h = u & 1;
+    uint32_t hm[R][8], q[R][8], sc[R][3];
+    float d[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* b = rp[r] + size_t(blk) * 110;  // 2-byte aligned
+      ldwords<8>(b, hm[r]);
+      ldwords<8>(b + 32 + 32 * h, q[r]);
+      ldwords<3>(b + 96, sc[r]);
+      d[r] = h2f(ld16(b + 108));
+      // The second half block's high bits are bits 4..7: shifted once here, so that
+      // chunk g's are bit g of each byte for a shift known at compile time.
+#pragma unroll
+      for (int i = 0; i < 8; ++i) hm[r][i] >>= 4 * h;
+    }
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      float cs[NT];
+#pragma unroll
+      for (int t = 0; t < NT; ++t) cs[t] = xp[t][xs * u + kScales + g];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        // Sub-block j = 8h + sb: its low 4 scale bits are byte sb's nibble h, the
+        // high 2 bits are in byte 8 + (j & 3) at shift 2 * (j >> 2).
+        const int sb = 2 * g + half;
+        float dl[R];
+        uint32_t v[R][4];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const int lo4 = (byte12(sc[r], sb) >> (4 * h)) & 0xF;
+          const int hi2 = (byte12(sc[r], 8 + (sb & 3)) >> (2 * (2 * h + (sb >> 2)))) & 3;
+          dl[r] = d[r] * float((lo4 | (hi2 << 4)) - 32);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const uint32_t hw = hm[r][4 * half + j];
+            const uint32_t hb = (g <= 2 ? hw << (2 - g) : hw >> (g - 2)) & 0x04040404u;  // bit g to bit 2
+            v[r][j] = ((q[r][4 * half + j] >> (2 * g)) & 0x03030303u) | hb;
+          }
+        }
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          const float* xu = xp[t] + xs * u;
+          uint4 tv[4];
+          terms16(xu, g, half, tv);
+          const float sx4 = 4.0f * xu[kSums + sb];
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const float s1 = dot16(v[r], tv) * cs[t];
+            acc[r][t] = fmaf(-dl[r], sx4, fmaf(dl[r], s1, acc[r][t]));
           }
         }
       }

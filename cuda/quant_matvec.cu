@@ -54,7 +54,7 @@ constexpr bool kPipelines = std::is_same_v<Ty, TMXFP4>;
 // Units that read x staged as int8 terms (Ty::stage_chunk), never x itself: only
 // the staged kernel takes them, and only where 8 tokens' terms fit (dp4a_takes).
 template <class Ty>
-constexpr bool kTermsX = std::is_same_v<Ty, TQ2_K8>;
+constexpr bool kTermsX = std::is_same_v<Ty, TQ2_K8> || std::is_same_v<Ty, TQ3_K8>;
 // Staged floats a unit and token.
 template <class Ty>
 constexpr int staged_floats() {
@@ -358,10 +358,11 @@ Split split_plan(int ne0, int ne1) {
 
 // R of a launch: four rows per group for one token (x reused 4 times), two
 // otherwise; Q6_K's larger units keep two (four would halve the resident warps
-// for registers). Results do not depend on it: each row's sum is its own.
+// for registers), and so does Q3_K's dp4a unit (169 registers at four rows, 8
+// warps an SM). Results do not depend on it: each row's sum is its own.
 template <class Ty, int NT>
 constexpr int rows_per_group() {
-  return (NT == 1 && !std::is_same_v<Ty, TQ6_K>) ? 4 : 2;
+  return (NT == 1 && !std::is_same_v<Ty, TQ6_K> && !std::is_same_v<Ty, TQ3_K8>) ? 4 : 2;
 }
 
 // The split launch, in as many launches as the workspace needs (each holds the
@@ -413,7 +414,7 @@ struct Geometry {
   bool pipeline;     // kPipelines types load a unit ahead (the same bits either way)
   int mma_decode;    // MXFP4 on the int8 tensor cores (mxfp4_mmv.cu): kMmaDecodeAuto/Always/Never
   MmaLayout mma_layout;  // that kernel's warps a tile x tiles a block (orders its sums)
-  bool kquant_dp4a;      // Q2_K rows that dp4a_takes on the dp4a unit (TQ2_K8)
+  bool kquant_dp4a;      // Q2_K and Q3_K rows that dp4a_takes on the dp4a units (TQ2_K8, TQ3_K8)
 };
 inline Geometry geometry() {
   return Geometry{g_block.load(std::memory_order_relaxed), g_shared_wave.load(std::memory_order_relaxed),
@@ -440,7 +441,8 @@ int row_tpr_log2(int units, const Geometry& g) {
   const int natural = tpr_log2_for(units);
   if (g.row_threads != 0) return std::min(natural, g.row_threads == 32 ? 5 : g.row_threads == 64 ? 6 : 7);
   if constexpr (std::is_same_v<Ty, TMXFP4> || std::is_same_v<Ty, TQ8_0>) return std::min(natural, units >= 128 ? 6 : 5);
-  if constexpr (std::is_same_v<Ty, TQ2_K> || std::is_same_v<Ty, TQ2_K8> || std::is_same_v<Ty, TQ3_K>)
+  if constexpr (std::is_same_v<Ty, TQ2_K> || std::is_same_v<Ty, TQ2_K8> || std::is_same_v<Ty, TQ3_K> ||
+                std::is_same_v<Ty, TQ3_K8>)
     return units >= 128 ? 5 : natural;
   return natural;
 }
@@ -584,29 +586,38 @@ cudaError_t launch_rounded(int nt_max, const GroupParams& gp, int ne0, int ne1, 
 // staged kernel. A launch of more tokens goes in passes of that many, each a
 // launch of its own that reads the weights again; each token's sums are its own,
 // so the passes change no bit. 0: not even one token's terms fit.
-template <int P>
+template <class Ty, int P>
 bool dp4a_fits(size_t token_bytes) {
   const size_t smem = size_t(P) * token_bytes;
-  return smem <= kMaxSmemX && smem_x_blocks_per_sm<TQ2_K8, P, rows_per_group<TQ2_K8, P>(), kThreads, false>(smem) > 0;
+  return smem <= kMaxSmemX && smem_x_blocks_per_sm<Ty, P, rows_per_group<Ty, P>(), kThreads, false>(smem) > 0;
 }
+template <class Ty>
 int dp4a_pass_tokens(int64_t ne0) {
-  const size_t token = size_t(ne0 / TQ2_K8::kUnit) * TQ2_K8::kXs * sizeof(float);
+  const size_t token = size_t(ne0 / Ty::kUnit) * Ty::kXs * sizeof(float);
   static_assert(kMaxMatvecTokens == 8);
-  return dp4a_fits<8>(token) ? 8 : dp4a_fits<4>(token) ? 4 : dp4a_fits<2>(token) ? 2 : dp4a_fits<1>(token) ? 1 : 0;
+  return dp4a_fits<Ty, 8>(token)   ? 8
+         : dp4a_fits<Ty, 4>(token) ? 4
+         : dp4a_fits<Ty, 2>(token) ? 2
+         : dp4a_fits<Ty, 1>(token) ? 1
+                                   : 0;
 }
 
-// Whether an unsplit Q2_K decode of rows of ne0 inputs takes the dp4a unit: where
-// one token's terms fit the staged kernel on this device (on an H200 up to 46720
-// inputs), a function of ne0 and the device alone, so that grouped launches equal
-// separate ones bit for bit; longer rows keep the FMA unit.
-bool dp4a_takes(const Geometry& g, int64_t ne0) { return g.kquant_dp4a && dp4a_pass_tokens(ne0) >= 1; }
+// Whether an unsplit Q2_K or Q3_K decode of rows of ne0 inputs takes the dp4a unit
+// Ty: where one token's terms fit the staged kernel on this device (on an H200 up
+// to 46720 inputs), a function of ne0 and the device alone, so that grouped
+// launches equal separate ones bit for bit; longer rows keep the FMA unit.
+template <class Ty>
+bool dp4a_takes(const Geometry& g, int64_t ne0) {
+  return g.kquant_dp4a && dp4a_pass_tokens<Ty>(ne0) >= 1;
+}
 
 // The dp4a launch in passes of dp4a_pass_tokens: pass k takes each problem's
 // tokens from k * pass on (rows of x and y alike), problems with none left dropped.
+template <class Ty>
 cudaError_t launch_dp4a(int nt_max, const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
                         const MatvecScratch* sc, const Geometry& geom, cudaStream_t stream) {
-  const int pass = dp4a_pass_tokens(ne0);
-  if (nt_max <= pass) return launch_rounded<TQ2_K8>(nt_max, gp, ne0, ne1, rb, x, y, Split{}, sc, geom, stream);
+  const int pass = dp4a_pass_tokens<Ty>(ne0);
+  if (nt_max <= pass) return launch_rounded<Ty>(nt_max, gp, ne0, ne1, rb, x, y, Split{}, sc, geom, stream);
   for (int t0 = 0; t0 < nt_max; t0 += pass) {
     GroupParams sub = gp;
     sub.n = 0;
@@ -619,7 +630,7 @@ cudaError_t launch_dp4a(int nt_max, const GroupParams& gp, int ne0, int ne1, siz
     }
     if (sub.n == 0) continue;
     const cudaError_t e =
-        launch_rounded<TQ2_K8>(std::min(pass, nt_max - t0), sub, ne0, ne1, rb, x, y, Split{}, sc, geom, stream);
+        launch_rounded<Ty>(std::min(pass, nt_max - t0), sub, ne0, ne1, rb, x, y, Split{}, sc, geom, stream);
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
@@ -640,8 +651,10 @@ cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, siz
       (void)cudaGetLastError();  // the FMA kernel below
     }
   }
-  if constexpr (std::is_same_v<Ty, TQ2_K>) {
-    if (sp.chunks <= 1 && dp4a_takes(geom, ne0)) return launch_dp4a(nt_max, gp, ne0, ne1, rb, x, y, sc, geom, stream);
+  if constexpr (std::is_same_v<Ty, TQ2_K> || std::is_same_v<Ty, TQ3_K>) {
+    using Dp4a = std::conditional_t<std::is_same_v<Ty, TQ2_K>, TQ2_K8, TQ3_K8>;
+    if (sp.chunks <= 1 && dp4a_takes<Dp4a>(geom, ne0))
+      return launch_dp4a<Dp4a>(nt_max, gp, ne0, ne1, rb, x, y, sc, geom, stream);
   }
   return launch_rounded<Ty>(nt_max, gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
 }
