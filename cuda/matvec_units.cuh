@@ -349,9 +349,13 @@ struct TQ2_K {
 // dp4a with unsigned bytes in a (a K-quant's masked quants, up to 192) and signed
 // bytes in b (x's terms); CUDA's __dp4a takes both signed or both unsigned.
 __device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
+#ifdef XPACK_UNITS_ON_HOST  // test/cuda/units_on_host: the units run on the CPU
+  return xpack_host_dp4a_us(a, b, c);
+#else
   int d;
   asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
   return d;
+#endif
 }
 
 // x staged as int8 terms for the dp4a units of 128 inputs (TQ2_K8, TQ3_K8). Per
