@@ -358,7 +358,7 @@ __device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
 #endif
 }
 
-// x staged as int8 terms for the dp4a units of 128 inputs (TQ2_K8, TQ3_K8). Per
+// x staged as int8 terms for the K-quants' dp4a units of 128 inputs. Per
 // unit and token (kXs floats, 560 bytes, 16-byte aligned; the lanes of a row group
 // read at a stride of one unit, 140 words, so 8 lanes' 16-byte reads fall in 8
 // different bank groups): the 4 chunks' terms, chunk g's term k at byte 128 g + 32 k
@@ -418,6 +418,34 @@ struct Terms128 {
     b = dp4a_us(v[2], tv[3].z, b);
     b = dp4a_us(v[3], tv[3].w, b);
     return fmaf(float(b), 0x1p-14f, float(a));
+  }
+
+  // The same over all 32 inputs of a chunk (v: 8 words, inputs in order; tv: its
+  // terms, terms32), for the types whose scales cover 32 inputs: one float
+  // conversion a chunk instead of two. |a|, |b| < 2^27 (v < 256, terms <= 64 in
+  // magnitude): exact in int32.
+  __device__ __forceinline__ static float dot32(const uint32_t (&v)[8], const uint4 (&tv)[4][2]) {
+    int a = 0, b = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      int& s = k < 2 ? a : b;
+      if (k & 1) s <<= 7;
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        s = dp4a_us(v[4 * hf + 0], tv[k][hf].x, s);
+        s = dp4a_us(v[4 * hf + 1], tv[k][hf].y, s);
+        s = dp4a_us(v[4 * hf + 2], tv[k][hf].z, s);
+        s = dp4a_us(v[4 * hf + 3], tv[k][hf].w, s);
+      }
+    }
+    return fmaf(float(b), 0x1p-14f, float(a));
+  }
+  __device__ __forceinline__ static void terms32(const float* xu, int g, uint4 (&tv)[4][2]) {
+    const uint8_t* terms = reinterpret_cast<const uint8_t*>(xu) + 128 * g;
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) tv[k][hf] = *reinterpret_cast<const uint4*>(terms + 32 * k + 16 * hf);
   }
 
   // The 4 terms of inputs 16 half.. of chunk g of a staged unit (xu: its floats).
@@ -539,6 +567,144 @@ struct TQ3_K8 : Terms128 {
           for (int r = 0; r < R; ++r) {
             const float s1 = dot16(v[r], tv) * cs[t];
             acc[r][t] = fmaf(-dl[r], sx4, fmaf(dl[r], s1, acc[r][t]));
+          }
+        }
+      }
+    }
+  }
+};
+
+// Q4_K and Q5_K, half a block (4 sub-blocks of 32, each with its 6-bit scale and
+// min) a unit: Q4_K's nibbles masked in place (the high one times 16, taken out by
+// the chunk's scale), Q5_K's nibble and high bit made the byte v = nibble + 16 hb.
+template <bool kQ5>
+struct TQ45_K8 : Terms128 {
+  static constexpr int kBlock = kQ5 ? 176 : 144;  // both multiples of 16
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
+    const int blk = u >> 1, h = u & 1;
+    uint32_t q[R][16], qh[R][8], sc[R][3];
+    float d[R], dm[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* b = rp[r] + size_t(blk) * kBlock;
+      const uint4 a = ld128(b);  // d, dmin, scales[12]
+      d[r] = h2f(a.x);
+      dm[r] = h2f(a.x >> 16);
+      sc[r][0] = a.y;
+      sc[r][1] = a.z;
+      sc[r][2] = a.w;
+      const uint8_t* qs = b + (kQ5 ? 48 : 16) + 64 * h;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint4 w = ld128(qs + 16 * i);
+        q[r][4 * i] = w.x; q[r][4 * i + 1] = w.y; q[r][4 * i + 2] = w.z; q[r][4 * i + 3] = w.w;
+      }
+      if (kQ5) {
+        // Sub-block 4h + g's high bits are bit 4h + g of each byte: shifted by 4h
+        // once here, so that chunk g's shift is known at compile time.
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const uint4 w = ld128(b + 16 + 16 * i);
+          qh[r][4 * i] = w.x >> (4 * h); qh[r][4 * i + 1] = w.y >> (4 * h);
+          qh[r][4 * i + 2] = w.z >> (4 * h); qh[r][4 * i + 3] = w.w >> (4 * h);
+        }
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      float dl[R], ml[R];
+      uint32_t v[R][8];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        // Sub-block j = 4h + g: its scale and min, 6 bits each (k4_scale_min).
+        int s, m;
+        if (h == 0) {
+          s = byte12(sc[r], g) & 63;
+          m = byte12(sc[r], g + 4) & 63;
+        } else {
+          s = (byte12(sc[r], g + 8) & 0xF) | ((byte12(sc[r], g) >> 6) << 4);
+          m = (byte12(sc[r], g + 8) >> 4) | ((byte12(sc[r], g + 4) >> 6) << 4);
+        }
+        dl[r] = d[r] * float(s);
+        ml[r] = dm[r] * float(m);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const uint32_t w = q[r][8 * (g >> 1) + i];
+          if (kQ5) {
+            const uint32_t hb = (qh[r][i] << (4 - g)) & 0x10101010u;  // bit g to bit 4
+            v[r][i] = ((g & 1 ? w >> 4 : w) & 0x0F0F0F0Fu) | hb;
+          } else {
+            v[r][i] = w & (g & 1 ? 0xF0F0F0F0u : 0x0F0F0F0Fu);
+          }
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const float* xu = xp[t] + xs * u;
+        const float cs = xu[kScales + g] * (!kQ5 && (g & 1) ? 0.0625f : 1.0f);
+        const float sx = xu[kSums + 2 * g] + xu[kSums + 2 * g + 1];
+        uint4 tv[4][2];
+        terms32(xu, g, tv);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const float s1 = dot32(v[r], tv) * cs;
+          acc[r][t] = fmaf(-ml[r], sx, fmaf(dl[r], s1, acc[r][t]));
+        }
+      }
+    }
+  }
+};
+
+// Q6_K: each weight's low 4 and high 2 bits make the unsigned byte v (0..63), the
+// weight is scale * (v - 32) and a sub-block's sum scale * (sum v x - 32 sum x).
+struct TQ6_K8 : Terms128 {
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
+    const int blk = u >> 1, h = u & 1;
+    uint32_t ql[R][16], qh[R][8], sc[R][2];
+    float d[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* b = rp[r] + size_t(blk) * 210;  // 2-byte aligned
+      ldwords<16>(b + 64 * h, ql[r]);
+      ldwords<8>(b + 128 + 32 * h, qh[r]);
+      ldwords<2>(b + 192 + 8 * h, sc[r]);
+      d[r] = h2f(ld16(b + 208));
+    }
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      float cs[NT];
+#pragma unroll
+      for (int t = 0; t < NT; ++t) cs[t] = xp[t][xs * u + kScales + g];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int sb = 2 * g + half;
+        float dl[R];
+        uint32_t v[R][4];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          dl[r] = d[r] * float(int8_t((sc[r][sb >> 2] >> (8 * (sb & 3))) & 0xFFu));
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const uint32_t lo = (ql[r][8 * (g & 1) + 4 * half + j] >> (g < 2 ? 0 : 4)) & 0x0F0F0F0Fu;
+            const uint32_t hw = qh[r][4 * half + j];
+            const uint32_t hi = (g < 3 ? hw << (4 - 2 * g) : hw >> 2) & 0x30303030u;  // bits 2g, 2g+1 to 4, 5
+            v[r][j] = lo | hi;
+          }
+        }
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          const float* xu = xp[t] + xs * u;
+          uint4 tv[4];
+          terms16(xu, g, half, tv);
+          const float sx32 = 32.0f * xu[kSums + sb];
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const float s1 = dot16(v[r], tv) * cs[t];
+            acc[r][t] = fmaf(-dl[r], sx32, fmaf(dl[r], s1, acc[r][t]));
           }
         }
       }

@@ -165,8 +165,8 @@ int shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduct* pr
 // and that kernel's layout: mma_warps warps share a tile of 16 rows (4 or 8) and
 // mma_tiles tiles a block of threads (2 or 4; 8 warps take 2), which orders its
 // sums (within the same bound); any other values, the default: 4 warps, 4 tiles;
-// and whether Q2_K and Q3_K rows short enough for a token's x to be staged as
-// int8 terms take the dp4a units (TQ2_K8, TQ3_K8 in matvec_units.cuh: other bits
+// and whether K-quant rows short enough for a token's x to be staged as int8
+// terms take the dp4a units (TQ2_K8 ... TQ6_K8 in matvec_units.cuh: other bits
 // within the same bound; the default) or the FMA ones.
 // A switch for bench-kernels' side-by-side runs and the tests.
 // Thread safety: safe from any thread; launches already enqueued keep theirs.

@@ -54,7 +54,7 @@ constexpr bool kPipelines = std::is_same_v<Ty, TMXFP4>;
 // Units that read x staged as int8 terms (Ty::stage_chunk), never x itself: only
 // the staged kernel takes them, and only where 8 tokens' terms fit (dp4a_takes).
 template <class Ty>
-constexpr bool kTermsX = std::is_same_v<Ty, TQ2_K8> || std::is_same_v<Ty, TQ3_K8>;
+constexpr bool kTermsX = std::is_base_of_v<Terms128, Ty>;
 // Staged floats a unit and token.
 template <class Ty>
 constexpr int staged_floats() {
@@ -358,11 +358,13 @@ Split split_plan(int ne0, int ne1) {
 
 // R of a launch: four rows per group for one token (x reused 4 times), two
 // otherwise; Q6_K's larger units keep two (four would halve the resident warps
-// for registers), and so does Q3_K's dp4a unit (169 registers at four rows, 8
-// warps an SM). Results do not depend on it: each row's sum is its own.
+// for registers), and so do the dp4a units but Q2_K's (at four rows Q3_K's took
+// 169 registers, Q4_K's 156, Q5_K's 196, Q6_K's 219: 8 warps an SM). Results do
+// not depend on it: each row's sum is its own.
 template <class Ty, int NT>
 constexpr int rows_per_group() {
-  return (NT == 1 && !std::is_same_v<Ty, TQ6_K> && !std::is_same_v<Ty, TQ3_K8>) ? 4 : 2;
+  constexpr bool kTwo = std::is_same_v<Ty, TQ6_K> || (kTermsX<Ty> && !std::is_same_v<Ty, TQ2_K8>);
+  return (NT == 1 && !kTwo) ? 4 : 2;
 }
 
 // The split launch, in as many launches as the workspace needs (each holds the
@@ -414,7 +416,7 @@ struct Geometry {
   bool pipeline;     // kPipelines types load a unit ahead (the same bits either way)
   int mma_decode;    // MXFP4 on the int8 tensor cores (mxfp4_mmv.cu): kMmaDecodeAuto/Always/Never
   MmaLayout mma_layout;  // that kernel's warps a tile x tiles a block (orders its sums)
-  bool kquant_dp4a;      // Q2_K and Q3_K rows that dp4a_takes on the dp4a units (TQ2_K8, TQ3_K8)
+  bool kquant_dp4a;      // K-quant rows that dp4a_takes on the dp4a units (Dp4aUnit)
 };
 inline Geometry geometry() {
   return Geometry{g_block.load(std::memory_order_relaxed), g_shared_wave.load(std::memory_order_relaxed),
@@ -602,7 +604,7 @@ int dp4a_pass_tokens(int64_t ne0) {
                                    : 0;
 }
 
-// Whether an unsplit Q2_K or Q3_K decode of rows of ne0 inputs takes the dp4a unit
+// Whether an unsplit K-quant decode of rows of ne0 inputs takes the dp4a unit
 // Ty: where one token's terms fit the staged kernel on this device (on an H200 up
 // to 46720 inputs), a function of ne0 and the device alone, so that grouped
 // launches equal separate ones bit for bit; longer rows keep the FMA unit.
@@ -636,6 +638,16 @@ cudaError_t launch_dp4a(int nt_max, const GroupParams& gp, int ne0, int ne1, siz
   return cudaSuccess;
 }
 
+// The K-quants' dp4a unit for each FMA unit (void: none).
+template <class Ty> struct Dp4aOf { using type = void; };
+template <> struct Dp4aOf<TQ2_K> { using type = TQ2_K8; };
+template <> struct Dp4aOf<TQ3_K> { using type = TQ3_K8; };
+template <> struct Dp4aOf<TQ45_K<false>> { using type = TQ45_K8<false>; };
+template <> struct Dp4aOf<TQ45_K<true>> { using type = TQ45_K8<true>; };
+template <> struct Dp4aOf<TQ6_K> { using type = TQ6_K8; };
+template <class Ty>
+using Dp4aUnit = typename Dp4aOf<Ty>::type;
+
 template <class Ty>
 cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x,
                         float* y, const MatvecScratch* sc, cudaStream_t stream) {
@@ -651,10 +663,9 @@ cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, siz
       (void)cudaGetLastError();  // the FMA kernel below
     }
   }
-  if constexpr (std::is_same_v<Ty, TQ2_K> || std::is_same_v<Ty, TQ3_K>) {
-    using Dp4a = std::conditional_t<std::is_same_v<Ty, TQ2_K>, TQ2_K8, TQ3_K8>;
-    if (sp.chunks <= 1 && dp4a_takes<Dp4a>(geom, ne0))
-      return launch_dp4a<Dp4a>(nt_max, gp, ne0, ne1, rb, x, y, sc, geom, stream);
+  if constexpr (!std::is_void_v<Dp4aUnit<Ty>>) {
+    if (sp.chunks <= 1 && dp4a_takes<Dp4aUnit<Ty>>(geom, ne0))
+      return launch_dp4a<Dp4aUnit<Ty>>(nt_max, gp, ne0, ne1, rb, x, y, sc, geom, stream);
   }
   return launch_rounded<Ty>(nt_max, gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
 }

@@ -151,8 +151,8 @@ TEST_CASE("matvec: every type, 1..8 tokens, four row lengths, odd row counts") {
         CAPTURE(n);
         const auto got = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
         CHECK(count_bad(got, head(c.ref, size_t(n * ne1)), kTolFp32, xk::type_name(type)) == 0);
-        if (type == xk::kQ2_K || type == xk::kQ3_K) {
-          // Q2_K and Q3_K rows take the dp4a units by default (up to 46720 inputs on an H200,
+        if (xk::block_elems(type) == 256) {
+          // K-quant rows take the dp4a units by default (up to 46720 inputs on an H200,
           // in passes of fewer tokens where 8 tokens' x does not fit: 6656 and 17408
           // inputs here): its first token's bits do not change with the token count;
           // the FMA unit, switched back on, keeps the bound and gives other bits.
