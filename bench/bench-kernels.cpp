@@ -12,7 +12,7 @@
 //     doc/kernels.md), to measure one against another in the same call
 //   --mma-large-from N: the prefill kernel's 128 x 64 tiles from N tokens whatever the grid
 //     (default: a rule of tokens and grid, cuda/quant_mma.cu; a large N: never), likewise
-//   --no-dp4a: the K-quants' decode on the FMA units for every row (default: rows whose
+//   --no-dp4a: the K-quants' and MXFP4's decode on the FMA units for every row (default: rows whose
 //     x fits shared memory as int8 terms on the dp4a units, cuda/matvec_units.cuh)
 //   --type, --shape: only the shapes of those types / of that name (e.g. for ncu)
 //
@@ -194,7 +194,7 @@ int main(int argc, char** argv) {
             "the prefill kernel's 128 x 64 tiles from N tokens whatever the grid (default: a rule of tokens and "
             "grid, cuda/quant_mma.cu; a large N: never)", 1, 1u << 30);
   app.flag("--no-dp4a", &no_dp4a,
-           "the K-quants' decode on the FMA units for every row (default: rows whose x fits shared memory "
+           "the K-quants' and MXFP4's decode on the FMA units for every row (default: rows whose x fits shared memory "
            "as int8 terms on the dp4a units, doc/kernels.md)");
   app.text("--type", "T,...", &only_type, "only the shapes of these weight types (ggml's names: mxfp4,q2_K,...)");
   app.text("--shape", "S", &only_shape, "only the shapes of this name (as printed in shape=)");

@@ -358,14 +358,28 @@ __device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
 #endif
 }
 
+// dp4a with signed bytes in both (MXFP4's codes as their values, x's terms).
+__device__ __forceinline__ int dp4a_ss(uint32_t a, uint32_t b, int c) {
+#ifdef XPACK_UNITS_ON_HOST
+  return xpack_host_dp4a_ss(a, b, c);
+#else
+  return __dp4a(int(a), int(b), c);
+#endif
+}
+
 // x staged as int8 terms for the K-quants' dp4a units of 128 inputs. Per
 // unit and token (kXs floats, 560 bytes, 16-byte aligned; the lanes of a row group
 // read at a stride of one unit, 140 words, so 8 lanes' 16-byte reads fall in 8
 // different bank groups): the 4 chunks' terms, chunk g's term k at byte 128 g + 32 k
 // (one byte an input), then the chunks' scales 2^(ex - 139) (4 floats), then the 8
 // 16-input sub-blocks' sums of x.
-struct Terms128 {
+// The base of the units that read x staged as int8 terms (the kernel stages them
+// with Ty::stage_chunk, kChunks 32-input chunks a unit).
+struct TermsX {};
+
+struct Terms128 : TermsX {
   static constexpr int kUnit = 128;
+  static constexpr int kChunks = 4;
   static constexpr int kXs = 140;
   static constexpr int kScales = 128;  // floats: the chunks' scales, then the sums
   static constexpr int kSums = 132;
@@ -569,6 +583,142 @@ struct TQ3_K8 : Terms128 {
             acc[r][t] = fmaf(-dl[r], sx4, fmaf(dl[r], s1, acc[r][t]));
           }
         }
+      }
+    }
+  }
+};
+
+// x staged as int8 terms for MXFP4's dp4a unit (one 32-input block a unit). Per
+// unit and token (kXs floats, 144 bytes; a stride of 36 words puts 8 lanes' 16-byte
+// reads in 8 different bank groups): term k at bytes 32 k.., its inputs in the
+// order their codes lie in the block's words (byte 8 j + n: the code in nibble n of
+// word j, input 4 j + n / 2 + 16 (n % 2)), so a word's decoded codes meet their
+// terms without a byte permute; then the chunk's scale 2^(ex - 139).
+struct Terms32 : TermsX {
+  static constexpr int kUnit = 32;
+  static constexpr int kChunks = 1;
+  static constexpr int kXs = 36;
+  static constexpr int kScales = 32;
+
+  // Warp-wide, as Terms128::stage_chunk (g is 0).
+  __device__ static void stage_chunk(uint8_t* u, int) {
+    const int lane = int(threadIdx.x & 31);
+    const float xv = reinterpret_cast<const float*>(u)[lane];
+    const unsigned ex = chunk_exponent(xv);
+    uint32_t q[4];
+    int8_terms(xv, ex, q);
+    __syncwarp();  // every lane has read its float before the chunk is overwritten
+    const int at = 8 * ((lane & 15) >> 2) + 2 * (lane & 3) + (lane >> 4);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) u[32 * k + at] = uint8_t(q[k]);
+    if (lane == 0)
+      reinterpret_cast<float*>(u)[kScales] =
+          ex == 255 ? __int_as_float(0x7FC00000)
+                    : (ex >= 13 ? __int_as_float(int(ex - 12) << 23) : __int_as_float(1 << (ex + 10)));
+  }
+};
+
+// MXFP4 on dp4a: each word's 8 codes become their values (int8, -12..12) in nibble
+// order, which meet their terms in signed dp4a; the block's E8M0 scale and the
+// chunk's multiply once. Blocks of E8M0 >= 253, whose ggml weights can overflow to
+// inf, are summed weight by weight against x rebuilt from its terms (big_block).
+struct TMXFP4_8 : Terms32 {
+  // The 8 codes of w as int8 values in nibble order (v0: nibbles 0-3, v1: 4-7), by
+  // byte tables of the positive and the negative values, each code's sign bit
+  // choosing between them (a byte permute reads the low 16 bits of its selector).
+  __device__ static void values8(uint32_t w, uint32_t& v0, uint32_t& v1) {
+    const uint32_t sel = w & 0x77777777u;
+    const uint32_t pick = ((w >> 1) & 0x44444444u) | 0x32103210u;  // byte n from neg where nibble n >= 8
+    const uint32_t sel1 = sel >> 16, pick1 = pick >> 16;
+    v0 = prmt(prmt(0x03020100u, 0x0C080604u, sel), prmt(0xFDFEFF00u, 0xF4F8FAFCu, sel), pick);
+    v1 = prmt(prmt(0x03020100u, 0x0C080604u, sel1), prmt(0xFDFEFF00u, 0xF4F8FAFCu, sel1), pick1);
+  }
+  // A unit with a block of E8M0 >= 253 in any of its rows, whose ggml weights
+  // (kvalue times 2^(e-128) in fp32) can overflow to inf: each row's block (at
+  // blk) weight by weight against x as its terms give it (within 2^-24 of x),
+  // added to acc. The rare path, a function of its own taking only scalars, so
+  // that the unit's code keeps none of it.
+  __device__ __noinline__ static float big_block(const uint8_t* blk, const float* xu, float acc) {
+    const uint32_t e = blk[0];
+    const float sc = e8m0_half(e);
+    const bool big = e >= 253;
+    const uint8_t* terms = reinterpret_cast<const uint8_t*>(xu);
+    const float xsc = xu[kScales];  // 2^(ex - 139): the terms' integer below over 2^14 more
+    float s = 0.0f;
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t w = uint32_t(blk[1 + 4 * j]) | (uint32_t(blk[2 + 4 * j]) << 8) |
+                         (uint32_t(blk[3 + 4 * j]) << 16) | (uint32_t(blk[4 + 4 * j]) << 24);
+      float f[8];
+      TMXFP4::decode(w, f);
+      for (int n = 0; n < 8; ++n) {
+        const int at = 8 * j + n;
+        const int xi =
+            ((int(int8_t(terms[at])) * 128 + int8_t(terms[32 + at])) * 128 + int8_t(terms[64 + at])) * 128 +
+            int8_t(terms[96 + at]);
+        const float xr = __fmul_rn(__fmul_rn(float(xi), 0x1p-14f), xsc);
+        s = big ? fmaf(__fmul_rn(f[n], sc), xr, s) : fmaf(f[n], xr, s);
+      }
+    }
+    return big ? acc + s : fmaf(sc, s, acc);
+  }
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
+    uint32_t q[R][4];
+    float sc[R];
+    bool big = false;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uintptr_t a = reinterpret_cast<uintptr_t>(rp[r] + size_t(u) * 17);
+      const unsigned int* base = reinterpret_cast<const unsigned int*>(a & ~uintptr_t(3));
+      const unsigned at = unsigned(a & 3u);
+      uint32_t v[5];
+#pragma unroll
+      for (int i = 0; i < 5; ++i) v[i] = __ldg(base + i);
+      const uint32_t e = (v[0] >> (8 * at)) & 0xFFu;
+      sc[r] = e8m0_half(e);
+      big |= e >= 253;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) q[r][i] = __funnelshift_rc(v[i], v[i + 1], 8 * (at + 1));
+    }
+    if (big) {
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) acc[r][t] = big_block(rp[r] + size_t(u) * 17, xp[t] + xs * u, acc[r][t]);
+      return;
+    }
+    uint32_t val[R][8];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) values8(q[r][j], val[r][2 * j], val[r][2 * j + 1]);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const float* xu = xp[t] + xs * u;
+      const uint8_t* terms = reinterpret_cast<const uint8_t*>(xu);
+      uint4 tv[4][2];
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) tv[k][hf] = *reinterpret_cast<const uint4*>(terms + 32 * k + 16 * hf);
+      const float cs = xu[kScales];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        int a = 0, b = 0;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          int& s = k < 2 ? a : b;
+          if (k & 1) s <<= 7;
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            s = dp4a_ss(val[r][4 * hf + 0], tv[k][hf].x, s);
+            s = dp4a_ss(val[r][4 * hf + 1], tv[k][hf].y, s);
+            s = dp4a_ss(val[r][4 * hf + 2], tv[k][hf].z, s);
+            s = dp4a_ss(val[r][4 * hf + 3], tv[k][hf].w, s);
+          }
+        }
+        acc[r][t] = fmaf(sc[r], fmaf(float(b), 0x1p-14f, float(a)) * cs, acc[r][t]);
       }
     }
   }

@@ -165,15 +165,16 @@ int shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduct* pr
 // and that kernel's layout: mma_warps warps share a tile of 16 rows (4 or 8) and
 // mma_tiles tiles a block of threads (2 or 4; 8 warps take 2), which orders its
 // sums (within the same bound); any other values, the default: 4 warps, 4 tiles;
-// and whether K-quant rows short enough for a token's x to be staged as int8
-// terms take the dp4a units (TQ2_K8 ... TQ6_K8 in matvec_units.cuh: other bits
+// and whether K-quant and MXFP4 rows short enough for a token's x to be staged as
+// int8 terms take the dp4a units (TQ2_K8 ... TQ6_K8, TMXFP4_8 in matvec_units.cuh,
+// MXFP4's where the tensor cores do not take the matrix: other bits
 // within the same bound; the default) or the FMA ones.
 // A switch for bench-kernels' side-by-side runs and the tests.
 // Thread safety: safe from any thread; launches already enqueued keep theirs.
 enum : int { kMmaDecodeAuto = 0, kMmaDecodeAlways = 1, kMmaDecodeNever = 2 };
 void set_matvec_geometry(int block_threads, bool shared_wave, int row_threads = 0, bool pipeline = true,
                          int mma_decode = kMmaDecodeAuto, int mma_warps = 0, int mma_tiles = 0,
-                         bool kquant_dp4a = true);
+                         bool dp4a = true);
 
 }  // namespace dev
 

@@ -54,7 +54,7 @@ constexpr bool kPipelines = std::is_same_v<Ty, TMXFP4>;
 // Units that read x staged as int8 terms (Ty::stage_chunk), never x itself: only
 // the staged kernel takes them, and only where 8 tokens' terms fit (dp4a_takes).
 template <class Ty>
-constexpr bool kTermsX = std::is_base_of_v<Terms128, Ty>;
+constexpr bool kTermsX = std::is_base_of_v<TermsX, Ty>;
 // Staged floats a unit and token.
 template <class Ty>
 constexpr int staged_floats() {
@@ -97,10 +97,10 @@ __global__ void __launch_bounds__(kBlock) matvec_kernel(const GroupParams gp, in
       }
     }
     __syncthreads();
-    const int chunks = 4 * units;
+    const int chunks = Ty::kChunks * units;
     for (int item = int(threadIdx.x >> 5); item < NT * chunks; item += kBlock / 32) {
       const int t = item / chunks, c = item - t * chunks;
-      Ty::stage_chunk(xsm + size_t(t) * token_bytes + size_t(c >> 2) * (4 * Ty::kXs), c & 3);
+      Ty::stage_chunk(xsm + size_t(t) * token_bytes + size_t(c / Ty::kChunks) * (4 * Ty::kXs), c % Ty::kChunks);
     }
 #pragma unroll
     for (int t = 0; t < NT; ++t) xp[t] = reinterpret_cast<const float*>(xsm + size_t(t) * token_bytes);
@@ -358,12 +358,13 @@ Split split_plan(int ne0, int ne1) {
 
 // R of a launch: four rows per group for one token (x reused 4 times), two
 // otherwise; Q6_K's larger units keep two (four would halve the resident warps
-// for registers), and so do the dp4a units but Q2_K's (at four rows Q3_K's took
+// for registers), and so do the dp4a units but Q2_K's and MXFP4's (at four rows Q3_K's took
 // 169 registers, Q4_K's 156, Q5_K's 196, Q6_K's 219: 8 warps an SM). Results do
 // not depend on it: each row's sum is its own.
 template <class Ty, int NT>
 constexpr int rows_per_group() {
-  constexpr bool kTwo = std::is_same_v<Ty, TQ6_K> || (kTermsX<Ty> && !std::is_same_v<Ty, TQ2_K8>);
+  constexpr bool kTwo =
+      std::is_same_v<Ty, TQ6_K> || (kTermsX<Ty> && !std::is_same_v<Ty, TQ2_K8> && !std::is_same_v<Ty, TMXFP4_8>);
   return (NT == 1 && !kTwo) ? 4 : 2;
 }
 
@@ -408,7 +409,7 @@ std::atomic<int> g_row_threads{0};
 std::atomic<bool> g_pipeline{true};
 std::atomic<int> g_mma_decode{kMmaDecodeAuto};
 std::atomic<int> g_mma_layout{int(MmaLayout::k4x4)};
-std::atomic<bool> g_kquant_dp4a{true};
+std::atomic<bool> g_dp4a{true};
 struct Geometry {
   int block;         // threads per block: 256, 512, or 0: chosen per launch (launch_smem_x)
   bool shared_wave;  // the problems of a launch share one wave of blocks (else one wave each)
@@ -416,14 +417,14 @@ struct Geometry {
   bool pipeline;     // kPipelines types load a unit ahead (the same bits either way)
   int mma_decode;    // MXFP4 on the int8 tensor cores (mxfp4_mmv.cu): kMmaDecodeAuto/Always/Never
   MmaLayout mma_layout;  // that kernel's warps a tile x tiles a block (orders its sums)
-  bool kquant_dp4a;      // K-quant rows that dp4a_takes on the dp4a units (Dp4aUnit)
+  bool dp4a;             // K-quant and MXFP4 rows that dp4a_takes on the dp4a units (Dp4aUnit)
 };
 inline Geometry geometry() {
   return Geometry{g_block.load(std::memory_order_relaxed), g_shared_wave.load(std::memory_order_relaxed),
                   g_row_threads.load(std::memory_order_relaxed), g_pipeline.load(std::memory_order_relaxed),
                   g_mma_decode.load(std::memory_order_relaxed),
                   MmaLayout(g_mma_layout.load(std::memory_order_relaxed)),
-                  g_kquant_dp4a.load(std::memory_order_relaxed)};
+                  g_dp4a.load(std::memory_order_relaxed)};
 }
 // Threads per row group (log2) of the unsplit kernel. Fewer threads than the row
 // has units give each lane several units (MXFP4's loaded one ahead: kPipelines)
@@ -442,7 +443,8 @@ template <class Ty>
 int row_tpr_log2(int units, const Geometry& g) {
   const int natural = tpr_log2_for(units);
   if (g.row_threads != 0) return std::min(natural, g.row_threads == 32 ? 5 : g.row_threads == 64 ? 6 : 7);
-  if constexpr (std::is_same_v<Ty, TMXFP4> || std::is_same_v<Ty, TQ8_0>) return std::min(natural, units >= 128 ? 6 : 5);
+  if constexpr (std::is_same_v<Ty, TMXFP4> || std::is_same_v<Ty, TMXFP4_8> || std::is_same_v<Ty, TQ8_0>)
+    return std::min(natural, units >= 128 ? 6 : 5);
   if constexpr (std::is_same_v<Ty, TQ2_K> || std::is_same_v<Ty, TQ2_K8> || std::is_same_v<Ty, TQ3_K> ||
                 std::is_same_v<Ty, TQ3_K8>)
     return units >= 128 ? 5 : natural;
@@ -604,13 +606,13 @@ int dp4a_pass_tokens(int64_t ne0) {
                                    : 0;
 }
 
-// Whether an unsplit K-quant decode of rows of ne0 inputs takes the dp4a unit
+// Whether an unsplit K-quant or MXFP4 decode of rows of ne0 inputs takes the dp4a unit
 // Ty: where one token's terms fit the staged kernel on this device (on an H200 up
 // to 46720 inputs), a function of ne0 and the device alone, so that grouped
 // launches equal separate ones bit for bit; longer rows keep the FMA unit.
 template <class Ty>
 bool dp4a_takes(const Geometry& g, int64_t ne0) {
-  return g.kquant_dp4a && dp4a_pass_tokens<Ty>(ne0) >= 1;
+  return g.dp4a && dp4a_pass_tokens<Ty>(ne0) >= 1;
 }
 
 // The dp4a launch in passes of dp4a_pass_tokens: pass k takes each problem's
@@ -638,13 +640,14 @@ cudaError_t launch_dp4a(int nt_max, const GroupParams& gp, int ne0, int ne1, siz
   return cudaSuccess;
 }
 
-// The K-quants' dp4a unit for each FMA unit (void: none).
+// The dp4a unit for each FMA unit (void: none).
 template <class Ty> struct Dp4aOf { using type = void; };
 template <> struct Dp4aOf<TQ2_K> { using type = TQ2_K8; };
 template <> struct Dp4aOf<TQ3_K> { using type = TQ3_K8; };
 template <> struct Dp4aOf<TQ45_K<false>> { using type = TQ45_K8<false>; };
 template <> struct Dp4aOf<TQ45_K<true>> { using type = TQ45_K8<true>; };
 template <> struct Dp4aOf<TQ6_K> { using type = TQ6_K8; };
+template <> struct Dp4aOf<TMXFP4> { using type = TMXFP4_8; };
 template <class Ty>
 using Dp4aUnit = typename Dp4aOf<Ty>::type;
 
@@ -737,9 +740,9 @@ bool weight_aligned(uint32_t type, const void* w) {
 }  // namespace
 
 void dev::set_matvec_geometry(int block_threads, bool shared_wave, int row_threads, bool pipeline, int mma_decode,
-                              int mma_warps, int mma_tiles, bool kquant_dp4a) {
+                              int mma_warps, int mma_tiles, bool dp4a) {
   g_pipeline.store(pipeline, std::memory_order_relaxed);
-  g_kquant_dp4a.store(kquant_dp4a, std::memory_order_relaxed);
+  g_dp4a.store(dp4a, std::memory_order_relaxed);
   g_mma_decode.store(mma_decode == kMmaDecodeAlways || mma_decode == kMmaDecodeNever ? mma_decode : kMmaDecodeAuto,
                      std::memory_order_relaxed);
   const MmaLayout layout = mma_warps == 8 ? MmaLayout::k8x2 : mma_tiles == 2 ? MmaLayout::k4x2 : MmaLayout::k4x4;

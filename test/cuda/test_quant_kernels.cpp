@@ -146,18 +146,19 @@ TEST_CASE("matvec: every type, 1..8 tokens, four row lengths, odd row counts") {
       CAPTURE(xk::type_name(type));
       CAPTURE(ne0);
       MatvecCase c(type, ne0, ne1, 8, rng);
-      std::vector<float> ones[std::size(kMmaLayouts)];
+      std::vector<float> ones[std::size(kMmaLayouts)], first;
       for (int n = 1; n <= 8; ++n) {
         CAPTURE(n);
         const auto got = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
         CHECK(count_bad(got, head(c.ref, size_t(n * ne1)), kTolFp32, xk::type_name(type)) == 0);
-        if (xk::block_elems(type) == 256) {
-          // K-quant rows take the dp4a units by default (up to 46720 inputs on an H200,
-          // in passes of fewer tokens where 8 tokens' x does not fit: 6656 and 17408
-          // inputs here): its first token's bits do not change with the token count;
-          // the FMA unit, switched back on, keeps the bound and gives other bits.
-          if (n == 1) ones[0] = got;
-          CHECK(std::memcmp(got.data(), ones[0].data(), size_t(ne1) * 4) == 0);
+        if (xk::block_elems(type) == 256 || type == xk::kMXFP4) {
+          // K-quant rows, and MXFP4 rows the tensor cores do not take (37 rows: 3
+          // tiles), take the dp4a units by default (up to about 46000 inputs on an
+          // H200, in passes of fewer tokens where 8 tokens' x does not fit: 6656 and
+          // 17408 inputs here): the first token's bits do not change with the token
+          // count; the FMA unit, switched back on, keeps the bound and gives other bits.
+          if (n == 1) first = got;
+          CHECK(std::memcmp(got.data(), first.data(), size_t(ne1) * 4) == 0);
           xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeAuto, 0, 0, false);
           const auto fma = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
           xk::dev::set_matvec_geometry(0, true);
@@ -207,23 +208,27 @@ void each_quantized_matvec(int64_t ne0, int64_t ne1, uint32_t seed, F&& fn) {
 // is one wave), in 256- or 512-thread blocks as the occupancy decides; rows of 1792
 // inputs end 8, 12, 2 and 14 bytes past a 16-byte boundary for MXFP4, Q2_K, Q3_K and
 // Q6_K; 20001 rows leave the last row group partial. Every forced layout (256 or 512
-// threads, one wave per launch or per problem, MXFP4's units loaded one ahead or not)
-// gives the default's bits. MXFP4 with the tensor-core switch on must give its own
-// bits in every layout too: rows of 1792 inputs are not whole groups of 16 blocks,
-// so the switch leaves them on the FMA kernel (the tensor-core kernel's rows are
-// checked by the test above at 2560 and 6656 inputs, by the next one at 2048 and
-// by the E8M0 test).
+// threads, one wave per launch or per problem, MXFP4's FMA units loaded one ahead or
+// not) gives the bits of its kernel's default layout: the default kernel (the dp4a
+// units for the K-quants and MXFP4), the FMA units (dp4a switched off), and MXFP4
+// with the tensor-core switch on, which must give the default's bits: rows of 1792
+// inputs are not whole groups of 16 blocks, so the switch leaves them where they were
+// (the tensor-core kernel's rows are checked by the test above at 2560 and 6656
+// inputs, by the next one at 2048 and by the E8M0 test).
 TEST_CASE("matvec: tall matrices of every quantized type, rows at any 16-byte offset") {
   const int64_t ne0 = 1792, ne1 = 20001;
   each_quantized_matvec(ne0, ne1, 12, [&](Stream& st, uint32_t type, MatvecCase& c, int n, const std::vector<float>& got) {
-    for (const bool mma : {false, true}) {
-      if (mma && type != xk::kMXFP4) continue;
-      CAPTURE(mma);
+    const bool has_dp4a = xk::block_elems(type) == 256 || type == xk::kMXFP4;
+    for (const int variant : {0, 1, 2}) {  // the default, the FMA units, MXFP4's tensor-core switch on
+      if ((variant == 1 && !has_dp4a) || (variant == 2 && type != xk::kMXFP4)) continue;
+      CAPTURE(variant);
+      const int mma = variant == 2 ? xk::dev::kMmaDecodeAlways : xk::dev::kMmaDecodeAuto;
+      const bool dp4a = variant != 1;
       std::vector<float> want = got;
-      if (mma) {
-        xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeAlways);
+      if (variant == 1) {
+        xk::dev::set_matvec_geometry(0, true, 0, true, mma, 0, 0, dp4a);
         want = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
-        CHECK(count_bad(want, head(c.ref, want.size()), kTolFp32, "mxfp4, tensor-core switch on") == 0);
+        CHECK(count_bad(want, head(c.ref, want.size()), kTolFp32, "the FMA units") == 0);
       }
       for (const int threads : {256, 512})
         for (const bool shared_wave : {false, true})
@@ -231,8 +236,7 @@ TEST_CASE("matvec: tall matrices of every quantized type, rows at any 16-byte of
             CAPTURE(threads);
             CAPTURE(shared_wave);
             CAPTURE(pipeline);
-            xk::dev::set_matvec_geometry(threads, shared_wave, 0, pipeline,
-                                         mma ? xk::dev::kMmaDecodeAlways : xk::dev::kMmaDecodeAuto);
+            xk::dev::set_matvec_geometry(threads, shared_wave, 0, pipeline, mma, 0, 0, dp4a);
             const auto again = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
             CHECK(std::memcmp(again.data(), want.data(), want.size() * 4) == 0);
           }
@@ -307,7 +311,8 @@ TEST_CASE("matvec: float types with rows that are not whole 16-byte vectors") {
 // weights overflow to inf (e = 253, 254 with large codes) the reference is
 // inf/NaN and the kernel must give the same non-finite class. Checked for the
 // decode kernels (int8 tensor cores, whose rows of e >= 253 take ggml's own
-// weights, and the FMA kernel) and for matmul's tensor-core path (two tokens with
+// weights, the dp4a unit, whose rows of e >= 253 take them against x rebuilt from
+// its terms, and the FMA kernel) and for matmul's tensor-core path (two tokens with
 // matvec_max_tokens = 1), whose bf16 weights include the subnormal ones of e < 2.
 TEST_CASE("matvec and matmul: MXFP4 at every E8M0 exponent 0..254 with every nibble") {
   std::mt19937 rng(4);
@@ -320,12 +325,13 @@ TEST_CASE("matvec and matmul: MXFP4 at every E8M0 exponent 0..254 with every nib
   dx.put(c.x.data(), c.x.size() * 4);
   xk::Context* ctx = nullptr;
   REQUIRE(xk::context_create(&ctx, 0) == xk::kOk);
-  for (const int path : {0, 1, 2, 3, 4}) {  // decode on the tensor cores (3 layouts), decode by FMA, matmul
-    const bool via_matmul = path == 4;
+  // decode on the tensor cores (3 layouts), decode on dp4a, decode by FMA, matmul
+  for (const int path : {0, 1, 2, 3, 4, 5}) {
+    const bool via_matmul = path == 5;
     CAPTURE(path);
     dy.poison();
     if (path < 3) set_mma_layout(size_t(path));
-    else xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeNever);
+    else xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeNever, 0, 0, path != 4);
     if (via_matmul) {
       xk::MatmulOptions o{};
       o.size = sizeof o;

@@ -72,11 +72,12 @@ std::vector<float> unit_products(uint32_t type, const std::vector<uint8_t>& w, i
   if constexpr (requires { Ty::stage_chunk; }) {
     if (layout == XLayout::kTerms) {
       auto* bytes = reinterpret_cast<uint8_t*>(staged.data());
-      const int chunks = units * (Ty::kUnit / 32);
+      const int chunks = units * Ty::kChunks;
       run_warp([&] {
         for (int t = 0; t < NT; ++t)
           for (int c = 0; c < chunks; ++c)
-            Ty::stage_chunk(bytes + (size_t(t) * size_t(units) + size_t(c / 4)) * (4 * size_t(xs)), c % 4);
+            Ty::stage_chunk(bytes + (size_t(t) * size_t(units) + size_t(c / Ty::kChunks)) * (4 * size_t(xs)),
+                            c % Ty::kChunks);
       });
     }
   }
@@ -158,6 +159,7 @@ TEST_CASE("decode units on the CPU: the K-quants on dp4a, x staged as int8 terms
     check_unit<dev::TQ45_K8<false>>(kQ4_K, 256 * blocks, "TQ45_K8<q4>", {XLayout::kTerms});
     check_unit<dev::TQ45_K8<true>>(kQ5_K, 256 * blocks, "TQ45_K8<q5>", {XLayout::kTerms});
     check_unit<dev::TQ6_K8>(kQ6_K, 256 * blocks, "TQ6_K8", {XLayout::kTerms});
+    check_unit<dev::TMXFP4_8>(kMXFP4, 32 * (blocks == 1 ? 8 : 13 * blocks), "TMXFP4_8", {XLayout::kTerms});
   }
 }
 
@@ -199,4 +201,5 @@ void check_every_e8m0(const char* what, XLayout layout) {
 TEST_CASE("decode units on the CPU: MXFP4 at every E8M0 exponent 0..254 with every nibble") {
   check_every_e8m0<dev::TMXFP4>("TMXFP4", XLayout::kGlobal);
   check_every_e8m0<dev::TMXFP4>("TMXFP4", XLayout::kStaged);
+  check_every_e8m0<dev::TMXFP4_8>("TMXFP4_8", XLayout::kTerms);
 }
