@@ -667,11 +667,12 @@ std::vector<float> fetch(const DevBuf& d, size_t n) {
 }
 
 // MXFP4 decode by default (kMmaDecodeAuto): each matrix goes to the tensor cores or
-// the FMA kernel by its shape alone. At 7168 inputs, 8192 rows fill 97 % of the
+// the dp4a unit by its shape alone. At 7168 inputs, 8192 rows fill 97 % of the
 // rounds of an H200's 528 concurrent tiles (the rule takes them), 1000 and 24 rows
 // far less: each product's result is bit for bit what one of the two kernels gives
 // forced, within the bound, and products of one input split between the kernels
-// equal their launches alone.
+// equal their launches alone, also at 8 tokens, whose terms the dp4a launch stages
+// in passes of fewer tokens (7168 inputs: 32 KB a token).
 TEST_CASE("MXFP4 decode: the default kernel is chosen by the matrix alone; products of one input keep their bits") {
   std::mt19937 rng(14);
   Stream st;
@@ -684,11 +685,11 @@ TEST_CASE("MXFP4 decode: the default kernel is chosen by the matrix alone; produ
     ws.push_back(std::make_unique<DevBuf>(hw.back().size()));
     ws.back()->put(hw.back().data(), hw.back().size());
   }
-  const auto x = random_x(size_t(3) * size_t(ne0), rng);
+  const auto x = random_x(size_t(8) * size_t(ne0), rng);
   DevBuf dx(x.size() * 4);
   dx.put(x.data(), x.size() * 4);
   int on_tensor_cores = 0;
-  for (const int n : {1, 3}) {
+  for (const int n : {1, 3, 8}) {
     CAPTURE(n);
     std::vector<std::vector<float>> alone(np);
     for (int i = 0; i < np; ++i) {
