@@ -736,6 +736,49 @@ TEST_CASE("MXFP4 decode: the default kernel is chosen by the matrix alone; produ
   xk::dev::set_matvec_geometry(0, true);
 }
 
+// The K-quants' products of one input (Kimi-K3's MLA and KDA projections): each
+// product's rows equal its matvec() alone bit for bit, at 1, 3 and 8 tokens (7168
+// inputs: the dp4a launch stages 8 tokens' terms in passes), and keep the bound.
+TEST_CASE("matvec: K-quant products of one input equal their launches alone") {
+  std::mt19937 rng(15);
+  Stream st;
+  const int64_t ne0 = 7168, rows[] = {300, 37, 8};
+  const int np = 3;
+  const auto x = random_x(size_t(8) * size_t(ne0), rng);
+  DevBuf dx(x.size() * 4);
+  dx.put(x.data(), x.size() * 4);
+  for (uint32_t type : {xk::kQ2_K, xk::kQ3_K, xk::kQ4_K, xk::kQ5_K, xk::kQ6_K}) {
+    CAPTURE(xk::type_name(type));
+    std::vector<std::vector<uint8_t>> hw;
+    std::vector<std::unique_ptr<DevBuf>> ws, ys;
+    for (int i = 0; i < np; ++i) {
+      hw.push_back(random_weights(type, ne0, rows[i], rng));
+      ws.push_back(std::make_unique<DevBuf>(hw.back().size()));
+      ws.back()->put(hw.back().data(), hw.back().size());
+      ys.push_back(std::make_unique<DevBuf>(size_t(8 * rows[i]) * 4));
+    }
+    for (const int n : {1, 3, 8}) {
+      CAPTURE(n);
+      std::vector<xk::SharedInputProduct> ps;
+      for (int i = 0; i < np; ++i) {
+        ys[size_t(i)]->poison();
+        ps.push_back({ws[size_t(i)]->p, rows[i], ys[size_t(i)]->as<float>()});
+      }
+      REQUIRE(xk::dev::shared_input_matvec(type, ne0, ps.data(), np, dx.as<float>(), n, st.s) == xk::kOk);
+      st.sync();
+      for (int i = 0; i < np; ++i) {
+        CAPTURE(rows[i]);
+        const size_t m = size_t(n * rows[i]);
+        const auto together = fetch(*ys[size_t(i)], m);
+        const auto alone = matvec_y(st, type, *ws[size_t(i)], ne0, rows[i], dx, n, *ys[size_t(i)]);
+        CHECK(std::memcmp(together.data(), alone.data(), m * 4) == 0);
+        CHECK(count_bad(alone, reference(type, hw[size_t(i)], ne0, rows[i], x.data(), n), kTolFp32,
+                        xk::type_name(type)) == 0);
+      }
+    }
+  }
+}
+
 // Matrices of 24, 4 and 1 rows of 16384 inputs (32768 for Q2_K, Q3_K and Q6_K,
 // whose rows need 256 units to split) fill too few blocks for the GPU,
 // so matmul() splits their rows over more warps (chunk sums in the context's
