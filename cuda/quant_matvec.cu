@@ -15,6 +15,8 @@
 // Matrices with few rows (a split, below matvec_split_kernel): through matmul()'s
 // context, whose workspace holds partial sums, each row's units are cut into
 // chunks that separate warps sum, and the chunks' sums are added in a fixed order.
+#include <cuda_pipeline.h>
+
 #include <algorithm>
 #include <atomic>
 #include <type_traits>
@@ -81,26 +83,41 @@ __global__ void __launch_bounds__(kBlock) matvec_kernel(const GroupParams gp, in
   int xs;
   if constexpr (kTermsX<Ty>) {
     static_assert(kSmemX, "the dp4a units read x staged as terms");
-    // x's floats first, each unit's to the bytes its terms will take (independent
-    // loads, all in flight at once), then a warp turns one (token, 32-input chunk)
-    // at a time into terms in place.
     auto* xsm = reinterpret_cast<uint8_t*>(xsm4);
     const size_t token_bytes = size_t(units) * (4 * Ty::kXs);
-    const int quads = ne0 / 4;
+    if (gp.terms) {
+      // The launch's terms, made once (stage_terms_kernel): a copy, the same bytes
+      // the branch below makes, which a block of one or two row groups had spent
+      // most of its time on.
+      const int pieces = int(token_bytes / 16);
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      const float4* src = reinterpret_cast<const float4*>(x + size_t(row0 + min(t, nt - 1)) * size_t(ne0));
-      uint8_t* dst = xsm + size_t(t) * token_bytes;
-      for (int i = threadIdx.x; i < quads; i += kBlock) {
-        const int e = 4 * i;
-        *reinterpret_cast<float4*>(dst + size_t(e / kU) * (4 * Ty::kXs) + 4 * (e % kU)) = __ldg(src + i);
+      for (int t = 0; t < NT; ++t) {
+        const uint8_t* src = gp.terms + size_t(gp.trow[p] + min(t, nt - 1)) * token_bytes;
+        for (int i = threadIdx.x; i < pieces; i += kBlock)
+          __pipeline_memcpy_async(xsm + size_t(t) * token_bytes + 16 * size_t(i), src + 16 * size_t(i), 16);
       }
-    }
-    __syncthreads();
-    const int chunks = Ty::kChunks * units;
-    for (int item = int(threadIdx.x >> 5); item < NT * chunks; item += kBlock / 32) {
-      const int t = item / chunks, c = item - t * chunks;
-      Ty::stage_chunk(xsm + size_t(t) * token_bytes + size_t(c / Ty::kChunks) * (4 * Ty::kXs), c % Ty::kChunks);
+      __pipeline_commit();
+      __pipeline_wait_prior(0);
+    } else {
+      // x's floats first, each unit's to the bytes its terms will take (independent
+      // loads, all in flight at once), then a warp turns one (token, 32-input chunk)
+      // at a time into terms in place.
+      const int quads = ne0 / 4;
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const float4* src = reinterpret_cast<const float4*>(x + size_t(row0 + min(t, nt - 1)) * size_t(ne0));
+        uint8_t* dst = xsm + size_t(t) * token_bytes;
+        for (int i = threadIdx.x; i < quads; i += kBlock) {
+          const int e = 4 * i;
+          *reinterpret_cast<float4*>(dst + size_t(e / kU) * (4 * Ty::kXs) + 4 * (e % kU)) = __ldg(src + i);
+        }
+      }
+      __syncthreads();
+      const int chunks = Ty::kChunks * units;
+      for (int item = int(threadIdx.x >> 5); item < NT * chunks; item += kBlock / 32) {
+        const int t = item / chunks, c = item - t * chunks;
+        Ty::stage_chunk(xsm + size_t(t) * token_bytes + size_t(c / Ty::kChunks) * (4 * Ty::kXs), c % Ty::kChunks);
+      }
     }
 #pragma unroll
     for (int t = 0; t < NT; ++t) xp[t] = reinterpret_cast<const float*>(xsm + size_t(t) * token_bytes);
@@ -214,6 +231,37 @@ __global__ void __launch_bounds__(kBlock) matvec_kernel(const GroupParams gp, in
           if (t < nt) y[size_t(row0 + t) * size_t(ne1) + o] = acc[r][t];
       }
     }
+  }
+}
+
+// x as the dp4a units read it, made once for a launch (GroupParams::terms): each
+// warp takes one (token, unit) of its problem after another, copies the unit's
+// floats into its own shared memory, turns them into terms by Ty::stage_chunk
+// (what matvec_kernel runs where there is no such copy, so both give the same
+// bytes) and writes them out. Problems of one input (gp.shared) take one grid row.
+template <class Ty>
+__global__ void __launch_bounds__(kThreads) stage_terms_kernel(const GroupParams gp, int ne0,
+                                                                 const float* __restrict__ x,
+                                                                 uint8_t* __restrict__ terms) {
+  constexpr int kBytes = 4 * Ty::kXs;
+  constexpr int kWarps = kThreads / 32;
+  __shared__ __align__(16) uint8_t buf[kWarps][kBytes];
+  const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
+  const int p = blockIdx.y;
+  const int units = ne0 / Ty::kUnit;
+  const int items = gp.ntok[p] * units;
+  uint8_t* b = buf[warp];
+  for (int item = int(blockIdx.x) * kWarps + warp; item < items; item += int(gridDim.x) * kWarps) {
+    const int t = item / units, u = item - t * units;
+    const float4* src = reinterpret_cast<const float4*>(x + size_t(gp.row[p] + t) * size_t(ne0) + size_t(u) * Ty::kUnit);
+    for (int i = lane; i < Ty::kUnit / 4; i += 32) reinterpret_cast<float4*>(b)[i] = __ldg(src + i);
+    __syncwarp();
+#pragma unroll
+    for (int c = 0; c < Ty::kChunks; ++c) Ty::stage_chunk(b, c);
+    __syncwarp();
+    uint4* dst = reinterpret_cast<uint4*>(terms + (size_t(gp.trow[p] + t) * size_t(units) + size_t(u)) * kBytes);
+    for (int i = lane; i < kBytes / 16; i += 32) dst[i] = reinterpret_cast<const uint4*>(b)[i];
+    __syncwarp();  // the buffer is read out before the next item overwrites it
   }
 }
 
@@ -410,6 +458,7 @@ std::atomic<bool> g_pipeline{true};
 std::atomic<int> g_mma_decode{kMmaDecodeAuto};
 std::atomic<int> g_mma_layout{int(MmaLayout::k4x4)};
 std::atomic<bool> g_dp4a{true};
+std::atomic<bool> g_prestage{true};
 struct Geometry {
   int block;         // threads per block: 256, 512, or 0: chosen per launch (launch_smem_x)
   bool shared_wave;  // the problems of a launch share one wave of blocks (else one wave each)
@@ -418,13 +467,14 @@ struct Geometry {
   int mma_decode;    // MXFP4 on the int8 tensor cores (mxfp4_mmv.cu): kMmaDecodeAuto/Always/Never
   MmaLayout mma_layout;  // that kernel's warps a tile x tiles a block (orders its sums)
   bool dp4a;             // K-quant and MXFP4 rows that dp4a_takes on the dp4a units (Dp4aUnit)
+  bool prestage;         // a dp4a launch's terms made once (stage_terms_kernel; the same bits either way)
 };
 inline Geometry geometry() {
   return Geometry{g_block.load(std::memory_order_relaxed), g_shared_wave.load(std::memory_order_relaxed),
                   g_row_threads.load(std::memory_order_relaxed), g_pipeline.load(std::memory_order_relaxed),
                   g_mma_decode.load(std::memory_order_relaxed),
                   MmaLayout(g_mma_layout.load(std::memory_order_relaxed)),
-                  g_dp4a.load(std::memory_order_relaxed)};
+                  g_dp4a.load(std::memory_order_relaxed), g_prestage.load(std::memory_order_relaxed)};
 }
 // Threads per row group (log2) of the unsplit kernel. Fewer threads than the row
 // has units give each lane several units (MXFP4's loaded one ahead: kPipelines)
@@ -617,9 +667,36 @@ bool dp4a_takes(const Geometry& g, int64_t ne0) {
 
 // The dp4a launch in passes of dp4a_pass_tokens: pass k takes each problem's
 // tokens from k * pass on (rows of x and y alike), problems with none left dropped.
+//
+// Where the scratch holds them, the launch's terms are made once first
+// (stage_terms_kernel): every block of the product then copies them instead of
+// making its own, which cost more than their products where a block has one or
+// two row groups (4096 x 14336 at one token: 0.62-0.89x the FMA units, H200
+// 2026-12-05). Both give the same bytes, so the choice changes no bit and may
+// depend on the launch.
 template <class Ty>
-cudaError_t launch_dp4a(int nt_max, const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
+cudaError_t launch_dp4a(int nt_max, const GroupParams& gp_in, int ne0, int ne1, size_t rb, const float* x, float* y,
                         const MatvecScratch* sc, const Geometry& geom, cudaStream_t stream) {
+  GroupParams gp = gp_in;
+  gp.terms = nullptr;
+  const int probs = gp.shared ? 1 : gp.n;  // products of one input stage it once
+  int64_t rows = 0;
+  for (int i = 0; i < probs; ++i) {
+    gp.trow[i] = int32_t(rows);
+    rows += gp.ntok[i];
+  }
+  const size_t unit_bytes = size_t(4) * Ty::kXs;
+  const int units = ne0 / Ty::kUnit;
+  if (geom.prestage && sc && sc->partial && size_t(rows) * size_t(units) * unit_bytes <= sc->partial_bytes) {
+    constexpr int kItemsPerBlock = 4 * (kThreads / 32);
+    const int per_problem = (nt_max * units + kItemsPerBlock - 1) / kItemsPerBlock;
+    const dim3 grid{unsigned(per_problem), unsigned(probs)};
+    stage_terms_kernel<Ty><<<grid, kThreads, 0, stream>>>(gp, ne0, x, reinterpret_cast<uint8_t*>(sc->partial));
+    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    gp.terms = reinterpret_cast<const uint8_t*>(sc->partial);
+  }
+  if (gp.shared)
+    for (int i = 1; i < gp.n; ++i) gp.trow[i] = 0;
   const int pass = dp4a_pass_tokens<Ty>(ne0);
   if (nt_max <= pass) return launch_rounded<Ty>(nt_max, gp, ne0, ne1, rb, x, y, Split{}, sc, geom, stream);
   for (int t0 = 0; t0 < nt_max; t0 += pass) {
@@ -630,6 +707,7 @@ cudaError_t launch_dp4a(int nt_max, const GroupParams& gp, int ne0, int ne1, siz
       sub.w[sub.n] = gp.w[i];
       sub.row[sub.n] = gp.row[i] + t0;
       sub.ntok[sub.n] = std::min(pass, gp.ntok[i] - t0);
+      sub.trow[sub.n] = gp.trow[i] + t0;
       ++sub.n;
     }
     if (sub.n == 0) continue;
@@ -654,7 +732,9 @@ using Dp4aUnit = typename Dp4aOf<Ty>::type;
 template <class Ty>
 cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x,
                         float* y, const MatvecScratch* sc, cudaStream_t stream) {
-  Split sp = sc ? split_plan<Ty>(ne0, ne1) : Split{};
+  // Products of one input are never split (shared_input_matmul sends those that
+  // would be to launches of their own); their scratch is for the dp4a terms.
+  Split sp = sc && !gp.shared ? split_plan<Ty>(ne0, ne1) : Split{};
   if (sp.chunks > 1 && !split_fits(sc, ne1, sp)) sp = Split{};  // the unsplit kernel
   const Geometry geom = geometry();  // one layout for the whole launch
   if constexpr (std::is_same_v<Ty, TMXFP4>) {
@@ -740,9 +820,10 @@ bool weight_aligned(uint32_t type, const void* w) {
 }  // namespace
 
 void dev::set_matvec_geometry(int block_threads, bool shared_wave, int row_threads, bool pipeline, int mma_decode,
-                              int mma_warps, int mma_tiles, bool dp4a) {
+                              int mma_warps, int mma_tiles, bool dp4a, bool prestage) {
   g_pipeline.store(pipeline, std::memory_order_relaxed);
   g_dp4a.store(dp4a, std::memory_order_relaxed);
+  g_prestage.store(prestage, std::memory_order_relaxed);
   g_mma_decode.store(mma_decode == kMmaDecodeAlways || mma_decode == kMmaDecodeNever ? mma_decode : kMmaDecodeAuto,
                      std::memory_order_relaxed);
   const MmaLayout layout = mma_warps == 8 ? MmaLayout::k8x2 : mma_tiles == 2 ? MmaLayout::k4x2 : MmaLayout::k4x4;
@@ -820,7 +901,7 @@ bool dev::matvec_splits(const MatvecScratch* sc, uint32_t type, int64_t ne0, int
 }
 
 int dev::shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduct* products, int n,
-                             const float* x, int n_tokens, cudaStream_t stream) {
+                             const float* x, int n_tokens, cudaStream_t stream, const MatvecScratch* sc) {
   if (!products || n <= 0 || n > kMaxSharedInputProducts || !x || n_tokens < 1 || n_tokens > kMaxMatvecTokens)
     return kErrArgument;
   // The launch's rows: every product's, each rounded up to whole row groups
@@ -833,7 +914,7 @@ int dev::shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduc
   }
   if (n > 1 && rows > (int64_t(1) << 30)) {  // beyond one launch's int row count: a launch per product
     for (int i = 0; i < n; ++i)
-      if (const int st = shared_input_matvec(type, ne0, products + i, 1, x, n_tokens, stream); st != kOk) return st;
+      if (const int st = shared_input_matvec(type, ne0, products + i, 1, x, n_tokens, stream, sc); st != kOk) return st;
     return kOk;
   }
   const uintptr_t xa = is_float_type(type) && ne0 % 8 != 0 ? 4 : 16;
@@ -846,8 +927,8 @@ int dev::shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduc
     int n_on = 0, n_off = 0;
     for (int i = 0; i < n; ++i) (dev::mma_takes(g, ne0, products[i].ne1) ? on[n_on++] : off[n_off++]) = products[i];
     if (n_on > 0 && n_off > 0) {
-      if (const int st = shared_input_matvec(type, ne0, on, n_on, x, n_tokens, stream); st != kOk) return st;
-      return shared_input_matvec(type, ne0, off, n_off, x, n_tokens, stream);
+      if (const int st = shared_input_matvec(type, ne0, on, n_on, x, n_tokens, stream, sc); st != kOk) return st;
+      return shared_input_matvec(type, ne0, off, n_off, x, n_tokens, stream, sc);
     }
   }
   dev::GroupParams gp{};
@@ -862,7 +943,8 @@ int dev::shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduc
     gp.y[i] = p.y;
     gp.ne1[i] = int32_t(p.ne1);
   }
-  return launch(type, ne0, rows, gp, n_tokens, x, products[0].y, nullptr, stream);
+  // Only the dp4a units use the scratch here (products of one input never split).
+  return launch(type, ne0, rows, gp, n_tokens, x, products[0].y, sc, stream);
 }
 
 }  // namespace xpack::kernels

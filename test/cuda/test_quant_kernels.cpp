@@ -779,6 +779,104 @@ TEST_CASE("matvec: K-quant products of one input equal their launches alone") {
   }
 }
 
+// The dp4a units' x, made once per launch into a scratch (stage_terms_kernel)
+// where it has room, else by each block itself: the same bytes, so the same
+// bits. For every dp4a type at 7168 inputs (8 tokens' terms go in passes) and
+// 2560, grouped launches of 1, 3 and 8 tokens and products of one input: with a
+// scratch, equal to the launches without one bit for bit, and the scratch written
+// (the terms were made there); with a scratch one byte too small, or the switch
+// off, the same bits and the scratch untouched; within the bound.
+TEST_CASE("dp4a decode: x's terms made once per launch equal each block's own, bit for bit") {
+  std::mt19937 rng(16);
+  Stream st;
+  const int counts[] = {1, 3, 8};
+  const int np = 3, rows = 1 + 3 + 8;
+  const int64_t ne1 = 37;
+  DevBuf counters(xk::dev::kMatvecSplitCounters * 4);
+  check_cuda(cudaMemset(counters.p, 0, counters.n));
+  check_cuda(cudaDeviceSynchronize());
+  for (uint32_t type : {xk::kQ2_K, xk::kQ3_K, xk::kQ4_K, xk::kQ5_K, xk::kQ6_K, xk::kMXFP4}) {
+    for (const int64_t ne0 : {int64_t(7168), int64_t(2560)}) {
+      CAPTURE(xk::type_name(type));
+      CAPTURE(ne0);
+      // A staged unit: 560 bytes for 128 inputs (the K-quants), 144 for 32 (MXFP4).
+      const size_t token_bytes = type == xk::kMXFP4 ? size_t(ne0 / 32) * 144 : size_t(ne0 / 128) * 560;
+      std::vector<std::vector<uint8_t>> hw;
+      std::vector<std::unique_ptr<DevBuf>> ws;
+      std::vector<xk::ExpertProblem> probs;
+      for (int i = 0, row = 0; i < np; row += counts[i], ++i) {
+        hw.push_back(random_weights(type, ne0, ne1, rng));
+        ws.push_back(std::make_unique<DevBuf>(hw.back().size()));
+        ws.back()->put(hw.back().data(), hw.back().size());
+        probs.push_back({ws.back()->p, row, counts[i]});
+      }
+      const auto x = random_x(size_t(rows) * size_t(ne0), rng);
+      DevBuf dx(x.size() * 4), dy(size_t(rows * ne1) * 4);
+      dx.put(x.data(), x.size() * 4);
+      const size_t m = size_t(rows * ne1);
+      // Without a scratch: each block makes its own terms.
+      dy.poison();
+      REQUIRE(xk::grouped_matvec(type, ne0, ne1, probs.data(), np, dx.as<float>(), dy.as<float>(), rows, st.s) ==
+              xk::kOk);
+      st.sync();
+      const auto own = fetch(dy, m);
+      for (int i = 0; i < np; ++i) {
+        const auto& p = probs[size_t(i)];
+        const std::vector<float> g(own.begin() + p.row * ne1, own.begin() + (p.row + p.n_tokens) * ne1);
+        CHECK(count_bad(g, reference(type, hw[size_t(i)], ne0, ne1, x.data() + p.row * ne0, p.n_tokens), kTolFp32,
+                        xk::type_name(type)) == 0);
+      }
+      // The grouped launch and products of one input (the three matrices on the
+      // first 8 rows of x) with scratches of room, no room and the switch off.
+      std::vector<std::unique_ptr<DevBuf>> ys;
+      std::vector<xk::SharedInputProduct> ps;
+      for (int i = 0; i < np; ++i) {
+        ys.push_back(std::make_unique<DevBuf>(size_t(8 * ne1) * 4));
+        ps.push_back({ws[size_t(i)]->p, ne1, ys.back()->as<float>()});
+      }
+      std::vector<std::vector<float>> shared_own;
+      for (int i = 0; i < np; ++i) ys[size_t(i)]->poison();
+      REQUIRE(xk::dev::shared_input_matvec(type, ne0, ps.data(), np, dx.as<float>(), 8, st.s) == xk::kOk);
+      st.sync();
+      for (int i = 0; i < np; ++i) shared_own.push_back(fetch(*ys[size_t(i)], size_t(8 * ne1)));
+      for (const int mode : {0, 1, 2}) {  // room, one byte short, the switch off
+        CAPTURE(mode);
+        for (const bool shared : {false, true}) {
+          CAPTURE(shared);
+          const size_t need = (shared ? 8 : rows) * token_bytes;
+          DevBuf scratch(need);
+          check_cuda(cudaMemset(scratch.p, 0xA5, scratch.n));
+          check_cuda(cudaDeviceSynchronize());
+          const xk::dev::MatvecScratch sc{scratch.as<float>(), mode == 1 ? need - 1 : need, counters.as<uint32_t>(),
+                                          xk::dev::kMatvecSplitCounters};
+          if (mode == 2) xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeAuto, 0, 0, true, false);
+          if (shared) {
+            for (int i = 0; i < np; ++i) ys[size_t(i)]->poison();
+            REQUIRE(xk::dev::shared_input_matvec(type, ne0, ps.data(), np, dx.as<float>(), 8, st.s, &sc) == xk::kOk);
+          } else {
+            dy.poison();
+            REQUIRE(xk::dev::grouped_matvec_scratch(&sc, type, ne0, ne1, probs.data(), np, dx.as<float>(),
+                                                    dy.as<float>(), rows, st.s) == xk::kOk);
+          }
+          st.sync();
+          xk::dev::set_matvec_geometry(0, true);
+          if (shared) {
+            for (int i = 0; i < np; ++i)
+              CHECK(std::memcmp(fetch(*ys[size_t(i)], size_t(8 * ne1)).data(), shared_own[size_t(i)].data(),
+                                size_t(8 * ne1) * 4) == 0);
+          } else {
+            CHECK(std::memcmp(fetch(dy, m).data(), own.data(), m * 4) == 0);
+          }
+          std::vector<uint8_t> after(need);
+          scratch.get(after.data(), need);
+          const bool untouched = std::all_of(after.begin(), after.end(), [](uint8_t b) { return b == 0xA5; });
+          CHECK(untouched == (mode != 0));
+        }
+      }
+    }
+  }
+}
+
 // Matrices of 24, 4 and 1 rows of 16384 inputs (32768 for Q2_K, Q3_K and Q6_K,
 // whose rows need 256 units to split) fill too few blocks for the GPU,
 // so matmul() splits their rows over more warps (chunk sums in the context's
