@@ -86,9 +86,8 @@ __global__ void __launch_bounds__(kBlock) matvec_kernel(const GroupParams gp, in
     auto* xsm = reinterpret_cast<uint8_t*>(xsm4);
     const size_t token_bytes = size_t(units) * (4 * Ty::kXs);
     if (gp.terms) {
-      // The launch's terms, made once (stage_terms_kernel): a copy, the same bytes
-      // the branch below makes, which a block of one or two row groups had spent
-      // most of its time on.
+      // The launch's terms, made once (stage_terms_kernel): a copy of the bytes the
+      // branch below makes, which each block of a long row had paid for again.
       const int pieces = int(token_bytes / 16);
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
@@ -668,12 +667,21 @@ bool dp4a_takes(const Geometry& g, int64_t ne0) {
 // The dp4a launch in passes of dp4a_pass_tokens: pass k takes each problem's
 // tokens from k * pass on (rows of x and y alike), problems with none left dropped.
 //
-// Where the scratch holds them, the launch's terms are made once first
-// (stage_terms_kernel): every block of the product then copies them instead of
-// making its own, which cost more than their products where a block has one or
-// two row groups (4096 x 14336 at one token: 0.62-0.89x the FMA units, H200
-// 2026-12-05). Both give the same bytes, so the choice changes no bit and may
+// Where the scratch holds them and prestage_pays, the launch's terms are made once
+// first (stage_terms_kernel): every block of the product then copies them instead
+// of making its own. Both give the same bytes, so the choice changes no bit and may
 // depend on the launch.
+//
+// Measured on the H200 (2026-12-05, bench-kernels --no-prestage against the
+// default, doc/kernels.md): made once, rows of 14336 inputs took 0.62-0.80 of the
+// time at one token and 0.58-0.69 at eight, experts of 2048-4096 inputs 0.52-0.62 at
+// eight; but experts at one token took 1.14-1.38 alone and 1.01-1.14 in groups of
+// 6-128 (one launch more, about 2 us, for little staging each block). Hence: at
+// one token only rows of kPrestageMinInputs and more, between the two measured
+// lengths.
+constexpr int kPrestageMinInputs = 8192;
+inline bool prestage_pays(int nt_max, int ne0) { return nt_max > 1 || ne0 >= kPrestageMinInputs; }
+
 template <class Ty>
 cudaError_t launch_dp4a(int nt_max, const GroupParams& gp_in, int ne0, int ne1, size_t rb, const float* x, float* y,
                         const MatvecScratch* sc, const Geometry& geom, cudaStream_t stream) {
@@ -687,7 +695,7 @@ cudaError_t launch_dp4a(int nt_max, const GroupParams& gp_in, int ne0, int ne1, 
   }
   const size_t unit_bytes = size_t(4) * Ty::kXs;
   const int units = ne0 / Ty::kUnit;
-  if (geom.prestage && sc && sc->partial && size_t(rows) * size_t(units) * unit_bytes <= sc->partial_bytes) {
+  if (geom.prestage && prestage_pays(nt_max, ne0) && sc && sc->partial && size_t(rows) * size_t(units) * unit_bytes <= sc->partial_bytes) {
     constexpr int kItemsPerBlock = 4 * (kThreads / 32);
     const int per_problem = (nt_max * units + kItemsPerBlock - 1) / kItemsPerBlock;
     const dim3 grid{unsigned(per_problem), unsigned(probs)};
