@@ -88,6 +88,11 @@ __global__ void __launch_bounds__(kBlock) matvec_kernel(const GroupParams gp, in
     if (gp.terms) {
       // The launch's terms, made once (stage_terms_kernel): a copy of the bytes the
       // branch below makes, which each block of a long row had paid for again.
+      // Launched as that kernel's programmatic dependent (launch_smem_x), this grid
+      // may start before it ends: it waits here until it has, its writes visible.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
       const int pieces = int(token_bytes / 16);
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
@@ -246,6 +251,11 @@ __global__ void __launch_bounds__(kThreads) stage_terms_kernel(const GroupParams
   constexpr int kWarps = kThreads / 32;
   __shared__ __align__(16) uint8_t buf[kWarps][kBytes];
   const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
+  // The product may be launched now (its blocks wait for this grid's end before
+  // reading the terms): its launch's latency, about 2 us, overlaps this kernel.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
   const int p = blockIdx.y;
   const int units = ne0 / Ty::kUnit;
   const int items = gp.ntok[p] * units;
@@ -529,6 +539,24 @@ cudaError_t launch_smem_x(const GroupParams& gp, int ne0, int ne1, size_t rb, co
   const int probs = gp.shared ? 1 : gp.n;  // products of one input share one row of blocks
   const int wave = g.shared_wave ? std::max(1, sms * per_sm / probs) : sms * per_sm;
   const dim3 grid(unsigned(std::min(blocks, wave)), unsigned(probs));
+  if constexpr (kTermsX<Ty>) {
+    if (gp.terms) {
+      // After stage_terms_kernel (or the pass before), as its programmatic dependent:
+      // the kernel waits for it before reading the terms. A grid that does not signal
+      // (the passes' products) lets its dependent start only as it ends, as usual.
+      cudaLaunchAttribute attr[1] = {};
+      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[0].val.programmaticStreamSerializationAllowed = 1;
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = grid;
+      cfg.blockDim = dim3(unsigned(kBlock));
+      cfg.dynamicSmemBytes = smem;
+      cfg.stream = stream;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      return cudaLaunchKernelEx(&cfg, k, gp, ne0, ne1, rb, x, y, tpr_log2);
+    }
+  }
   k<<<grid, kBlock, smem, stream>>>(gp, ne0, ne1, rb, x, y, tpr_log2);
   return cudaGetLastError();
 }
