@@ -4,7 +4,7 @@
 //
 //   bench-kernels [--quick] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem]
 //                 [--row-threads N] [--no-pipeline] [--[no-]mma-decode] [--mma-warps N] [--mma-tiles N]
-//                 [--mma-large-from N] [--no-dp4a] [--no-prestage] [--type T,...] [--shape S]
+//                 [--mma-large-from N] [--no-dp4a] [--[no-]prestage] [--type T,...] [--shape S]
 //                 (one RESULT line per measurement)
 //   --few-rows: the copy and the few-row matrices only (a short device call)
 //   --decode: the copy, matvec and the grouped decode launches only (no prefill)
@@ -15,8 +15,9 @@
 //     (default: a rule of tokens and grid, cuda/quant_mma.cu; a large N: never), likewise
 //   --no-dp4a: the K-quants' and MXFP4's decode on the FMA units for every row (default: rows whose
 //     x fits shared memory as int8 terms on the dp4a units, cuda/matvec_units.cuh)
-//   --no-prestage: each block of a dp4a launch makes x's int8 terms itself (default: one
-//     launch before the product makes them once in the context's workspace; the same bits)
+//   --no-prestage: each block of a dp4a launch makes x's int8 terms itself; --prestage: one
+//     launch before the product makes them once in the context's workspace for every launch
+//     (default: where that was measured faster, cuda/quant_matvec.cu; the same bits)
 //   --type, --shape: only the shapes of those types / of that name (e.g. for ncu)
 //
 // kind=matvec and kind=grouped are the decode kernel through matmul()'s context, as
@@ -162,13 +163,13 @@ void report(const char* kind, uint32_t type, int64_t ne0, int64_t ne1, int n, co
 
 int main(int argc, char** argv) {
   bool quick = false, few_only = false, decode_only = false, wave_per_problem = false, no_pipeline = false,
-       mma_decode = false, no_mma_decode = false, no_dp4a = false, no_prestage = false;
+       mma_decode = false, no_mma_decode = false, no_dp4a = false, no_prestage = false, prestage_always = false;
   uint64_t block_threads = 0, row_threads = 0, mma_warps = 0, mma_tiles = 0, large_from = 0;
   std::string only_type, only_shape;
   xpack::cli::App app("bench-kernels",
                       "bench-kernels [--quick] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem] "
                       "[--row-threads N] [--no-pipeline] [--[no-]mma-decode] [--mma-warps N] [--mma-tiles N] "
-                      "[--mma-large-from N] [--no-dp4a] [--no-prestage] [--type T,...] [--shape S]",
+                      "[--mma-large-from N] [--no-dp4a] [--[no-]prestage] [--type T,...] [--shape S]",
                       "Microseconds per product and weight GB/s of the CUDA kernels (cuda/quant_matmul.h) for "
                       "every weight type, against a device-to-device copy measured in the same run; one RESULT "
                       "line per measurement.",
@@ -203,8 +204,10 @@ int main(int argc, char** argv) {
            "the K-quants' and MXFP4's decode on the FMA units for every row (default: rows whose x fits shared memory "
            "as int8 terms on the dp4a units, doc/kernels.md)");
   app.flag("--no-prestage", &no_prestage,
-           "each block of a dp4a launch turns x into int8 terms itself (default: one launch before the product makes "
-           "them for all its blocks; the same bits)");
+           "each block of a dp4a launch turns x into int8 terms itself (default: where it was measured faster, one "
+           "launch before the product makes them for all its blocks; the same bits)");
+  app.flag("--prestage", &prestage_always,
+           "every dp4a launch with a workspace makes x's int8 terms once for all its blocks (the same bits)");
   app.text("--type", "T,...", &only_type, "only the shapes of these weight types (ggml's names: mxfp4,q2_K,...)");
   app.text("--shape", "S", &only_shape, "only the shapes of this name (as printed in shape=)");
   if (auto rc = app.parse(argc, argv)) return *rc;
@@ -216,13 +219,17 @@ int main(int argc, char** argv) {
     return app.usage_error("--mma-warps: 4 or 8; --mma-tiles: 2 or 4");
   if (mma_warps == 8 && mma_tiles == 4) return app.usage_error("--mma-warps 8 takes --mma-tiles 2 (512 threads a block)");
   if (mma_decode && no_mma_decode) return app.usage_error("--mma-decode or --no-mma-decode, not both");
+  if (no_prestage && prestage_always) return app.usage_error("--prestage or --no-prestage, not both");
   if ((mma_warps != 0 || mma_tiles != 0) && no_mma_decode)
     return app.usage_error("--mma-warps/--mma-tiles lay out the tensor-core kernel, which --no-mma-decode turns off");
   xk::dev::set_matvec_geometry(int(block_threads), !wave_per_problem, int(row_threads), !no_pipeline,
                                mma_decode      ? xk::dev::kMmaDecodeAlways
                                : no_mma_decode ? xk::dev::kMmaDecodeNever
                                                : xk::dev::kMmaDecodeAuto,
-                               int(mma_warps), int(mma_tiles), !no_dp4a, !no_prestage);
+                               int(mma_warps), int(mma_tiles), !no_dp4a,
+                               no_prestage       ? xk::dev::kPrestageNever
+                               : prestage_always ? xk::dev::kPrestageAlways
+                                                 : xk::dev::kPrestageAuto);
   xk::dev::set_mma_large_from(int(large_from));
   const uint32_t all[] = {xk::kF32, xk::kF16, xk::kBF16, xk::kQ8_0, xk::kQ4_K,
                           xk::kQ5_K, xk::kQ6_K, xk::kQ2_K, xk::kQ3_K, xk::kMXFP4};

@@ -171,14 +171,16 @@ int shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduct* pr
 // int8 terms take the dp4a units (TQ2_K8 ... TQ6_K8, TMXFP4_8 in matvec_units.cuh,
 // MXFP4's where the tensor cores do not take the matrix: other bits
 // within the same bound; the default) or the FMA ones; and whether a dp4a launch
-// with a context's scratch makes x's terms once for all its blocks (the default) or
-// each block its own (the same bytes, so the same bits).
+// with a context's scratch makes x's terms once for all its blocks: kPrestageAuto
+// (the default: where that was measured faster), kPrestageAlways or kPrestageNever
+// (each block its own); the same bytes, so the same bits.
 // A switch for bench-kernels' side-by-side runs and the tests.
 // Thread safety: safe from any thread; launches already enqueued keep theirs.
 enum : int { kMmaDecodeAuto = 0, kMmaDecodeAlways = 1, kMmaDecodeNever = 2 };
+enum : int { kPrestageNever = 0, kPrestageAuto = 1, kPrestageAlways = 2 };
 void set_matvec_geometry(int block_threads, bool shared_wave, int row_threads = 0, bool pipeline = true,
                          int mma_decode = kMmaDecodeAuto, int mma_warps = 0, int mma_tiles = 0,
-                         bool dp4a = true, bool prestage = true);
+                         bool dp4a = true, int prestage = kPrestageAuto);
 
 }  // namespace dev
 

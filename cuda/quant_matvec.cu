@@ -467,7 +467,7 @@ std::atomic<bool> g_pipeline{true};
 std::atomic<int> g_mma_decode{kMmaDecodeAuto};
 std::atomic<int> g_mma_layout{int(MmaLayout::k4x4)};
 std::atomic<bool> g_dp4a{true};
-std::atomic<bool> g_prestage{true};
+std::atomic<int> g_prestage{kPrestageAuto};
 struct Geometry {
   int block;         // threads per block: 256, 512, or 0: chosen per launch (launch_smem_x)
   bool shared_wave;  // the problems of a launch share one wave of blocks (else one wave each)
@@ -476,7 +476,7 @@ struct Geometry {
   int mma_decode;    // MXFP4 on the int8 tensor cores (mxfp4_mmv.cu): kMmaDecodeAuto/Always/Never
   MmaLayout mma_layout;  // that kernel's warps a tile x tiles a block (orders its sums)
   bool dp4a;             // K-quant and MXFP4 rows that dp4a_takes on the dp4a units (Dp4aUnit)
-  bool prestage;         // a dp4a launch's terms made once (stage_terms_kernel; the same bits either way)
+  int prestage;          // kPrestage*: a dp4a launch's terms made once (stage_terms_kernel; the same bits either way)
 };
 inline Geometry geometry() {
   return Geometry{g_block.load(std::memory_order_relaxed), g_shared_wave.load(std::memory_order_relaxed),
@@ -723,7 +723,8 @@ cudaError_t launch_dp4a(int nt_max, const GroupParams& gp_in, int ne0, int ne1, 
   }
   const size_t unit_bytes = size_t(4) * Ty::kXs;
   const int units = ne0 / Ty::kUnit;
-  if (geom.prestage && prestage_pays(nt_max, ne0) && sc && sc->partial && size_t(rows) * size_t(units) * unit_bytes <= sc->partial_bytes) {
+  const bool once = geom.prestage == kPrestageAlways || (geom.prestage == kPrestageAuto && prestage_pays(nt_max, ne0));
+  if (once && sc && sc->partial && size_t(rows) * size_t(units) * unit_bytes <= sc->partial_bytes) {
     constexpr int kItemsPerBlock = 4 * (kThreads / 32);
     const int per_problem = (nt_max * units + kItemsPerBlock - 1) / kItemsPerBlock;
     const dim3 grid{unsigned(per_problem), unsigned(probs)};
@@ -856,10 +857,11 @@ bool weight_aligned(uint32_t type, const void* w) {
 }  // namespace
 
 void dev::set_matvec_geometry(int block_threads, bool shared_wave, int row_threads, bool pipeline, int mma_decode,
-                              int mma_warps, int mma_tiles, bool dp4a, bool prestage) {
+                              int mma_warps, int mma_tiles, bool dp4a, int prestage) {
   g_pipeline.store(pipeline, std::memory_order_relaxed);
   g_dp4a.store(dp4a, std::memory_order_relaxed);
-  g_prestage.store(prestage, std::memory_order_relaxed);
+  g_prestage.store(prestage == kPrestageNever || prestage == kPrestageAlways ? prestage : kPrestageAuto,
+                   std::memory_order_relaxed);
   g_mma_decode.store(mma_decode == kMmaDecodeAlways || mma_decode == kMmaDecodeNever ? mma_decode : kMmaDecodeAuto,
                      std::memory_order_relaxed);
   const MmaLayout layout = mma_warps == 8 ? MmaLayout::k8x2 : mma_tiles == 2 ? MmaLayout::k4x2 : MmaLayout::k4x4;

@@ -785,7 +785,9 @@ TEST_CASE("matvec: K-quant products of one input equal their launches alone") {
 // 2560, grouped launches of 1, 3 and 8 tokens and products of one input: with a
 // scratch, equal to the launches without one bit for bit, and the scratch written
 // (the terms were made there); with a scratch one byte too small, or the switch
-// off, the same bits and the scratch untouched; within the bound.
+// off, the same bits and the scratch untouched; within the bound. A one-token
+// launch makes them once by default only for rows of 8192 inputs and more (neither
+// length here), and always when so switched.
 TEST_CASE("dp4a decode: x's terms made once per launch equal each block's own, bit for bit") {
   std::mt19937 rng(16);
   Stream st;
@@ -849,7 +851,8 @@ TEST_CASE("dp4a decode: x's terms made once per launch equal each block's own, b
           check_cuda(cudaDeviceSynchronize());
           const xk::dev::MatvecScratch sc{scratch.as<float>(), mode == 1 ? need - 1 : need, counters.as<uint32_t>(),
                                           xk::dev::kMatvecSplitCounters};
-          if (mode == 2) xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeAuto, 0, 0, true, false);
+          if (mode == 2)
+            xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeAuto, 0, 0, true, xk::dev::kPrestageNever);
           if (shared) {
             for (int i = 0; i < np; ++i) ys[size_t(i)]->poison();
             REQUIRE(xk::dev::shared_input_matvec(type, ne0, ps.data(), np, dx.as<float>(), 8, st.s, &sc) == xk::kOk);
@@ -872,6 +875,28 @@ TEST_CASE("dp4a decode: x's terms made once per launch equal each block's own, b
           const bool untouched = std::all_of(after.begin(), after.end(), [](uint8_t b) { return b == 0xA5; });
           CHECK(untouched == (mode != 0));
         }
+      }
+      // The first problem alone (one token): by default the terms are made once only
+      // for rows of 8192 inputs and more; kPrestageAlways makes them for any.
+      for (const int always : {0, 1}) {
+        CAPTURE(always);
+        DevBuf scratch(token_bytes);
+        check_cuda(cudaMemset(scratch.p, 0xA5, scratch.n));
+        check_cuda(cudaDeviceSynchronize());
+        const xk::dev::MatvecScratch sc{scratch.as<float>(), token_bytes, counters.as<uint32_t>(),
+                                        xk::dev::kMatvecSplitCounters};
+        if (always)
+          xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeAuto, 0, 0, true, xk::dev::kPrestageAlways);
+        dy.poison();
+        REQUIRE(xk::dev::grouped_matvec_scratch(&sc, type, ne0, ne1, probs.data(), 1, dx.as<float>(), dy.as<float>(),
+                                                rows, st.s) == xk::kOk);
+        st.sync();
+        xk::dev::set_matvec_geometry(0, true);
+        CHECK(std::memcmp(fetch(dy, size_t(ne1)).data(), own.data(), size_t(ne1) * 4) == 0);
+        std::vector<uint8_t> after(token_bytes);
+        scratch.get(after.data(), token_bytes);
+        const bool untouched = std::all_of(after.begin(), after.end(), [](uint8_t b) { return b == 0xA5; });
+        CHECK(untouched == (!always && ne0 < 8192));
       }
     }
   }
