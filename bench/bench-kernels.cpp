@@ -4,7 +4,8 @@
 //
 //   bench-kernels [--quick] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem]
 //                 [--row-threads N] [--no-pipeline] [--[no-]mma-decode] [--mma-warps N] [--mma-tiles N]
-//                 [--mma-large-from N] [--type T,...] [--shape S]   (one RESULT line per measurement)
+//                 [--mma-large-from N] [--no-dp4a] [--[no-]prestage] [--type T,...] [--shape S]
+//                 (one RESULT line per measurement)
 //   --few-rows: the copy and the few-row matrices only (a short device call)
 //   --decode: the copy, matvec and the grouped decode launches only (no prefill)
 //   --block-threads, --wave-per-problem, --row-threads, --no-pipeline, --mma-*: the decode
@@ -12,11 +13,19 @@
 //     doc/kernels.md), to measure one against another in the same call
 //   --mma-large-from N: the prefill kernel's 128 x 64 tiles from N tokens whatever the grid
 //     (default: a rule of tokens and grid, cuda/quant_mma.cu; a large N: never), likewise
+//   --no-dp4a: the K-quants' and MXFP4's decode on the FMA units for every row (default: rows whose
+//     x fits shared memory as int8 terms on the dp4a units, cuda/matvec_units.cuh)
+//   --no-prestage: each block of a dp4a launch makes x's int8 terms itself; --prestage: one
+//     launch before the product makes them once in the context's workspace for every launch
+//     (default: where that was measured faster, cuda/quant_matvec.cu; the same bits)
 //   --type, --shape: only the shapes of those types / of that name (e.g. for ncu)
 //
-// kind=matvec is matvec() (no workspace: rows never split); kind=matvec-split is
-// the same product through matmul()'s context, which splits the rows of a matrix
-// too short to fill the GPU (doc/kernels.md, "Few rows").
+// kind=matvec and kind=grouped are the decode kernel through matmul()'s context, as
+// xpack-run runs it (before 2026-12-05: matvec() and grouped_matvec(), which have
+// no workspace; the same kernels at these shapes but for the dp4a units' terms,
+// made once per launch only with a workspace); in --few-rows, kind=matvec is
+// matvec() and kind=matvec-split the same product through the context, which
+// splits the rows of a matrix too short to fill the GPU (doc/kernels.md, "Few rows").
 //
 // hot:  the same weights every repetition (what llama.cpp's test-backend-ops perf
 //       measures: matrices under the 60 MB L2 may be served partly from it);
@@ -154,13 +163,13 @@ void report(const char* kind, uint32_t type, int64_t ne0, int64_t ne1, int n, co
 
 int main(int argc, char** argv) {
   bool quick = false, few_only = false, decode_only = false, wave_per_problem = false, no_pipeline = false,
-       mma_decode = false, no_mma_decode = false;
+       mma_decode = false, no_mma_decode = false, no_dp4a = false, no_prestage = false, prestage_always = false;
   uint64_t block_threads = 0, row_threads = 0, mma_warps = 0, mma_tiles = 0, large_from = 0;
   std::string only_type, only_shape;
   xpack::cli::App app("bench-kernels",
                       "bench-kernels [--quick] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem] "
                       "[--row-threads N] [--no-pipeline] [--[no-]mma-decode] [--mma-warps N] [--mma-tiles N] "
-                      "[--mma-large-from N] [--type T,...] [--shape S]",
+                      "[--mma-large-from N] [--no-dp4a] [--[no-]prestage] [--type T,...] [--shape S]",
                       "Microseconds per product and weight GB/s of the CUDA kernels (cuda/quant_matmul.h) for "
                       "every weight type, against a device-to-device copy measured in the same run; one RESULT "
                       "line per measurement.",
@@ -191,6 +200,14 @@ int main(int argc, char** argv) {
   app.count("--mma-large-from", "N", &large_from,
             "the prefill kernel's 128 x 64 tiles from N tokens whatever the grid (default: a rule of tokens and "
             "grid, cuda/quant_mma.cu; a large N: never)", 1, 1u << 30);
+  app.flag("--no-dp4a", &no_dp4a,
+           "the K-quants' and MXFP4's decode on the FMA units for every row (default: rows whose x fits shared memory "
+           "as int8 terms on the dp4a units, doc/kernels.md)");
+  app.flag("--no-prestage", &no_prestage,
+           "each block of a dp4a launch turns x into int8 terms itself (default: where it was measured faster, one "
+           "launch before the product makes them for all its blocks; the same bits)");
+  app.flag("--prestage", &prestage_always,
+           "every dp4a launch with a workspace makes x's int8 terms once for all its blocks (the same bits)");
   app.text("--type", "T,...", &only_type, "only the shapes of these weight types (ggml's names: mxfp4,q2_K,...)");
   app.text("--shape", "S", &only_shape, "only the shapes of this name (as printed in shape=)");
   if (auto rc = app.parse(argc, argv)) return *rc;
@@ -202,13 +219,17 @@ int main(int argc, char** argv) {
     return app.usage_error("--mma-warps: 4 or 8; --mma-tiles: 2 or 4");
   if (mma_warps == 8 && mma_tiles == 4) return app.usage_error("--mma-warps 8 takes --mma-tiles 2 (512 threads a block)");
   if (mma_decode && no_mma_decode) return app.usage_error("--mma-decode or --no-mma-decode, not both");
+  if (no_prestage && prestage_always) return app.usage_error("--prestage or --no-prestage, not both");
   if ((mma_warps != 0 || mma_tiles != 0) && no_mma_decode)
     return app.usage_error("--mma-warps/--mma-tiles lay out the tensor-core kernel, which --no-mma-decode turns off");
   xk::dev::set_matvec_geometry(int(block_threads), !wave_per_problem, int(row_threads), !no_pipeline,
                                mma_decode      ? xk::dev::kMmaDecodeAlways
                                : no_mma_decode ? xk::dev::kMmaDecodeNever
                                                : xk::dev::kMmaDecodeAuto,
-                               int(mma_warps), int(mma_tiles));
+                               int(mma_warps), int(mma_tiles), !no_dp4a,
+                               no_prestage       ? xk::dev::kPrestageNever
+                               : prestage_always ? xk::dev::kPrestageAlways
+                                                 : xk::dev::kPrestageAuto);
   xk::dev::set_mma_large_from(int(large_from));
   const uint32_t all[] = {xk::kF32, xk::kF16, xk::kBF16, xk::kQ8_0, xk::kQ4_K,
                           xk::kQ5_K, xk::kQ6_K, xk::kQ2_K, xk::kQ3_K, xk::kMXFP4};
@@ -310,14 +331,19 @@ int main(int argc, char** argv) {
       for (auto& v : hx) v = float(int(next() % 2001) - 1000) / 1000.0f;
       CK(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
     }
+    // The decode kernel as xpack-run calls it: through the context (whose scratch
+    // holds a dp4a launch's terms), at 8 tokens too.
+    xk::MatmulOptions dec{};
+    dec.size = sizeof dec;
+    dec.matvec_max_tokens = 8;
     for (int n : {1, 8}) {
       const int reps = quick ? 50 : 400;
       const double hot = time_us(s, reps, 5, [&](int) {
-        st_ok(xk::matvec(sh.type, w[0], sh.ne0, sh.ne1, x, n, y, s), "matvec");
+        st_ok(xk::matmul(ctx, sh.type, w[0], sh.ne0, sh.ne1, x, n, y, &dec, s), "matvec");
       });
       report("matvec", sh.type, sh.ne0, sh.ne1, n, "hot", hot, double(wb), sh.what);
       const double cold = time_us(s, reps, 5, [&](int i) {
-        st_ok(xk::matvec(sh.type, w[size_t(i % copies)], sh.ne0, sh.ne1, x, n, y, s), "matvec");
+        st_ok(xk::matmul(ctx, sh.type, w[size_t(i % copies)], sh.ne0, sh.ne1, x, n, y, &dec, s), "matvec");
       });
       report("matvec", sh.type, sh.ne0, sh.ne1, n, "cold", cold, double(wb), sh.what);
     }
@@ -389,7 +415,7 @@ int main(int argc, char** argv) {
         const double us = time_us(s, quick ? 20 : 200, 5, [&](int i) {
           const int base = (i % rounds) * np;
           for (int p = 0; p < np; ++p) pr[size_t(p)] = {w[size_t((base + p) % copies)], p % nmax, 1};
-          st_ok(xk::grouped_matvec(sh.type, sh.ne0, sh.ne1, pr.data(), np, x, y, nmax, s), "grouped");
+          st_ok(xk::grouped_matmul(ctx, sh.type, sh.ne0, sh.ne1, pr.data(), np, x, y, nmax, &dec, s), "grouped");
         });
         char mode[32];
         std::snprintf(mode, sizeof mode, "grouped%d", np);

@@ -22,7 +22,13 @@ struct GroupParams {
   int shared;
   float* y[kMaxSharedInputProducts];
   int32_t ne1[kMaxSharedInputProducts];
+  // x as the dp4a units read it, made once for the launch by stage_terms_kernel
+  // (null: each block makes its own): token t of problem p at row trow[p] + t,
+  // Ty::kXs * 4 bytes a unit.
+  const uint8_t* terms;
+  int32_t trow[kMaxGroupedProblems];
 };
+static_assert(sizeof(GroupParams) <= 4096, "a kernel parameter of the 4 KB every CUDA version takes");
 
 // Products of one input (gp.shared) number their groups of `rows` rows product
 // after product: the launch's groups, and the product group g falls in (g becomes

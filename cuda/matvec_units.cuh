@@ -335,6 +335,533 @@ struct TQ2_K {
   }
 };
 
+// ---- the K-quants on dp4a: x staged as int8 terms ----------------------------------
+//
+// TQ2_K and TQ3_K spend 4.8 and about 6 instructions a weight in their one-token
+// loops (SASS, doc/kernels.md: "What a K-quant unit costs"), which bounds them by
+// issue below half the copy bandwidth. Here each token's x is staged as int8 terms
+// (int8_terms: per 32-input chunk, q0 + q1/2^7 + q2/2^14 + q3/2^21 times the chunk's
+// power of two) with each chunk's power of two and each 16-input sub-block's sum of
+// x (fp32, a fixed butterfly); a row's quants become unsigned bytes and meet each
+// term in dp4a, exactly in int32; each sub-block's scale, and its min or offset
+// times the sum of x, apply once, as in the FMA units.
+
+// dp4a with unsigned bytes in a (a K-quant's masked quants, up to 192) and signed
+// bytes in b (x's terms); CUDA's __dp4a takes both signed or both unsigned.
+__device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
+#ifdef XPACK_UNITS_ON_HOST  // test/cuda/units_on_host: the units run on the CPU
+  return xpack_host_dp4a_us(a, b, c);
+#else
+  int d;
+  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+#endif
+}
+
+// dp4a with signed bytes in both (MXFP4's codes as their values, x's terms).
+__device__ __forceinline__ int dp4a_ss(uint32_t a, uint32_t b, int c) {
+#ifdef XPACK_UNITS_ON_HOST
+  return xpack_host_dp4a_ss(a, b, c);
+#else
+  return __dp4a(int(a), int(b), c);
+#endif
+}
+
+// x staged as int8 terms for the K-quants' dp4a units of 128 inputs. Per
+// unit and token (kXs floats, 560 bytes, 16-byte aligned; the lanes of a row group
+// read at a stride of one unit, 140 words, so 8 lanes' 16-byte reads fall in 8
+// different bank groups): the 4 chunks' terms, chunk g's term k at byte 128 g + 32 k
+// (one byte an input), then the chunks' scales 2^(ex - 139) (4 floats), then the 8
+// 16-input sub-blocks' sums of x.
+// The base of the units that read x staged as int8 terms (the kernel stages them
+// with Ty::stage_chunk, kChunks 32-input chunks a unit).
+struct TermsX {};
+
+struct Terms128 : TermsX {
+  static constexpr int kUnit = 128;
+  static constexpr int kChunks = 4;
+  static constexpr int kXs = 140;
+  static constexpr int kScales = 128;  // floats: the chunks' scales, then the sums
+  static constexpr int kSums = 132;
+
+  // Warp-wide: turns chunk g of a staged unit `u` (one token's), whose 32 floats
+  // were copied to bytes 128 g.. (the 128 bytes its terms take), into its terms,
+  // scale and sums. Lane i takes input i.
+  __device__ static void stage_chunk(uint8_t* u, int g) {
+    const int lane = int(threadIdx.x & 31);
+    const float xv = reinterpret_cast<const float*>(u + 128 * g)[lane];
+    const unsigned ex = chunk_exponent(xv);
+    uint32_t q[4];
+    int8_terms(xv, ex, q);
+    __syncwarp();  // every lane has read its float before the chunk is overwritten
+#pragma unroll
+    for (int k = 0; k < 4; ++k) u[128 * g + 32 * k + lane] = uint8_t(q[k]);
+    float sx = xv;  // the sub-block's sum: lanes 0-15 and 16-31, every lane the same bits
+#pragma unroll
+    for (int off = 8; off > 0; off >>= 1) sx += __shfl_xor_sync(0xFFFFFFFFu, sx, off);
+    float* f = reinterpret_cast<float*>(u);
+    if ((lane & 15) == 0) f[kSums + 2 * g + (lane >> 4)] = sx;
+    // 2^(ex - 139): q0's scale 2^(ex - 132) over the 2^7 that a pair of terms carries.
+    if (lane == 0)
+      f[kScales + g] = ex == 255 ? __int_as_float(0x7FC00000)
+                                 : (ex >= 13 ? __int_as_float(int(ex - 12) << 23) : __int_as_float(1 << (ex + 10)));
+  }
+
+  // Sum over 16 inputs (sub-block half of chunk g) of v * x for one token, where the
+  // 4 words of v hold unsigned bytes v * 2^m (m: the caller's) and tv the 16 inputs'
+  // 4 terms: (a + b 2^-14) with a = 128 s0 + s1, b = 128 s2 + s3 (|a|, |b| < 2^25,
+  // exact in int32), times 2^m and the chunk's scale by the caller.
+  __device__ __forceinline__ static float dot16(const uint32_t (&v)[4], const uint4 (&tv)[4]) {
+    int a = 0, b = 0;
+    a = dp4a_us(v[0], tv[0].x, a);
+    a = dp4a_us(v[1], tv[0].y, a);
+    a = dp4a_us(v[2], tv[0].z, a);
+    a = dp4a_us(v[3], tv[0].w, a);
+    a <<= 7;
+    a = dp4a_us(v[0], tv[1].x, a);
+    a = dp4a_us(v[1], tv[1].y, a);
+    a = dp4a_us(v[2], tv[1].z, a);
+    a = dp4a_us(v[3], tv[1].w, a);
+    b = dp4a_us(v[0], tv[2].x, b);
+    b = dp4a_us(v[1], tv[2].y, b);
+    b = dp4a_us(v[2], tv[2].z, b);
+    b = dp4a_us(v[3], tv[2].w, b);
+    b <<= 7;
+    b = dp4a_us(v[0], tv[3].x, b);
+    b = dp4a_us(v[1], tv[3].y, b);
+    b = dp4a_us(v[2], tv[3].z, b);
+    b = dp4a_us(v[3], tv[3].w, b);
+    return fmaf(float(b), 0x1p-14f, float(a));
+  }
+
+  // The same over all 32 inputs of a chunk (v: 8 words, inputs in order; tv: its
+  // terms, terms32), for the types whose scales cover 32 inputs: one float
+  // conversion a chunk instead of two. |a|, |b| < 2^27 (v < 256, terms <= 64 in
+  // magnitude): exact in int32.
+  __device__ __forceinline__ static float dot32(const uint32_t (&v)[8], const uint4 (&tv)[4][2]) {
+    int a = 0, b = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      int& s = k < 2 ? a : b;
+      if (k & 1) s <<= 7;
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        s = dp4a_us(v[4 * hf + 0], tv[k][hf].x, s);
+        s = dp4a_us(v[4 * hf + 1], tv[k][hf].y, s);
+        s = dp4a_us(v[4 * hf + 2], tv[k][hf].z, s);
+        s = dp4a_us(v[4 * hf + 3], tv[k][hf].w, s);
+      }
+    }
+    return fmaf(float(b), 0x1p-14f, float(a));
+  }
+  __device__ __forceinline__ static void terms32(const float* xu, int g, uint4 (&tv)[4][2]) {
+    const uint8_t* terms = reinterpret_cast<const uint8_t*>(xu) + 128 * g;
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) tv[k][hf] = *reinterpret_cast<const uint4*>(terms + 32 * k + 16 * hf);
+  }
+
+  // The 4 terms of inputs 16 half.. of chunk g of a staged unit (xu: its floats).
+  __device__ __forceinline__ static void terms16(const float* xu, int g, int half, uint4 (&tv)[4]) {
+    const uint8_t* terms = reinterpret_cast<const uint8_t*>(xu) + 128 * g + 16 * half;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) tv[k] = *reinterpret_cast<const uint4*>(terms + 32 * k);
+  }
+};
+
+// Q2_K: the 2-bit quants masked in place (quant * 4^g in each byte: one LOP3 a 4
+// weights), 2.76 instructions a weight in the one-token loop against TQ2_K's 4.8.
+struct TQ2_K8 : Terms128 {
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
+    const int blk = u >> 1, h = u & 1;
+    uint32_t sc[R][2], q[R][8];
+    float d[R], dm[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* b = rp[r] + size_t(blk) * 84;  // 4-byte aligned
+      sc[r][0] = ld32(b + 8 * h);
+      sc[r][1] = ld32(b + 8 * h + 4);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) q[r][i] = ld32(b + 16 + 32 * h + 4 * i);
+      const uint32_t dd = ld32(b + 80);
+      d[r] = h2f(dd);
+      dm[r] = h2f(dd >> 16);
+    }
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      float cs[NT];
+#pragma unroll
+      for (int t = 0; t < NT; ++t) cs[t] = xp[t][xs * u + kScales + g] * (1.0f / float(1 << (2 * g)));
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int sb = 2 * g + half;  // scale byte within this half block
+        float dl[R], ml[R];
+        uint32_t qw[R][4];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const uint32_t s = (sc[r][sb >> 2] >> (8 * (sb & 3))) & 0xFFu;
+          dl[r] = d[r] * float(s & 0xF);
+          ml[r] = dm[r] * float(s >> 4);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) qw[r][j] = q[r][4 * half + j] & (0x03030303u << (2 * g));
+        }
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          const float* xu = xp[t] + xs * u;
+          uint4 tv[4];
+          terms16(xu, g, half, tv);
+          const float sx = xu[kSums + sb];
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const float s1 = dot16(qw[r], tv) * cs[t];
+            acc[r][t] = fmaf(-ml[r], sx, fmaf(dl[r], s1, acc[r][t]));
+          }
+        }
+      }
+    }
+  }
+};
+
+// Q3_K: each weight's 2 low bits and high bit make the unsigned byte v = low + 4 hb
+// (0..7), so the weight is scale * (v - 4) and a sub-block's sum is
+// scale * (sum v x - 4 sum x), the second with the staged sum of x.
+struct TQ3_K8 : Terms128 {
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
+    const int blk = u >> 1, h = u & 1;
+    uint32_t hm[R][8], q[R][8], sc[R][3];
+    float d[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* b = rp[r] + size_t(blk) * 110;  // 2-byte aligned
+      ldwords<8>(b, hm[r]);
+      ldwords<8>(b + 32 + 32 * h, q[r]);
+      ldwords<3>(b + 96, sc[r]);
+      d[r] = h2f(ld16(b + 108));
+      // The second half block's high bits are bits 4..7: shifted once here, so that
+      // chunk g's are bit g of each byte for a shift known at compile time.
+#pragma unroll
+      for (int i = 0; i < 8; ++i) hm[r][i] >>= 4 * h;
+    }
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      float cs[NT];
+#pragma unroll
+      for (int t = 0; t < NT; ++t) cs[t] = xp[t][xs * u + kScales + g];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        // Sub-block j = 8h + sb: its low 4 scale bits are byte sb's nibble h, the
+        // high 2 bits are in byte 8 + (j & 3) at shift 2 * (j >> 2).
+        const int sb = 2 * g + half;
+        float dl[R];
+        uint32_t v[R][4];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const int lo4 = (byte12(sc[r], sb) >> (4 * h)) & 0xF;
+          const int hi2 = (byte12(sc[r], 8 + (sb & 3)) >> (2 * (2 * h + (sb >> 2)))) & 3;
+          dl[r] = d[r] * float((lo4 | (hi2 << 4)) - 32);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const uint32_t hw = hm[r][4 * half + j];
+            const uint32_t hb = (g <= 2 ? hw << (2 - g) : hw >> (g - 2)) & 0x04040404u;  // bit g to bit 2
+            v[r][j] = ((q[r][4 * half + j] >> (2 * g)) & 0x03030303u) | hb;
+          }
+        }
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          const float* xu = xp[t] + xs * u;
+          uint4 tv[4];
+          terms16(xu, g, half, tv);
+          const float sx4 = 4.0f * xu[kSums + sb];
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const float s1 = dot16(v[r], tv) * cs[t];
+            acc[r][t] = fmaf(-dl[r], sx4, fmaf(dl[r], s1, acc[r][t]));
+          }
+        }
+      }
+    }
+  }
+};
+
+// x staged as int8 terms for MXFP4's dp4a unit (one 32-input block a unit). Per
+// unit and token (kXs floats, 144 bytes; a stride of 36 words puts 8 lanes' 16-byte
+// reads in 8 different bank groups): term k at bytes 32 k.., its inputs in the
+// order their codes lie in the block's words (byte 8 j + n: the code in nibble n of
+// word j, input 4 j + n / 2 + 16 (n % 2)), so a word's decoded codes meet their
+// terms without a byte permute; then the chunk's scale 2^(ex - 139).
+struct Terms32 : TermsX {
+  static constexpr int kUnit = 32;
+  static constexpr int kChunks = 1;
+  static constexpr int kXs = 36;
+  static constexpr int kScales = 32;
+
+  // Warp-wide, as Terms128::stage_chunk (g is 0).
+  __device__ static void stage_chunk(uint8_t* u, int) {
+    const int lane = int(threadIdx.x & 31);
+    const float xv = reinterpret_cast<const float*>(u)[lane];
+    const unsigned ex = chunk_exponent(xv);
+    uint32_t q[4];
+    int8_terms(xv, ex, q);
+    __syncwarp();  // every lane has read its float before the chunk is overwritten
+    const int at = 8 * ((lane & 15) >> 2) + 2 * (lane & 3) + (lane >> 4);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) u[32 * k + at] = uint8_t(q[k]);
+    if (lane == 0)
+      reinterpret_cast<float*>(u)[kScales] =
+          ex == 255 ? __int_as_float(0x7FC00000)
+                    : (ex >= 13 ? __int_as_float(int(ex - 12) << 23) : __int_as_float(1 << (ex + 10)));
+  }
+};
+
+// MXFP4 on dp4a: each word's 8 codes become their values (int8, -12..12) in nibble
+// order, which meet their terms in signed dp4a; the block's E8M0 scale and the
+// chunk's multiply once. Blocks of E8M0 >= 253, whose ggml weights can overflow to
+// inf, are summed weight by weight against x rebuilt from its terms (big_block).
+struct TMXFP4_8 : Terms32 {
+  // The 8 codes of w as int8 values in nibble order (v0: nibbles 0-3, v1: 4-7), by
+  // byte tables of the positive and the negative values, each code's sign bit
+  // choosing between them (a byte permute reads the low 16 bits of its selector).
+  __device__ static void values8(uint32_t w, uint32_t& v0, uint32_t& v1) {
+    const uint32_t sel = w & 0x77777777u;
+    const uint32_t pick = ((w >> 1) & 0x44444444u) | 0x32103210u;  // byte n from neg where nibble n >= 8
+    const uint32_t sel1 = sel >> 16, pick1 = pick >> 16;
+    v0 = prmt(prmt(0x03020100u, 0x0C080604u, sel), prmt(0xFDFEFF00u, 0xF4F8FAFCu, sel), pick);
+    v1 = prmt(prmt(0x03020100u, 0x0C080604u, sel1), prmt(0xFDFEFF00u, 0xF4F8FAFCu, sel1), pick1);
+  }
+  // A unit with a block of E8M0 >= 253 in any of its rows, whose ggml weights
+  // (kvalue times 2^(e-128) in fp32) can overflow to inf: each row's block (at
+  // blk) weight by weight against x as its terms give it (within 2^-24 of x),
+  // added to acc. The rare path, a function of its own taking only scalars, so
+  // that the unit's code keeps none of it.
+  __device__ __noinline__ static float big_block(const uint8_t* blk, const float* xu, float acc) {
+    const uint32_t e = blk[0];
+    const float sc = e8m0_half(e);
+    const bool big = e >= 253;
+    const uint8_t* terms = reinterpret_cast<const uint8_t*>(xu);
+    const float xsc = xu[kScales];  // 2^(ex - 139): the terms' integer below over 2^14 more
+    float s = 0.0f;
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t w = uint32_t(blk[1 + 4 * j]) | (uint32_t(blk[2 + 4 * j]) << 8) |
+                         (uint32_t(blk[3 + 4 * j]) << 16) | (uint32_t(blk[4 + 4 * j]) << 24);
+      float f[8];
+      TMXFP4::decode(w, f);
+      for (int n = 0; n < 8; ++n) {
+        const int at = 8 * j + n;
+        const int xi =
+            ((int(int8_t(terms[at])) * 128 + int8_t(terms[32 + at])) * 128 + int8_t(terms[64 + at])) * 128 +
+            int8_t(terms[96 + at]);
+        const float xr = __fmul_rn(__fmul_rn(float(xi), 0x1p-14f), xsc);
+        s = big ? fmaf(__fmul_rn(f[n], sc), xr, s) : fmaf(f[n], xr, s);
+      }
+    }
+    return big ? acc + s : fmaf(sc, s, acc);
+  }
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
+    uint32_t q[R][4];
+    float sc[R];
+    bool big = false;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uintptr_t a = reinterpret_cast<uintptr_t>(rp[r] + size_t(u) * 17);
+      const unsigned int* base = reinterpret_cast<const unsigned int*>(a & ~uintptr_t(3));
+      const unsigned at = unsigned(a & 3u);
+      uint32_t v[5];
+#pragma unroll
+      for (int i = 0; i < 5; ++i) v[i] = __ldg(base + i);
+      const uint32_t e = (v[0] >> (8 * at)) & 0xFFu;
+      sc[r] = e8m0_half(e);
+      big |= e >= 253;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) q[r][i] = __funnelshift_rc(v[i], v[i + 1], 8 * (at + 1));
+    }
+    if (big) {
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) acc[r][t] = big_block(rp[r] + size_t(u) * 17, xp[t] + xs * u, acc[r][t]);
+      return;
+    }
+    uint32_t val[R][8];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) values8(q[r][j], val[r][2 * j], val[r][2 * j + 1]);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const float* xu = xp[t] + xs * u;
+      const uint8_t* terms = reinterpret_cast<const uint8_t*>(xu);
+      uint4 tv[4][2];
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) tv[k][hf] = *reinterpret_cast<const uint4*>(terms + 32 * k + 16 * hf);
+      const float cs = xu[kScales];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        int a = 0, b = 0;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          int& s = k < 2 ? a : b;
+          if (k & 1) s <<= 7;
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            s = dp4a_ss(val[r][4 * hf + 0], tv[k][hf].x, s);
+            s = dp4a_ss(val[r][4 * hf + 1], tv[k][hf].y, s);
+            s = dp4a_ss(val[r][4 * hf + 2], tv[k][hf].z, s);
+            s = dp4a_ss(val[r][4 * hf + 3], tv[k][hf].w, s);
+          }
+        }
+        acc[r][t] = fmaf(sc[r], fmaf(float(b), 0x1p-14f, float(a)) * cs, acc[r][t]);
+      }
+    }
+  }
+};
+
+// Q4_K and Q5_K, half a block (4 sub-blocks of 32, each with its 6-bit scale and
+// min) a unit: Q4_K's nibbles masked in place (the high one times 16, taken out by
+// the chunk's scale), Q5_K's nibble and high bit made the byte v = nibble + 16 hb.
+template <bool kQ5>
+struct TQ45_K8 : Terms128 {
+  static constexpr int kBlock = kQ5 ? 176 : 144;  // both multiples of 16
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
+    const int blk = u >> 1, h = u & 1;
+    uint32_t q[R][16], qh[R][8], sc[R][3];
+    float d[R], dm[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* b = rp[r] + size_t(blk) * kBlock;
+      const uint4 a = ld128(b);  // d, dmin, scales[12]
+      d[r] = h2f(a.x);
+      dm[r] = h2f(a.x >> 16);
+      sc[r][0] = a.y;
+      sc[r][1] = a.z;
+      sc[r][2] = a.w;
+      const uint8_t* qs = b + (kQ5 ? 48 : 16) + 64 * h;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint4 w = ld128(qs + 16 * i);
+        q[r][4 * i] = w.x; q[r][4 * i + 1] = w.y; q[r][4 * i + 2] = w.z; q[r][4 * i + 3] = w.w;
+      }
+      if (kQ5) {
+        // Sub-block 4h + g's high bits are bit 4h + g of each byte: shifted by 4h
+        // once here, so that chunk g's shift is known at compile time.
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const uint4 w = ld128(b + 16 + 16 * i);
+          qh[r][4 * i] = w.x >> (4 * h); qh[r][4 * i + 1] = w.y >> (4 * h);
+          qh[r][4 * i + 2] = w.z >> (4 * h); qh[r][4 * i + 3] = w.w >> (4 * h);
+        }
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      float dl[R], ml[R];
+      uint32_t v[R][8];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        // Sub-block j = 4h + g: its scale and min, 6 bits each (k4_scale_min).
+        int s, m;
+        if (h == 0) {
+          s = byte12(sc[r], g) & 63;
+          m = byte12(sc[r], g + 4) & 63;
+        } else {
+          s = (byte12(sc[r], g + 8) & 0xF) | ((byte12(sc[r], g) >> 6) << 4);
+          m = (byte12(sc[r], g + 8) >> 4) | ((byte12(sc[r], g + 4) >> 6) << 4);
+        }
+        dl[r] = d[r] * float(s);
+        ml[r] = dm[r] * float(m);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const uint32_t w = q[r][8 * (g >> 1) + i];
+          if (kQ5) {
+            const uint32_t hb = (qh[r][i] << (4 - g)) & 0x10101010u;  // bit g to bit 4
+            v[r][i] = ((g & 1 ? w >> 4 : w) & 0x0F0F0F0Fu) | hb;
+          } else {
+            v[r][i] = w & (g & 1 ? 0xF0F0F0F0u : 0x0F0F0F0Fu);
+          }
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const float* xu = xp[t] + xs * u;
+        const float cs = xu[kScales + g] * (!kQ5 && (g & 1) ? 0.0625f : 1.0f);
+        const float sx = xu[kSums + 2 * g] + xu[kSums + 2 * g + 1];
+        uint4 tv[4][2];
+        terms32(xu, g, tv);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const float s1 = dot32(v[r], tv) * cs;
+          acc[r][t] = fmaf(-ml[r], sx, fmaf(dl[r], s1, acc[r][t]));
+        }
+      }
+    }
+  }
+};
+
+// Q6_K: each weight's low 4 and high 2 bits make the unsigned byte v (0..63), the
+// weight is scale * (v - 32) and a sub-block's sum scale * (sum v x - 32 sum x).
+struct TQ6_K8 : Terms128 {
+  template <int NT, int R>
+  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
+                             Acc<NT, R>& acc, int xs) {
+    const int blk = u >> 1, h = u & 1;
+    uint32_t ql[R][16], qh[R][8], sc[R][2];
+    float d[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* b = rp[r] + size_t(blk) * 210;  // 2-byte aligned
+      ldwords<16>(b + 64 * h, ql[r]);
+      ldwords<8>(b + 128 + 32 * h, qh[r]);
+      ldwords<2>(b + 192 + 8 * h, sc[r]);
+      d[r] = h2f(ld16(b + 208));
+    }
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      float cs[NT];
+#pragma unroll
+      for (int t = 0; t < NT; ++t) cs[t] = xp[t][xs * u + kScales + g];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int sb = 2 * g + half;
+        float dl[R];
+        uint32_t v[R][4];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          dl[r] = d[r] * float(int8_t((sc[r][sb >> 2] >> (8 * (sb & 3))) & 0xFFu));
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const uint32_t lo = (ql[r][8 * (g & 1) + 4 * half + j] >> (g < 2 ? 0 : 4)) & 0x0F0F0F0Fu;
+            const uint32_t hw = qh[r][4 * half + j];
+            const uint32_t hi = (g < 3 ? hw << (4 - 2 * g) : hw >> 2) & 0x30303030u;  // bits 2g, 2g+1 to 4, 5
+            v[r][j] = lo | hi;
+          }
+        }
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          const float* xu = xp[t] + xs * u;
+          uint4 tv[4];
+          terms16(xu, g, half, tv);
+          const float sx32 = 32.0f * xu[kSums + sb];
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const float s1 = dot16(v[r], tv) * cs[t];
+            acc[r][t] = fmaf(-dl[r], sx32, fmaf(dl[r], s1, acc[r][t]));
+          }
+        }
+      }
+    }
+  }
+};
+
 // ---- Q3_K: half a 110-byte block per unit ------------------------------------------
 
 struct TQ3_K {

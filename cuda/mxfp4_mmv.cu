@@ -91,9 +91,6 @@ __device__ __forceinline__ float e8m0_scale_bits(uint32_t e) {
   return __uint_as_float(r);
 }
 
-// 2^n as a float for n in [-126, 127].
-__device__ __forceinline__ float pow2(int n) { return __int_as_float((n + 127) << 23); }
-
 // D = A B with A 16x32 (row) and B 32x8 (col) int8, D int32; fragments as in the
 // PTX ISA: lane (g = lane / 4, c = lane % 4) holds A rows g and g + 8 at k = 4c..4c+3
 // (a[0], a[1]) and 16 + 4c.. (a[2], a[3]), B column g at the same k (b[0], b[1]),
@@ -138,18 +135,9 @@ __device__ void stage_x(const float* x, size_t ne0, int row0, int nt_real, int c
     const int ch = item / NT, t = item - ch * NT;
     uint8_t* piece = bsm + size_t(ch) * chunk_bytes(NT) + t * 128;
     const float xv = reinterpret_cast<const float*>(piece)[lane];
-    const unsigned ex = __reduce_max_sync(0xFFFFFFFFu, __float_as_uint(xv) & 0x7F800000u) >> 23;
-    // v = x * 2^(132 - ex): the chunk's largest |x| < 2^(ex - 126) lands below 64.
-    const int k = 132 - int(ex), k1 = k >> 1;
-    float v = __fmul_rn(__fmul_rn(xv, pow2(k1)), pow2(k - k1));
+    const unsigned ex = chunk_exponent(xv);
     uint32_t q[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      // v + 1.5 * 2^23 rounds v to an integer q whose low byte is q's int8.
-      const float m = __fadd_rn(v, 12582912.0f);
-      q[j] = __float_as_uint(m) & 0xFFu;
-      v = __fmul_rn(__fsub_rn(v, __fsub_rn(m, 12582912.0f)), 128.0f);
-    }
+    int8_terms(xv, ex, q);
     __syncwarp();  // every lane has read its float before the piece is overwritten
 #pragma unroll
     for (int j = 0; j < 4; ++j) piece[32 * j + off] = uint8_t(q[j]);

@@ -59,6 +59,31 @@ __device__ __forceinline__ float magic_byte(uint32_t v, int k) {
 }
 constexpr float kMagic = 8388608.0f;  // 2^23
 
+// 2^n as a float for n in [-126, 127].
+__device__ __forceinline__ float pow2(int n) { return __int_as_float((n + 127) << 23); }
+
+// x cut into int8 terms for the integer products (mxfp4_mmv.cu's tensor cores, the
+// K-quants' dp4a decode): a warp holds a 32-input chunk of a token's x, one input a
+// lane. chunk_exponent is the largest biased exponent among the warp's inputs (255
+// where any is inf or NaN); int8_terms cuts x * 2^(132 - ex), whose largest
+// magnitude lies below 64, into q0 + q1/2^7 + q2/2^14 + q3/2^21 (each |q| <= 64,
+// every step exact in fp32; what is left is below 2^-27 of the chunk's largest
+// |x|), each term's int8 in the low byte of q[j].
+__device__ __forceinline__ unsigned chunk_exponent(float xv) {
+  return __reduce_max_sync(0xFFFFFFFFu, __float_as_uint(xv) & 0x7F800000u) >> 23;
+}
+__device__ __forceinline__ void int8_terms(float xv, unsigned ex, uint32_t (&q)[4]) {
+  const int k = 132 - int(ex), k1 = k >> 1;
+  float v = __fmul_rn(__fmul_rn(xv, pow2(k1)), pow2(k - k1));
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    // v + 1.5 * 2^23 rounds v to an integer q whose low byte is q's int8.
+    const float m = __fadd_rn(v, 12582912.0f);
+    q[j] = __float_as_uint(m) & 0xFFu;
+    v = __fmul_rn(__fsub_rn(v, __fsub_rn(m, 12582912.0f)), 128.0f);
+  }
+}
+
 // ggml's GGML_E8M0_TO_FP32_HALF: 2^(e-128); e = 0, 1 are f32 subnormals, e = 255 is 2^127.
 __device__ __forceinline__ float e8m0_half(uint32_t e) {
   return __uint_as_float(e < 2 ? (0x00200000u << e) : ((e - 1) << 23));

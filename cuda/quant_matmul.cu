@@ -400,7 +400,7 @@ int shared_input_matmul(Context* ctx, uint32_t type, int64_t ne0, const SharedIn
     }
   }
   if (n_batch == 1) return matmul(ctx, type, batch[0].w, ne0, batch[0].ne1, x, n_tokens, batch[0].y, opts, stream);
-  if (n_batch > 1) return dev::shared_input_matvec(type, ne0, batch, n_batch, x, n_tokens, stream);
+  if (n_batch > 1) return dev::shared_input_matvec(type, ne0, batch, n_batch, x, n_tokens, stream, &sc);
   return kOk;
 }
 

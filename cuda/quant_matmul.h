@@ -143,10 +143,12 @@ bool matvec_splits(const MatvecScratch* scratch, uint32_t type, int64_t ne0, int
 // The unsplit decode kernel over products of one x (x rows [0, n_tokens)) in ONE
 // launch, each product in its own rows of the grid; each output equals
 // grouped_matvec() of its product alone, bit for bit. `products` is a host
-// array of 1..kMaxSharedInputProducts; no y may overlap x or another y.
-// Thread safety: safe from any thread.
+// array of 1..kMaxSharedInputProducts; no y may overlap x or another y. `scratch`
+// (may be null) holds the dp4a units' terms of x where it has room (the same bits).
+// Thread safety: safe from any thread; one thread and one stream at a time per scratch.
 int shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduct* products, int n,
-                        const float* x, int n_tokens, cudaStream_t stream);
+                        const float* x, int n_tokens, cudaStream_t stream,
+                        const MatvecScratch* scratch = nullptr);
 
 // The decode kernel's layout: where x is staged in shared memory, threads per block
 // (256 or 512; any other value, the default: chosen per launch from the occupancy of
@@ -164,12 +166,21 @@ int shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduct* pr
 // kMmaDecodeAlways (every matrix of whole 512-input groups) or kMmaDecodeNever;
 // and that kernel's layout: mma_warps warps share a tile of 16 rows (4 or 8) and
 // mma_tiles tiles a block of threads (2 or 4; 8 warps take 2), which orders its
-// sums (within the same bound); any other values, the default: 4 warps, 4 tiles.
+// sums (within the same bound); any other values, the default: 4 warps, 4 tiles;
+// and whether K-quant and MXFP4 rows short enough for a token's x to be staged as
+// int8 terms take the dp4a units (TQ2_K8 ... TQ6_K8, TMXFP4_8 in matvec_units.cuh,
+// MXFP4's where the tensor cores do not take the matrix: other bits
+// within the same bound; the default) or the FMA ones; and whether a dp4a launch
+// with a context's scratch makes x's terms once for all its blocks: kPrestageAuto
+// (the default: where that was measured faster), kPrestageAlways or kPrestageNever
+// (each block its own); the same bytes, so the same bits.
 // A switch for bench-kernels' side-by-side runs and the tests.
 // Thread safety: safe from any thread; launches already enqueued keep theirs.
 enum : int { kMmaDecodeAuto = 0, kMmaDecodeAlways = 1, kMmaDecodeNever = 2 };
+enum : int { kPrestageNever = 0, kPrestageAuto = 1, kPrestageAlways = 2 };
 void set_matvec_geometry(int block_threads, bool shared_wave, int row_threads = 0, bool pipeline = true,
-                         int mma_decode = kMmaDecodeAuto, int mma_warps = 0, int mma_tiles = 0);
+                         int mma_decode = kMmaDecodeAuto, int mma_warps = 0, int mma_tiles = 0,
+                         bool dp4a = true, int prestage = kPrestageAuto);
 
 }  // namespace dev
 

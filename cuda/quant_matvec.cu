@@ -15,6 +15,8 @@
 // Matrices with few rows (a split, below matvec_split_kernel): through matmul()'s
 // context, whose workspace holds partial sums, each row's units are cut into
 // chunks that separate warps sum, and the chunks' sums are added in a fixed order.
+#include <cuda_pipeline.h>
+
 #include <algorithm>
 #include <atomic>
 #include <type_traits>
@@ -51,6 +53,17 @@ constexpr size_t kMaxSmemX = 200 * 1024;
 template <class Ty>
 constexpr bool kPipelines = std::is_same_v<Ty, TMXFP4>;
 
+// Units that read x staged as int8 terms (Ty::stage_chunk), never x itself: only
+// the staged kernel takes them, and only where 8 tokens' terms fit (dp4a_takes).
+template <class Ty>
+constexpr bool kTermsX = std::is_base_of_v<TermsX, Ty>;
+// Staged floats a unit and token.
+template <class Ty>
+constexpr int staged_floats() {
+  if constexpr (kTermsX<Ty>) return Ty::kXs;
+  else return Ty::kUnit + 4;
+}
+
 template <class Ty, int NT, int R, bool kSmemX, int kBlock = kThreads, bool kPipe = false>
 __global__ void __launch_bounds__(kBlock) matvec_kernel(const GroupParams gp, int ne0, int ne1,
                                                           size_t row_bytes, const float* __restrict__ x,
@@ -68,7 +81,53 @@ __global__ void __launch_bounds__(kBlock) matvec_kernel(const GroupParams gp, in
 
   const float* xp[NT];
   int xs;
-  if constexpr (kSmemX) {
+  if constexpr (kTermsX<Ty>) {
+    static_assert(kSmemX, "the dp4a units read x staged as terms");
+    auto* xsm = reinterpret_cast<uint8_t*>(xsm4);
+    const size_t token_bytes = size_t(units) * (4 * Ty::kXs);
+    if (gp.terms) {
+      // The launch's terms, made once (stage_terms_kernel): a copy of the bytes the
+      // branch below makes, which each block of a long row had paid for again.
+      // Launched as that kernel's programmatic dependent (launch_smem_x), this grid
+      // may start before it ends: it waits here until it has, its writes visible.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+      const int pieces = int(token_bytes / 16);
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const uint8_t* src = gp.terms + size_t(gp.trow[p] + min(t, nt - 1)) * token_bytes;
+        for (int i = threadIdx.x; i < pieces; i += kBlock)
+          __pipeline_memcpy_async(xsm + size_t(t) * token_bytes + 16 * size_t(i), src + 16 * size_t(i), 16);
+      }
+      __pipeline_commit();
+      __pipeline_wait_prior(0);
+    } else {
+      // x's floats first, each unit's to the bytes its terms will take (independent
+      // loads, all in flight at once), then a warp turns one (token, 32-input chunk)
+      // at a time into terms in place.
+      const int quads = ne0 / 4;
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const float4* src = reinterpret_cast<const float4*>(x + size_t(row0 + min(t, nt - 1)) * size_t(ne0));
+        uint8_t* dst = xsm + size_t(t) * token_bytes;
+        for (int i = threadIdx.x; i < quads; i += kBlock) {
+          const int e = 4 * i;
+          *reinterpret_cast<float4*>(dst + size_t(e / kU) * (4 * Ty::kXs) + 4 * (e % kU)) = __ldg(src + i);
+        }
+      }
+      __syncthreads();
+      const int chunks = Ty::kChunks * units;
+      for (int item = int(threadIdx.x >> 5); item < NT * chunks; item += kBlock / 32) {
+        const int t = item / chunks, c = item - t * chunks;
+        Ty::stage_chunk(xsm + size_t(t) * token_bytes + size_t(c / Ty::kChunks) * (4 * Ty::kXs), c % Ty::kChunks);
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; ++t) xp[t] = reinterpret_cast<const float*>(xsm + size_t(t) * token_bytes);
+    xs = Ty::kXs;
+    __syncthreads();
+  } else if constexpr (kSmemX) {
     constexpr int kXs = kU + 4;
     float* xsm = reinterpret_cast<float*>(xsm4);
     const int quads = ne0 / 4;
@@ -176,6 +235,42 @@ __global__ void __launch_bounds__(kBlock) matvec_kernel(const GroupParams gp, in
           if (t < nt) y[size_t(row0 + t) * size_t(ne1) + o] = acc[r][t];
       }
     }
+  }
+}
+
+// x as the dp4a units read it, made once for a launch (GroupParams::terms): each
+// warp takes one (token, unit) of its problem after another, copies the unit's
+// floats into its own shared memory, turns them into terms by Ty::stage_chunk
+// (what matvec_kernel runs where there is no such copy, so both give the same
+// bytes) and writes them out. Problems of one input (gp.shared) take one grid row.
+template <class Ty>
+__global__ void __launch_bounds__(kThreads) stage_terms_kernel(const GroupParams gp, int ne0,
+                                                                 const float* __restrict__ x,
+                                                                 uint8_t* __restrict__ terms) {
+  constexpr int kBytes = 4 * Ty::kXs;
+  constexpr int kWarps = kThreads / 32;
+  __shared__ __align__(16) uint8_t buf[kWarps][kBytes];
+  const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
+  // The product may be launched now (its blocks wait for this grid's end before
+  // reading the terms): its launch's latency, about 2 us, overlaps this kernel.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+  const int p = blockIdx.y;
+  const int units = ne0 / Ty::kUnit;
+  const int items = gp.ntok[p] * units;
+  uint8_t* b = buf[warp];
+  for (int item = int(blockIdx.x) * kWarps + warp; item < items; item += int(gridDim.x) * kWarps) {
+    const int t = item / units, u = item - t * units;
+    const float4* src = reinterpret_cast<const float4*>(x + size_t(gp.row[p] + t) * size_t(ne0) + size_t(u) * Ty::kUnit);
+    for (int i = lane; i < Ty::kUnit / 4; i += 32) reinterpret_cast<float4*>(b)[i] = __ldg(src + i);
+    __syncwarp();
+#pragma unroll
+    for (int c = 0; c < Ty::kChunks; ++c) Ty::stage_chunk(b, c);
+    __syncwarp();
+    uint4* dst = reinterpret_cast<uint4*>(terms + (size_t(gp.trow[p] + t) * size_t(units) + size_t(u)) * kBytes);
+    for (int i = lane; i < kBytes / 16; i += 32) dst[i] = reinterpret_cast<const uint4*>(b)[i];
+    __syncwarp();  // the buffer is read out before the next item overwrites it
   }
 }
 
@@ -320,10 +415,14 @@ Split split_plan(int ne0, int ne1) {
 
 // R of a launch: four rows per group for one token (x reused 4 times), two
 // otherwise; Q6_K's larger units keep two (four would halve the resident warps
-// for registers). Results do not depend on it: each row's sum is its own.
+// for registers), and so do the dp4a units but Q2_K's and MXFP4's (at four rows Q3_K's took
+// 169 registers, Q4_K's 156, Q5_K's 196, Q6_K's 219: 8 warps an SM). Results do
+// not depend on it: each row's sum is its own.
 template <class Ty, int NT>
 constexpr int rows_per_group() {
-  return (NT == 1 && !std::is_same_v<Ty, TQ6_K>) ? 4 : 2;
+  constexpr bool kTwo =
+      std::is_same_v<Ty, TQ6_K> || (kTermsX<Ty> && !std::is_same_v<Ty, TQ2_K8> && !std::is_same_v<Ty, TMXFP4_8>);
+  return (NT == 1 && !kTwo) ? 4 : 2;
 }
 
 // The split launch, in as many launches as the workspace needs (each holds the
@@ -367,6 +466,8 @@ std::atomic<int> g_row_threads{0};
 std::atomic<bool> g_pipeline{true};
 std::atomic<int> g_mma_decode{kMmaDecodeAuto};
 std::atomic<int> g_mma_layout{int(MmaLayout::k4x4)};
+std::atomic<bool> g_dp4a{true};
+std::atomic<int> g_prestage{kPrestageAuto};
 struct Geometry {
   int block;         // threads per block: 256, 512, or 0: chosen per launch (launch_smem_x)
   bool shared_wave;  // the problems of a launch share one wave of blocks (else one wave each)
@@ -374,12 +475,15 @@ struct Geometry {
   bool pipeline;     // kPipelines types load a unit ahead (the same bits either way)
   int mma_decode;    // MXFP4 on the int8 tensor cores (mxfp4_mmv.cu): kMmaDecodeAuto/Always/Never
   MmaLayout mma_layout;  // that kernel's warps a tile x tiles a block (orders its sums)
+  bool dp4a;             // K-quant and MXFP4 rows that dp4a_takes on the dp4a units (Dp4aUnit)
+  int prestage;          // kPrestage*: a dp4a launch's terms made once (stage_terms_kernel; the same bits either way)
 };
 inline Geometry geometry() {
   return Geometry{g_block.load(std::memory_order_relaxed), g_shared_wave.load(std::memory_order_relaxed),
                   g_row_threads.load(std::memory_order_relaxed), g_pipeline.load(std::memory_order_relaxed),
                   g_mma_decode.load(std::memory_order_relaxed),
-                  MmaLayout(g_mma_layout.load(std::memory_order_relaxed))};
+                  MmaLayout(g_mma_layout.load(std::memory_order_relaxed)),
+                  g_dp4a.load(std::memory_order_relaxed), g_prestage.load(std::memory_order_relaxed)};
 }
 // Threads per row group (log2) of the unsplit kernel. Fewer threads than the row
 // has units give each lane several units (MXFP4's loaded one ahead: kPipelines)
@@ -398,8 +502,11 @@ template <class Ty>
 int row_tpr_log2(int units, const Geometry& g) {
   const int natural = tpr_log2_for(units);
   if (g.row_threads != 0) return std::min(natural, g.row_threads == 32 ? 5 : g.row_threads == 64 ? 6 : 7);
-  if constexpr (std::is_same_v<Ty, TMXFP4> || std::is_same_v<Ty, TQ8_0>) return std::min(natural, units >= 128 ? 6 : 5);
-  if constexpr (std::is_same_v<Ty, TQ2_K> || std::is_same_v<Ty, TQ3_K>) return units >= 128 ? 5 : natural;
+  if constexpr (std::is_same_v<Ty, TMXFP4> || std::is_same_v<Ty, TMXFP4_8> || std::is_same_v<Ty, TQ8_0>)
+    return std::min(natural, units >= 128 ? 6 : 5);
+  if constexpr (std::is_same_v<Ty, TQ2_K> || std::is_same_v<Ty, TQ2_K8> || std::is_same_v<Ty, TQ3_K> ||
+                std::is_same_v<Ty, TQ3_K8>)
+    return units >= 128 ? 5 : natural;
   return natural;
 }
 
@@ -432,6 +539,24 @@ cudaError_t launch_smem_x(const GroupParams& gp, int ne0, int ne1, size_t rb, co
   const int probs = gp.shared ? 1 : gp.n;  // products of one input share one row of blocks
   const int wave = g.shared_wave ? std::max(1, sms * per_sm / probs) : sms * per_sm;
   const dim3 grid(unsigned(std::min(blocks, wave)), unsigned(probs));
+  if constexpr (kTermsX<Ty>) {
+    if (gp.terms) {
+      // After stage_terms_kernel (or the pass before), as its programmatic dependent:
+      // the kernel waits for it before reading the terms. A grid that does not signal
+      // (the passes' products) lets its dependent start only as it ends, as usual.
+      cudaLaunchAttribute attr[1] = {};
+      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[0].val.programmaticStreamSerializationAllowed = 1;
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = grid;
+      cfg.blockDim = dim3(unsigned(kBlock));
+      cfg.dynamicSmemBytes = smem;
+      cfg.stream = stream;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      return cudaLaunchKernelEx(&cfg, k, gp, ne0, ne1, rb, x, y, tpr_log2);
+    }
+  }
   k<<<grid, kBlock, smem, stream>>>(gp, ne0, ne1, rb, x, y, tpr_log2);
   return cudaGetLastError();
 }
@@ -450,7 +575,7 @@ cudaError_t launch_unsplit(const GroupParams& gp, int ne0, int ne1, size_t rb, c
   constexpr bool kFloat = std::is_same_v<Ty, TF32> || std::is_same_v<Ty, THalf<false>> ||
                           std::is_same_v<Ty, THalf<true>>;
   if constexpr (Ty::kUnit % 4 == 0 && !kFloat) {
-    const size_t smem = size_t(NT) * size_t(units) * (Ty::kUnit + 4) * sizeof(float);
+    const size_t smem = size_t(NT) * size_t(units) * staged_floats<Ty>() * sizeof(float);
     if (smem <= kMaxSmemX) {
       Geometry g = geom;
       if (g.block == 0) {
@@ -472,15 +597,21 @@ cudaError_t launch_unsplit(const GroupParams& gp, int ne0, int ne1, size_t rb, c
       (void)cudaGetLastError();  // fall back to x from global memory
     }
   }
-  const dim3 grid(unsigned(blocks), unsigned(gp.shared ? 1 : gp.n));
-  matvec_kernel<Ty, NT, R, false, kThreads, kPipe><<<grid, kThreads, 0, stream>>>(gp, ne0, ne1, rb, x, y, tpr_log2);
-  return cudaGetLastError();
+  if constexpr (kTermsX<Ty>) {
+    return cudaErrorNotSupported;  // dp4a_takes rules this out
+  } else {
+    const dim3 grid(unsigned(blocks), unsigned(gp.shared ? 1 : gp.n));
+    matvec_kernel<Ty, NT, R, false, kThreads, kPipe><<<grid, kThreads, 0, stream>>>(gp, ne0, ne1, rb, x, y, tpr_log2);
+    return cudaGetLastError();
+  }
 }
 
 template <class Ty, int NT>
 cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
                       const Split& sp, const MatvecScratch* sc, const Geometry& geom, cudaStream_t stream) {
-  if (sp.chunks > 1) return launch_split<Ty, NT>(gp, ne0, ne1, rb, x, y, sp, *sc, stream);
+  if constexpr (!kTermsX<Ty>) {
+    if (sp.chunks > 1) return launch_split<Ty, NT>(gp, ne0, ne1, rb, x, y, sp, *sc, stream);
+  }
   if (kPipelines<Ty> && geom.pipeline) return launch_unsplit<Ty, NT, kPipelines<Ty>>(gp, ne0, ne1, rb, x, y, geom, stream);
   return launch_unsplit<Ty, NT, false>(gp, ne0, ne1, rb, x, y, geom, stream);
 }
@@ -521,10 +652,126 @@ bool mma_takes(const Geometry& g, int64_t ne0, int64_t ne1) {
   return 10 * tiles >= 7 * rounds * slots;
 }
 
+// launch_nt at the launch's token count rounded up to 1, 2, 4, 8: a problem with
+// fewer tokens skips the extra ones.
+template <class Ty>
+cudaError_t launch_rounded(int nt_max, const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
+                           const Split& sp, const MatvecScratch* sc, const Geometry& geom, cudaStream_t stream) {
+  if (nt_max <= 1) return launch_nt<Ty, 1>(gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
+  if (nt_max <= 2) return launch_nt<Ty, 2>(gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
+  if (nt_max <= 4) return launch_nt<Ty, 4>(gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
+  return launch_nt<Ty, 8>(gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
+}
+
+// Tokens a dp4a launch stages at once (8, 4, 2 or 1): the most whose terms fit the
+// staged kernel. A launch of more tokens goes in passes of that many, each a
+// launch of its own that reads the weights again; each token's sums are its own,
+// so the passes change no bit. 0: not even one token's terms fit.
+template <class Ty, int P>
+bool dp4a_fits(size_t token_bytes) {
+  const size_t smem = size_t(P) * token_bytes;
+  return smem <= kMaxSmemX && smem_x_blocks_per_sm<Ty, P, rows_per_group<Ty, P>(), kThreads, false>(smem) > 0;
+}
+template <class Ty>
+int dp4a_pass_tokens(int64_t ne0) {
+  const size_t token = size_t(ne0 / Ty::kUnit) * Ty::kXs * sizeof(float);
+  static_assert(kMaxMatvecTokens == 8);
+  return dp4a_fits<Ty, 8>(token)   ? 8
+         : dp4a_fits<Ty, 4>(token) ? 4
+         : dp4a_fits<Ty, 2>(token) ? 2
+         : dp4a_fits<Ty, 1>(token) ? 1
+                                   : 0;
+}
+
+// Whether an unsplit K-quant or MXFP4 decode of rows of ne0 inputs takes the dp4a unit
+// Ty: where one token's terms fit the staged kernel on this device (on an H200 up
+// to 46720 inputs), a function of ne0 and the device alone, so that grouped
+// launches equal separate ones bit for bit; longer rows keep the FMA unit.
+template <class Ty>
+bool dp4a_takes(const Geometry& g, int64_t ne0) {
+  return g.dp4a && dp4a_pass_tokens<Ty>(ne0) >= 1;
+}
+
+// The dp4a launch in passes of dp4a_pass_tokens: pass k takes each problem's
+// tokens from k * pass on (rows of x and y alike), problems with none left dropped.
+//
+// Where the scratch holds them and prestage_pays, the launch's terms are made once
+// first (stage_terms_kernel): every block of the product then copies them instead
+// of making its own. Both give the same bytes, so the choice changes no bit and may
+// depend on the launch.
+//
+// Measured on the H200 (2026-12-05, bench-kernels --no-prestage against the
+// default, doc/kernels.md): made once, rows of 14336 inputs took 0.62-0.80 of the
+// time at one token and 0.58-0.69 at eight, experts of 2048-4096 inputs 0.52-0.62 at
+// eight; but experts at one token took 1.14-1.38 alone and 1.01-1.14 in groups of
+// 6-128 (one launch more, about 2 us, for little staging each block). Hence: at
+// one token only rows of kPrestageMinInputs and more, between the two measured
+// lengths.
+constexpr int kPrestageMinInputs = 8192;
+inline bool prestage_pays(int nt_max, int ne0) { return nt_max > 1 || ne0 >= kPrestageMinInputs; }
+
+template <class Ty>
+cudaError_t launch_dp4a(int nt_max, const GroupParams& gp_in, int ne0, int ne1, size_t rb, const float* x, float* y,
+                        const MatvecScratch* sc, const Geometry& geom, cudaStream_t stream) {
+  GroupParams gp = gp_in;
+  gp.terms = nullptr;
+  const int probs = gp.shared ? 1 : gp.n;  // products of one input stage it once
+  int64_t rows = 0;
+  for (int i = 0; i < probs; ++i) {
+    gp.trow[i] = int32_t(rows);
+    rows += gp.ntok[i];
+  }
+  const size_t unit_bytes = size_t(4) * Ty::kXs;
+  const int units = ne0 / Ty::kUnit;
+  const bool once = geom.prestage == kPrestageAlways || (geom.prestage == kPrestageAuto && prestage_pays(nt_max, ne0));
+  if (once && sc && sc->partial && size_t(rows) * size_t(units) * unit_bytes <= sc->partial_bytes) {
+    constexpr int kItemsPerBlock = 4 * (kThreads / 32);
+    const int per_problem = (nt_max * units + kItemsPerBlock - 1) / kItemsPerBlock;
+    const dim3 grid{unsigned(per_problem), unsigned(probs)};
+    stage_terms_kernel<Ty><<<grid, kThreads, 0, stream>>>(gp, ne0, x, reinterpret_cast<uint8_t*>(sc->partial));
+    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    gp.terms = reinterpret_cast<const uint8_t*>(sc->partial);
+  }
+  if (gp.shared)
+    for (int i = 1; i < gp.n; ++i) gp.trow[i] = 0;
+  const int pass = dp4a_pass_tokens<Ty>(ne0);
+  if (nt_max <= pass) return launch_rounded<Ty>(nt_max, gp, ne0, ne1, rb, x, y, Split{}, sc, geom, stream);
+  for (int t0 = 0; t0 < nt_max; t0 += pass) {
+    GroupParams sub = gp;
+    sub.n = 0;
+    for (int i = 0; i < gp.n; ++i) {
+      if (gp.ntok[i] <= t0) continue;
+      sub.w[sub.n] = gp.w[i];
+      sub.row[sub.n] = gp.row[i] + t0;
+      sub.ntok[sub.n] = std::min(pass, gp.ntok[i] - t0);
+      sub.trow[sub.n] = gp.trow[i] + t0;
+      ++sub.n;
+    }
+    if (sub.n == 0) continue;
+    const cudaError_t e =
+        launch_rounded<Ty>(std::min(pass, nt_max - t0), sub, ne0, ne1, rb, x, y, Split{}, sc, geom, stream);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+// The dp4a unit for each FMA unit (void: none).
+template <class Ty> struct Dp4aOf { using type = void; };
+template <> struct Dp4aOf<TQ2_K> { using type = TQ2_K8; };
+template <> struct Dp4aOf<TQ3_K> { using type = TQ3_K8; };
+template <> struct Dp4aOf<TQ45_K<false>> { using type = TQ45_K8<false>; };
+template <> struct Dp4aOf<TQ45_K<true>> { using type = TQ45_K8<true>; };
+template <> struct Dp4aOf<TQ6_K> { using type = TQ6_K8; };
+template <> struct Dp4aOf<TMXFP4> { using type = TMXFP4_8; };
+template <class Ty>
+using Dp4aUnit = typename Dp4aOf<Ty>::type;
+
 template <class Ty>
 cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x,
                         float* y, const MatvecScratch* sc, cudaStream_t stream) {
-  Split sp = sc ? split_plan<Ty>(ne0, ne1) : Split{};
+  // Products of one input are never split (shared_input_matmul sends those that
+  // would be to launches of their own); their scratch is for the dp4a terms.
+  Split sp = sc && !gp.shared ? split_plan<Ty>(ne0, ne1) : Split{};
   if (sp.chunks > 1 && !split_fits(sc, ne1, sp)) sp = Split{};  // the unsplit kernel
   const Geometry geom = geometry();  // one layout for the whole launch
   if constexpr (std::is_same_v<Ty, TMXFP4>) {
@@ -536,11 +783,11 @@ cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, siz
       (void)cudaGetLastError();  // the FMA kernel below
     }
   }
-  // Rounded up to 1, 2, 4, 8: a problem with fewer tokens skips the extra ones.
-  if (nt_max <= 1) return launch_nt<Ty, 1>(gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
-  if (nt_max <= 2) return launch_nt<Ty, 2>(gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
-  if (nt_max <= 4) return launch_nt<Ty, 4>(gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
-  return launch_nt<Ty, 8>(gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
+  if constexpr (!std::is_void_v<Dp4aUnit<Ty>>) {
+    if (sp.chunks <= 1 && dp4a_takes<Dp4aUnit<Ty>>(geom, ne0))
+      return launch_dp4a<Dp4aUnit<Ty>>(nt_max, gp, ne0, ne1, rb, x, y, sc, geom, stream);
+  }
+  return launch_rounded<Ty>(nt_max, gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
 }
 
 }  // namespace dev
@@ -610,8 +857,11 @@ bool weight_aligned(uint32_t type, const void* w) {
 }  // namespace
 
 void dev::set_matvec_geometry(int block_threads, bool shared_wave, int row_threads, bool pipeline, int mma_decode,
-                              int mma_warps, int mma_tiles) {
+                              int mma_warps, int mma_tiles, bool dp4a, int prestage) {
   g_pipeline.store(pipeline, std::memory_order_relaxed);
+  g_dp4a.store(dp4a, std::memory_order_relaxed);
+  g_prestage.store(prestage == kPrestageNever || prestage == kPrestageAlways ? prestage : kPrestageAuto,
+                   std::memory_order_relaxed);
   g_mma_decode.store(mma_decode == kMmaDecodeAlways || mma_decode == kMmaDecodeNever ? mma_decode : kMmaDecodeAuto,
                      std::memory_order_relaxed);
   const MmaLayout layout = mma_warps == 8 ? MmaLayout::k8x2 : mma_tiles == 2 ? MmaLayout::k4x2 : MmaLayout::k4x4;
@@ -689,7 +939,7 @@ bool dev::matvec_splits(const MatvecScratch* sc, uint32_t type, int64_t ne0, int
 }
 
 int dev::shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduct* products, int n,
-                             const float* x, int n_tokens, cudaStream_t stream) {
+                             const float* x, int n_tokens, cudaStream_t stream, const MatvecScratch* sc) {
   if (!products || n <= 0 || n > kMaxSharedInputProducts || !x || n_tokens < 1 || n_tokens > kMaxMatvecTokens)
     return kErrArgument;
   // The launch's rows: every product's, each rounded up to whole row groups
@@ -702,7 +952,7 @@ int dev::shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduc
   }
   if (n > 1 && rows > (int64_t(1) << 30)) {  // beyond one launch's int row count: a launch per product
     for (int i = 0; i < n; ++i)
-      if (const int st = shared_input_matvec(type, ne0, products + i, 1, x, n_tokens, stream); st != kOk) return st;
+      if (const int st = shared_input_matvec(type, ne0, products + i, 1, x, n_tokens, stream, sc); st != kOk) return st;
     return kOk;
   }
   const uintptr_t xa = is_float_type(type) && ne0 % 8 != 0 ? 4 : 16;
@@ -715,8 +965,8 @@ int dev::shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduc
     int n_on = 0, n_off = 0;
     for (int i = 0; i < n; ++i) (dev::mma_takes(g, ne0, products[i].ne1) ? on[n_on++] : off[n_off++]) = products[i];
     if (n_on > 0 && n_off > 0) {
-      if (const int st = shared_input_matvec(type, ne0, on, n_on, x, n_tokens, stream); st != kOk) return st;
-      return shared_input_matvec(type, ne0, off, n_off, x, n_tokens, stream);
+      if (const int st = shared_input_matvec(type, ne0, on, n_on, x, n_tokens, stream, sc); st != kOk) return st;
+      return shared_input_matvec(type, ne0, off, n_off, x, n_tokens, stream, sc);
     }
   }
   dev::GroupParams gp{};
@@ -731,7 +981,8 @@ int dev::shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduc
     gp.y[i] = p.y;
     gp.ne1[i] = int32_t(p.ne1);
   }
-  return launch(type, ne0, rows, gp, n_tokens, x, products[0].y, nullptr, stream);
+  // Only the dp4a units use the scratch here (products of one input never split).
+  return launch(type, ne0, rows, gp, n_tokens, x, products[0].y, sc, stream);
 }
 
 }  // namespace xpack::kernels

@@ -210,6 +210,11 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
                               "whatever the grid (default: the rule of doc/kernels.md; the\n"
                               "same results bit for bit, only the speed differs)",
                               1, 1 << 30);
+  app.flag("--no-dp4a", &o.no_dp4a,
+           "--device cuda, for side-by-side measurements: decode products of\n"
+           "K-quant and MXFP4 rows on the FMA units instead of the int8 dp4a\n"
+           "ones (doc/kernels.md; other bits within the same bound, only the\n"
+           "speed should differ)");
   auto* workspace_opt = app.count("--workspace-mib", "N", &o.workspace_mib,
                                   "--device cuda: the matrix products' workspace, 16..65536\n"
                                   "(default: what the trunk's largest product needs for 4096\n"
@@ -283,6 +288,7 @@ std::optional<int> parse_cli(int argc, char** argv, CliOptions* out, std::string
       return fail(std::string(flag) + " needs --pack and --expert-reader cache: it applies to the expert cache");
   if (o.cuda_graphs && o.device != "cuda") return fail("--cuda-graphs needs --device cuda");
   if (large_opt->count() > 0 && o.device != "cuda") return fail("--mma-large-from needs --device cuda");
+  if (o.no_dp4a && o.device != "cuda") return fail("--no-dp4a needs --device cuda");
   if (workspace_opt->count() > 0 && o.device != "cuda") return fail("--workspace-mib needs --device cuda");
   if (o.profile_ops && o.device != "cuda")
     return fail("--profile-ops needs --device cuda: it times operations on the GPU's stream");

@@ -61,6 +61,7 @@ struct CliOptions {
   bool cuda_graphs = false;        // --cuda-graphs: decode stretches launched as CUDA graphs (CUDA)
   bool profile_ops = false;        // --profile-ops: per-operation GPU and host time, a table on stderr (CUDA)
   int mma_large_from = 0;          // --mma-large-from: prefill products of N tokens or more in 128 x 64 tiles (CUDA; 0: the rule)
+  bool no_dp4a = false;            // --no-dp4a: K-quant and MXFP4 decode on the FMA units (CUDA)
   uint32_t workspace_mib = 0;      // --workspace-mib: the CUDA matrix products' workspace (0: fitted to the trunk)
 };
 

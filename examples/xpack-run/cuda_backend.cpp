@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "device_backend.h"
+#include "quant_matmul.h"
 #include "quant_mma.h"
 #include "runtime_ops.h"
 #include "xpack/xpack.h"
@@ -670,6 +671,8 @@ std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& o) {
   auto be = std::make_unique<CudaBackend>(0, o.workspace_bytes);
   be->set_graphs(o.graphs);
   xk::dev::set_mma_large_from(o.mma_large_from);
+  if (o.no_dp4a)  // the defaults of every other setting, dp4a off
+    xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeAuto, 0, 0, false);
   return be;
 }
 

@@ -16,6 +16,8 @@ struct CudaBackendOptions {
   bool graphs = false;         // --cuda-graphs: each stretch of a decode step as one CUDA graph
   int mma_large_from = 0;      // --mma-large-from: prefill products of this many tokens or more in
                                // the tensor cores' largest tiles (0: the rule; the setting is the process's)
+  bool no_dp4a = false;        // --no-dp4a: K-quant and MXFP4 decode on the FMA units (the
+                               // setting is the process's, as mma_large_from's)
   size_t workspace_bytes = 0;  // --workspace-mib: the matrix products' workspace (0: fitted to
                                // the trunk by cuda_fit_workspace, at least 64 MiB)
 };

@@ -158,6 +158,7 @@ int run(const CliOptions& o) {
     CudaBackendOptions co;
     co.graphs = o.cuda_graphs;
     co.mma_large_from = o.mma_large_from;
+    co.no_dp4a = o.no_dp4a;
     co.workspace_bytes = size_t(o.workspace_mib) << 20;
     backend_owner = make_cuda_backend(co);
   } else {

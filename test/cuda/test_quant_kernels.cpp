@@ -146,11 +146,25 @@ TEST_CASE("matvec: every type, 1..8 tokens, four row lengths, odd row counts") {
       CAPTURE(xk::type_name(type));
       CAPTURE(ne0);
       MatvecCase c(type, ne0, ne1, 8, rng);
-      std::vector<float> ones[std::size(kMmaLayouts)];
+      std::vector<float> ones[std::size(kMmaLayouts)], first;
       for (int n = 1; n <= 8; ++n) {
         CAPTURE(n);
         const auto got = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
         CHECK(count_bad(got, head(c.ref, size_t(n * ne1)), kTolFp32, xk::type_name(type)) == 0);
+        if (xk::block_elems(type) == 256 || type == xk::kMXFP4) {
+          // K-quant rows, and MXFP4 rows the tensor cores do not take (37 rows: 3
+          // tiles), take the dp4a units by default (up to about 46000 inputs on an
+          // H200, in passes of fewer tokens where 8 tokens' x does not fit: 6656 and
+          // 17408 inputs here): the first token's bits do not change with the token
+          // count; the FMA unit, switched back on, keeps the bound and gives other bits.
+          if (n == 1) first = got;
+          CHECK(std::memcmp(got.data(), first.data(), size_t(ne1) * 4) == 0);
+          xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeAuto, 0, 0, false);
+          const auto fma = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
+          xk::dev::set_matvec_geometry(0, true);
+          CHECK(count_bad(fma, head(c.ref, size_t(n * ne1)), kTolFp32, "the FMA unit") == 0);
+          CHECK(std::memcmp(fma.data(), got.data(), got.size() * 4) != 0);
+        }
         if (type != xk::kMXFP4) continue;
         // MXFP4 on the tensor cores stages x in segments that depend on the token
         // count (6656 inputs: 1 segment up to 2 tokens, 2 at 4, 4 at 8); the first
@@ -194,23 +208,27 @@ void each_quantized_matvec(int64_t ne0, int64_t ne1, uint32_t seed, F&& fn) {
 // is one wave), in 256- or 512-thread blocks as the occupancy decides; rows of 1792
 // inputs end 8, 12, 2 and 14 bytes past a 16-byte boundary for MXFP4, Q2_K, Q3_K and
 // Q6_K; 20001 rows leave the last row group partial. Every forced layout (256 or 512
-// threads, one wave per launch or per problem, MXFP4's units loaded one ahead or not)
-// gives the default's bits. MXFP4 with the tensor-core switch on must give its own
-// bits in every layout too: rows of 1792 inputs are not whole groups of 16 blocks,
-// so the switch leaves them on the FMA kernel (the tensor-core kernel's rows are
-// checked by the test above at 2560 and 6656 inputs, by the next one at 2048 and
-// by the E8M0 test).
+// threads, one wave per launch or per problem, MXFP4's FMA units loaded one ahead or
+// not) gives the bits of its kernel's default layout: the default kernel (the dp4a
+// units for the K-quants and MXFP4), the FMA units (dp4a switched off), and MXFP4
+// with the tensor-core switch on, which must give the default's bits: rows of 1792
+// inputs are not whole groups of 16 blocks, so the switch leaves them where they were
+// (the tensor-core kernel's rows are checked by the test above at 2560 and 6656
+// inputs, by the next one at 2048 and by the E8M0 test).
 TEST_CASE("matvec: tall matrices of every quantized type, rows at any 16-byte offset") {
   const int64_t ne0 = 1792, ne1 = 20001;
   each_quantized_matvec(ne0, ne1, 12, [&](Stream& st, uint32_t type, MatvecCase& c, int n, const std::vector<float>& got) {
-    for (const bool mma : {false, true}) {
-      if (mma && type != xk::kMXFP4) continue;
-      CAPTURE(mma);
+    const bool has_dp4a = xk::block_elems(type) == 256 || type == xk::kMXFP4;
+    for (const int variant : {0, 1, 2}) {  // the default, the FMA units, MXFP4's tensor-core switch on
+      if ((variant == 1 && !has_dp4a) || (variant == 2 && type != xk::kMXFP4)) continue;
+      CAPTURE(variant);
+      const int mma = variant == 2 ? xk::dev::kMmaDecodeAlways : xk::dev::kMmaDecodeAuto;
+      const bool dp4a = variant != 1;
       std::vector<float> want = got;
-      if (mma) {
-        xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeAlways);
+      if (variant == 1) {
+        xk::dev::set_matvec_geometry(0, true, 0, true, mma, 0, 0, dp4a);
         want = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
-        CHECK(count_bad(want, head(c.ref, want.size()), kTolFp32, "mxfp4, tensor-core switch on") == 0);
+        CHECK(count_bad(want, head(c.ref, want.size()), kTolFp32, "the FMA units") == 0);
       }
       for (const int threads : {256, 512})
         for (const bool shared_wave : {false, true})
@@ -218,8 +236,7 @@ TEST_CASE("matvec: tall matrices of every quantized type, rows at any 16-byte of
             CAPTURE(threads);
             CAPTURE(shared_wave);
             CAPTURE(pipeline);
-            xk::dev::set_matvec_geometry(threads, shared_wave, 0, pipeline,
-                                         mma ? xk::dev::kMmaDecodeAlways : xk::dev::kMmaDecodeAuto);
+            xk::dev::set_matvec_geometry(threads, shared_wave, 0, pipeline, mma, 0, 0, dp4a);
             const auto again = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
             CHECK(std::memcmp(again.data(), want.data(), want.size() * 4) == 0);
           }
@@ -294,7 +311,8 @@ TEST_CASE("matvec: float types with rows that are not whole 16-byte vectors") {
 // weights overflow to inf (e = 253, 254 with large codes) the reference is
 // inf/NaN and the kernel must give the same non-finite class. Checked for the
 // decode kernels (int8 tensor cores, whose rows of e >= 253 take ggml's own
-// weights, and the FMA kernel) and for matmul's tensor-core path (two tokens with
+// weights, the dp4a unit, whose rows of e >= 253 take them against x rebuilt from
+// its terms, and the FMA kernel) and for matmul's tensor-core path (two tokens with
 // matvec_max_tokens = 1), whose bf16 weights include the subnormal ones of e < 2.
 TEST_CASE("matvec and matmul: MXFP4 at every E8M0 exponent 0..254 with every nibble") {
   std::mt19937 rng(4);
@@ -307,12 +325,13 @@ TEST_CASE("matvec and matmul: MXFP4 at every E8M0 exponent 0..254 with every nib
   dx.put(c.x.data(), c.x.size() * 4);
   xk::Context* ctx = nullptr;
   REQUIRE(xk::context_create(&ctx, 0) == xk::kOk);
-  for (const int path : {0, 1, 2, 3, 4}) {  // decode on the tensor cores (3 layouts), decode by FMA, matmul
-    const bool via_matmul = path == 4;
+  // decode on the tensor cores (3 layouts), decode on dp4a, decode by FMA, matmul
+  for (const int path : {0, 1, 2, 3, 4, 5}) {
+    const bool via_matmul = path == 5;
     CAPTURE(path);
     dy.poison();
     if (path < 3) set_mma_layout(size_t(path));
-    else xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeNever);
+    else xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeNever, 0, 0, path != 4);
     if (via_matmul) {
       xk::MatmulOptions o{};
       o.size = sizeof o;
@@ -648,11 +667,12 @@ std::vector<float> fetch(const DevBuf& d, size_t n) {
 }
 
 // MXFP4 decode by default (kMmaDecodeAuto): each matrix goes to the tensor cores or
-// the FMA kernel by its shape alone. At 7168 inputs, 8192 rows fill 97 % of the
+// the dp4a unit by its shape alone. At 7168 inputs, 8192 rows fill 97 % of the
 // rounds of an H200's 528 concurrent tiles (the rule takes them), 1000 and 24 rows
 // far less: each product's result is bit for bit what one of the two kernels gives
 // forced, within the bound, and products of one input split between the kernels
-// equal their launches alone.
+// equal their launches alone, also at 8 tokens, whose terms the dp4a launch stages
+// in passes of fewer tokens (7168 inputs: 32 KB a token).
 TEST_CASE("MXFP4 decode: the default kernel is chosen by the matrix alone; products of one input keep their bits") {
   std::mt19937 rng(14);
   Stream st;
@@ -665,11 +685,11 @@ TEST_CASE("MXFP4 decode: the default kernel is chosen by the matrix alone; produ
     ws.push_back(std::make_unique<DevBuf>(hw.back().size()));
     ws.back()->put(hw.back().data(), hw.back().size());
   }
-  const auto x = random_x(size_t(3) * size_t(ne0), rng);
+  const auto x = random_x(size_t(8) * size_t(ne0), rng);
   DevBuf dx(x.size() * 4);
   dx.put(x.data(), x.size() * 4);
   int on_tensor_cores = 0;
-  for (const int n : {1, 3}) {
+  for (const int n : {1, 3, 8}) {
     CAPTURE(n);
     std::vector<std::vector<float>> alone(np);
     for (int i = 0; i < np; ++i) {
@@ -714,6 +734,172 @@ TEST_CASE("MXFP4 decode: the default kernel is chosen by the matrix alone; produ
   }
   MESSAGE("products the default put on the tensor cores at one token: " << on_tensor_cores << " of " << np);
   xk::dev::set_matvec_geometry(0, true);
+}
+
+// The K-quants' products of one input (Kimi-K3's MLA and KDA projections): each
+// product's rows equal its matvec() alone bit for bit, at 1, 3 and 8 tokens (7168
+// inputs: the dp4a launch stages 8 tokens' terms in passes), and keep the bound.
+TEST_CASE("matvec: K-quant products of one input equal their launches alone") {
+  std::mt19937 rng(15);
+  Stream st;
+  const int64_t ne0 = 7168, rows[] = {300, 37, 8};
+  const int np = 3;
+  const auto x = random_x(size_t(8) * size_t(ne0), rng);
+  DevBuf dx(x.size() * 4);
+  dx.put(x.data(), x.size() * 4);
+  for (uint32_t type : {xk::kQ2_K, xk::kQ3_K, xk::kQ4_K, xk::kQ5_K, xk::kQ6_K}) {
+    CAPTURE(xk::type_name(type));
+    std::vector<std::vector<uint8_t>> hw;
+    std::vector<std::unique_ptr<DevBuf>> ws, ys;
+    for (int i = 0; i < np; ++i) {
+      hw.push_back(random_weights(type, ne0, rows[i], rng));
+      ws.push_back(std::make_unique<DevBuf>(hw.back().size()));
+      ws.back()->put(hw.back().data(), hw.back().size());
+      ys.push_back(std::make_unique<DevBuf>(size_t(8 * rows[i]) * 4));
+    }
+    for (const int n : {1, 3, 8}) {
+      CAPTURE(n);
+      std::vector<xk::SharedInputProduct> ps;
+      for (int i = 0; i < np; ++i) {
+        ys[size_t(i)]->poison();
+        ps.push_back({ws[size_t(i)]->p, rows[i], ys[size_t(i)]->as<float>()});
+      }
+      REQUIRE(xk::dev::shared_input_matvec(type, ne0, ps.data(), np, dx.as<float>(), n, st.s) == xk::kOk);
+      st.sync();
+      for (int i = 0; i < np; ++i) {
+        CAPTURE(rows[i]);
+        const size_t m = size_t(n * rows[i]);
+        const auto together = fetch(*ys[size_t(i)], m);
+        const auto alone = matvec_y(st, type, *ws[size_t(i)], ne0, rows[i], dx, n, *ys[size_t(i)]);
+        CHECK(std::memcmp(together.data(), alone.data(), m * 4) == 0);
+        CHECK(count_bad(alone, reference(type, hw[size_t(i)], ne0, rows[i], x.data(), n), kTolFp32,
+                        xk::type_name(type)) == 0);
+      }
+    }
+  }
+}
+
+// The dp4a units' x, made once per launch into a scratch (stage_terms_kernel)
+// where it has room, else by each block itself: the same bytes, so the same
+// bits. For every dp4a type at 7168 inputs (8 tokens' terms go in passes) and
+// 2560, grouped launches of 1, 3 and 8 tokens and products of one input: with a
+// scratch, equal to the launches without one bit for bit, and the scratch written
+// (the terms were made there); with a scratch one byte too small, or the switch
+// off, the same bits and the scratch untouched; within the bound. A one-token
+// launch makes them once by default only for rows of 8192 inputs and more (neither
+// length here), and always when so switched.
+TEST_CASE("dp4a decode: x's terms made once per launch equal each block's own, bit for bit") {
+  std::mt19937 rng(16);
+  Stream st;
+  const int counts[] = {1, 3, 8};
+  const int np = 3, rows = 1 + 3 + 8;
+  const int64_t ne1 = 37;
+  DevBuf counters(xk::dev::kMatvecSplitCounters * 4);
+  check_cuda(cudaMemset(counters.p, 0, counters.n));
+  check_cuda(cudaDeviceSynchronize());
+  for (uint32_t type : {xk::kQ2_K, xk::kQ3_K, xk::kQ4_K, xk::kQ5_K, xk::kQ6_K, xk::kMXFP4}) {
+    for (const int64_t ne0 : {int64_t(7168), int64_t(2560)}) {
+      CAPTURE(xk::type_name(type));
+      CAPTURE(ne0);
+      // A staged unit: 560 bytes for 128 inputs (the K-quants), 144 for 32 (MXFP4).
+      const size_t token_bytes = type == xk::kMXFP4 ? size_t(ne0 / 32) * 144 : size_t(ne0 / 128) * 560;
+      std::vector<std::vector<uint8_t>> hw;
+      std::vector<std::unique_ptr<DevBuf>> ws;
+      std::vector<xk::ExpertProblem> probs;
+      for (int i = 0, row = 0; i < np; row += counts[i], ++i) {
+        hw.push_back(random_weights(type, ne0, ne1, rng));
+        ws.push_back(std::make_unique<DevBuf>(hw.back().size()));
+        ws.back()->put(hw.back().data(), hw.back().size());
+        probs.push_back({ws.back()->p, row, counts[i]});
+      }
+      const auto x = random_x(size_t(rows) * size_t(ne0), rng);
+      DevBuf dx(x.size() * 4), dy(size_t(rows * ne1) * 4);
+      dx.put(x.data(), x.size() * 4);
+      const size_t m = size_t(rows * ne1);
+      // Without a scratch: each block makes its own terms.
+      dy.poison();
+      REQUIRE(xk::grouped_matvec(type, ne0, ne1, probs.data(), np, dx.as<float>(), dy.as<float>(), rows, st.s) ==
+              xk::kOk);
+      st.sync();
+      const auto own = fetch(dy, m);
+      for (int i = 0; i < np; ++i) {
+        const auto& p = probs[size_t(i)];
+        const std::vector<float> g(own.begin() + p.row * ne1, own.begin() + (p.row + p.n_tokens) * ne1);
+        CHECK(count_bad(g, reference(type, hw[size_t(i)], ne0, ne1, x.data() + p.row * ne0, p.n_tokens), kTolFp32,
+                        xk::type_name(type)) == 0);
+      }
+      // The grouped launch and products of one input (the three matrices on the
+      // first 8 rows of x) with scratches of room, no room and the switch off.
+      std::vector<std::unique_ptr<DevBuf>> ys;
+      std::vector<xk::SharedInputProduct> ps;
+      for (int i = 0; i < np; ++i) {
+        ys.push_back(std::make_unique<DevBuf>(size_t(8 * ne1) * 4));
+        ps.push_back({ws[size_t(i)]->p, ne1, ys.back()->as<float>()});
+      }
+      std::vector<std::vector<float>> shared_own;
+      for (int i = 0; i < np; ++i) ys[size_t(i)]->poison();
+      REQUIRE(xk::dev::shared_input_matvec(type, ne0, ps.data(), np, dx.as<float>(), 8, st.s) == xk::kOk);
+      st.sync();
+      for (int i = 0; i < np; ++i) shared_own.push_back(fetch(*ys[size_t(i)], size_t(8 * ne1)));
+      for (const int mode : {0, 1, 2}) {  // room, one byte short, the switch off
+        CAPTURE(mode);
+        for (const bool shared : {false, true}) {
+          CAPTURE(shared);
+          const size_t need = (shared ? 8 : rows) * token_bytes;
+          DevBuf scratch(need);
+          check_cuda(cudaMemset(scratch.p, 0xA5, scratch.n));
+          check_cuda(cudaDeviceSynchronize());
+          const xk::dev::MatvecScratch sc{scratch.as<float>(), mode == 1 ? need - 1 : need, counters.as<uint32_t>(),
+                                          xk::dev::kMatvecSplitCounters};
+          if (mode == 2)
+            xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeAuto, 0, 0, true, xk::dev::kPrestageNever);
+          if (shared) {
+            for (int i = 0; i < np; ++i) ys[size_t(i)]->poison();
+            REQUIRE(xk::dev::shared_input_matvec(type, ne0, ps.data(), np, dx.as<float>(), 8, st.s, &sc) == xk::kOk);
+          } else {
+            dy.poison();
+            REQUIRE(xk::dev::grouped_matvec_scratch(&sc, type, ne0, ne1, probs.data(), np, dx.as<float>(),
+                                                    dy.as<float>(), rows, st.s) == xk::kOk);
+          }
+          st.sync();
+          xk::dev::set_matvec_geometry(0, true);
+          if (shared) {
+            for (int i = 0; i < np; ++i)
+              CHECK(std::memcmp(fetch(*ys[size_t(i)], size_t(8 * ne1)).data(), shared_own[size_t(i)].data(),
+                                size_t(8 * ne1) * 4) == 0);
+          } else {
+            CHECK(std::memcmp(fetch(dy, m).data(), own.data(), m * 4) == 0);
+          }
+          std::vector<uint8_t> after(need);
+          scratch.get(after.data(), need);
+          const bool untouched = std::all_of(after.begin(), after.end(), [](uint8_t b) { return b == 0xA5; });
+          CHECK(untouched == (mode != 0));
+        }
+      }
+      // The first problem alone (one token): by default the terms are made once only
+      // for rows of 8192 inputs and more; kPrestageAlways makes them for any.
+      for (const int always : {0, 1}) {
+        CAPTURE(always);
+        DevBuf scratch(token_bytes);
+        check_cuda(cudaMemset(scratch.p, 0xA5, scratch.n));
+        check_cuda(cudaDeviceSynchronize());
+        const xk::dev::MatvecScratch sc{scratch.as<float>(), token_bytes, counters.as<uint32_t>(),
+                                        xk::dev::kMatvecSplitCounters};
+        if (always)
+          xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeAuto, 0, 0, true, xk::dev::kPrestageAlways);
+        dy.poison();
+        REQUIRE(xk::dev::grouped_matvec_scratch(&sc, type, ne0, ne1, probs.data(), 1, dx.as<float>(), dy.as<float>(),
+                                                rows, st.s) == xk::kOk);
+        st.sync();
+        xk::dev::set_matvec_geometry(0, true);
+        CHECK(std::memcmp(fetch(dy, size_t(ne1)).data(), own.data(), size_t(ne1) * 4) == 0);
+        std::vector<uint8_t> after(token_bytes);
+        scratch.get(after.data(), token_bytes);
+        const bool untouched = std::all_of(after.begin(), after.end(), [](uint8_t b) { return b == 0xA5; });
+        CHECK(untouched == (!always && ne0 < 8192));
+      }
+    }
+  }
 }
 
 // Matrices of 24, 4 and 1 rows of 16384 inputs (32768 for Q2_K, Q3_K and Q6_K,

@@ -24,9 +24,11 @@ using namespace random_blocks;
 namespace {
 
 // How the kernel hands x to a unit: read where it lies in global memory (a row
-// of ne0 floats a token), or staged in shared memory with each unit's floats
-// padded by 4.
-enum class XLayout { kGlobal, kStaged };
+// of ne0 floats a token), staged in shared memory with each unit's floats
+// padded by 4, or staged as int8 terms (the dp4a units: each unit's floats
+// copied into the bytes its terms take, then a warp turns each 32-input chunk
+// into terms in place, Ty::stage_chunk).
+enum class XLayout { kGlobal, kStaged, kTerms };
 
 // 16-byte aligned float storage, as x is on the device.
 struct Floats {
@@ -51,7 +53,10 @@ std::vector<float> unit_products(uint32_t type, const std::vector<uint8_t>& w, i
   const size_t rb = xrun::row_bytes(type, ne0);
   REQUIRE(w.size() == rb * size_t(ne1) + kSlack);
   const int units = ne0 / Ty::kUnit;
-  const int xs = layout == XLayout::kStaged ? Ty::kUnit + 4 : Ty::kUnit;
+  int xs = Ty::kUnit;
+  if (layout == XLayout::kStaged) xs = Ty::kUnit + 4;
+  if constexpr (requires { Ty::kXs; })
+    if (layout == XLayout::kTerms) xs = Ty::kXs;
   Floats staged(NT * size_t(units) * size_t(xs));
   const float* xp[NT];
   for (int t = 0; t < NT; ++t) {
@@ -63,6 +68,18 @@ std::vector<float> unit_products(uint32_t type, const std::vector<uint8_t>& w, i
     float* dst = staged.data() + size_t(t) * size_t(units) * size_t(xs);
     for (int e = 0; e < ne0; ++e) dst[(e / Ty::kUnit) * xs + e % Ty::kUnit] = src[e];
     xp[t] = dst;
+  }
+  if constexpr (requires { Ty::stage_chunk; }) {
+    if (layout == XLayout::kTerms) {
+      auto* bytes = reinterpret_cast<uint8_t*>(staged.data());
+      const int chunks = units * Ty::kChunks;
+      run_warp([&] {
+        for (int t = 0; t < NT; ++t)
+          for (int c = 0; c < chunks; ++c)
+            Ty::stage_chunk(bytes + (size_t(t) * size_t(units) + size_t(c / Ty::kChunks)) * (4 * size_t(xs)),
+                            c % Ty::kChunks);
+      });
+    }
   }
   std::vector<float> y(NT * size_t(ne1));
   for (int o0 = 0; o0 < ne1; o0 += R) {
@@ -135,6 +152,17 @@ TEST_CASE("decode units on the CPU: quantized types") {
   }
 }
 
+TEST_CASE("decode units on the CPU: the K-quants on dp4a, x staged as int8 terms") {
+  for (const int blocks : {1, 3, 10}) {
+    check_unit<dev::TQ2_K8>(kQ2_K, 256 * blocks, "TQ2_K8", {XLayout::kTerms});
+    check_unit<dev::TQ3_K8>(kQ3_K, 256 * blocks, "TQ3_K8", {XLayout::kTerms});
+    check_unit<dev::TQ45_K8<false>>(kQ4_K, 256 * blocks, "TQ45_K8<q4>", {XLayout::kTerms});
+    check_unit<dev::TQ45_K8<true>>(kQ5_K, 256 * blocks, "TQ45_K8<q5>", {XLayout::kTerms});
+    check_unit<dev::TQ6_K8>(kQ6_K, 256 * blocks, "TQ6_K8", {XLayout::kTerms});
+    check_unit<dev::TMXFP4_8>(kMXFP4, 32 * (blocks == 1 ? 8 : 13 * blocks), "TMXFP4_8", {XLayout::kTerms});
+  }
+}
+
 // The stand-ins the units' warp-wide staging uses: every lane gets the butterfly's
 // sum and the warp's maximum, as on the device.
 TEST_CASE("decode units on the CPU: the warp of host threads exchanges values like a warp") {
@@ -173,4 +201,5 @@ void check_every_e8m0(const char* what, XLayout layout) {
 TEST_CASE("decode units on the CPU: MXFP4 at every E8M0 exponent 0..254 with every nibble") {
   check_every_e8m0<dev::TMXFP4>("TMXFP4", XLayout::kGlobal);
   check_every_e8m0<dev::TMXFP4>("TMXFP4", XLayout::kStaged);
+  check_every_e8m0<dev::TMXFP4_8>("TMXFP4_8", XLayout::kTerms);
 }

@@ -352,6 +352,16 @@ TEST_CASE("xpack-run: --mma-large-from is for CUDA runs, a positive token count"
   }
 }
 
+TEST_CASE("xpack-run: --no-dp4a is for CUDA runs") {
+  auto p = parse({"-m", "x", "--prompt-ids", "1", "--device", "cuda"});
+  REQUIRE(!p.rc);
+  CHECK(!p.o.no_dp4a);  // dp4a by default
+  p = parse({"-m", "x", "--prompt-ids", "1", "--device", "cuda", "--no-dp4a"});
+  REQUIRE(!p.rc);
+  CHECK(p.o.no_dp4a);
+  refused({"-m", "x", "--prompt-ids", "1", "--no-dp4a"}, "--no-dp4a needs --device cuda");
+}
+
 TEST_CASE("xpack-run: the expert cache's reads default to 8 ranges an expert, 8 in flight") {
   auto p = parse({"-m", "x", "--prompt-ids", "1", "--pack", "p.xpack"});
   REQUIRE(!p.rc);

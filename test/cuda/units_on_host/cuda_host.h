@@ -74,6 +74,12 @@ inline int xpack_host_dp4a_us(unsigned int a, unsigned int b, int c) {
   for (int k = 0; k < 4; ++k) c += int((a >> (8 * k)) & 0xFF) * int(int8_t(uint8_t(b >> (8 * k))));
   return c;
 }
+// dp4a.s32.s32 (__dp4a): signed bytes of both.
+inline int xpack_host_dp4a_ss(unsigned int a, unsigned int b, int c) {
+  for (int k = 0; k < 4; ++k) c += int(int8_t(uint8_t(a >> (8 * k)))) * int(int8_t(uint8_t(b >> (8 * k))));
+  return c;
+}
+#define __noinline__
 inline unsigned int __funnelshift_r(unsigned int lo, unsigned int hi, unsigned int shift) {
   return unsigned(((uint64_t(hi) << 32) | lo) >> (shift & 31));
 }
