@@ -375,7 +375,39 @@ __device__ __forceinline__ int dp4a_ss(uint32_t a, uint32_t b, int c) {
 // 16-input sub-blocks' sums of x.
 // The base of the units that read x staged as int8 terms (the kernel stages them
 // with Ty::stage_chunk, kChunks 32-input chunks a unit).
-struct TermsX {};
+struct TermsX {
+  // Sum over the 32 inputs of chunk g of a staged unit for one token (v: 8 words of
+  // bytes, inputs in the order of the terms; tv: the chunk's terms, terms32) as
+  // (a + b 2^-14) with a = 128 s0 + s1, b = 128 s2 + s3, times the chunk's scale by
+  // the caller. v's bytes unsigned (the K-quants' masked quants, < 256) or, with
+  // kSigned, signed (MXFP4's values, -12..12); terms <= 64 in magnitude, so
+  // |a|, |b| < 2^27: exact in int32. One float conversion a chunk.
+  template <bool kSigned = false>
+  __device__ __forceinline__ static float dot32(const uint32_t (&v)[8], const uint4 (&tv)[4][2]) {
+    int a = 0, b = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      int& s = k < 2 ? a : b;
+      if (k & 1) s <<= 7;
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        s = kSigned ? dp4a_ss(v[4 * hf + 0], tv[k][hf].x, s) : dp4a_us(v[4 * hf + 0], tv[k][hf].x, s);
+        s = kSigned ? dp4a_ss(v[4 * hf + 1], tv[k][hf].y, s) : dp4a_us(v[4 * hf + 1], tv[k][hf].y, s);
+        s = kSigned ? dp4a_ss(v[4 * hf + 2], tv[k][hf].z, s) : dp4a_us(v[4 * hf + 2], tv[k][hf].z, s);
+        s = kSigned ? dp4a_ss(v[4 * hf + 3], tv[k][hf].w, s) : dp4a_us(v[4 * hf + 3], tv[k][hf].w, s);
+      }
+    }
+    return fmaf(float(b), 0x1p-14f, float(a));
+  }
+  // The 4 terms of chunk g of a staged unit (xu: its floats; term k at byte 128 g + 32 k).
+  __device__ __forceinline__ static void terms32(const float* xu, int g, uint4 (&tv)[4][2]) {
+    const uint8_t* terms = reinterpret_cast<const uint8_t*>(xu) + 128 * g;
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) tv[k][hf] = *reinterpret_cast<const uint4*>(terms + 32 * k + 16 * hf);
+  }
+};
 
 struct Terms128 : TermsX {
   static constexpr int kUnit = 128;
@@ -402,9 +434,7 @@ struct Terms128 : TermsX {
     float* f = reinterpret_cast<float*>(u);
     if ((lane & 15) == 0) f[kSums + 2 * g + (lane >> 4)] = sx;
     // 2^(ex - 139): q0's scale 2^(ex - 132) over the 2^7 that a pair of terms carries.
-    if (lane == 0)
-      f[kScales + g] = ex == 255 ? __int_as_float(0x7FC00000)
-                                 : (ex >= 13 ? __int_as_float(int(ex - 12) << 23) : __int_as_float(1 << (ex + 10)));
+    if (lane == 0) f[kScales + g] = term_unit<7>(ex);
   }
 
   // Sum over 16 inputs (sub-block half of chunk g) of v * x for one token, where the
@@ -432,34 +462,6 @@ struct Terms128 : TermsX {
     b = dp4a_us(v[2], tv[3].z, b);
     b = dp4a_us(v[3], tv[3].w, b);
     return fmaf(float(b), 0x1p-14f, float(a));
-  }
-
-  // The same over all 32 inputs of a chunk (v: 8 words, inputs in order; tv: its
-  // terms, terms32), for the types whose scales cover 32 inputs: one float
-  // conversion a chunk instead of two. |a|, |b| < 2^27 (v < 256, terms <= 64 in
-  // magnitude): exact in int32.
-  __device__ __forceinline__ static float dot32(const uint32_t (&v)[8], const uint4 (&tv)[4][2]) {
-    int a = 0, b = 0;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      int& s = k < 2 ? a : b;
-      if (k & 1) s <<= 7;
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        s = dp4a_us(v[4 * hf + 0], tv[k][hf].x, s);
-        s = dp4a_us(v[4 * hf + 1], tv[k][hf].y, s);
-        s = dp4a_us(v[4 * hf + 2], tv[k][hf].z, s);
-        s = dp4a_us(v[4 * hf + 3], tv[k][hf].w, s);
-      }
-    }
-    return fmaf(float(b), 0x1p-14f, float(a));
-  }
-  __device__ __forceinline__ static void terms32(const float* xu, int g, uint4 (&tv)[4][2]) {
-    const uint8_t* terms = reinterpret_cast<const uint8_t*>(xu) + 128 * g;
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) tv[k][hf] = *reinterpret_cast<const uint4*>(terms + 32 * k + 16 * hf);
   }
 
   // The 4 terms of inputs 16 half.. of chunk g of a staged unit (xu: its floats).
@@ -611,10 +613,7 @@ struct Terms32 : TermsX {
     const int at = 8 * ((lane & 15) >> 2) + 2 * (lane & 3) + (lane >> 4);
 #pragma unroll
     for (int k = 0; k < 4; ++k) u[32 * k + at] = uint8_t(q[k]);
-    if (lane == 0)
-      reinterpret_cast<float*>(u)[kScales] =
-          ex == 255 ? __int_as_float(0x7FC00000)
-                    : (ex >= 13 ? __int_as_float(int(ex - 12) << 23) : __int_as_float(1 << (ex + 10)));
+    if (lane == 0) reinterpret_cast<float*>(u)[kScales] = term_unit<7>(ex);
   }
 };
 
@@ -696,30 +695,11 @@ struct TMXFP4_8 : Terms32 {
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       const float* xu = xp[t] + xs * u;
-      const uint8_t* terms = reinterpret_cast<const uint8_t*>(xu);
       uint4 tv[4][2];
-#pragma unroll
-      for (int k = 0; k < 4; ++k)
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) tv[k][hf] = *reinterpret_cast<const uint4*>(terms + 32 * k + 16 * hf);
+      terms32(xu, 0, tv);
       const float cs = xu[kScales];
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        int a = 0, b = 0;
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          int& s = k < 2 ? a : b;
-          if (k & 1) s <<= 7;
-#pragma unroll
-          for (int hf = 0; hf < 2; ++hf) {
-            s = dp4a_ss(val[r][4 * hf + 0], tv[k][hf].x, s);
-            s = dp4a_ss(val[r][4 * hf + 1], tv[k][hf].y, s);
-            s = dp4a_ss(val[r][4 * hf + 2], tv[k][hf].z, s);
-            s = dp4a_ss(val[r][4 * hf + 3], tv[k][hf].w, s);
-          }
-        }
-        acc[r][t] = fmaf(sc[r], fmaf(float(b), 0x1p-14f, float(a)) * cs, acc[r][t]);
-      }
+      for (int r = 0; r < R; ++r) acc[r][t] = fmaf(sc[r], dot32<true>(val[r], tv) * cs, acc[r][t]);
     }
   }
 };

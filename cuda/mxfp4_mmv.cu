@@ -142,8 +142,7 @@ __device__ void stage_x(const float* x, size_t ne0, int row0, int nt_real, int c
 #pragma unroll
     for (int j = 0; j < 4; ++j) piece[32 * j + off] = uint8_t(q[j]);
     if (lane == 0)
-      xsc[ch * NT + t] = ex == 255 ? __int_as_float(0x7FC00000)
-                                   : (ex >= 6 ? __int_as_float(int(ex - 5) << 23) : __int_as_float(1 << (ex + 17)));
+      xsc[ch * NT + t] = term_unit<0>(ex);
   }
   __syncthreads();
 }

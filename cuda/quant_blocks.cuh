@@ -84,6 +84,17 @@ __device__ __forceinline__ void int8_terms(float xv, unsigned ex, uint32_t (&q)[
   }
 }
 
+// 2^(ex - 132 - kBelow), NaN where ex is 255 (inf or NaN in the chunk): the weight of
+// int8_terms' q0 (kBelow 0), or of a finer unit that a sum of several terms carries;
+// exact, a subnormal where the exponent is below -126.
+template <int kBelow>
+__device__ __forceinline__ float term_unit(unsigned ex) {
+  constexpr int kBias = 132 + kBelow;
+  if (ex == 255) return __int_as_float(0x7FC00000);
+  return int(ex) >= kBias - 126 ? __int_as_float((int(ex) - kBias + 127) << 23)
+                                : __int_as_float(1 << (int(ex) - kBias + 149));
+}
+
 // ggml's GGML_E8M0_TO_FP32_HALF: 2^(e-128); e = 0, 1 are f32 subnormals, e = 255 is 2^127.
 __device__ __forceinline__ float e8m0_half(uint32_t e) {
   return __uint_as_float(e < 2 ? (0x00200000u << e) : ((e - 1) << 23));
