@@ -3,7 +3,7 @@
 // shapes, against a device-to-device cudaMemcpy measured in the same run.
 //
 //   bench-kernels [--quick] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem]
-//                 [--row-threads N] [--no-pipeline] [--no-fused-scales] [--[no-]mma-decode] [--mma-warps N] [--mma-tiles N]
+//                 [--row-threads N] [--no-pipeline] [--[no-]mma-decode] [--mma-warps N] [--mma-tiles N]
 //                 [--mma-large-from N] [--no-dp4a] [--[no-]prestage] [--type T,...] [--shape S]
 //                 (one RESULT line per measurement)
 //   --few-rows: the copy and the few-row matrices only (a short device call)
@@ -163,12 +163,12 @@ void report(const char* kind, uint32_t type, int64_t ne0, int64_t ne1, int n, co
 
 int main(int argc, char** argv) {
   bool quick = false, few_only = false, decode_only = false, wave_per_problem = false, no_pipeline = false,
-       mma_decode = false, no_mma_decode = false, no_dp4a = false, no_prestage = false, prestage_always = false, no_fused = false;
+       mma_decode = false, no_mma_decode = false, no_dp4a = false, no_prestage = false, prestage_always = false;
   uint64_t block_threads = 0, row_threads = 0, mma_warps = 0, mma_tiles = 0, large_from = 0;
   std::string only_type, only_shape;
   xpack::cli::App app("bench-kernels",
                       "bench-kernels [--quick] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem] "
-                      "[--row-threads N] [--no-pipeline] [--no-fused-scales] [--[no-]mma-decode] [--mma-warps N] [--mma-tiles N] "
+                      "[--row-threads N] [--no-pipeline] [--[no-]mma-decode] [--mma-warps N] [--mma-tiles N] "
                       "[--mma-large-from N] [--no-dp4a] [--[no-]prestage] [--type T,...] [--shape S]",
                       "Microseconds per product and weight GB/s of the CUDA kernels (cuda/quant_matmul.h) for "
                       "every weight type, against a device-to-device copy measured in the same run; one RESULT "
@@ -189,9 +189,6 @@ int main(int argc, char** argv) {
   app.flag("--no-pipeline", &no_pipeline,
            "MXFP4's decode kernel loads each unit just before its products (the layout before 2026-12-03; "
            "default: a unit ahead, while the one before is computed)");
-  app.flag("--no-fused-scales", &no_fused,
-           "Q2_K's dp4a unit converts each 16-input sub-block's sum to a float (the unit before 2026-12-05; default: "
-           "a chunk's two sub-blocks summed as integers first)");
   app.flag("--mma-decode", &mma_decode,
            "MXFP4 decode on the int8 tensor cores (cuda/mxfp4_mmv.cu) for every shape of whole 512-input groups "
            "(default: where a rule of the shape takes it, doc/kernels.md)");
@@ -232,8 +229,7 @@ int main(int argc, char** argv) {
                                int(mma_warps), int(mma_tiles), !no_dp4a,
                                no_prestage       ? xk::dev::kPrestageNever
                                : prestage_always ? xk::dev::kPrestageAlways
-                                                 : xk::dev::kPrestageAuto,
-                               !no_fused);
+                                                 : xk::dev::kPrestageAuto);
   xk::dev::set_mma_large_from(int(large_from));
   const uint32_t all[] = {xk::kF32, xk::kF16, xk::kBF16, xk::kQ8_0, xk::kQ4_K,
                           xk::kQ5_K, xk::kQ6_K, xk::kQ2_K, xk::kQ3_K, xk::kMXFP4};

@@ -479,9 +479,13 @@ struct Terms128 : TermsX {
 };
 
 // Q2_K: the 2-bit quants masked in place (quant * 4^g in each byte: one LOP3 a 4
-// weights), 2.76 instructions a weight in the one-token loop against TQ2_K's 4.8.
-template <bool kFused>
-struct TQ2_K8T : Terms128 {
+// weights); a 32-input chunk's two sub-blocks summed as integers, each times its
+// 4-bit scale (|a| < 2^25 a sub-block, times 15, two of them: < 2^30, exact in
+// int32), then one conversion, one multiply by d and the chunk's scale, and the two
+// mins against the staged sums of x. 2.55 instructions a weight in the one-token
+// loop (sm_90 SASS), against 2.75 when each sub-block's sum became a float and 4.8
+// for TQ2_K.
+struct TQ2_K8 : Terms128 {
   template <int NT, int R>
   __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
                              Acc<NT, R>& acc, int xs) {
@@ -499,53 +503,6 @@ struct TQ2_K8T : Terms128 {
       d[r] = h2f(dd);
       dm[r] = h2f(dd >> 16);
     }
-    if constexpr (kFused) {
-      run_fused<NT, R>(u, xp, acc, xs, sc, q, d, dm);
-      return;
-    }
-#pragma unroll
-    for (int g = 0; g < 4; ++g) {
-      float cs[NT];
-#pragma unroll
-      for (int t = 0; t < NT; ++t) cs[t] = xp[t][xs * u + kScales + g] * (1.0f / float(1 << (2 * g)));
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int sb = 2 * g + half;  // scale byte within this half block
-        float dl[R], ml[R];
-        uint32_t qw[R][4];
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          const uint32_t s = (sc[r][sb >> 2] >> (8 * (sb & 3))) & 0xFFu;
-          dl[r] = d[r] * float(s & 0xF);
-          ml[r] = dm[r] * float(s >> 4);
-#pragma unroll
-          for (int j = 0; j < 4; ++j) qw[r][j] = q[r][4 * half + j] & (0x03030303u << (2 * g));
-        }
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-          const float* xu = xp[t] + xs * u;
-          uint4 tv[4];
-          terms16(xu, g, half, tv);
-          const float sx = xu[kSums + sb];
-#pragma unroll
-          for (int r = 0; r < R; ++r) {
-            const float s1 = dot16(qw[r], tv) * cs[t];
-            acc[r][t] = fmaf(-ml[r], sx, fmaf(dl[r], s1, acc[r][t]));
-          }
-        }
-      }
-    }
-  }
-
-  // The chunk's two sub-blocks summed as integers, each times its 4-bit scale
-  // (|a| < 2^25.01 a sub-block, times 15, two of them: < 2^30, exact in int32),
-  // then one conversion, one multiply by d and the chunk's scale, and the two
-  // mins against the staged sums of x: about 2 instructions a weight where the
-  // float sub-block sums took 2.3.
-  template <int NT, int R>
-  __device__ __forceinline__ static void run_fused(int u, const float* const (&xp)[NT], Acc<NT, R>& acc, int xs,
-                                                   const uint32_t (&sc)[R][2], const uint32_t (&q)[R][8],
-                                                   const float (&d)[R], const float (&dm)[R]) {
 #pragma unroll
     for (int g = 0; g < 4; ++g) {
       int sl[R][2];
@@ -563,8 +520,8 @@ struct TQ2_K8T : Terms128 {
 #pragma unroll
         for (int j = 0; j < 8; ++j) qw[r][j] = q[r][j] & (0x03030303u << (2 * g));
       }
-      // Token by token (as few sums live as possible): each token's operations are
-      // the same whatever the launch's token count.
+      // Token by token, so that few sums are live at once (8 tokens' of all
+      // rows spilled); each token's operations are the same at any token count.
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
         const float* xu = xp[t] + xs * u;
@@ -594,11 +551,6 @@ struct TQ2_K8T : Terms128 {
     }
   }
 };
-using TQ2_K8 = TQ2_K8T<true>;
-template <class Ty>
-constexpr bool kIsQ2K8 = false;
-template <bool kFused>
-constexpr bool kIsQ2K8<TQ2_K8T<kFused>> = true;
 
 // Q3_K: each weight's 2 low bits and high bit make the unsigned byte v = low + 4 hb
 // (0..7), so the weight is scale * (v - 4) and a sub-block's sum is

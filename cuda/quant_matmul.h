@@ -173,16 +173,14 @@ int shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduct* pr
 // within the same bound; the default) or the FMA ones; and whether a dp4a launch
 // with a context's scratch makes x's terms once for all its blocks: kPrestageAuto
 // (the default: where that was measured faster), kPrestageAlways or kPrestageNever
-// (each block its own); the same bytes, so the same bits; and whether Q2_K's dp4a
-// unit sums each 32-input chunk's two sub-blocks as integers before one conversion
-// (the default) or converts each sub-block's sum (other bits within the same bound).
+// (each block its own); the same bytes, so the same bits.
 // A switch for bench-kernels' side-by-side runs and the tests.
 // Thread safety: safe from any thread; launches already enqueued keep theirs.
 enum : int { kMmaDecodeAuto = 0, kMmaDecodeAlways = 1, kMmaDecodeNever = 2 };
 enum : int { kPrestageNever = 0, kPrestageAuto = 1, kPrestageAlways = 2 };
 void set_matvec_geometry(int block_threads, bool shared_wave, int row_threads = 0, bool pipeline = true,
                          int mma_decode = kMmaDecodeAuto, int mma_warps = 0, int mma_tiles = 0,
-                         bool dp4a = true, int prestage = kPrestageAuto, bool fused = true);
+                         bool dp4a = true, int prestage = kPrestageAuto);
 
 }  // namespace dev
 

@@ -421,7 +421,7 @@ Split split_plan(int ne0, int ne1) {
 template <class Ty, int NT>
 constexpr int rows_per_group() {
   constexpr bool kTwo =
-      std::is_same_v<Ty, TQ6_K> || (kTermsX<Ty> && !kIsQ2K8<Ty> && !std::is_same_v<Ty, TMXFP4_8>);
+      std::is_same_v<Ty, TQ6_K> || (kTermsX<Ty> && !std::is_same_v<Ty, TQ2_K8> && !std::is_same_v<Ty, TMXFP4_8>);
   return (NT == 1 && !kTwo) ? 4 : 2;
 }
 
@@ -468,7 +468,6 @@ std::atomic<int> g_mma_decode{kMmaDecodeAuto};
 std::atomic<int> g_mma_layout{int(MmaLayout::k4x4)};
 std::atomic<bool> g_dp4a{true};
 std::atomic<int> g_prestage{kPrestageAuto};
-std::atomic<bool> g_fused{true};
 struct Geometry {
   int block;         // threads per block: 256, 512, or 0: chosen per launch (launch_smem_x)
   bool shared_wave;  // the problems of a launch share one wave of blocks (else one wave each)
@@ -478,15 +477,13 @@ struct Geometry {
   MmaLayout mma_layout;  // that kernel's warps a tile x tiles a block (orders its sums)
   bool dp4a;             // K-quant and MXFP4 rows that dp4a_takes on the dp4a units (Dp4aUnit)
   int prestage;          // kPrestage*: a dp4a launch's terms made once (stage_terms_kernel; the same bits either way)
-  bool fused;            // Q2_K's dp4a unit sums a chunk's sub-blocks as integers (TQ2_K8T<true>; other bits)
 };
 inline Geometry geometry() {
   return Geometry{g_block.load(std::memory_order_relaxed), g_shared_wave.load(std::memory_order_relaxed),
                   g_row_threads.load(std::memory_order_relaxed), g_pipeline.load(std::memory_order_relaxed),
                   g_mma_decode.load(std::memory_order_relaxed),
                   MmaLayout(g_mma_layout.load(std::memory_order_relaxed)),
-                  g_dp4a.load(std::memory_order_relaxed), g_prestage.load(std::memory_order_relaxed),
-                  g_fused.load(std::memory_order_relaxed)};
+                  g_dp4a.load(std::memory_order_relaxed), g_prestage.load(std::memory_order_relaxed)};
 }
 // Threads per row group (log2) of the unsplit kernel. Fewer threads than the row
 // has units give each lane several units (MXFP4's loaded one ahead: kPipelines)
@@ -507,7 +504,7 @@ int row_tpr_log2(int units, const Geometry& g) {
   if (g.row_threads != 0) return std::min(natural, g.row_threads == 32 ? 5 : g.row_threads == 64 ? 6 : 7);
   if constexpr (std::is_same_v<Ty, TMXFP4> || std::is_same_v<Ty, TMXFP4_8> || std::is_same_v<Ty, TQ8_0>)
     return std::min(natural, units >= 128 ? 6 : 5);
-  if constexpr (std::is_same_v<Ty, TQ2_K> || kIsQ2K8<Ty> || std::is_same_v<Ty, TQ3_K> ||
+  if constexpr (std::is_same_v<Ty, TQ2_K> || std::is_same_v<Ty, TQ2_K8> || std::is_same_v<Ty, TQ3_K> ||
                 std::is_same_v<Ty, TQ3_K8>)
     return units >= 128 ? 5 : natural;
   return natural;
@@ -787,12 +784,8 @@ cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, siz
     }
   }
   if constexpr (!std::is_void_v<Dp4aUnit<Ty>>) {
-    if (sp.chunks <= 1 && dp4a_takes<Dp4aUnit<Ty>>(geom, ne0)) {
-      if constexpr (std::is_same_v<Ty, TQ2_K>) {
-        if (!geom.fused) return launch_dp4a<TQ2_K8T<false>>(nt_max, gp, ne0, ne1, rb, x, y, sc, geom, stream);
-      }
+    if (sp.chunks <= 1 && dp4a_takes<Dp4aUnit<Ty>>(geom, ne0))
       return launch_dp4a<Dp4aUnit<Ty>>(nt_max, gp, ne0, ne1, rb, x, y, sc, geom, stream);
-    }
   }
   return launch_rounded<Ty>(nt_max, gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
 }
@@ -864,9 +857,8 @@ bool weight_aligned(uint32_t type, const void* w) {
 }  // namespace
 
 void dev::set_matvec_geometry(int block_threads, bool shared_wave, int row_threads, bool pipeline, int mma_decode,
-                              int mma_warps, int mma_tiles, bool dp4a, int prestage, bool fused) {
+                              int mma_warps, int mma_tiles, bool dp4a, int prestage) {
   g_pipeline.store(pipeline, std::memory_order_relaxed);
-  g_fused.store(fused, std::memory_order_relaxed);
   g_dp4a.store(dp4a, std::memory_order_relaxed);
   g_prestage.store(prestage == kPrestageNever || prestage == kPrestageAlways ? prestage : kPrestageAuto,
                    std::memory_order_relaxed);
