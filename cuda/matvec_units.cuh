@@ -39,6 +39,36 @@ __device__ __forceinline__ int byte12(const uint32_t (&s)[3], int idx) {
   return int((word >> (8 * (idx & 3))) & 0xFFu);
 }
 
+// Q3_K's signed 6-bit scale of sub-block j = 8h + sb (scales[12] in sc): its low 4
+// bits are byte sb's nibble h, the high 2 bits are in byte 8 + (j & 3) at shift 2 * (j >> 2).
+__device__ __forceinline__ int q3k_scale(const uint32_t (&sc)[3], int sb, int h) {
+  const int lo4 = (byte12(sc, sb) >> (4 * h)) & 0xF;
+  const int hi2 = (byte12(sc, 8 + (sb & 3)) >> (2 * (2 * h + (sb >> 2)))) & 3;
+  return (lo4 | (hi2 << 4)) - 32;
+}
+
+// Q4_K's and Q5_K's block head: d, dmin and the 12 bytes of 6-bit scales and mins,
+// one 16-byte load (the blocks are 144 and 176 bytes: 16-byte aligned).
+__device__ __forceinline__ void k4_head(const uint8_t* b, float& d, float& dm, uint32_t (&sc)[3]) {
+  const uint4 a = ld128(b);
+  d = h2f(a.x);
+  dm = h2f(a.x >> 16);
+  sc[0] = a.y;
+  sc[1] = a.z;
+  sc[2] = a.w;
+}
+// Sub-block j's (0..7) scale and min, 6 bits each, from the 12 bytes (ggml's
+// get_scale_min_k4).
+__device__ __forceinline__ void k4_scale_min(const uint32_t (&sc)[3], int j, int& s, int& m) {
+  if (j < 4) {
+    s = byte12(sc, j) & 63;
+    m = byte12(sc, j + 4) & 63;
+  } else {
+    s = (byte12(sc, j + 4) & 0xF) | ((byte12(sc, j - 4) >> 6) << 4);
+    m = (byte12(sc, j + 4) >> 4) | ((byte12(sc, j) >> 6) << 4);
+  }
+}
+
 template <int NT, int R>
 using Acc = float[R][NT];
 
@@ -507,7 +537,7 @@ struct TQ2_K8 : Terms128 {
     for (int g = 0; g < 4; ++g) {
       int sl[R][2];
       float m[R][2];
-      uint32_t qw[R][8];
+      uint32_t qw[R][2][4];  // the chunk's quants masked in place, a half (sub-block) each
 #pragma unroll
       for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -518,7 +548,7 @@ struct TQ2_K8 : Terms128 {
           m[r][half] = float(s >> 4);
         }
 #pragma unroll
-        for (int j = 0; j < 8; ++j) qw[r][j] = q[r][j] & (0x03030303u << (2 * g));
+        for (int j = 0; j < 8; ++j) qw[r][j >> 2][j & 3] = q[r][j] & (0x03030303u << (2 * g));
       }
       // Token by token, so that few sums are live at once (8 tokens' of all
       // rows spilled); each token's operations are the same at any token count.
@@ -532,9 +562,8 @@ struct TQ2_K8 : Terms128 {
           terms16(xu, g, half, tv);
 #pragma unroll
           for (int r = 0; r < R; ++r) {
-            const uint32_t (&v)[4] = *reinterpret_cast<const uint32_t(*)[4]>(&qw[r][4 * half]);
             int a, b;
-            dot16i(v, tv, a, b);
+            dot16i(qw[r][half], tv, a, b);
             ia[r] += a * sl[r][half];
             ib[r] += b * sl[r][half];
           }
@@ -581,16 +610,13 @@ struct TQ3_K8 : Terms128 {
       for (int t = 0; t < NT; ++t) cs[t] = xp[t][xs * u + kScales + g];
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        // Sub-block j = 8h + sb: its low 4 scale bits are byte sb's nibble h, the
-        // high 2 bits are in byte 8 + (j & 3) at shift 2 * (j >> 2).
+        // Sub-block j = 8h + sb (q3k_scale).
         const int sb = 2 * g + half;
         float dl[R];
         uint32_t v[R][4];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-          const int lo4 = (byte12(sc[r], sb) >> (4 * h)) & 0xF;
-          const int hi2 = (byte12(sc[r], 8 + (sb & 3)) >> (2 * (2 * h + (sb >> 2)))) & 3;
-          dl[r] = d[r] * float((lo4 | (hi2 << 4)) - 32);
+          dl[r] = d[r] * float(q3k_scale(sc[r], sb, h));
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
             const uint32_t hw = hm[r][4 * half + j];
@@ -744,12 +770,7 @@ struct TQ45_K8 : Terms128 {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const uint8_t* b = rp[r] + size_t(blk) * kBlock;
-      const uint4 a = ld128(b);  // d, dmin, scales[12]
-      d[r] = h2f(a.x);
-      dm[r] = h2f(a.x >> 16);
-      sc[r][0] = a.y;
-      sc[r][1] = a.z;
-      sc[r][2] = a.w;
+      k4_head(b, d[r], dm[r], sc[r]);
       const uint8_t* qs = b + (kQ5 ? 48 : 16) + 64 * h;
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
@@ -773,15 +794,11 @@ struct TQ45_K8 : Terms128 {
       uint32_t v[R][8];
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        // Sub-block j = 4h + g: its scale and min, 6 bits each (k4_scale_min).
+        // Sub-block 4h + g, each call's index known at compile time (one of 4h + g
+        // took 176 more instructions at one token).
         int s, m;
-        if (h == 0) {
-          s = byte12(sc[r], g) & 63;
-          m = byte12(sc[r], g + 4) & 63;
-        } else {
-          s = (byte12(sc[r], g + 8) & 0xF) | ((byte12(sc[r], g) >> 6) << 4);
-          m = (byte12(sc[r], g + 8) >> 4) | ((byte12(sc[r], g + 4) >> 6) << 4);
-        }
+        if (h == 0) k4_scale_min(sc[r], g, s, m);
+        else k4_scale_min(sc[r], g + 4, s, m);
         dl[r] = d[r] * float(s);
         ml[r] = dm[r] * float(m);
 #pragma unroll
@@ -908,14 +925,11 @@ struct TQ3_K {
             for (int t = 0; t < NT; ++t) s1[r][t] = dot4(f, xv[t], s1[r][t]);
           }
         }
-        // Sub-block j = 8h + sb: its low 4 scale bits are byte sb's nibble h, the
-        // high 2 bits are in byte 8 + (j & 3) at shift 2 * (j >> 2).
+        // Sub-block j = 8h + sb (q3k_scale).
         const int sb = 2 * g + half;
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-          const int lo4 = (byte12(sc[r], sb) >> (4 * h)) & 0xF;
-          const int hi2 = (byte12(sc[r], 8 + (sb & 3)) >> (2 * (2 * h + (sb >> 2)))) & 3;
-          const float dl = d[r] * float((lo4 | (hi2 << 4)) - 32);
+          const float dl = d[r] * float(q3k_scale(sc[r], sb, h));
 #pragma unroll
           for (int t = 0; t < NT; ++t) acc[r][t] = fmaf(dl, s1[r][t], acc[r][t]);
         }
@@ -939,12 +953,7 @@ struct TQ45_K {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const uint8_t* b = rp[r] + size_t(blk) * kBlock;
-      const uint4 a = ld128(b);  // d, dmin, scales[12]
-      d[r] = h2f(a.x);
-      dm[r] = h2f(a.x >> 16);
-      sc[r][0] = a.y;
-      sc[r][1] = a.z;
-      sc[r][2] = a.w;
+      k4_head(b, d[r], dm[r], sc[r]);
       const uint8_t* qs = b + (kQ5 ? 48 : 16) + 32 * p;
       const uint4 q0 = ld128(qs), q1 = ld128(qs + 16);
       q[r][0] = q0.x; q[r][1] = q0.y; q[r][2] = q0.z; q[r][3] = q0.w;
@@ -981,13 +990,7 @@ struct TQ45_K {
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         int s, m;
-        if (j < 4) {
-          s = byte12(sc[r], j) & 63;
-          m = byte12(sc[r], j + 4) & 63;
-        } else {
-          s = (byte12(sc[r], j + 4) & 0xF) | ((byte12(sc[r], j - 4) >> 6) << 4);
-          m = (byte12(sc[r], j + 4) >> 4) | ((byte12(sc[r], j) >> 6) << 4);
-        }
+        k4_scale_min(sc[r], j, s, m);
         const float dl = d[r] * float(s);
         const float ml = dm[r] * float(m);
 #pragma unroll
