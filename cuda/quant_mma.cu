@@ -295,8 +295,8 @@ struct Tile {
 // Every output's sequence of operations (the steps, within a step the 16-input
 // slices, within a slice the three terms, the scale after each kScaleInputs) is
 // the same in every tile shape, so a problem's bits do not depend on its tile.
-template <uint32_t T, int WM, int WN, int NT>
-__global__ void __launch_bounds__(Tile<T, WM, WN, NT>::kThreads)
+template <uint32_t T, int WM, int WN, int NT, int MB = 1>
+__global__ void __launch_bounds__(Tile<T, WM, WN, NT>::kThreads, MB)
     mma_kernel(Problems ps, int64_t ne0, int64_t ne1, size_t rb, SplitX sx, float* __restrict__ y) {
   using B = Block<T>;
   using L = Tile<T, WM, WN, NT>;
@@ -584,7 +584,7 @@ int64_t split_rows(int64_t ne0, size_t workspace_bytes) {
   return int64_t(std::min<size_t>((workspace_bytes - kSplitSpare) / row, size_t(1) << 30));
 }
 
-template <uint32_t T, int WM, int WN, int NT>
+template <uint32_t T, int WM, int WN, int NT, int MB = 1>
 int launch_tiles(int64_t ne0, int64_t ne1, const Problems& ps, int max_tok, const SplitX& sx, float* y,
                  cudaStream_t stream) {
   using L = Tile<T, WM, WN, NT>;
@@ -592,11 +592,11 @@ int launch_tiles(int64_t ne0, int64_t ne1, const Problems& ps, int max_tok, cons
   const int64_t tok_tiles = (max_tok + L::kTokens - 1) / L::kTokens;
   if (row_tiles > 0x7FFFFFFF || tok_tiles > 65535) return kErrShape;
   if (L::kBytes > 48 * 1024 &&
-      cudaFuncSetAttribute(mma_kernel<T, WM, WN, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      cudaFuncSetAttribute(mma_kernel<T, WM, WN, NT, MB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            int(L::kBytes)) != cudaSuccess)
     return kErrCuda;
   const dim3 grid{unsigned(row_tiles), unsigned(ps.n), unsigned(tok_tiles)};
-  mma_kernel<T, WM, WN, NT><<<grid, L::kThreads, L::kBytes, stream>>>(ps, ne0, ne1, row_bytes(T, ne0), sx, y);
+  mma_kernel<T, WM, WN, NT, MB><<<grid, L::kThreads, L::kBytes, stream>>>(ps, ne0, ne1, row_bytes(T, ne0), sx, y);
   return cudaGetLastError() == cudaSuccess ? kOk : kErrCuda;
 }
 
@@ -618,6 +618,7 @@ int launch_tiles(int64_t ne0, int64_t ne1, const Problems& ps, int max_tok, cons
 // n tokens whatever the grid.
 constexpr int kLargeTokens = 256, kLargeBlocks = 256;
 std::atomic<int> g_large_from{0};
+std::atomic<int> g_min_blocks{0};  // A/B only: set_mma_min_blocks
 
 enum TileShape : uint8_t { kFew, kMany, kLarge };
 
@@ -658,13 +659,21 @@ int launch_split(int64_t ne0, int64_t ne1, const Problems& all, const TileShape*
     ++ps.n;
     max_tok[shape[i]] = std::max(max_tok[shape[i]], all.ntok[i]);
   }
+  const int mb = g_min_blocks.load(std::memory_order_relaxed);
   if (by[kFew].n > 0)
-    if (const int st = launch_tiles<T, 4, 1, 2>(ne0, ne1, by[kFew], max_tok[kFew], sx, y, stream); st != kOk)
+    if (const int st = mb == 2 ? launch_tiles<T, 4, 1, 2, 4>(ne0, ne1, by[kFew], max_tok[kFew], sx, y, stream)
+                               : launch_tiles<T, 4, 1, 2>(ne0, ne1, by[kFew], max_tok[kFew], sx, y, stream);
+        st != kOk)
       return st;
   if (by[kMany].n > 0)
-    if (const int st = launch_tiles<T, 2, 2, 2>(ne0, ne1, by[kMany], max_tok[kMany], sx, y, stream); st != kOk)
+    if (const int st = mb == 2 ? launch_tiles<T, 2, 2, 2, 4>(ne0, ne1, by[kMany], max_tok[kMany], sx, y, stream)
+                               : launch_tiles<T, 2, 2, 2>(ne0, ne1, by[kMany], max_tok[kMany], sx, y, stream);
+        st != kOk)
       return st;
-  if (by[kLarge].n > 0) return launch_tiles<T, 4, 2, 4>(ne0, ne1, by[kLarge], max_tok[kLarge], sx, y, stream);
+  if (by[kLarge].n > 0) {
+    if (mb >= 1) return launch_tiles<T, 4, 2, 4, 2>(ne0, ne1, by[kLarge], max_tok[kLarge], sx, y, stream);
+    return launch_tiles<T, 4, 2, 4>(ne0, ne1, by[kLarge], max_tok[kLarge], sx, y, stream);
+  }
   return kOk;
 }
 
@@ -740,6 +749,8 @@ R by_type(uint32_t type, R r, F f) {
 int mma_large_from() { return g_large_from.load(std::memory_order_relaxed); }
 
 void set_mma_large_from(int n) { g_large_from.store(n > 0 ? n : 0, std::memory_order_relaxed); }
+
+void set_mma_min_blocks(int mode) { g_min_blocks.store(mode == 1 || mode == 2 ? mode : 0, std::memory_order_relaxed); }
 
 bool mma_supports(uint32_t type) {
   return by_type(type, false, [](auto) { return true; });
