@@ -164,13 +164,12 @@ void report(const char* kind, uint32_t type, int64_t ne0, int64_t ne1, int n, co
 int main(int argc, char** argv) {
   bool quick = false, few_only = false, decode_only = false, wave_per_problem = false, no_pipeline = false,
        mma_decode = false, no_mma_decode = false, no_dp4a = false, no_prestage = false, prestage_always = false;
-  uint64_t block_threads = 0, row_threads = 0, mma_warps = 0, mma_tiles = 0, large_from = 0, q3k_unit = 0,
-           large_min_blocks = 0, prefetch = 0;
+  uint64_t block_threads = 0, row_threads = 0, mma_warps = 0, mma_tiles = 0, large_from = 0;
   std::string only_type, only_shape;
   xpack::cli::App app("bench-kernels",
                       "bench-kernels [--quick] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem] "
                       "[--row-threads N] [--no-pipeline] [--[no-]mma-decode] [--mma-warps N] [--mma-tiles N] "
-                      "[--mma-large-from N] [--q3k-unit N] [--prefetch D] [--mma-min-blocks M] [--no-dp4a] [--[no-]prestage] [--type T,...] [--shape S]",
+                      "[--mma-large-from N] [--no-dp4a] [--[no-]prestage] [--type T,...] [--shape S]",
                       "Microseconds per product and weight GB/s of the CUDA kernels (cuda/quant_matmul.h) for "
                       "every weight type, against a device-to-device copy measured in the same run; one RESULT "
                       "line per measurement.",
@@ -201,13 +200,6 @@ int main(int argc, char** argv) {
   app.count("--mma-large-from", "N", &large_from,
             "the prefill kernel's 128 x 64 tiles from N tokens whatever the grid (default: a rule of tokens and "
             "grid, cuda/quant_mma.cu; a large N: never)", 1, 1u << 30);
-  app.count("--q3k-unit", "N", &q3k_unit,
-            "A/B: Q3_K's dp4a unit: 0 TQ3_K8 (default), 1 the unit before 2026-12-05, 2 TQ3_K8 four rows a group", 0, 2);
-  app.count("--prefetch", "D", &prefetch,
-            "A/B: the decode kernel's lanes ask L2 for the unit D iterations ahead (default 0: none)", 0, 8);
-  app.count("--mma-min-blocks", "M", &large_min_blocks,
-            "A/B: the prefill kernel's tiles compiled for 128 registers: 1 the 128 x 64 ones, 2 all (default 0: none)",
-            0, 2);
   app.flag("--no-dp4a", &no_dp4a,
            "the K-quants' and MXFP4's decode on the FMA units for every row (default: rows whose x fits shared memory "
            "as int8 terms on the dp4a units, doc/kernels.md)");
@@ -237,10 +229,8 @@ int main(int argc, char** argv) {
                                int(mma_warps), int(mma_tiles), !no_dp4a,
                                no_prestage       ? xk::dev::kPrestageNever
                                : prestage_always ? xk::dev::kPrestageAlways
-                                                 : xk::dev::kPrestageAuto,
-                               int(q3k_unit), int(prefetch));
+                                                 : xk::dev::kPrestageAuto);
   xk::dev::set_mma_large_from(int(large_from));
-  xk::dev::set_mma_min_blocks(int(large_min_blocks));
   const uint32_t all[] = {xk::kF32, xk::kF16, xk::kBF16, xk::kQ8_0, xk::kQ4_K,
                           xk::kQ5_K, xk::kQ6_K, xk::kQ2_K, xk::kQ3_K, xk::kMXFP4};
   std::vector<Shape> shapes = {

@@ -27,9 +27,6 @@ struct GroupParams {
   // Ty::kXs * 4 bytes a unit.
   const uint8_t* terms;
   int32_t trow[kMaxGroupedProblems];
-  // A/B: each lane asks L2 for the bytes of the unit this many of its iterations
-  // ahead (0: none).
-  int prefetch;
 };
 static_assert(sizeof(GroupParams) <= 4096, "a kernel parameter of the 4 KB every CUDA version takes");
 

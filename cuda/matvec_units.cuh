@@ -665,68 +665,6 @@ struct TQ3_K8 : Terms128 {
   }
 };
 
-// Q3_K: each weight's 2 low bits and high bit make the unsigned byte v = low + 4 hb
-// (0..7), so the weight is scale * (v - 4) and a sub-block's sum is
-// scale * (sum v x - 4 sum x), the second with the staged sum of x.
-struct TQ3_K8Prev : Terms128 {  // the unit before 2026-12-05 (A/B only)
-  template <int NT, int R>
-  __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
-                             Acc<NT, R>& acc, int xs) {
-    const int blk = u >> 1, h = u & 1;
-    uint32_t hm[R][8], q[R][8], sc[R][3];
-    float d[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* b = rp[r] + size_t(blk) * 110;  // 2-byte aligned
-      ldwords<8>(b, hm[r]);
-      ldwords<8>(b + 32 + 32 * h, q[r]);
-      ldwords<3>(b + 96, sc[r]);
-      d[r] = h2f(ld16(b + 108));
-      // The second half block's high bits are bits 4..7: shifted once here, so that
-      // chunk g's are bit g of each byte for a shift known at compile time.
-#pragma unroll
-      for (int i = 0; i < 8; ++i) hm[r][i] >>= 4 * h;
-    }
-#pragma unroll
-    for (int g = 0; g < 4; ++g) {
-      float cs[NT];
-#pragma unroll
-      for (int t = 0; t < NT; ++t) cs[t] = xp[t][xs * u + kScales + g];
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        // Sub-block j = 8h + sb (q3k_scale).
-        const int sb = 2 * g + half;
-        float dl[R];
-        uint32_t v[R][4];
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          dl[r] = d[r] * float(q3k_scale(sc[r], sb, h));
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const uint32_t hw = hm[r][4 * half + j];
-            const uint32_t hb = (g <= 2 ? hw << (2 - g) : hw >> (g - 2)) & 0x04040404u;  // bit g to bit 2
-            v[r][j] = ((q[r][4 * half + j] >> (2 * g)) & 0x03030303u) | hb;
-          }
-        }
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-          const float* xu = xp[t] + xs * u;
-          uint4 tv[4];
-          terms16(xu, g, half, tv);
-          const float sx4 = 4.0f * xu[kSums + sb];
-#pragma unroll
-          for (int r = 0; r < R; ++r) {
-            const float s1 = dot16(v[r], tv) * cs[t];
-            acc[r][t] = fmaf(-dl[r], sx4, fmaf(dl[r], s1, acc[r][t]));
-          }
-        }
-      }
-    }
-  }
-};
-
-struct TQ3_K8R4 : TQ3_K8 {};  // the same unit four rows a group at one token (A/B only)
-
 // x staged as int8 terms for MXFP4's dp4a unit (one 32-input block a unit). Per
 // unit and token (kXs floats, 144 bytes; a stride of 36 words puts 8 lanes' 16-byte
 // reads in 8 different bank groups): term k at bytes 32 k.., its inputs in the

@@ -180,7 +180,7 @@ enum : int { kMmaDecodeAuto = 0, kMmaDecodeAlways = 1, kMmaDecodeNever = 2 };
 enum : int { kPrestageNever = 0, kPrestageAuto = 1, kPrestageAlways = 2 };
 void set_matvec_geometry(int block_threads, bool shared_wave, int row_threads = 0, bool pipeline = true,
                          int mma_decode = kMmaDecodeAuto, int mma_warps = 0, int mma_tiles = 0,
-                         bool dp4a = true, int prestage = kPrestageAuto, int q3k = 0, int prefetch = 0);
+                         bool dp4a = true, int prestage = kPrestageAuto);
 
 }  // namespace dev
 

@@ -177,27 +177,6 @@ __global__ void __launch_bounds__(kBlock) matvec_kernel(const GroupParams gp, in
 #pragma unroll
       for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
 
-    // L2 prefetch (gp.prefetch > 0): the bytes of the unit gp.prefetch iterations
-    // ahead, in this group's rows or, past their end, the next group's (a hint:
-    // nothing waits for it).
-    const size_t unit_bytes = row_bytes / size_t(units);
-    const int next_o0 = (g + int(gridDim.x) * groups) * R;
-    auto prefetch = [&](int u) {
-      int pu = u + gp.prefetch * tpr;
-      const uint8_t* a[R];
-      if (pu < units) {
-#pragma unroll
-        for (int r = 0; r < R; ++r) a[r] = rp[r] + size_t(pu) * unit_bytes;
-      } else {
-        pu -= units;
-        if (pu >= units || gp.shared || next_o0 >= ne1) return;
-#pragma unroll
-        for (int r = 0; r < R; ++r) a[r] = W + size_t(min(next_o0 + r, ne1 - 1)) * row_bytes + size_t(pu) * unit_bytes;
-      }
-#pragma unroll
-      for (int r = 0; r < R; ++r) asm volatile("prefetch.global.L2 [%0];" ::"l"(a[r]));
-    };
-
     if constexpr (kPipe) {
       // The unit after this one is loaded (clamped to the row's last: a valid
       // address, loaded and unused at the end) while this one is computed.
@@ -205,7 +184,6 @@ __global__ void __launch_bounds__(kBlock) matvec_kernel(const GroupParams gp, in
       Ty::template load<R>(rp, min(lane, units - 1), cur);
 #pragma unroll 2
       for (int u = lane; u < units; u += tpr) {
-        if (gp.prefetch) prefetch(u);
         Ty::template load<R>(rp, min(u + tpr, units - 1), next);
         Ty::template compute<NT, R>(rp, cur, u, xp, acc, xs);
         cur = next;
@@ -214,10 +192,7 @@ __global__ void __launch_bounds__(kBlock) matvec_kernel(const GroupParams gp, in
       // Unrolled so that the loads of several units are in flight before their
       // products need them: one unit's HBM latency is many times its arithmetic.
 #pragma unroll(kUnitsInFlight<Ty>)
-      for (int u = lane; u < units; u += tpr) {
-        if (gp.prefetch) prefetch(u);
-        Ty::template run<NT, R>(rp, u, xp, acc, xs);
-      }
+      for (int u = lane; u < units; u += tpr) Ty::template run<NT, R>(rp, u, xp, acc, xs);
     }
 
 #pragma unroll
@@ -446,8 +421,7 @@ Split split_plan(int ne0, int ne1) {
 template <class Ty, int NT>
 constexpr int rows_per_group() {
   constexpr bool kTwo =
-      std::is_same_v<Ty, TQ6_K> || (kTermsX<Ty> && !std::is_same_v<Ty, TQ2_K8> && !std::is_same_v<Ty, TMXFP4_8> &&
-                                    !std::is_same_v<Ty, TQ3_K8R4>);
+      std::is_same_v<Ty, TQ6_K> || (kTermsX<Ty> && !std::is_same_v<Ty, TQ2_K8> && !std::is_same_v<Ty, TMXFP4_8>);
   return (NT == 1 && !kTwo) ? 4 : 2;
 }
 
@@ -494,8 +468,6 @@ std::atomic<int> g_mma_decode{kMmaDecodeAuto};
 std::atomic<int> g_mma_layout{int(MmaLayout::k4x4)};
 std::atomic<bool> g_dp4a{true};
 std::atomic<int> g_prestage{kPrestageAuto};
-std::atomic<int> g_q3k{0};
-std::atomic<int> g_prefetch{0};
 struct Geometry {
   int block;         // threads per block: 256, 512, or 0: chosen per launch (launch_smem_x)
   bool shared_wave;  // the problems of a launch share one wave of blocks (else one wave each)
@@ -505,16 +477,13 @@ struct Geometry {
   MmaLayout mma_layout;  // that kernel's warps a tile x tiles a block (orders its sums)
   bool dp4a;             // K-quant and MXFP4 rows that dp4a_takes on the dp4a units (Dp4aUnit)
   int prestage;          // kPrestage*: a dp4a launch's terms made once (stage_terms_kernel; the same bits either way)
-  int q3k;               // Q3_K's dp4a unit: 0 TQ3_K8, 1 TQ3_K8Prev (other bits), 2 TQ3_K8R4 (A/B only)
-  int prefetch;          // GroupParams::prefetch (A/B only)
 };
 inline Geometry geometry() {
   return Geometry{g_block.load(std::memory_order_relaxed), g_shared_wave.load(std::memory_order_relaxed),
                   g_row_threads.load(std::memory_order_relaxed), g_pipeline.load(std::memory_order_relaxed),
                   g_mma_decode.load(std::memory_order_relaxed),
                   MmaLayout(g_mma_layout.load(std::memory_order_relaxed)),
-                  g_dp4a.load(std::memory_order_relaxed), g_prestage.load(std::memory_order_relaxed),
-                  g_q3k.load(std::memory_order_relaxed), g_prefetch.load(std::memory_order_relaxed)};
+                  g_dp4a.load(std::memory_order_relaxed), g_prestage.load(std::memory_order_relaxed)};
 }
 // Threads per row group (log2) of the unsplit kernel. Fewer threads than the row
 // has units give each lane several units (MXFP4's loaded one ahead: kPipelines)
@@ -536,7 +505,7 @@ int row_tpr_log2(int units, const Geometry& g) {
   if constexpr (std::is_same_v<Ty, TMXFP4> || std::is_same_v<Ty, TMXFP4_8> || std::is_same_v<Ty, TQ8_0>)
     return std::min(natural, units >= 128 ? 6 : 5);
   if constexpr (std::is_same_v<Ty, TQ2_K> || std::is_same_v<Ty, TQ2_K8> || std::is_same_v<Ty, TQ3_K> ||
-                std::is_base_of_v<TQ3_K8, Ty> || std::is_same_v<Ty, TQ3_K8Prev>)
+                std::is_same_v<Ty, TQ3_K8>)
     return units >= 128 ? 5 : natural;
   return natural;
 }
@@ -815,13 +784,8 @@ cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, siz
     }
   }
   if constexpr (!std::is_void_v<Dp4aUnit<Ty>>) {
-    if (sp.chunks <= 1 && dp4a_takes<Dp4aUnit<Ty>>(geom, ne0)) {
-      if constexpr (std::is_same_v<Ty, TQ3_K>) {
-        if (geom.q3k == 1) return launch_dp4a<TQ3_K8Prev>(nt_max, gp, ne0, ne1, rb, x, y, sc, geom, stream);
-        if (geom.q3k == 2) return launch_dp4a<TQ3_K8R4>(nt_max, gp, ne0, ne1, rb, x, y, sc, geom, stream);
-      }
+    if (sp.chunks <= 1 && dp4a_takes<Dp4aUnit<Ty>>(geom, ne0))
       return launch_dp4a<Dp4aUnit<Ty>>(nt_max, gp, ne0, ne1, rb, x, y, sc, geom, stream);
-    }
   }
   return launch_rounded<Ty>(nt_max, gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
 }
@@ -893,10 +857,8 @@ bool weight_aligned(uint32_t type, const void* w) {
 }  // namespace
 
 void dev::set_matvec_geometry(int block_threads, bool shared_wave, int row_threads, bool pipeline, int mma_decode,
-                              int mma_warps, int mma_tiles, bool dp4a, int prestage, int q3k, int prefetch) {
-  g_prefetch.store(prefetch > 0 && prefetch <= 8 ? prefetch : 0, std::memory_order_relaxed);
+                              int mma_warps, int mma_tiles, bool dp4a, int prestage) {
   g_pipeline.store(pipeline, std::memory_order_relaxed);
-  g_q3k.store(q3k == 1 || q3k == 2 ? q3k : 0, std::memory_order_relaxed);
   g_dp4a.store(dp4a, std::memory_order_relaxed);
   g_prestage.store(prestage == kPrestageNever || prestage == kPrestageAlways ? prestage : kPrestageAuto,
                    std::memory_order_relaxed);
@@ -932,7 +894,6 @@ int dev::grouped_matvec_scratch(const MatvecScratch* scratch, uint32_t type, int
   if (!aligned(x, xa) || !aligned(y, 4)) return kErrAlignment;
   dev::GroupParams gp{};
   gp.n = n_problems;
-  gp.prefetch = dev::geometry().prefetch;
   int nt_max = 0;
   for (int i = 0; i < n_problems; ++i) {
     const ExpertProblem& p = problems[i];
@@ -1011,7 +972,6 @@ int dev::shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduc
   dev::GroupParams gp{};
   gp.n = n;
   gp.shared = 1;
-  gp.prefetch = dev::geometry().prefetch;
   for (int i = 0; i < n; ++i) {
     const SharedInputProduct& p = products[i];
     if (!weight_aligned(type, p.w) || !aligned(p.y, 4)) return kErrAlignment;

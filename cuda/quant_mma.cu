@@ -283,6 +283,16 @@ struct Tile {
   // Q2_K at 4096 x 14336, 512 tokens, lost 8-10 % with one stage). Two stages
   // keep every type's blocks an SM there (shared memory is not what limits them).
   static constexpr int kXStages = kTokens >= 64 ? 2 : 1;
+  // Resident blocks an SM asked of ptxas (__launch_bounds__), so at most 128
+  // registers a thread: the 128 x 64 tiles took up to 212 and held one block an
+  // SM, the 128 x 16 ones up to 168 and held three. Measured, the same build
+  // both ways (bench-kernels, 2026-12-05): the 128 x 64 tiles at 4096 x 14336
+  // and 512 tokens on the H200 1.40x (Q3_K), 1.21x (Q2_K), 1.11x (Q8_0, 128 bytes
+  // spilled) and 0.99x (MXFP4, 127 registers already); the 128 x 16 tiles on
+  // the H100, grouped experts of 4 and 12 tokens, 1.02-1.11x (Q2_K, Q3_K, MXFP4).
+  // Q8_0's 128 x 16 tiles would spill 288 bytes and the 64 x 32 ones hold 128
+  // registers or near it already: not measured, left to ptxas.
+  static constexpr int kMinBlocks = kTokens == 64 ? 2 : (kTokens == 16 && T != kQ8_0) ? 4 : 1;
   static constexpr size_t kWs = 0;                                                // bf16 [kRows][kLd]
   static constexpr size_t kXs = kWs + sizeof(__nv_bfloat16) * kRows * kLd;  // bf16 [kXStages][3][kTokens][kLd]
   static constexpr size_t kRaw = kXs + sizeof(__nv_bfloat16) * kXStages * 3 * kTokens * kLd;  // u32 [kRows][kRowWords]
@@ -295,8 +305,8 @@ struct Tile {
 // Every output's sequence of operations (the steps, within a step the 16-input
 // slices, within a slice the three terms, the scale after each kScaleInputs) is
 // the same in every tile shape, so a problem's bits do not depend on its tile.
-template <uint32_t T, int WM, int WN, int NT, int MB = 1>
-__global__ void __launch_bounds__(Tile<T, WM, WN, NT>::kThreads, MB)
+template <uint32_t T, int WM, int WN, int NT>
+__global__ void __launch_bounds__(Tile<T, WM, WN, NT>::kThreads, Tile<T, WM, WN, NT>::kMinBlocks)
     mma_kernel(Problems ps, int64_t ne0, int64_t ne1, size_t rb, SplitX sx, float* __restrict__ y) {
   using B = Block<T>;
   using L = Tile<T, WM, WN, NT>;
@@ -584,7 +594,7 @@ int64_t split_rows(int64_t ne0, size_t workspace_bytes) {
   return int64_t(std::min<size_t>((workspace_bytes - kSplitSpare) / row, size_t(1) << 30));
 }
 
-template <uint32_t T, int WM, int WN, int NT, int MB = 1>
+template <uint32_t T, int WM, int WN, int NT>
 int launch_tiles(int64_t ne0, int64_t ne1, const Problems& ps, int max_tok, const SplitX& sx, float* y,
                  cudaStream_t stream) {
   using L = Tile<T, WM, WN, NT>;
@@ -592,11 +602,11 @@ int launch_tiles(int64_t ne0, int64_t ne1, const Problems& ps, int max_tok, cons
   const int64_t tok_tiles = (max_tok + L::kTokens - 1) / L::kTokens;
   if (row_tiles > 0x7FFFFFFF || tok_tiles > 65535) return kErrShape;
   if (L::kBytes > 48 * 1024 &&
-      cudaFuncSetAttribute(mma_kernel<T, WM, WN, NT, MB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      cudaFuncSetAttribute(mma_kernel<T, WM, WN, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            int(L::kBytes)) != cudaSuccess)
     return kErrCuda;
   const dim3 grid{unsigned(row_tiles), unsigned(ps.n), unsigned(tok_tiles)};
-  mma_kernel<T, WM, WN, NT, MB><<<grid, L::kThreads, L::kBytes, stream>>>(ps, ne0, ne1, row_bytes(T, ne0), sx, y);
+  mma_kernel<T, WM, WN, NT><<<grid, L::kThreads, L::kBytes, stream>>>(ps, ne0, ne1, row_bytes(T, ne0), sx, y);
   return cudaGetLastError() == cudaSuccess ? kOk : kErrCuda;
 }
 
@@ -605,8 +615,8 @@ int launch_tiles(int64_t ne0, int64_t ne1, const Problems& ps, int max_tok, cons
 // else 64 x 32, or 128 x 64 with 8 warps of 32 x 32, where each decoded weight
 // serves 64 tokens and each split activation 128 rows, twice what either did in
 // 64 x 32 (the decode and split, not the tensor cores, set the smaller tiles'
-// time). The large tiles hold one block an SM (200+ registers a thread), so
-// they pay only with many blocks and few idle token columns: measured on the
+// time). The large tiles held one block an SM (200+ registers a thread), so
+// they paid only with many blocks and few idle token columns: measured on the
 // H200 (bench-kernels, 2026-12-04), 1.16-1.20x on a 4096 x 14336 Q8_0 / MXFP4
 // product of 512 tokens (256 large blocks) and 1.03-1.06x for Q2_K / Q3_K, but
 // 0.80-0.94x on 2048- and 3072-row experts of 512 tokens (128 and 192 blocks)
@@ -615,10 +625,10 @@ int launch_tiles(int64_t ne0, int64_t ne1, const Problems& ps, int max_tok, cons
 // 0.99x with them forced from 128 or 64 tokens (xpack-run --mma-large-from). By
 // default a problem takes them from kLargeTokens tokens when the launch's large
 // blocks number at least kLargeBlocks; set_mma_large_from(n) forces them from
-// n tokens whatever the grid.
+// n tokens whatever the grid. (Since 2026-12-05 they hold two blocks an SM,
+// Tile::kMinBlocks, and the rule has not been measured again.)
 constexpr int kLargeTokens = 256, kLargeBlocks = 256;
 std::atomic<int> g_large_from{0};
-std::atomic<int> g_min_blocks{0};  // A/B only: set_mma_min_blocks
 
 enum TileShape : uint8_t { kFew, kMany, kLarge };
 
@@ -659,21 +669,13 @@ int launch_split(int64_t ne0, int64_t ne1, const Problems& all, const TileShape*
     ++ps.n;
     max_tok[shape[i]] = std::max(max_tok[shape[i]], all.ntok[i]);
   }
-  const int mb = g_min_blocks.load(std::memory_order_relaxed);
   if (by[kFew].n > 0)
-    if (const int st = mb == 2 ? launch_tiles<T, 4, 1, 2, 4>(ne0, ne1, by[kFew], max_tok[kFew], sx, y, stream)
-                               : launch_tiles<T, 4, 1, 2>(ne0, ne1, by[kFew], max_tok[kFew], sx, y, stream);
-        st != kOk)
+    if (const int st = launch_tiles<T, 4, 1, 2>(ne0, ne1, by[kFew], max_tok[kFew], sx, y, stream); st != kOk)
       return st;
   if (by[kMany].n > 0)
-    if (const int st = mb == 2 ? launch_tiles<T, 2, 2, 2, 4>(ne0, ne1, by[kMany], max_tok[kMany], sx, y, stream)
-                               : launch_tiles<T, 2, 2, 2>(ne0, ne1, by[kMany], max_tok[kMany], sx, y, stream);
-        st != kOk)
+    if (const int st = launch_tiles<T, 2, 2, 2>(ne0, ne1, by[kMany], max_tok[kMany], sx, y, stream); st != kOk)
       return st;
-  if (by[kLarge].n > 0) {
-    if (mb >= 1) return launch_tiles<T, 4, 2, 4, 2>(ne0, ne1, by[kLarge], max_tok[kLarge], sx, y, stream);
-    return launch_tiles<T, 4, 2, 4>(ne0, ne1, by[kLarge], max_tok[kLarge], sx, y, stream);
-  }
+  if (by[kLarge].n > 0) return launch_tiles<T, 4, 2, 4>(ne0, ne1, by[kLarge], max_tok[kLarge], sx, y, stream);
   return kOk;
 }
 
@@ -749,8 +751,6 @@ R by_type(uint32_t type, R r, F f) {
 int mma_large_from() { return g_large_from.load(std::memory_order_relaxed); }
 
 void set_mma_large_from(int n) { g_large_from.store(n > 0 ? n : 0, std::memory_order_relaxed); }
-
-void set_mma_min_blocks(int mode) { g_min_blocks.store(mode == 1 || mode == 2 ? mode : 0, std::memory_order_relaxed); }
 
 bool mma_supports(uint32_t type) {
   return by_type(type, false, [](auto) { return true; });

@@ -59,9 +59,5 @@ int mma_grouped(uint32_t type, int64_t ne0, int64_t ne1, const ExpertProblem* pr
 // Thread safety: safe from any thread; launches already enqueued keep theirs.
 int mma_large_from();
 void set_mma_large_from(int n);
-// A/B only: the tiles compiled for at most 128 registers a thread: mode 1 the
-// 128 x 64 tiles (two blocks an SM), mode 2 also the others (four blocks an SM);
-// else none (the default).
-void set_mma_min_blocks(int mode);
 
 }  // namespace xpack::kernels::dev
