@@ -32,13 +32,13 @@ template <int N>
 __device__ __forceinline__ void ldwords(const uint8_t* p, uint32_t (&w)[N], unsigned shr = 0) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   const unsigned int* base = reinterpret_cast<const unsigned int*>(a & ~uintptr_t(3));
-  const unsigned sh = unsigned(a & 3) * 8 + shr;
+  const unsigned sh = unsigned(a & 3) * 8;
   uint32_t v[N + 1];
 #pragma unroll
   for (int i = 0; i < N; ++i) v[i] = __ldg(base + i);
-  v[N] = (a & 3) ? __ldg(base + N) : 0u;
+  v[N] = sh ? __ldg(base + N) : 0u;
 #pragma unroll
-  for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(v[i], v[i + 1], sh);
+  for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(v[i], v[i + 1], sh + shr);
 }
 
 // PTX's byte permute in its generic mode: a set msb in a selector nibble
