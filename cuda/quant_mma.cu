@@ -283,16 +283,13 @@ struct Tile {
   // Q2_K at 4096 x 14336, 512 tokens, lost 8-10 % with one stage). Two stages
   // keep every type's blocks an SM there (shared memory is not what limits them).
   static constexpr int kXStages = kTokens >= 64 ? 2 : 1;
-  // Resident blocks an SM asked of ptxas (__launch_bounds__), so at most 128
-  // registers a thread: the 128 x 64 tiles took up to 212 and held one block an
-  // SM, the 128 x 16 ones up to 168 and held three. Measured, the same build
-  // both ways (bench-kernels, 2026-12-05): the 128 x 64 tiles at 4096 x 14336
-  // and 512 tokens on the H200 1.40x (Q3_K), 1.21x (Q2_K), 1.11x (Q8_0, 128 bytes
-  // spilled) and 0.99x (MXFP4, 127 registers already); the 128 x 16 tiles on
-  // the H100, grouped experts of 4 and 12 tokens, 1.02-1.11x (Q2_K, Q3_K, MXFP4).
-  // Q8_0's 128 x 16 tiles would spill 288 bytes and the 64 x 32 ones hold 128
-  // registers or near it already: not measured, left to ptxas.
-  static constexpr int kMinBlocks = kTokens == 64 ? 2 : (kTokens == 16 && T != kQ8_0) ? 4 : 1;
+  // Resident blocks an SM asked of ptxas (__launch_bounds__; 0: none asked,
+  // ptxas' own choice). The 128 x 64 tiles ask for two, which caps them at 128
+  // registers: main's ptxas gave Q2_K's 181 and one block an SM (Q3_K's and
+  // MXFP4's were below 128 already). doc/kernels.md, "The 128 x 64 tiles held to
+  // 128 registers", has the measurements, and why the others ask for nothing: an
+  // explicit minimum of one block let ptxas take more registers than without.
+  static constexpr int kMinBlocks = kTokens == 64 ? 2 : 0;
   static constexpr size_t kWs = 0;                                                // bf16 [kRows][kLd]
   static constexpr size_t kXs = kWs + sizeof(__nv_bfloat16) * kRows * kLd;  // bf16 [kXStages][3][kTokens][kLd]
   static constexpr size_t kRaw = kXs + sizeof(__nv_bfloat16) * kXStages * 3 * kTokens * kLd;  // u32 [kRows][kRowWords]
