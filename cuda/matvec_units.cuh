@@ -583,58 +583,82 @@ struct TQ2_K8 : Terms128 {
 
 // Q3_K: each weight's 2 low bits and high bit make the unsigned byte v = low + 4 hb
 // (0..7), so the weight is scale * (v - 4) and a sub-block's sum is
-// scale * (sum v x - 4 sum x), the second with the staged sum of x.
+// scale * (sum v x - 4 sum x), the second with the staged sum of x. Chunk g's v
+// are masked in place, v * 2^m with m = 0, 2, 4, 4: the low bits where they lie
+// (for g = 3 two places down, so that the high bit fits in the byte) and the high
+// bit moved beside them, three instructions a 4 weights. The half block's 8
+// scales (+ 32) are decoded as bytes of two words at once. As in TQ2_K8, a
+// chunk's two sub-blocks are summed as integers, each times its signed scale
+// (v * 2^m <= 112, terms <= 64: |a| < 129 * 16 * 112 * 64 < 2^24 a sub-block,
+// times 32, two of them: < 2^30, exact in int32), then one conversion.
 struct TQ3_K8 : Terms128 {
   template <int NT, int R>
   __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
                              Acc<NT, R>& acc, int xs) {
     const int blk = u >> 1, h = u & 1;
-    uint32_t hm[R][8], q[R][8], sc[R][3];
+    uint32_t hm[R][8], q[R][8], s8[R][2];  // s8: sub-block sb's scale + 32 in byte sb & 3 of word sb >> 2
     float d[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const uint8_t* b = rp[r] + size_t(blk) * 110;  // 2-byte aligned
-      ldwords<8>(b, hm[r]);
+      const int sh = 4 * h;
+      uint32_t sc[3];
+      // The second half block's high bits are bits 4..7 of each byte: shifted down
+      // as they load, so that chunk g's are bit g (bits 4..7 are not used).
+      ldwords<8>(b, hm[r], sh);
       ldwords<8>(b + 32 + 32 * h, q[r]);
-      ldwords<3>(b + 96, sc[r]);
+      ldwords<3>(b + 96, sc);
       d[r] = h2f(ld16(b + 108));
-      // The second half block's high bits are bits 4..7: shifted once here, so that
-      // chunk g's are bit g of each byte for a shift known at compile time.
-#pragma unroll
-      for (int i = 0; i < 8; ++i) hm[r][i] >>= 4 * h;
+      // Sub-block j = 8h + sb: low 4 bits in byte sb's nibble h, high 2 bits in byte
+      // 8 + (sb & 3) at shift 4h (sb < 4) or 4h + 2 (q3k_scale).
+      const uint32_t hi = sc[2] >> sh;
+      s8[r][0] = ((sc[0] >> sh) & 0x0F0F0F0Fu) | ((hi << 4) & 0x30303030u);
+      s8[r][1] = ((sc[1] >> sh) & 0x0F0F0F0Fu) | ((hi << 2) & 0x30303030u);
     }
 #pragma unroll
     for (int g = 0; g < 4; ++g) {
-      float cs[NT];
+      constexpr int kM[4] = {0, 2, 4, 4};
+      int sl[R][2];
+      float slf[R][2];
+      uint32_t v[R][2][4];  // the chunk's v * 2^m, a half (sub-block) each
 #pragma unroll
-      for (int t = 0; t < NT; ++t) cs[t] = xp[t][xs * u + kScales + g];
+      for (int r = 0; r < R; ++r) {
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        // Sub-block j = 8h + sb (q3k_scale).
-        const int sb = 2 * g + half;
-        float dl[R];
-        uint32_t v[R][4];
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          dl[r] = d[r] * float(q3k_scale(sc[r], sb, h));
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const uint32_t hw = hm[r][4 * half + j];
-            const uint32_t hb = (g <= 2 ? hw << (2 - g) : hw >> (g - 2)) & 0x04040404u;  // bit g to bit 2
-            v[r][j] = ((q[r][4 * half + j] >> (2 * g)) & 0x03030303u) | hb;
-          }
+        for (int half = 0; half < 2; ++half) {
+          sl[r][half] = int((s8[r][g >> 1] >> (16 * (g & 1) + 8 * half)) & 0xFFu) - 32;
+          slf[r][half] = float(sl[r][half]);
         }
 #pragma unroll
-        for (int t = 0; t < NT; ++t) {
-          const float* xu = xp[t] + xs * u;
+        for (int j = 0; j < 8; ++j) {
+          const uint32_t qw = q[r][j], hw = hm[r][j];
+          v[r][j >> 2][j & 3] = g < 3 ? (qw & (0x03030303u << (2 * g))) | ((hw << (g + 2)) & (0x04040404u << (2 * g)))
+                                      : ((qw >> 2) & 0x30303030u) | ((hw << 3) & 0x40404040u);
+        }
+      }
+      // Token by token, as TQ2_K8.
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const float* xu = xp[t] + xs * u;
+        int ia[R] = {}, ib[R] = {};
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
           uint4 tv[4];
           terms16(xu, g, half, tv);
-          const float sx4 = 4.0f * xu[kSums + sb];
 #pragma unroll
           for (int r = 0; r < R; ++r) {
-            const float s1 = dot16(v[r], tv) * cs[t];
-            acc[r][t] = fmaf(-dl[r], sx4, fmaf(dl[r], s1, acc[r][t]));
+            int a, b;
+            dot16i(v[r][half], tv, a, b);
+            ia[r] += a * sl[r][half];
+            ib[r] += b * sl[r][half];
           }
+        }
+        const float cs = xu[kScales + g] * (1.0f / float(1 << kM[g]));
+        const float sx0 = xu[kSums + 2 * g], sx1 = xu[kSums + 2 * g + 1];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const float sum = fmaf(float(ib[r]), 0x1p-14f, float(ia[r]));
+          const float off = fmaf(slf[r][1], sx1, slf[r][0] * sx0);
+          acc[r][t] = fmaf(-4.0f * d[r], off, fmaf(d[r] * cs, sum, acc[r][t]));
         }
       }
     }

@@ -25,8 +25,11 @@ __device__ __forceinline__ uint32_t ld16(const uint8_t* p) {  // p 2-byte aligne
 // N consecutive 32-bit words starting at any byte address: aligned loads and a
 // funnel shift. The extra word is read only when p is unaligned, and then it
 // holds a byte that is needed, so no load leaves the aligned words of the data.
+// With shr (< 8), each word comes shifted right by shr bits more in the same
+// funnel shift; its top shr bits are then the next word's or, for the last word
+// of aligned data, zeros.
 template <int N>
-__device__ __forceinline__ void ldwords(const uint8_t* p, uint32_t (&w)[N]) {
+__device__ __forceinline__ void ldwords(const uint8_t* p, uint32_t (&w)[N], unsigned shr = 0) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   const unsigned int* base = reinterpret_cast<const unsigned int*>(a & ~uintptr_t(3));
   const unsigned sh = unsigned(a & 3) * 8;
@@ -35,7 +38,7 @@ __device__ __forceinline__ void ldwords(const uint8_t* p, uint32_t (&w)[N]) {
   for (int i = 0; i < N; ++i) v[i] = __ldg(base + i);
   v[N] = sh ? __ldg(base + N) : 0u;
 #pragma unroll
-  for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(v[i], v[i + 1], sh);
+  for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(v[i], v[i + 1], sh + shr);
 }
 
 // PTX's byte permute in its generic mode: a set msb in a selector nibble

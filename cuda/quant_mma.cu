@@ -283,6 +283,13 @@ struct Tile {
   // Q2_K at 4096 x 14336, 512 tokens, lost 8-10 % with one stage). Two stages
   // keep every type's blocks an SM there (shared memory is not what limits them).
   static constexpr int kXStages = kTokens >= 64 ? 2 : 1;
+  // Resident blocks an SM asked of ptxas (__launch_bounds__; 0: none asked,
+  // ptxas' own choice). The 128 x 64 tiles ask for two, which caps them at 128
+  // registers: main's ptxas gave Q2_K's 181 and one block an SM (Q3_K's and
+  // MXFP4's were below 128 already). doc/kernels.md, "The 128 x 64 tiles held to
+  // 128 registers", has the measurements, and why the others ask for nothing: an
+  // explicit minimum of one block let ptxas take more registers than without.
+  static constexpr int kMinBlocks = kTokens == 64 ? 2 : 0;
   static constexpr size_t kWs = 0;                                                // bf16 [kRows][kLd]
   static constexpr size_t kXs = kWs + sizeof(__nv_bfloat16) * kRows * kLd;  // bf16 [kXStages][3][kTokens][kLd]
   static constexpr size_t kRaw = kXs + sizeof(__nv_bfloat16) * kXStages * 3 * kTokens * kLd;  // u32 [kRows][kRowWords]
@@ -296,7 +303,7 @@ struct Tile {
 // slices, within a slice the three terms, the scale after each kScaleInputs) is
 // the same in every tile shape, so a problem's bits do not depend on its tile.
 template <uint32_t T, int WM, int WN, int NT>
-__global__ void __launch_bounds__(Tile<T, WM, WN, NT>::kThreads)
+__global__ void __launch_bounds__(Tile<T, WM, WN, NT>::kThreads, Tile<T, WM, WN, NT>::kMinBlocks)
     mma_kernel(Problems ps, int64_t ne0, int64_t ne1, size_t rb, SplitX sx, float* __restrict__ y) {
   using B = Block<T>;
   using L = Tile<T, WM, WN, NT>;
@@ -605,8 +612,8 @@ int launch_tiles(int64_t ne0, int64_t ne1, const Problems& ps, int max_tok, cons
 // else 64 x 32, or 128 x 64 with 8 warps of 32 x 32, where each decoded weight
 // serves 64 tokens and each split activation 128 rows, twice what either did in
 // 64 x 32 (the decode and split, not the tensor cores, set the smaller tiles'
-// time). The large tiles hold one block an SM (200+ registers a thread), so
-// they pay only with many blocks and few idle token columns: measured on the
+// time). The large tiles held one block an SM (200+ registers a thread), so
+// they paid only with many blocks and few idle token columns: measured on the
 // H200 (bench-kernels, 2026-12-04), 1.16-1.20x on a 4096 x 14336 Q8_0 / MXFP4
 // product of 512 tokens (256 large blocks) and 1.03-1.06x for Q2_K / Q3_K, but
 // 0.80-0.94x on 2048- and 3072-row experts of 512 tokens (128 and 192 blocks)
@@ -615,7 +622,8 @@ int launch_tiles(int64_t ne0, int64_t ne1, const Problems& ps, int max_tok, cons
 // 0.99x with them forced from 128 or 64 tokens (xpack-run --mma-large-from). By
 // default a problem takes them from kLargeTokens tokens when the launch's large
 // blocks number at least kLargeBlocks; set_mma_large_from(n) forces them from
-// n tokens whatever the grid.
+// n tokens whatever the grid. (Since 2026-12-05 they hold two blocks an SM,
+// Tile::kMinBlocks, and the rule has not been measured again.)
 constexpr int kLargeTokens = 256, kLargeBlocks = 256;
 std::atomic<int> g_large_from{0};
 
