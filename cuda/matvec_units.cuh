@@ -500,6 +500,29 @@ struct Terms128 : TermsX {
     b = dp4a_us(v[3], tv[3].w, b);
   }
 
+  // Chunk g of a staged unit (one token) against R rows' values (v: each half's 4
+  // words of bytes, as dot16i takes them), each 16-input half's sums times its
+  // integer scale sl, summed over the two halves: (ia + ib 2^-14) times the
+  // caller's factors. The caller bounds |sl| so that the sums stay in int32.
+  template <int R>
+  __device__ __forceinline__ static void chunk_sums(const float* xu, int g, const uint32_t (&v)[R][2][4],
+                                                    const int (&sl)[R][2], int (&ia)[R], int (&ib)[R]) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) ia[r] = ib[r] = 0;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      uint4 tv[4];
+      terms16(xu, g, half, tv);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        int a, b;
+        dot16i(v[r][half], tv, a, b);
+        ia[r] += a * sl[r][half];
+        ib[r] += b * sl[r][half];
+      }
+    }
+  }
+
   // The 4 terms of inputs 16 half.. of chunk g of a staged unit (xu: its floats).
   __device__ __forceinline__ static void terms16(const float* xu, int g, int half, uint4 (&tv)[4]) {
     const uint8_t* terms = reinterpret_cast<const uint8_t*>(xu) + 128 * g + 16 * half;
@@ -555,19 +578,8 @@ struct TQ2_K8 : Terms128 {
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
         const float* xu = xp[t] + xs * u;
-        int ia[R] = {}, ib[R] = {};
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          uint4 tv[4];
-          terms16(xu, g, half, tv);
-#pragma unroll
-          for (int r = 0; r < R; ++r) {
-            int a, b;
-            dot16i(qw[r][half], tv, a, b);
-            ia[r] += a * sl[r][half];
-            ib[r] += b * sl[r][half];
-          }
-        }
+        int ia[R], ib[R];
+        chunk_sums<R>(xu, g, qw, sl, ia, ib);
         const float cs = xu[kScales + g] * (1.0f / float(1 << (2 * g)));
         const float sx0 = xu[kSums + 2 * g], sx1 = xu[kSums + 2 * g + 1];
 #pragma unroll
@@ -639,19 +651,8 @@ struct TQ3_K8 : Terms128 {
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
         const float* xu = xp[t] + xs * u;
-        int ia[R] = {}, ib[R] = {};
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          uint4 tv[4];
-          terms16(xu, g, half, tv);
-#pragma unroll
-          for (int r = 0; r < R; ++r) {
-            int a, b;
-            dot16i(v[r][half], tv, a, b);
-            ia[r] += a * sl[r][half];
-            ib[r] += b * sl[r][half];
-          }
-        }
+        int ia[R], ib[R];
+        chunk_sums<R>(xu, g, v, sl, ia, ib);
         const float cs = xu[kScales + g] * (1.0f / float(1 << kM[g]));
         const float sx0 = xu[kSums + 2 * g], sx1 = xu[kSums + 2 * g + 1];
 #pragma unroll
