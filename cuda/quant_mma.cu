@@ -83,6 +83,21 @@ __device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t&
   lo = __byte_perm(__float_as_uint(al), __float_as_uint(bl), 0x7632);
 }
 
+// Byte k of lo and of hi (each below 128) as the bf16 pair 128 + lo_k, 128 + hi_k
+// (low half, high half): one byte permute whose other two selectors replicate
+// the bytes' sign bits (0 here), then bf16 128's exponent byte. A bf16 FMA or
+// subtraction then removes the 128 exactly: two instructions fewer a pair than
+// forming each weight in fp32 (magic_byte) and packing the two.
+__device__ __forceinline__ uint32_t bf16_pair_128(uint32_t lo, uint32_t hi, int k) {
+  const uint32_t sel = uint32_t(k) | uint32_t(8 | k) << 4 | uint32_t(4 + k) << 8 | uint32_t(12 + k) << 12;
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(lo), "r"(hi), "r"(sel));
+  return r | 0x43004300u;
+}
+
+__device__ __forceinline__ __nv_bfloat162 as_bf162(uint32_t w) { return *reinterpret_cast<const __nv_bfloat162*>(&w); }
+__device__ __forceinline__ uint32_t bf162_bits(__nv_bfloat162 v) { return *reinterpret_cast<const uint32_t*>(&v); }
+
 // N 32-bit words starting at byte `off` of a shared row (aligned loads and a
 // funnel shift; the row buffer has a spare word at its end for the last one).
 template <int N>
@@ -208,6 +223,10 @@ struct Block<kQ3_K> {
       const uint32_t hi2 = (byte_of(sw, 8 + (j & 3)) >> (2 * (j >> 2))) & 3u;
       sc[k] = float(int(lo4 | (hi2 << 4)) - 32);
     }
+    // (128 + quant + 4) - 132 and its product with the scale are exact in bf16
+    // (|scale * quant| <= 128), so the words are those of the fp32 forms.
+    const __nv_bfloat162 sc2 = __floats2bfloat162_rn(sc[0], sc[1]);
+    const __nv_bfloat162 off2 = __floats2bfloat162_rn(-132.0f, -132.0f);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       // quant + 4 = low 2 bits + 4 * high bit, in 0..7, four per word
@@ -215,8 +234,7 @@ struct Block<kQ3_K> {
       const uint32_t hi = ((qw[i + 4] >> (2 * g)) & 0x03030303u) | (((hw[i + 4] >> (4 * h + g)) & 0x01010101u) << 2);
 #pragma unroll
       for (int k = 0; k < 4; ++k)
-        out[4 * i + k] = pack_bf16(sc[0] * (magic_byte(lo, k) - (kMagic + 4.0f)),
-                                   sc[1] * (magic_byte(hi, k) - (kMagic + 4.0f)));
+        out[4 * i + k] = bf162_bits(__hmul2(__hadd2(as_bf162(bf16_pair_128(lo, hi, k)), off2), sc2));
     }
     return h2f(dw[0]);
   }
@@ -241,12 +259,16 @@ struct Block<kQ2_K> {
     const float dmin = h2f(dw[0] >> 16);
     dm[0] = dmin * float((sw[0] >> 4) & 0xFu);
     dm[1] = dmin * float((sw[0] >> 12) & 0xFu);
+    // (128 + quant) * scale - 128 * scale in one bf16 FMA: every value in it is
+    // exact in bf16 and the result (<= 45) too, so the words are those of the
+    // fp32 forms.
+    const __nv_bfloat162 sc2 = __floats2bfloat162_rn(sc0, sc1);
+    const __nv_bfloat162 off2 = __floats2bfloat162_rn(-128.0f * sc0, -128.0f * sc1);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const uint32_t lo = (qw[i] >> (2 * g)) & 0x03030303u, hi = (qw[i + 4] >> (2 * g)) & 0x03030303u;
 #pragma unroll
-      for (int k = 0; k < 4; ++k)
-        out[4 * i + k] = pack_bf16(sc0 * (magic_byte(lo, k) - kMagic), sc1 * (magic_byte(hi, k) - kMagic));
+      for (int k = 0; k < 4; ++k) out[4 * i + k] = bf162_bits(__hfma2(as_bf162(bf16_pair_128(lo, hi, k)), sc2, off2));
     }
     return h2f(dw[0]);
   }
@@ -340,7 +362,7 @@ __global__ void __launch_bounds__(Tile<T, WM, WN, NT>::kThreads, Tile<T, WM, WN,
   auto wraw = reinterpret_cast<uint32_t(*)[B::kRowWords]>(smem + L::kRaw);
   const size_t total = rb * size_t(ne1);
   uint4 wreg[kPerThread];
-  auto fetch = [&](int64_t k0) {
+  auto fetch = [&](int k0) {
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
       const int c = tid + j * kThreads;
@@ -381,16 +403,20 @@ __global__ void __launch_bounds__(Tile<T, WM, WN, NT>::kThreads, Tile<T, WM, WN,
   const int xt = tid >> 2, xc = (tid >> 1) & 1, xh = tid & 1;
   const bool x_role = xt < kTokens;
   const bool tok_ok = x_role && tok0 + xt < ntok;
-  const int64_t n_blocks = ne0 / 32;
+  const int n_in = int(ne0), n_blocks = n_in / 32;  // launch() takes rows of at most 2^30 inputs
   const int64_t xr = int64_t(ps.xrow[p]) + tok0 + (tok_ok ? xt : 0);
+  // This thread's first split word and sum of x: 32-bit offsets (split_rows keeps
+  // a launch's split activations below 2^31 words), so that a step's copy costs
+  // no 64-bit address arithmetic.
+  const uint32_t x_word = uint32_t(xr) * uint32_t(ne0 / 2) + uint32_t(16 * xc + 8 * xh);
+  const uint32_t x_sum = uint32_t(xr) * uint32_t(ne0 / 16);
 
   // A token past the problem's end or a block past the row's end is zeros
   // (copied from nowhere: zfill 16 reads no byte).
-  auto load_x = [&](int64_t k0, int stage) {
+  auto load_x = [&](int k0, int stage) {
     if (!x_role) return;
-    const int64_t blk = k0 / 32 + xc;
-    const bool ok = tok_ok && blk < n_blocks;
-    const size_t word = ok ? size_t(xr) * size_t(ne0 / 2) + size_t(blk) * 16 + size_t(8 * xh) : 0;
+    const bool ok = tok_ok && k0 / 32 + xc < n_blocks;
+    const uint32_t word = ok ? x_word + uint32_t(k0 / 2) : 0u;
 #pragma unroll
     for (int m = 0; m < 3; ++m) {
       auto* dst = reinterpret_cast<uint4*>(&xs[stage][m][xt][32 * xc + 16 * xh]);
@@ -400,7 +426,7 @@ __global__ void __launch_bounds__(Tile<T, WM, WN, NT>::kThreads, Tile<T, WM, WN,
     }
     if constexpr (B::kMins) {  // the step's four sub-block sums (ne0 is whole 256s)
       if (xc == 0 && xh == 0) {
-        const float* src = sx.xsum + (tok_ok ? size_t(xr) * size_t(ne0 / 16) + size_t(k0 / 16) : 0);
+        const float* src = sx.xsum + (tok_ok ? x_sum + uint32_t(k0 / 16) : 0u);
         __pipeline_memcpy_async(&xsum[stage][xt][0], src, 16, tok_ok ? 0 : 16);
       }
     }
@@ -412,17 +438,17 @@ __global__ void __launch_bounds__(Tile<T, WM, WN, NT>::kThreads, Tile<T, WM, WN,
 
   fetch(0);
   if constexpr (L::kXStages == 2) load_x(0, 0);
-  for (int64_t k0 = 0; k0 < ne0; k0 += kStep) {
-    const int stage = L::kXStages == 2 ? int((k0 / kStep) & 1) : 0;
+  for (int k0 = 0; k0 < n_in; k0 += kStep) {
+    const int stage = L::kXStages == 2 ? (k0 / kStep) & 1 : 0;
     if (k0 % kFetch == 0) {  // a new window: previous decodes are done with wraw
       __syncthreads();
       stash();
-      if (k0 + kFetch < ne0) fetch(k0 + kFetch);  // in flight for the next 4 steps
+      if (k0 + kFetch < n_in) fetch(k0 + kFetch);  // in flight for the next 4 steps
       __syncthreads();
     }
     // In flight while the weights decode (one stage: the last step's products are
     // done with it; two: this step's was copied during the last step's products).
-    const bool ahead = L::kXStages == 2 && k0 + kStep < ne0;
+    const bool ahead = L::kXStages == 2 && k0 + kStep < n_in;
     if constexpr (L::kXStages == 2) {
       if (ahead) load_x(k0 + kStep, stage ^ 1);
     } else {
@@ -431,7 +457,7 @@ __global__ void __launch_bounds__(Tile<T, WM, WN, NT>::kThreads, Tile<T, WM, WN,
 #pragma unroll
     for (int d = 0; d < kDecodes; ++d) {  // weights -> bf16 in shared memory
       const int r = lr + d * (kThreads / 2);
-      const int64_t blk = k0 / 32 + lb;
+      const int blk = k0 / 32 + lb;
       uint32_t v[16];
       float s = 0.0f, dm[2] = {0.0f, 0.0f};
       if (row0 + r < ne1 && blk < n_blocks) {
@@ -454,7 +480,14 @@ __global__ void __launch_bounds__(Tile<T, WM, WN, NT>::kThreads, Tile<T, WM, WN,
     else __pipeline_wait_prior(0);
     __syncthreads();
 
-    if (live[0]) {
+    // The products, with every token column live (warp-uniform, and all a
+    // tile's warps but at a problem's end) or not: without the per-column tests
+    // the warp's products are one straight run, so its ldmatrix loads are
+    // scheduled ahead of the mma that wait on them, and no mma needs a warp sync
+    // of its own (SASS: a WARPSYNC, and a branch or test, before each of them).
+    // The same operations on the live columns either way, so the same bits.
+    auto products = [&](auto all_live) {
+      constexpr bool kAllLive = decltype(all_live)::value;
 #pragma unroll
       for (int ks = 0; ks < kStep / 16; ++ks) {
         uint32_t a[2][4];
@@ -466,7 +499,7 @@ __global__ void __launch_bounds__(Tile<T, WM, WN, NT>::kThreads, Tile<T, WM, WN,
         for (int m = 2; m >= 0; --m) {
 #pragma unroll
           for (int j = 0; j < NT / 2; ++j) {
-            if (!live[2 * j]) continue;
+            if (!kAllLive && !live[2 * j]) continue;
             uint32_t b[4];  // b[0], b[1]: tokens 16j..16j+7 of this warp; b[2], b[3]: the next 8
             ldmatrix4(b, &xs[stage][m][wt0 + 16 * j + ((lane >> 4) << 3) + (lane & 7)][16 * ks + ((lane >> 3) & 1) * 8]);
 #pragma unroll
@@ -474,7 +507,7 @@ __global__ void __launch_bounds__(Tile<T, WM, WN, NT>::kThreads, Tile<T, WM, WN,
               float (&c0)[4] = B::kScaled ? part[mt][2 * j] : acc[mt][2 * j];
               float (&c1)[4] = B::kScaled ? part[mt][2 * j + 1] : acc[mt][2 * j + 1];
               mma16816(c0, a[mt], b[0], b[1]);
-              if (live[2 * j + 1]) mma16816(c1, a[mt], b[2], b[3]);
+              if (kAllLive || live[2 * j + 1]) mma16816(c1, a[mt], b[2], b[3]);
             }
           }
         }
@@ -506,14 +539,17 @@ __global__ void __launch_bounds__(Tile<T, WM, WN, NT>::kThreads, Tile<T, WM, WN,
 #pragma unroll
                   for (int i = 0; i < 4; ++i) {
                     const int r = r0 + 8 * (i >> 1), t = wt0 + 8 * nt + 2 * (lane & 3) + (i & 1);
-                    acc[mt][nt][i] -= mins[r][sb] * xsum[stage][t][sb] + mins[r][sb + 1] * xsum[stage][t][sb + 1];
+                    acc[mt][nt][i] = fmaf(-mins[r][sb + 1], xsum[stage][t][sb + 1],
+                                          fmaf(-mins[r][sb], xsum[stage][t][sb], acc[mt][nt][i]));
                   }
               }
             }
           }
         }
       }
-    }
+    };
+    if (live[NT - 1]) products(std::true_type{});
+    else if (live[0]) products(std::false_type{});
     __syncthreads();
   }
 
@@ -588,7 +624,8 @@ template <uint32_t T>
 int64_t split_rows(int64_t ne0, size_t workspace_bytes) {
   const size_t row = split_row_bytes(Block<T>::kMins, ne0);
   if (ne0 <= 0 || workspace_bytes < kSplitSpare + row) return 0;
-  return int64_t(std::min<size_t>((workspace_bytes - kSplitSpare) / row, size_t(1) << 30));
+  // At most 2^31 words of a term, so the tiles address them with 32-bit offsets.
+  return int64_t(std::min<size_t>((workspace_bytes - kSplitSpare) / row, (size_t(1) << 31) / size_t(ne0 / 2 + 1)));
 }
 
 template <uint32_t T, int WM, int WN, int NT>
@@ -622,8 +659,9 @@ int launch_tiles(int64_t ne0, int64_t ne1, const Problems& ps, int max_tok, cons
 // 0.99x with them forced from 128 or 64 tokens (xpack-run --mma-large-from). By
 // default a problem takes them from kLargeTokens tokens when the launch's large
 // blocks number at least kLargeBlocks; set_mma_large_from(n) forces them from
-// n tokens whatever the grid. (Since 2026-12-05 they hold two blocks an SM,
-// Tile::kMinBlocks, and the rule has not been measured again.)
+// n tokens whatever the grid. Since 2026-12-05 they hold two blocks an SM
+// (Tile::kMinBlocks); measured again then on the Kimi-K3 prompt (H100), forcing
+// them from 33 or 17 tokens was 0.99-1.01x and 0.97-1.00x of the rule.
 constexpr int kLargeTokens = 256, kLargeBlocks = 256;
 std::atomic<int> g_large_from{0};
 
@@ -684,6 +722,7 @@ template <uint32_t T>
 int launch(int64_t ne0, int64_t ne1, const ExpertProblem* problems, int n, const float* x, float* y, void* workspace,
            size_t workspace_bytes, cudaStream_t stream) {
   constexpr bool kMins = Block<T>::kMins;
+  if (ne0 > (int64_t(1) << 30)) return kErrShape;  // the tiles count inputs in int
   const int64_t cap = split_rows<T>(ne0, workspace_bytes);
   if (cap < 1) return kErrWorkspace;
   const SplitLayout l = split_layout(kMins, ne0, cap);
