@@ -89,10 +89,7 @@ __device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t&
 // subtraction then removes the 128 exactly: two instructions fewer a pair than
 // forming each weight in fp32 (magic_byte) and packing the two.
 __device__ __forceinline__ uint32_t bf16_pair_128(uint32_t lo, uint32_t hi, int k) {
-  const uint32_t sel = uint32_t(k) | uint32_t(8 | k) << 4 | uint32_t(4 + k) << 8 | uint32_t(12 + k) << 12;
-  uint32_t r;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(lo), "r"(hi), "r"(sel));
-  return r | 0x43004300u;
+  return prmt(lo, hi, uint32_t(k) | uint32_t(8 | k) << 4 | uint32_t(4 + k) << 8 | uint32_t(12 + k) << 12) | 0x43004300u;
 }
 
 __device__ __forceinline__ __nv_bfloat162 as_bf162(uint32_t w) { return *reinterpret_cast<const __nv_bfloat162*>(&w); }
