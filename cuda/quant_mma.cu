@@ -62,10 +62,10 @@ struct SplitX {
   const float* xsum;
 };
 
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
+__device__ __forceinline__ __nv_bfloat162 as_bf162(uint32_t w) { return *reinterpret_cast<const __nv_bfloat162*>(&w); }
+__device__ __forceinline__ uint32_t bf162_bits(__nv_bfloat162 v) { return *reinterpret_cast<const uint32_t*>(&v); }
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) { return bf162_bits(__floats2bfloat162_rn(lo, hi)); }
 
 // The three bf16 terms of two floats, by truncation: hi keeps the top 8
 // significant bits, mid the next 8 of the (exact) remainder, lo the rest, which
@@ -91,9 +91,6 @@ __device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t&
 __device__ __forceinline__ uint32_t bf16_pair_128(uint32_t lo, uint32_t hi, int k) {
   return prmt(lo, hi, uint32_t(k) | uint32_t(8 | k) << 4 | uint32_t(4 + k) << 8 | uint32_t(12 + k) << 12) | 0x43004300u;
 }
-
-__device__ __forceinline__ __nv_bfloat162 as_bf162(uint32_t w) { return *reinterpret_cast<const __nv_bfloat162*>(&w); }
-__device__ __forceinline__ uint32_t bf162_bits(__nv_bfloat162 v) { return *reinterpret_cast<const uint32_t*>(&v); }
 
 // N 32-bit words starting at byte `off` of a shared row (aligned loads and a
 // funnel shift; the row buffer has a spare word at its end for the last one).
@@ -165,10 +162,7 @@ struct Block<kMXFP4> {
       const uint32_t w[4] = {__byte_perm(l01, h01, 0x5410u), __byte_perm(l01, h01, 0x7632u),
                              __byte_perm(l23, h23, 0x5410u), __byte_perm(l23, h23, 0x7632u)};
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&w[k]), s2);
-        out[4 * i + k] = *reinterpret_cast<const uint32_t*>(&r);
-      }
+      for (int k = 0; k < 4; ++k) out[4 * i + k] = bf162_bits(__hmul2(as_bf162(w[k]), s2));
     }
     return 1.0f;
   }
@@ -401,12 +395,12 @@ __global__ void __launch_bounds__(Tile<T, WM, WN, NT>::kThreads, Tile<T, WM, WN,
   const bool x_role = xt < kTokens;
   const bool tok_ok = x_role && tok0 + xt < ntok;
   const int n_in = int(ne0), n_blocks = n_in / 32;  // launch() takes rows of at most 2^30 inputs
-  const int64_t xr = int64_t(ps.xrow[p]) + tok0 + (tok_ok ? xt : 0);
+  const uint32_t xr = uint32_t(ps.xrow[p] + tok0 + (tok_ok ? xt : 0));
   // This thread's first split word and sum of x: 32-bit offsets (split_rows keeps
   // a launch's split activations below 2^31 words), so that a step's copy costs
   // no 64-bit address arithmetic.
-  const uint32_t x_word = uint32_t(xr) * uint32_t(ne0 / 2) + uint32_t(16 * xc + 8 * xh);
-  const uint32_t x_sum = uint32_t(xr) * uint32_t(ne0 / 16);
+  const uint32_t x_word = xr * uint32_t(ne0 / 2) + uint32_t(16 * xc + 8 * xh);
+  const uint32_t x_sum = xr * uint32_t(ne0 / 16);
 
   // A token past the problem's end or a block past the row's end is zeros
   // (copied from nowhere: zfill 16 reads no byte).
