@@ -18,6 +18,8 @@
 #   --deadline: no run starts, and none lasts, past S seconds after the script started
 #     (0: none), so the summary is still printed within a command's time limit
 #   --no-llama: ours only (also what happens, said so, when llama.cpp cannot be built)
+#   --llama-tarball: llama.cpp's sources (default .deps/llama.cpp-*.tar.gz), built here, or
+#     bench/llama-prebuild.sh's bundle, built on the CPU machine: unpacked, no build
 #   --profile D1,...: after the timed runs, one more of ours per D with --profile-ops
 #     (CUDA; 16 decoded tokens): OUT/profile-D.txt, its decode table's first rows printed
 #     (profiled runs are slower and not in the table)

@@ -27,7 +27,9 @@ e2e_tree() {
 }
 
 # llama.cpp from the tarball, in $dir/llama.cpp/SUBDIR, with GGML_CUDA=CUDA (ON: for sm_90,
-# as on the GPU machine). Nothing is done when every TARGET is built already.
+# as on the GPU machine). Nothing is done when every TARGET is built already. The tarball
+# may be bench/llama-prebuild.sh's bundle instead (b/ built on the CPU machine for sm_90):
+# it is unpacked, not built, when its libraries load here.
 # usage: e2e_build_llama SUBDIR ON|OFF TARGET...
 e2e_build_llama() {
   local sub="$1" cuda="$2" t missing=no
@@ -36,6 +38,17 @@ e2e_build_llama() {
   for t in "$@"; do [ -x "$llama/$sub/bin/$t" ] || missing=yes; done
   [ "$missing" = no ] && return 0
   [ -n "$tarball" ] || { echo "no llama.cpp tarball (--llama-tarball)"; return 1; }
+  if tar tf "$tarball" 2>/dev/null | grep -x 'b/PREBUILT.txt' > /dev/null; then
+    if [ "$sub" != b ] || [ "$cuda" != ON ]; then echo "$tarball is a CUDA build for the GPU machine, not $sub"; return 1; fi
+    mkdir -p "$llama" && tar xf "$tarball" -C "$llama" || return 1
+    for t in "$@"; do
+      [ -x "$llama/b/bin/$t" ] || { echo "$tarball has no $t"; return 1; }
+      if ldd "$llama/b/bin/$t" | grep 'not found'; then
+        echo "the prebuilt $t cannot load the libraries above"; rm -rf "$llama/b"; return 1
+      fi
+    done
+    return 0
+  fi
   local arch_flag=()
   [ "$cuda" = ON ] && arch_flag=(-DCMAKE_CUDA_ARCHITECTURES=90)
   tar xzf "$tarball" -C "$dir" &&

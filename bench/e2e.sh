@@ -11,6 +11,8 @@
 #   (0: none), so the summary is still printed within a command's time limit;
 #   --synth-args: more xpack-synth flags (e.g. "--experts 8 --ff 512" for a smoke test);
 #   --device cpu: xpack-run on the CPU (a smoke test of this script off the GPU machine)
+#   --llama-tarball: llama.cpp's sources (default .deps/llama.cpp-*.tar.gz), built here, or
+#   bench/llama-prebuild.sh's bundle, built on the CPU machine: unpacked, no build
 #
 # Configurations (the benchmark issue's letters):
 #   a   xpack-run --device cuda, experts streamed from the pack through a cache of
