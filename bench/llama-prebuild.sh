@@ -57,7 +57,7 @@ flags=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF -DGGML_CUD
 echo "llama-prebuild: configuring in $llama/b"
 cmake -S "$llama" -B "$llama/b" -G Ninja "${flags[@]}" > "$work/cmake.log" 2>&1 ||
   { tail -30 "$work/cmake.log"; exit 1; }
-echo "llama-prebuild: building with $jobs jobs (about 40 min of 2 cores; log $work/build.log)"
+echo "llama-prebuild: building with $jobs jobs (about 25 min of 2 cores from scratch; log $work/build.log)"
 cmake --build "$llama/b" -j"$jobs" --target llama-bench llama-completion test-backend-ops > "$work/build.log" 2>&1 ||
   { tail -30 "$work/build.log"; exit 1; }
 if ldd "$llama/b/bin/llama-bench" | grep 'not found' | grep -v 'libcuda\.so\.1'; then
