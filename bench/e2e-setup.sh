@@ -26,6 +26,13 @@ e2e_tree() {
   fi
 }
 
+# llama.cpp's CMake flags for the e2e and ceiling baseline with CUDA for the GPU machine's
+# sm_90 (a CPU build drops the first two); bench/llama-prebuild.sh changes only what a
+# build off that machine needs.
+e2e_llama_cuda_flags=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON
+  -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+  -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_SERVER=OFF)
+
 # llama.cpp from the tarball, in $dir/llama.cpp/SUBDIR, with GGML_CUDA=CUDA (ON: for sm_90,
 # as on the GPU machine). Nothing is done when every TARGET is built already. The tarball
 # may be bench/llama-prebuild.sh's bundle instead (b/ built on the CPU machine for sm_90):
@@ -49,12 +56,10 @@ e2e_build_llama() {
     done
     return 0
   fi
-  local arch_flag=()
-  [ "$cuda" = ON ] && arch_flag=(-DCMAKE_CUDA_ARCHITECTURES=90)
+  local flags=("${e2e_llama_cuda_flags[@]}")
+  [ "$cuda" = ON ] || flags=(-DGGML_CUDA=OFF "${flags[@]:2}")
   tar xzf "$tarball" -C "$dir" &&
-  cmake -S "$llama" -B "$llama/$sub" -G Ninja -DGGML_CUDA="$cuda" "${arch_flag[@]}" -DGGML_NATIVE=ON \
-    -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-    -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_SERVER=OFF > "$out/logs/llama-cmake.log" 2>&1 &&
+  cmake -S "$llama" -B "$llama/$sub" -G Ninja "${flags[@]}" > "$out/logs/llama-cmake.log" 2>&1 &&
   cmake --build "$llama/$sub" -j"${llama_jobs:-12}" --target "$@" > "$out/logs/llama-build.log" 2>&1
 }
 

@@ -50,10 +50,12 @@ llama="$work/llama.cpp"
 [ -f "$llama/CMakeLists.txt" ] || { echo "llama-prebuild: $src has no llama.cpp/CMakeLists.txt" >&2; exit 1; }
 python3 "$root/bench/llama_perf_cases.py" "$llama"
 
-flags=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF -DGGML_CUDA_NCCL=OFF
-  -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_EXAMPLES=OFF
-  -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_SERVER=OFF -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON
-  -DCMAKE_BUILD_RPATH=/usr/local/cuda/lib64 "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined")
+# e2e's flags, later ones winning: test-backend-ops too, and what a build off the GPU machine needs.
+# shellcheck source=bench/e2e-setup.sh
+. "$root/bench/e2e-setup.sh"
+flags=("${e2e_llama_cuda_flags[@]}" -DLLAMA_BUILD_TESTS=ON -DGGML_NATIVE=OFF -DGGML_CUDA_NCCL=OFF
+  -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON -DCMAKE_BUILD_RPATH=/usr/local/cuda/lib64
+  "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined")
 echo "llama-prebuild: configuring in $llama/b"
 cmake -S "$llama" -B "$llama/b" -G Ninja "${flags[@]}" > "$work/cmake.log" 2>&1 ||
   { tail -30 "$work/cmake.log"; exit 1; }
