@@ -40,6 +40,11 @@ constexpr int kStep = 64;
 // contiguous bytes (a block-per-thread load of 17- or 34-byte blocks touched a
 // cache line per thread and made the L1 the bottleneck).
 constexpr int kFetch = 256, kFetchBlocks = kFetch / 32;
+// Rows the tiles take: at most 2^23 inputs, so that a tile's 128 rows span less
+// than 2^31 bytes (Q8_0's, the widest, 1.14 * 2^30) and the weight fetch counts
+// them in 32 bits. Longer rows (no model has them) take the other paths:
+// split_rows() is 0 for them.
+constexpr int64_t kMaxTileInputs = int64_t(1) << 23;
 // 8 bf16 of padding per shared row: a row is 144 bytes (36 words), so the 8 rows
 // one ldmatrix phase reads start in 8 different 4-bank groups.
 constexpr int kLd = kStep + 8;
@@ -348,29 +353,39 @@ __global__ void __launch_bounds__(Tile<T, WM, WN, NT>::kThreads, Tile<T, WM, WN,
 
   // Weight fetch: chunk c of the tile's windows -> (row c / kWinChunks, chunk
   // c % kWinChunks), so consecutive threads read consecutive 16 bytes of a row.
+  // Byte offsets from the tile's first row in 32 bits (launch() keeps a tile's
+  // rows below 2^31 bytes): its start, 16-byte aligned since w is and kRows is a
+  // multiple of 16, gives the 16-byte pieces of the offsets from w. In 64 bits
+  // they took about 50 instructions a piece, on every window's path between two
+  // barriers (SASS, 2026-12-05).
   constexpr int kChunks = kRows * B::kWinChunks;
   constexpr int kPerThread = (kChunks + kThreads - 1) / kThreads;
   auto wraw = reinterpret_cast<uint32_t(*)[B::kRowWords]>(smem + L::kRaw);
-  const size_t total = rb * size_t(ne1);
+  const uint8_t* __restrict__ wt = w + size_t(row0) * rb;
+  const uint32_t rb32 = uint32_t(rb);
+  const int rows_here = int(ne1 - row0 < kRows ? ne1 - row0 : kRows);
+  // The matrix's bytes from the tile's start on, as far as a tile reads.
+  const size_t after = rb * size_t(ne1) - size_t(row0) * rb;
+  const uint32_t tail = after < size_t(0xFFFFFFFFu) ? uint32_t(after) : 0xFFFFFFFFu;
   uint4 wreg[kPerThread];
   auto fetch = [&](int k0) {
+    const uint32_t win = uint32_t(k0 / kFetch) * uint32_t(B::kWinBytes);
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
       const int c = tid + j * kThreads;
       const int r = c / B::kWinChunks, u = c % B::kWinChunks;
       wreg[j] = make_uint4(0u, 0u, 0u, 0u);
-      if (c >= kChunks || row0 + r >= ne1) continue;
-      const size_t start = size_t(row0 + r) * rb + size_t(k0 / kFetch) * B::kWinBytes;
-      const size_t row_end = size_t(row0 + r) * rb + rb;
-      const size_t win_end = start + size_t(B::kWinBytes);
-      const size_t end = win_end < row_end ? win_end : row_end;
-      const size_t at = (start & ~size_t(15)) + size_t(16) * u;
+      if (c >= kChunks || r >= rows_here) continue;
+      const uint32_t row_at = uint32_t(r) * rb32;
+      const uint32_t start = row_at + win;
+      const uint32_t end = min(start + uint32_t(B::kWinBytes), row_at + rb32);
+      const uint32_t at = (start & ~15u) + 16u * uint32_t(u);
       if (at >= end) continue;
-      if (at + 16 <= total) {
-        wreg[j] = __ldg(reinterpret_cast<const uint4*>(w + at));
+      if (at + 16u <= tail) {
+        wreg[j] = __ldg(reinterpret_cast<const uint4*>(wt + at));
       } else {  // the matrix's last bytes: nothing past its end is read
         uint32_t v[4] = {0u, 0u, 0u, 0u};
-        for (size_t i = at; i < total; ++i) v[(i - at) >> 2] |= uint32_t(w[i]) << (8 * ((i - at) & 3));
+        for (uint32_t i = at; i < tail; ++i) v[(i - at) >> 2] |= uint32_t(wt[i]) << (8 * ((i - at) & 3));
         wreg[j] = make_uint4(v[0], v[1], v[2], v[3]);
       }
     }
@@ -394,7 +409,7 @@ __global__ void __launch_bounds__(Tile<T, WM, WN, NT>::kThreads, Tile<T, WM, WN,
   const int xt = tid >> 2, xc = (tid >> 1) & 1, xh = tid & 1;
   const bool x_role = xt < kTokens;
   const bool tok_ok = x_role && tok0 + xt < ntok;
-  const int n_in = int(ne0), n_blocks = n_in / 32;  // launch() takes rows of at most 2^30 inputs
+  const int n_in = int(ne0), n_blocks = n_in / 32;  // launch() takes rows of at most kMaxTileInputs
   const uint32_t xr = uint32_t(ps.xrow[p] + tok0 + (tok_ok ? xt : 0));
   // This thread's first split word and sum of x: 32-bit offsets (split_rows keeps
   // a launch's split activations below 2^31 words), so that a step's copy costs
@@ -452,7 +467,7 @@ __global__ void __launch_bounds__(Tile<T, WM, WN, NT>::kThreads, Tile<T, WM, WN,
       uint32_t v[16];
       float s = 0.0f, dm[2] = {0.0f, 0.0f};
       if (row0 + r < ne1 && blk < n_blocks) {
-        const int off = int((size_t(row0 + r) * rb + size_t(k0 / kFetch) * B::kWinBytes) & 15);
+        const int off = int((uint32_t(r) * rb32 + uint32_t(k0 / kFetch) * uint32_t(B::kWinBytes)) & 15u);
         s = B::chunk(&wraw[r][0], off, int(blk % kFetchBlocks), v, dm);
       } else {
 #pragma unroll
@@ -614,7 +629,7 @@ SplitLayout split_layout(bool mins, int64_t ne0, int64_t n_rows) {
 template <uint32_t T>
 int64_t split_rows(int64_t ne0, size_t workspace_bytes) {
   const size_t row = split_row_bytes(Block<T>::kMins, ne0);
-  if (ne0 <= 0 || workspace_bytes < kSplitSpare + row) return 0;
+  if (ne0 <= 0 || ne0 > kMaxTileInputs || workspace_bytes < kSplitSpare + row) return 0;
   // At most 2^31 words of a term, so the tiles address them with 32-bit offsets.
   return int64_t(std::min<size_t>((workspace_bytes - kSplitSpare) / row, (size_t(1) << 31) / size_t(ne0 / 2 + 1)));
 }
@@ -713,7 +728,7 @@ template <uint32_t T>
 int launch(int64_t ne0, int64_t ne1, const ExpertProblem* problems, int n, const float* x, float* y, void* workspace,
            size_t workspace_bytes, cudaStream_t stream) {
   constexpr bool kMins = Block<T>::kMins;
-  if (ne0 > (int64_t(1) << 30)) return kErrShape;  // the tiles count inputs in int
+  if (ne0 > kMaxTileInputs) return kErrShape;  // split_rows() is 0: the caller took another path
   const int64_t cap = split_rows<T>(ne0, workspace_bytes);
   if (cap < 1) return kErrWorkspace;
   const SplitLayout l = split_layout(kMins, ne0, cap);

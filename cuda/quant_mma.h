@@ -30,8 +30,9 @@ namespace xpack::kernels::dev {
 bool mma_supports(uint32_t type);
 
 // How many rows of x the split activations of a workspace of this size hold (0:
-// not one; the product then needs another path). Each input takes 6 bytes (its
-// three bf16 terms), and for Q2_K each 16 inputs 4 more (their sum).
+// not one, or rows longer than the tiles take, 2^23 inputs; the product then needs
+// another path). Each input takes 6 bytes (its three bf16 terms), and for Q2_K each
+// 16 inputs 4 more (their sum).
 int64_t mma_split_rows(uint32_t type, int64_t ne0, size_t workspace_bytes);
 
 // The least workspace whose mma_split_rows() is rows (0 for a type the tiles do

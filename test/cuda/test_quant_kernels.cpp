@@ -423,6 +423,11 @@ TEST_CASE("matmul on tensor cores: fp32 bound at odd shapes, grouped = separate 
         CHECK(xk::dev::mma_split_rows(type, ne0, five - 1) == 4);
         CHECK(xk::dev::mma_split_rows(type, ne0, xk::dev::mma_split_bytes(type, ne0, 1) - 1) == 0);
         CHECK(xk::dev::mma_split_rows(xk::kQ4_K, 768, size_t(1) << 20) == 0);
+        // Rows of more than 2^23 inputs are not the tiles' (their fetch counts a
+        // tile's bytes in 32 bits), whatever the workspace.
+        const int64_t longest = int64_t(1) << 23;
+        CHECK(xk::dev::mma_split_rows(type, longest, xk::dev::mma_split_bytes(type, longest, 1)) == 1);
+        CHECK(xk::dev::mma_split_rows(type, longest + 256, size_t(1) << 40) == 0);
         CHECK(xk::dev::mma_split_bytes(xk::kQ4_K, 768, 5) == 0);
         xk::Context* few = nullptr;
         REQUIRE(xk::context_create(&few, five) == xk::kOk);
