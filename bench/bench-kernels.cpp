@@ -120,22 +120,47 @@ struct Timer {
   ~Timer() { cudaEventDestroy(a); cudaEventDestroy(b); }
 };
 
+// --graph: the calls are recorded once into a CUDA graph and replayed, as
+// xpack-run's decode replays its steps and llama.cpp's test-backend-ops perf runs
+// its copies of an op. Launched one by one from the host, a product shorter than
+// the host's launch time measures the host: on the H100 of 2026-12-06 one MXFP4
+// expert (4.4 MB) took 8.8 us alone and 3.6 us as one of six in a grouped launch.
+bool g_graph = false;
+
 // Median over `trials` of the mean time of `reps` back-to-back calls of fn(i), in us.
 template <class F>
 double time_us(cudaStream_t s, int reps, int trials, F&& fn) {
   Timer t;
-  for (int i = 0; i < 3; ++i) fn(i);  // warm-up
+  // Warm-up, and outside any capture: a context grows its workspace on first use.
+  for (int i = 0; i < 3; ++i) fn(i);
   CK(cudaStreamSynchronize(s));
+  cudaGraphExec_t exec = nullptr;
+  if (g_graph) {
+    cudaGraph_t g = nullptr;
+    // Relaxed, as xpack-run records its decode steps (cuda_backend.cpp).
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+    for (int i = 0; i < reps; ++i) fn(i);
+    CK(cudaStreamEndCapture(s, &g));
+    CK(cudaGraphInstantiate(&exec, g, 0));
+    CK(cudaGraphDestroy(g));
+    CK(cudaGraphLaunch(exec, s));  // the first replay uploads the graph: not timed
+    CK(cudaStreamSynchronize(s));
+  }
   std::vector<double> v;
   for (int k = 0; k < trials; ++k) {
     CK(cudaEventRecord(t.a, s));
-    for (int i = 0; i < reps; ++i) fn(i);
+    if (exec) {
+      CK(cudaGraphLaunch(exec, s));
+    } else {
+      for (int i = 0; i < reps; ++i) fn(i);
+    }
     CK(cudaEventRecord(t.b, s));
     CK(cudaEventSynchronize(t.b));
     float ms = 0;
     CK(cudaEventElapsedTime(&ms, t.a, t.b));
     v.push_back(double(ms) * 1000.0 / reps);
   }
+  if (exec) CK(cudaGraphExecDestroy(exec));
   CK(cudaGetLastError());
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -167,7 +192,7 @@ int main(int argc, char** argv) {
   uint64_t block_threads = 0, row_threads = 0, mma_warps = 0, mma_tiles = 0, large_from = 0;
   std::string only_type, only_shape;
   xpack::cli::App app("bench-kernels",
-                      "bench-kernels [--quick] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem] "
+                      "bench-kernels [--quick] [--graph] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem] "
                       "[--row-threads N] [--no-pipeline] [--[no-]mma-decode] [--mma-warps N] [--mma-tiles N] "
                       "[--mma-large-from N] [--no-dp4a] [--[no-]prestage] [--type T,...] [--shape S]",
                       "Microseconds per product and weight GB/s of the CUDA kernels (cuda/quant_matmul.h) for "
@@ -175,6 +200,10 @@ int main(int argc, char** argv) {
                       "line per measurement.",
                       "doc/benchmarks.md (\"Compute kernels\") has the results and how they were run.");
   app.flag("--quick", &quick, "fewer repetitions (a short device call)");
+  app.flag("--graph", &g_graph,
+           "each measurement's calls recorded once into a CUDA graph and replayed, without the host's launch "
+           "time between them (as xpack-run's decode and llama.cpp's test-backend-ops run them; default: "
+           "launched one by one from the host)");
   app.flag("--few-rows", &few_only, "the copy and the few-row matrices only");
   app.flag("--decode", &decode_only, "the copy, matvec and the grouped decode launches only (no prefill)");
   app.count("--block-threads", "N", &block_threads,
@@ -299,6 +328,7 @@ int main(int argc, char** argv) {
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   std::printf("device: %s, %d SMs, L2 %zu MB\n", prop.name, prop.multiProcessorCount, g_l2 >> 20);
+  std::printf("launches: %s\n", g_graph ? "one CUDA graph a measurement, replayed (--graph)" : "one by one from the host");
 
   // Copy bandwidth: 1 GiB device to device, bytes read + bytes written.
   {

@@ -14,8 +14,10 @@ def parse_kv(line):
     return dict(kv.split('=', 1) for kv in line.split()[1:] if '=' in kv)
 
 
-ours, copy = [], None
+ours, copy, launches = [], None, None
 for line in open(sys.argv[1]):
+    if line.startswith('launches: '):
+        launches = line.split(': ', 1)[1].strip()
     if line.startswith('RESULT '):
         d = parse_kv(line)
         if d.get('kind') == 'copy':
@@ -32,6 +34,9 @@ if len(sys.argv) > 2:
             llama[(m.group(1), m.group(2), m.group(3), m.group(4))] = float(m.group(5))
 
 print(f'copy bandwidth (D2D, read+write): {copy:.0f} GB/s' if copy else 'copy bandwidth: not measured')
+# llama.cpp's test-backend-ops replays its copies of an op as a CUDA graph; ours
+# launched one by one also pay the host's launch time on short products.
+print(f'our launches: {launches or "one by one from the host (a log from before --graph)"}')
 hdr = f"{'kind':<12}{'type':<7}{'shape':<21}{'n':>4} {'mode':<11}{'us':>9}{'GB/s':>7}{'copy%':>7}{'llama us':>10}{'llama GB/s':>11}{'ours/llama':>11}"
 print(hdr)
 print('-' * len(hdr))
