@@ -121,10 +121,10 @@ struct Timer {
 };
 
 // --graph: the calls are recorded once into a CUDA graph and replayed, as
-// xpack-run's decode replays its steps and llama.cpp's test-backend-ops perf runs
-// its copies of an op. Launched one by one from the host, a product shorter than
-// the host's launch time measures the host: on the H100 of 2026-12-06 one MXFP4
-// expert (4.4 MB) took 8.8 us alone and 3.6 us as one of six in a grouped launch.
+// xpack-run's decode replays its steps. Launched one by one from the host, a
+// product shorter than the host's launch time may measure the host: on the H100 of
+// 2026-12-06 one MXFP4 expert (4.4 MB) took 8.8 us alone and 3.6 us as one of six
+// in a grouped launch.
 bool g_graph = false;
 
 // Median over `trials` of the mean time of `reps` back-to-back calls of fn(i), in us.
@@ -202,8 +202,8 @@ int main(int argc, char** argv) {
   app.flag("--quick", &quick, "fewer repetitions (a short device call)");
   app.flag("--graph", &g_graph,
            "each measurement's calls recorded once into a CUDA graph and replayed, without the host's launch "
-           "time between them (as xpack-run's decode and llama.cpp's test-backend-ops run them; default: "
-           "launched one by one from the host)");
+           "time between them (as xpack-run's decode replays them; default: launched one by one from the "
+           "host, as bench/llama-kernels.sh runs llama.cpp's test-backend-ops)");
   app.flag("--few-rows", &few_only, "the copy and the few-row matrices only");
   app.flag("--decode", &decode_only, "the copy, matvec and the grouped decode launches only (no prefill)");
   app.count("--block-threads", "N", &block_threads,

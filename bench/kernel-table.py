@@ -34,8 +34,8 @@ if len(sys.argv) > 2:
             llama[(m.group(1), m.group(2), m.group(3), m.group(4))] = float(m.group(5))
 
 print(f'copy bandwidth (D2D, read+write): {copy:.0f} GB/s' if copy else 'copy bandwidth: not measured')
-# llama.cpp's test-backend-ops replays its copies of an op as a CUDA graph; ours
-# launched one by one also pay the host's launch time on short products.
+# bench/llama-kernels.sh runs test-backend-ops with its CUDA graphs off (each op
+# launched from the host); ours with --graph are not launched that way.
 print(f'our launches: {launches or "one by one from the host (a log from before --graph)"}')
 hdr = f"{'kind':<12}{'type':<7}{'shape':<21}{'n':>4} {'mode':<11}{'us':>9}{'GB/s':>7}{'copy%':>7}{'llama us':>10}{'llama GB/s':>11}{'ours/llama':>11}"
 print(hdr)
