@@ -37,7 +37,7 @@ if len(sys.argv) > 2:
     text = open(sys.argv[2]).read()
     for m in pat.finditer(text):
         llama[(m.group(1), m.group(2), m.group(3), m.group(4))] = float(m.group(5))
-    pat_id = re.compile(r'MUL_MAT_ID\(type_a=(\w+),type_b=f32,n_mats=\d+,n_used=(\d+),b=\w+,m=(\d+),n=(\d+),k=(\d+),'
+    pat_id = re.compile(r'MUL_MAT_ID\(type_a=(\w+),type_b=f32,n_mats=\d+,n_used=(\d+),b=\w+,m=(\d+),n=(\d+),k=(\d+)\)'
                         + until_time)
     for m in pat_id.finditer(text):
         llama[('grouped', m.group(1), m.group(3), m.group(5), int(m.group(2)) * int(m.group(4)))] = float(m.group(6))

@@ -39,4 +39,4 @@ if [ $graphs = 0 ]; then export GGML_CUDA_DISABLE_GRAPHS=1; fi
 # The experts as one grouped product of a layer (llama_perf_cases.py's MUL_MAT_ID cases:
 # a bundle made before 2026-12-06 has none, and this prints no timing).
 "$bin" perf -o MUL_MAT_ID -b CUDA0 \
-  -p 'type_a=(q2_K|q3_K|mxfp4),type_b=f32,n_mats=(256|384),n_used=(6|16),b=0,m=(4096|2048|3072|3584),n=(1|8),k=(4096|2048|3584|3072),'
+  -p 'type_a=(q2_K|q3_K|mxfp4),type_b=f32,n_mats=(256|384),n_used=(6|16),b=0,m=(4096|2048|3072|3584),n=(1|8),k=(4096|2048|3584|3072)$'

@@ -34,8 +34,8 @@ LLAMA = """  MUL_MAT(type_a=mxfp4,type_b=f32,m=2048,n=1,k=4096,bs=[1,1],nr=[1,1]
 ggml_backend_cuda_graph_compute: CUDA graph warmup complete
                2000 runs -    40.00 us/run - 1 MFLOP/run
   MUL_MAT(type_a=q3_K,type_b=f32,m=3584,n=1,k=3072,bs=[1,1],nr=[1,1],per=[0,1,2,3],k_v=0,o=1): not supported
-  MUL_MAT_ID(type_a=mxfp4,type_b=f32,n_mats=256,n_used=6,b=0,m=2048,n=8,k=4096,o=1):   500 runs -    60.00 us/run - 1 MFLOP/run
-  MUL_MAT_ID(type_a=mxfp4,type_b=f32,n_mats=256,n_used=6,b=0,m=2048,n=1,k=4096,o=1):   500 runs -    12.00 us/run - 1 MFLOP/run
+  MUL_MAT_ID(type_a=mxfp4,type_b=f32,n_mats=256,n_used=6,b=0,m=2048,n=8,k=4096):   500 runs -    60.00 us/run - 1 MFLOP/run
+  MUL_MAT_ID(type_a=mxfp4,type_b=f32,n_mats=256,n_used=6,b=0,m=2048,n=1,k=4096):   500 runs -    12.00 us/run - 1 MFLOP/run
 """
 
 with tempfile.TemporaryDirectory() as d:

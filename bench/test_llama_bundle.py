@@ -5,6 +5,7 @@ bench/e2e-setup.sh's e2e_build_llama and bench/llama-kernels.sh take bench/llama
 bundle (unpacked, nothing built) and refuse one that lacks a program, whose libraries do not
 load, or that is asked for a CPU build. Nothing here needs a GPU, nvcc or llama.cpp."""
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -99,6 +100,17 @@ with tempfile.TemporaryDirectory() as d:
           f"llama-kernels ran the prebuilt program (rc {r.returncode}: {r.stdout}{r.stderr})")
     check("\ntest-backend-ops perf -o MUL_MAT_ID -b CUDA0 -p type_a=" in r.stdout, "and its grouped experts")
     check(r.stdout.count("[graphs off: 1]") == 2, "its CUDA graphs off")
+    # Each filter is a std::regex_search over a case's vars() text; these are that text, as
+    # test-backend-ops' VARS_TO_STR prints it (MUL_MAT_ID's ends at k: no trailing comma).
+    filters = re.findall(r"-p (\S+) \[graphs", r.stdout)
+    check(len(filters) == 2 and re.search(filters[0], "type_a=q3_K,type_b=f32,m=3072,n=8,k=3584,bs=[1,1],"
+                                          "nr=[1,1],per=[0,1,2,3],k_v=0,o=1")
+          and not re.search(filters[0], "type_a=q4_0,type_b=f32,m=3072,n=8,k=3584,bs=[1,1],nr=[1,1],"),
+          f"the MUL_MAT filter takes a real case and only the measured types ({filters})")
+    check(len(filters) == 2 and re.search(filters[1], "type_a=mxfp4,type_b=f32,n_mats=256,n_used=6,b=0,m=2048,n=1,k=4096")
+          and re.search(filters[1], "type_a=q2_K,type_b=f32,n_mats=384,n_used=16,b=0,m=3072,n=8,k=3584")
+          and not re.search(filters[1], "type_a=mxfp4,type_b=f32,n_mats=256,n_used=6,b=0,m=2048,n=1,k=40960"),
+          f"the MUL_MAT_ID filter takes the routed experts' cases ({filters})")
     r = subprocess.run(["bash", KERNELS, "--graphs", good, os.path.join(d, "lk3")], capture_output=True, text=True)
     check(r.returncode == 0 and r.stdout.startswith("test-backend-ops perf -o MUL_MAT") and
           r.stdout.count("[graphs off: ]") == 2, f"--graphs: on (rc {r.returncode}: {r.stdout})")
