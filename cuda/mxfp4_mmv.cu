@@ -17,17 +17,26 @@
 // q0 + q1/2^7 + q2/2^14 + q3/2^21 (each |q| <= 64; every step is exact in fp32).
 // What is left is at most 2^-27 of the chunk's largest |x|, far below the
 // rounding of an fp32 dot product (test bound: 1e-5 * sum|w*x|). The tensor cores
-// then add integers, exactly; each block's int32 sum is scaled once by the
-// block's E8M0 scale times the chunk's power of two, into one fp32 sum per term.
+// then add integers, exactly; each block's int32 sums of a pair of terms are one
+// exact float, scaled once by the block's E8M0 scale times the chunk's power of
+// two into one fp32 sum per pair of terms.
 //
 // Shape of the work: a block of threads holds kTiles tiles of 16 rows, kWarps warps
 // each (Layout: 4 x 4 by default, 4 x 2 and 8 x 2 for side-by-side runs); warp w of
 // a tile takes the row's groups of 16 blocks (32 inputs each) q with q % kWarps == w,
 // in ascending order, copying the next group into shared memory while it computes
-// one (copy_group); the warps' sums are added in warp order. The
-// weights' signs cannot enter int8 A through one permute, so each block runs two
-// products, positive codes and negative codes (a permute of the nibble as its own
-// selector gives 0 where the selector's sign bit is set), and subtracts them.
+// one (copy_group); the warps' sums are added in warp order.
+//
+// One product a block and pair of tokens (block_products). A permute cannot give a
+// negative byte (a selector's sign bit gives 0 or -1), so A holds w + 12 (0..24),
+// positive codes from one table OR'd with negative codes from another, and the
+// product's accumulator input C takes the 12 * sum(q) back out. A lane's two
+// columns are one token's terms k and k + 1 (k = 0 or 2): their sums d_k, d_k+1
+// (|d| <= 32 * 12 * 64) become one integer 128 d_k + d_k+1 (one LEA; below 2^22),
+// and C adds 1.5 * 2^23 to column k + 1, so that integer's bits plus 1.5 * 2^23's
+// are a float's, made exact by one FADD. Before, each block ran two products
+// (positive codes, negative codes), subtracted them, and turned each of the four
+// sums into a float with I2F, a quarter-rate instruction on sm_90.
 //
 // The order of every sum depends on the row length and the layout only, never on the token
 // count, the launch's other problems or the grid: grouped launches equal
@@ -71,13 +80,23 @@ constexpr int kTileRows = 16;
 // segments of whole groups (again each time the block moves to new rows).
 constexpr size_t kStageBytes = 144 * 1024;
 constexpr int kBigExponent = 253;
-// |E2M1| * 2, by the code's low three bits: the byte table of the permutes.
-constexpr uint32_t kTabLo = 0x03020100u, kTabHi = 0x0C080604u;
+// A's bytes, 12 + w for w = 2 * E2M1 (0, 1, 2, 3, 4, 6, 8, 12 by the code's low
+// three bits): positive codes (kPos) and negative ones (kNeg: 12 - |w|).
+constexpr uint32_t kPosLo = 0x0F0E0D0Cu, kPosHi = 0x18141210u;
+constexpr uint32_t kNegLo = 0x090A0B0Cu, kNegHi = 0x00040608u;
+constexpr int kOffset = 12;
+// 1.5 * 2^23: an int32 d with |d| < 2^22 added to its bits is the float 1.5 * 2^23 + d.
+constexpr int kMagicBits = 0x4B400000;
+constexpr float kMagic = 12582912.0f;
 
 // Bytes of staged x per 32-input chunk (NT is 1, 2, 4 or 8): a 256-byte B fragment
 // for each pair of tokens (8 columns: 4 terms each), a token's 4 columns 128 bytes.
+// Then each (chunk, token)'s power of two (a float), then its C fragments: for
+// terms 0 and 1, then 2 and 3, the pair's inputs twice (-12 * each term's sum over
+// the chunk, plus kMagicBits for terms 1 and 3; int32), so one 16-byte read gives
+// a lane its C.
 __host__ __device__ constexpr int chunk_bytes(int nt) { return 128 * nt; }
-__host__ __device__ constexpr int chunk_stage_bytes(int nt) { return chunk_bytes(nt) + 4 * nt; }
+__host__ __device__ constexpr int chunk_stage_bytes(int nt) { return chunk_bytes(nt) + 4 * nt + 32 * nt; }
 // The staged x of seg chunks, rounded up to whole 16-byte pieces (the copy buffers follow).
 template <int NT>
 __host__ __device__ constexpr size_t x_stage_bytes(int seg) {
@@ -91,15 +110,17 @@ __device__ __forceinline__ float e8m0_scale_bits(uint32_t e) {
   return __uint_as_float(r);
 }
 
-// D = A B with A 16x32 (row) and B 32x8 (col) int8, D int32; fragments as in the
-// PTX ISA: lane (g = lane / 4, c = lane % 4) holds A rows g and g + 8 at k = 4c..4c+3
-// (a[0], a[1]) and 16 + 4c.. (a[2], a[3]), B column g at the same k (b[0], b[1]),
-// and D rows g, g + 8 at columns 2c, 2c + 1.
-__device__ __forceinline__ void mma_s8(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+// D = A B + C with A 16x32 (row) and B 32x8 (col) int8, C and D int32; fragments as
+// in the PTX ISA: lane (g = lane / 4, c = lane % 4) holds A rows g and g + 8 at
+// k = 4c..4c+3 (a[0], a[1]) and 16 + 4c.. (a[2], a[3]), B column g at the same k
+// (b[0], b[1]), and C and D rows g, g + 8 at columns 2c, 2c + 1.
+__device__ __forceinline__ void mma_s8(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                                       const int4& cf) {
   asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%10,%10,%10,%10};"
+      "{%10,%11,%12,%13};"
       : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(cf.x), "r"(cf.y), "r"(cf.z),
+        "r"(cf.w));
 }
 
 // Where chunk-local input i (code i of a block) sits in a B column: lane c's
@@ -112,14 +133,15 @@ __device__ __forceinline__ int b_offset(int i) {
 }
 
 // Stages chunks [c0, c0 + nc) of every token's x: the four int8 terms into the B
-// fragments, and each chunk's power of two (the scale of q0) into xsc[chunk][t].
+// fragments, each chunk's power of two (the scale of q1) into xsc[chunk][t], and
+// the C fragments into xc[chunk][t][8].
 // A token's 32 floats of a chunk take the 128 bytes its B columns will: they are
 // copied in all at once (cp.async: one round trip, where a load per chunk and
 // warp had cost 16 us of a 20 us product), then each warp turns its (chunk,
 // token) pieces into terms in place.
 template <int NT, int kThreads>
 __device__ void stage_x(const float* x, size_t ne0, int row0, int nt_real, int c0, int nc, uint8_t* bsm,
-                        float* xsc) {
+                        float* xsc, int* xc) {
   const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
   constexpr int kPieces = 8 * NT;  // 16-byte pieces of a chunk
   for (int i = int(threadIdx.x); i < nc * kPieces; i += kThreads) {
@@ -141,8 +163,16 @@ __device__ void stage_x(const float* x, size_t ne0, int row0, int nt_real, int c
     __syncwarp();  // every lane has read its float before the piece is overwritten
 #pragma unroll
     for (int j = 0; j < 4; ++j) piece[32 * j + off] = uint8_t(q[j]);
-    if (lane == 0)
-      xsc[ch * NT + t] = term_unit<0>(ex);
+    int cin[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      cin[j] = (j & 1 ? kMagicBits : 0) - kOffset * __reduce_add_sync(0xFFFFFFFFu, int(int8_t(q[j])));
+    if (lane == 0) {
+      xsc[ch * NT + t] = term_unit<7>(ex);  // 128 d_k + d_k+1 is in units of 2^-7 d_k
+      int4* f = reinterpret_cast<int4*>(xc + (ch * NT + t) * 8);
+      f[0] = make_int4(cin[0], cin[1], cin[0], cin[1]);
+      f[1] = make_int4(cin[2], cin[3], cin[2], cin[3]);
+    }
   }
   __syncthreads();
 }
@@ -185,7 +215,9 @@ __device__ __forceinline__ void copy_group(const uint8_t* W, size_t row_bytes, i
 template <int NT>
 struct Tile {
   static constexpr int kNtiles = (NT + 1) / 2;
-  float acc[kNtiles][4];  // D's fragment per pair of tokens, summed over blocks
+  // Per pair of tokens, rows g and g + 8: this lane's 128 d_k + d_k+1, scaled and
+  // summed over blocks.
+  float acc[kNtiles][2];
   bool any_big;
 };
 
@@ -221,19 +253,22 @@ __device__ __noinline__ void big_block(float (&big)[2][NT], const uint8_t* rowa,
   }
 }
 
-// Block u of rows a (g) and b (g + 8): two tensor-core products per pair of tokens,
-// positive codes and negative codes, then each D scaled into the fp32 sums.
+// Block u of rows a (g) and b (g + 8): one tensor-core product per pair of tokens,
+// then each D made its exact float and scaled into the fp32 sums.
 template <int NT>
 __device__ __forceinline__ void block_products(Tile<NT>& tl, float (&big)[2][NT], uint32_t wa, uint32_t wb,
-                                               uint32_t ea, uint32_t eb, uint32_t tab, const uint8_t* rowa,
-                                               const uint8_t* rowb, int u, int lane, const uint8_t* bchunk,
-                                               const float* xs, const XRows& xr) {
+                                               uint32_t ea, uint32_t eb, const uint32_t (&tab)[4],
+                                               const uint8_t* rowa, const uint8_t* rowb, int u, int lane,
+                                               const uint8_t* bchunk, const float* xs, const int* xc,
+                                               const XRows& xr) {
   const int c = lane & 3;
+  // Negative codes' selectors with their sign bit clear (and positive ones' set), so
+  // each permute gives 0 where the other gives the byte.
   const uint32_t na = wa ^ 0x88888888u, nb = wb ^ 0x88888888u;
-  uint32_t pos[4] = {prmt(tab, kTabHi, wa), prmt(tab, kTabHi, wb), prmt(tab, kTabHi, wa >> 16),
-                     prmt(tab, kTabHi, wb >> 16)};
-  uint32_t neg[4] = {prmt(tab, kTabHi, na), prmt(tab, kTabHi, nb), prmt(tab, kTabHi, na >> 16),
-                     prmt(tab, kTabHi, nb >> 16)};
+  uint32_t a[4] = {prmt(tab[0], tab[1], wa) | prmt(tab[2], tab[3], na),
+                   prmt(tab[0], tab[1], wb) | prmt(tab[2], tab[3], nb),
+                   prmt(tab[0], tab[1], wa >> 16) | prmt(tab[2], tab[3], na >> 16),
+                   prmt(tab[0], tab[1], wb >> 16) | prmt(tab[2], tab[3], nb >> 16)};
   const bool biga = ea >= kBigExponent, bigb = eb >= kBigExponent;
   // 2^(e - 128) for 2 <= e < 253: e * 2^23 - 2^23 as a float's bits, one IMAD (in
   // C++, any spelling of it compiled to three: shift, mask, add).
@@ -244,8 +279,9 @@ __device__ __forceinline__ void block_products(Tile<NT>& tl, float (&big)[2][NT]
     if (eb - 2u > 250u) sb = bigb ? 0.0f : e8m0_half(eb);
     if (biga || bigb) {
       tl.any_big = true;
-      if (biga) pos[0] = pos[2] = neg[0] = neg[2] = 0;
-      if (bigb) pos[1] = pos[3] = neg[1] = neg[3] = 0;
+      constexpr uint32_t kZero = 0x01010101u * kOffset;  // w = 0
+      if (biga) a[0] = a[2] = kZero;
+      if (bigb) a[1] = a[3] = kZero;
       big_block<NT>(big, rowa, rowb, biga, bigb, u, c, xr);
     }
   }
@@ -257,16 +293,15 @@ __device__ __forceinline__ void block_products(Tile<NT>& tl, float (&big)[2][NT]
       b0 = bv.x;
       b1 = bv.y;
     }
-    int dp[4], dn[4];
-    mma_s8(dp, pos, b0, b1);
-    mma_s8(dn, neg, b0, b1);
     const int tok = min(2 * nt + (c >> 1), NT - 1);
+    // At one token, columns 4..7 (lanes c >= 2) are empty: their D is read by no one.
+    const int4 cf = *reinterpret_cast<const int4*>(xc + tok * 8 + 4 * (c & 1));
+    int d[4];
+    mma_s8(d, a, b0, b1, cf);
     const float xsv = xs[tok];
     const float fa = __fmul_rn(sa, xsv), fb = __fmul_rn(sb, xsv);
-    tl.acc[nt][0] = fmaf(fa, float(dp[0] - dn[0]), tl.acc[nt][0]);
-    tl.acc[nt][1] = fmaf(fa, float(dp[1] - dn[1]), tl.acc[nt][1]);
-    tl.acc[nt][2] = fmaf(fb, float(dp[2] - dn[2]), tl.acc[nt][2]);
-    tl.acc[nt][3] = fmaf(fb, float(dp[3] - dn[3]), tl.acc[nt][3]);
+    tl.acc[nt][0] = fmaf(fa, __int_as_float(d[0] * 128 + d[1]) - kMagic, tl.acc[nt][0]);
+    tl.acc[nt][1] = fmaf(fb, __int_as_float(d[2] * 128 + d[3]) - kMagic, tl.acc[nt][1]);
   }
 }
 
@@ -291,9 +326,11 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
   // permute, eight moves a block.
   uint32_t lane_id;
   asm("mov.u32 %0, %%laneid;" : "=r"(lane_id));
-  const uint32_t tab = kTabLo + (lane_id >> 5);
+  const uint32_t zero = lane_id >> 5;
+  const uint32_t tab[4] = {kPosLo + zero, kPosHi + zero, kNegLo + zero, kNegHi + zero};
   uint8_t* bsm = stage;
   float* xsc = reinterpret_cast<float*>(stage + size_t(seg_chunks) * chunk_bytes(NT));
+  int* xc = reinterpret_cast<int*>(xsc + size_t(seg_chunks) * NT);
   // This warp's two copy buffers (the group it computes, the group it copies), after x.
   uint32_t* bufs = reinterpret_cast<uint32_t*>(stage + x_stage_bytes<NT>(seg_chunks)) +
                     size_t(threadIdx.x >> 5) * 2 * kBufWords;
@@ -301,7 +338,7 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
   const XRows xr{x, ne0, row0, nt_real};
 
   const bool whole = seg_chunks >= units;
-  if (whole) stage_x<NT, kThreads>(x, size_t(ne0), row0, nt_real, 0, units, bsm, xsc);
+  if (whole) stage_x<NT, kThreads>(x, size_t(ne0), row0, nt_real, 0, units, bsm, xsc, xc);
 
   int tiles = (ne1 + kTileRows - 1) / kTileRows;
   if (gp.shared) tiles = shared_groups(gp, kTileRows);
@@ -325,7 +362,7 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
 #pragma unroll
     for (int i = 0; i < Tile<NT>::kNtiles; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) tl.acc[i][j] = 0.0f;
+      for (int j = 0; j < 2; ++j) tl.acc[i][j] = 0.0f;
     float big[2][NT];  // this lane's codes of blocks with kBigExponent, rows g and g + 8
 #pragma unroll
     for (int r = 0; r < 2; ++r)
@@ -337,7 +374,7 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
       const int nc = min(seg_chunks, units - c0);
       if (!whole) {
         __syncthreads();  // the previous segment's readers are done
-        stage_x<NT, kThreads>(x, size_t(ne0), row0, nt_real, c0, nc, bsm, xsc);
+        stage_x<NT, kThreads>(x, size_t(ne0), row0, nt_real, c0, nc, bsm, xsc, xc);
       }
       // This warp's groups of the segment: q = first, first + 4, ... (segments hold
       // whole groups, so every warp walks its groups in ascending order).
@@ -366,7 +403,8 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
           const uint32_t wb = sh ? __funnelshift_r(rb[w], rb[w + 1], sh) : rb[w];
           const int u = q * kGroup + j;
           block_products<NT>(tl, big, wa, wb, rab[17 * j], rbb[17 * j], tab, rowa, rowb, u, lane,
-                             bsm + size_t(u - c0) * chunk_bytes(NT), xsc + (u - c0) * NT, xr);
+                             bsm + size_t(u - c0) * chunk_bytes(NT), xsc + (u - c0) * NT, xc + (u - c0) * NT * 8,
+                             xr);
         }
         __syncwarp();  // done with cur before a later copy overwrites it
       }
@@ -374,7 +412,7 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
 
     // Terms to sums: lane c holds columns 2c, 2c + 1, i.e. terms (0, 1) for even c
     // and (2, 3) for odd c of token 2 * pair + c / 2; its partner c ^ 1 the others.
-    const float w0 = (c & 1) ? 0x1p-14f : 1.0f, w1 = (c & 1) ? 0x1p-21f : 0x1p-7f;
+    const float w = (c & 1) ? 0x1p-14f : 1.0f;  // terms 2 and 3 weigh 2^-14 of 0 and 1
     const bool any_big = __any_sync(0xFFFFFFFFu, tl.any_big);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -389,7 +427,7 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
       }
 #pragma unroll
       for (int nt = 0; nt < Tile<NT>::kNtiles; ++nt) {
-        float v = tl.acc[nt][2 * r] * w0 + tl.acc[nt][2 * r + 1] * w1;
+        float v = tl.acc[nt][r] * w;
         v += __shfl_xor_sync(0xFFFFFFFFu, v, 1);
         const int tok = 2 * nt + (c >> 1);
         if ((c & 1) == 0 && tok < NT) {
