@@ -27,11 +27,11 @@ for line in open(sys.argv[1]):
 
 llama = {}
 if len(sys.argv) > 2:
-    pat = re.compile(r'MUL_MAT\(type_a=(\w+),type_b=f32,m=(\d+),n=(\d+),k=(\d+),.*?([\d.]+) us/run')
-    for line in open(sys.argv[2]):
-        m = pat.search(line)
-        if m:
-            llama[(m.group(1), m.group(2), m.group(3), m.group(4))] = float(m.group(5))
+    # With its CUDA graphs on, test-backend-ops prints its graph warm-up messages
+    # between a case's name and its time: match across lines, case by case.
+    pat = re.compile(r'MUL_MAT\(type_a=(\w+),type_b=f32,m=(\d+),n=(\d+),k=(\d+),[^\n]*?(?:\n(?!\s*MUL_MAT)[^\n]*?)*?([\d.]+) us/run')
+    for m in pat.finditer(open(sys.argv[2]).read()):
+        llama[(m.group(1), m.group(2), m.group(3), m.group(4))] = float(m.group(5))
 
 print(f'copy bandwidth (D2D, read+write): {copy:.0f} GB/s' if copy else 'copy bandwidth: not measured')
 # bench/llama-kernels.sh runs test-backend-ops with its CUDA graphs off (each op
