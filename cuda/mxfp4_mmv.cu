@@ -132,9 +132,33 @@ __device__ __forceinline__ int b_offset(int i) {
   return c * 8 + (jb >> 1) * 4 + 2 * (jb & 1) + hi;
 }
 
+// One (chunk, token) of x, a lane's input xv each: its four int8 terms into piece
+// (the token's 128 bytes of the chunk's B fragments), its power of two (the scale
+// of q1) into *sc, its C fragments into cf[0..7]. In place where piece holds the
+// floats: every lane reads its float before any byte is written.
+__device__ __forceinline__ void stage_item(float xv, int lane, uint8_t* piece, float* sc, int* cf) {
+  const unsigned ex = chunk_exponent(xv);
+  uint32_t q[4];
+  int8_terms(xv, ex, q);
+  __syncwarp();
+  const int off = b_offset(lane);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) piece[32 * j + off] = uint8_t(q[j]);
+  int cin[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    cin[j] = (j & 1 ? kMagicBits : 0) - kOffset * __reduce_add_sync(0xFFFFFFFFu, int(int8_t(q[j])));
+  if (lane == 0) {
+    *sc = term_unit<7>(ex);  // 128 d_k + d_k+1 is in units of 2^-7 d_k
+    int4* f = reinterpret_cast<int4*>(cf);
+    f[0] = make_int4(cin[0], cin[1], cin[0], cin[1]);
+    f[1] = make_int4(cin[2], cin[3], cin[2], cin[3]);
+  }
+}
+
 // Stages chunks [c0, c0 + nc) of every token's x: the four int8 terms into the B
-// fragments, each chunk's power of two (the scale of q1) into xsc[chunk][t], and
-// the C fragments into xc[chunk][t][8].
+// fragments, each chunk's power of two into xsc[chunk][t], and the C fragments
+// into xc[chunk][t][8].
 // A token's 32 floats of a chunk take the 128 bytes its B columns will: they are
 // copied in all at once (cp.async: one round trip, where a load per chunk and
 // warp had cost 16 us of a 20 us product), then each warp turns its (chunk,
@@ -152,28 +176,50 @@ __device__ void stage_x(const float* x, size_t ne0, int row0, int nt_real, int c
   __pipeline_commit();
   __pipeline_wait_prior(0);
   __syncthreads();
-  const int off = b_offset(lane);
   for (int item = warp; item < nc * NT; item += kThreads / 32) {
     const int ch = item / NT, t = item - ch * NT;
     uint8_t* piece = bsm + size_t(ch) * chunk_bytes(NT) + t * 128;
-    const float xv = reinterpret_cast<const float*>(piece)[lane];
-    const unsigned ex = chunk_exponent(xv);
-    uint32_t q[4];
-    int8_terms(xv, ex, q);
-    __syncwarp();  // every lane has read its float before the piece is overwritten
-#pragma unroll
-    for (int j = 0; j < 4; ++j) piece[32 * j + off] = uint8_t(q[j]);
-    int cin[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      cin[j] = (j & 1 ? kMagicBits : 0) - kOffset * __reduce_add_sync(0xFFFFFFFFu, int(int8_t(q[j])));
-    if (lane == 0) {
-      xsc[ch * NT + t] = term_unit<7>(ex);  // 128 d_k + d_k+1 is in units of 2^-7 d_k
-      int4* f = reinterpret_cast<int4*>(xc + (ch * NT + t) * 8);
-      f[0] = make_int4(cin[0], cin[1], cin[0], cin[1]);
-      f[1] = make_int4(cin[2], cin[3], cin[2], cin[3]);
-    }
+    stage_item(reinterpret_cast<const float*>(piece)[lane], lane, piece, xsc + ch * NT + t, xc + (ch * NT + t) * 8);
   }
+  __syncthreads();
+}
+
+// x staged once for the whole launch (stage_launch_kernel): problem p's (products of
+// one input: one) at p * x_stage_bytes<NT>(units), laid out as stage_x lays out a
+// whole row, so a segment is three copies. At eight tokens x is restaged for each
+// set of 64 rows (16 KB a 1.3 KB chunk: a row of 16384 inputs in four segments),
+// and making the terms cost each block about as many instructions as its products
+// (SASS, 2026-12-06).
+template <int NT>
+__global__ void __launch_bounds__(256) stage_launch_kernel(const GroupParams gp, int ne0, const float* __restrict__ x,
+                                                           uint8_t* __restrict__ out) {
+  const int p = blockIdx.y, lane = int(threadIdx.x & 31);
+  const int units = ne0 / 32;
+  uint8_t* bsm = out + size_t(p) * x_stage_bytes<NT>(units);
+  float* xsc = reinterpret_cast<float*>(bsm + size_t(units) * chunk_bytes(NT));
+  int* xc = reinterpret_cast<int*>(xsc + size_t(units) * NT);
+  const int nt_real = gp.ntok[p], row0 = gp.row[p];
+  for (int item = int(blockIdx.x * 8 + (threadIdx.x >> 5)); item < units * NT; item += int(gridDim.x) * 8) {
+    const int ch = item / NT, t = item - ch * NT;
+    const float xv = __ldg(x + size_t(row0 + min(t, nt_real - 1)) * size_t(ne0) + size_t(ch) * 32 + lane);
+    stage_item(xv, lane, bsm + size_t(ch) * chunk_bytes(NT) + t * 128, xsc + ch * NT + t, xc + (ch * NT + t) * 8);
+  }
+}
+
+// Chunks [c0, c0 + nc) of a launch's staged x (pre: its problem's) into the block's.
+template <int NT, int kThreads>
+__device__ void copy_staged(const uint8_t* pre, int units, int c0, int nc, uint8_t* bsm, float* xsc, int* xc) {
+  const uint8_t* src[3] = {pre + size_t(c0) * chunk_bytes(NT),
+                           pre + size_t(units) * chunk_bytes(NT) + size_t(c0) * 4 * NT,
+                           pre + size_t(units) * (chunk_bytes(NT) + 4 * NT) + size_t(c0) * 32 * NT};
+  uint8_t* dst[3] = {bsm, reinterpret_cast<uint8_t*>(xsc), reinterpret_cast<uint8_t*>(xc)};
+  const int pieces[3] = {nc * chunk_bytes(NT) / 16, nc * NT / 4, nc * NT * 2};
+#pragma unroll
+  for (int r = 0; r < 3; ++r)
+    for (int i = int(threadIdx.x); i < pieces[r]; i += kThreads)
+      __pipeline_memcpy_async(dst[r] + 16 * i, src[r] + 16 * size_t(i), 16);
+  __pipeline_commit();
+  __pipeline_wait_prior(0);
   __syncthreads();
 }
 
@@ -309,7 +355,7 @@ __device__ __forceinline__ void block_products(Tile<NT>& tl, float (&big)[2][NT]
 template <int NT, int kWarps, int kTiles>
 __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout<kWarps, kTiles>::kThreads)
     mxfp4_mmv_kernel(const GroupParams gp, int ne0, int ne1, size_t row_bytes, const float* __restrict__ x,
-                     float* __restrict__ y, int seg_chunks) {
+                     float* __restrict__ y, int seg_chunks, const uint8_t* __restrict__ pre) {
   constexpr int kThreads = Layout<kWarps, kTiles>::kThreads;
   extern __shared__ __align__(16) uint8_t stage[];
   __shared__ float red[kTiles][kWarps][kTileRows][NT];
@@ -337,8 +383,15 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
 
   const XRows xr{x, ne0, row0, nt_real};
 
+  if (pre) pre += size_t(gp.shared ? 0 : p) * x_stage_bytes<NT>(units);
+  // Chunks [c0, c0 + nc) of x into the block's stage: made here, or copied where the
+  // launch made them once (the same bytes).
+  auto load_x = [&](int c0, int nc) {
+    if (pre) copy_staged<NT, kThreads>(pre, units, c0, nc, bsm, xsc, xc);
+    else stage_x<NT, kThreads>(x, size_t(ne0), row0, nt_real, c0, nc, bsm, xsc, xc);
+  };
   const bool whole = seg_chunks >= units;
-  if (whole) stage_x<NT, kThreads>(x, size_t(ne0), row0, nt_real, 0, units, bsm, xsc, xc);
+  if (whole) load_x(0, units);
 
   int tiles = (ne1 + kTileRows - 1) / kTileRows;
   if (gp.shared) tiles = shared_groups(gp, kTileRows);
@@ -374,7 +427,7 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
       const int nc = min(seg_chunks, units - c0);
       if (!whole) {
         __syncthreads();  // the previous segment's readers are done
-        stage_x<NT, kThreads>(x, size_t(ne0), row0, nt_real, c0, nc, bsm, xsc, xc);
+        load_x(c0, nc);
       }
       // This warp's groups of the segment: q = first, first + 4, ... (segments hold
       // whole groups, so every warp walks its groups in ascending order).
@@ -456,7 +509,7 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
 
 template <int NT, int kWarps, int kTiles>
 cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y, bool shared_wave,
-                      cudaStream_t stream) {
+                      const MmaStage& st, cudaStream_t stream) {
   constexpr int kThreads = Layout<kWarps, kTiles>::kThreads;
   auto* k = mxfp4_mmv_kernel<NT, kWarps, kTiles>;
   constexpr size_t kBufs = size_t(kThreads / 32) * 2 * kBufBytes;
@@ -487,29 +540,42 @@ cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const 
   const int probs = gp.shared ? 1 : gp.n;
   const long long wave = shared_wave ? std::max(1, sms * per_sm / probs) : sms * per_sm;
   const dim3 grid(unsigned(std::min(sets, wave)), unsigned(probs));
-  k<<<grid, kThreads, smem, stream>>>(gp, ne0, ne1, rb, x, y, seg);
+  // x made once for the launch, where the scratch holds it: by default from two
+  // tokens on (at one token a block stages a row of up to 35840 inputs once, for
+  // all its tiles).
+  const uint8_t* pre = nullptr;
+  const size_t need = size_t(probs) * x_stage_bytes<NT>(units);
+  if (st.buf && need <= st.bytes && (st.mode == kPrestageAlways || (st.mode == kPrestageAuto && NT > 1))) {
+    const long long items = (long long)units * NT;
+    const unsigned bx = unsigned(std::min<long long>((items + 7) / 8, (long long)sms * 8));
+    stage_launch_kernel<NT><<<dim3(bx, unsigned(probs)), 256, 0, stream>>>(gp, ne0, x, st.buf);
+    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    pre = st.buf;
+  }
+  k<<<grid, kThreads, smem, stream>>>(gp, ne0, ne1, rb, x, y, seg, pre);
   return cudaGetLastError();
 }
 
 template <int kWarps, int kTiles>
 cudaError_t launch_layout(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y, int nt_max,
-                          bool shared_wave, cudaStream_t stream) {
-  if (nt_max <= 1) return launch_nt<1, kWarps, kTiles>(gp, ne0, ne1, rb, x, y, shared_wave, stream);
-  if (nt_max <= 2) return launch_nt<2, kWarps, kTiles>(gp, ne0, ne1, rb, x, y, shared_wave, stream);
-  if (nt_max <= 4) return launch_nt<4, kWarps, kTiles>(gp, ne0, ne1, rb, x, y, shared_wave, stream);
-  return launch_nt<8, kWarps, kTiles>(gp, ne0, ne1, rb, x, y, shared_wave, stream);
+                          bool shared_wave, const MmaStage& st, cudaStream_t stream) {
+  if (nt_max <= 1) return launch_nt<1, kWarps, kTiles>(gp, ne0, ne1, rb, x, y, shared_wave, st, stream);
+  if (nt_max <= 2) return launch_nt<2, kWarps, kTiles>(gp, ne0, ne1, rb, x, y, shared_wave, st, stream);
+  if (nt_max <= 4) return launch_nt<4, kWarps, kTiles>(gp, ne0, ne1, rb, x, y, shared_wave, st, stream);
+  return launch_nt<8, kWarps, kTiles>(gp, ne0, ne1, rb, x, y, shared_wave, st, stream);
 }
 
 }  // namespace
 
 cudaError_t launch_mxfp4_mmv(const GroupParams& gp, int ne0, int ne1, size_t row_bytes, const float* x, float* y,
-                             int nt_max, MmaLayout layout, bool shared_wave, cudaStream_t stream) {
+                             int nt_max, MmaLayout layout, bool shared_wave, const MmaStage& st,
+                             cudaStream_t stream) {
   // Whole groups of 16 blocks a row (rows 16-byte aligned, as the copies need).
   if (ne0 % (32 * kGroup) != 0) return cudaErrorNotSupported;
   switch (layout) {
-    case MmaLayout::k4x4: return launch_layout<4, 4>(gp, ne0, ne1, row_bytes, x, y, nt_max, shared_wave, stream);
-    case MmaLayout::k8x2: return launch_layout<8, 2>(gp, ne0, ne1, row_bytes, x, y, nt_max, shared_wave, stream);
-    default: return launch_layout<4, 2>(gp, ne0, ne1, row_bytes, x, y, nt_max, shared_wave, stream);
+    case MmaLayout::k4x4: return launch_layout<4, 4>(gp, ne0, ne1, row_bytes, x, y, nt_max, shared_wave, st, stream);
+    case MmaLayout::k8x2: return launch_layout<8, 2>(gp, ne0, ne1, row_bytes, x, y, nt_max, shared_wave, st, stream);
+    default: return launch_layout<4, 2>(gp, ne0, ne1, row_bytes, x, y, nt_max, shared_wave, st, stream);
   }
 }
 

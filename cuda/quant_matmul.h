@@ -170,10 +170,11 @@ int shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduct* pr
 // and whether K-quant and MXFP4 rows short enough for a token's x to be staged as
 // int8 terms take the dp4a units (TQ2_K8 ... TQ6_K8, TMXFP4_8 in matvec_units.cuh,
 // MXFP4's where the tensor cores do not take the matrix: other bits
-// within the same bound; the default) or the FMA ones; and whether a dp4a launch
-// with a context's scratch makes x's terms once for all its blocks: kPrestageAuto
-// (the default: where that was measured faster), kPrestageAlways or kPrestageNever
-// (each block its own); the same bytes, so the same bits.
+// within the same bound; the default) or the FMA ones; and whether a dp4a or
+// tensor-core MXFP4 launch with a context's scratch makes x's terms once for all
+// its blocks: kPrestageAuto (the default: dp4a where that was measured faster, the
+// tensor cores from two tokens on), kPrestageAlways or kPrestageNever (each block
+// its own); the same bytes, so the same bits.
 // A switch for bench-kernels' side-by-side runs and the tests.
 // Thread safety: safe from any thread; launches already enqueued keep theirs.
 enum : int { kMmaDecodeAuto = 0, kMmaDecodeAlways = 1, kMmaDecodeNever = 2 };

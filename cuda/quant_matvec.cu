@@ -778,7 +778,10 @@ cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, siz
     // Products of one input were split so that their rule agrees (shared_input_matvec):
     // the first one's rows decide for all.
     if (sp.chunks <= 1 && mma_takes(geom, ne0, gp.shared ? gp.ne1[0] : ne1)) {
-      const cudaError_t e = launch_mxfp4_mmv(gp, ne0, ne1, rb, x, y, nt_max, geom.mma_layout, geom.shared_wave, stream);
+      const MmaStage st{sc ? reinterpret_cast<uint8_t*>(sc->partial) : nullptr, sc ? sc->partial_bytes : 0,
+                        geom.prestage};
+      const cudaError_t e =
+          launch_mxfp4_mmv(gp, ne0, ne1, rb, x, y, nt_max, geom.mma_layout, geom.shared_wave, st, stream);
       if (e != cudaErrorNotSupported) return e;
       (void)cudaGetLastError();  // the FMA kernel below
     }

@@ -907,6 +907,118 @@ TEST_CASE("dp4a decode: x's terms made once per launch equal each block's own, b
   }
 }
 
+// The MXFP4 tensor-core decode (forced on, rows of 7168 and 2560 inputs) with a
+// scratch makes a launch's x once, for 2 tokens and more by default: a grouped
+// launch of 1, 3 and 8 tokens and products of one input at 8 tokens equal the
+// launches without a scratch bit for bit, and the scratch was written; one byte
+// short, or the switch off, the same bits and the scratch untouched. One token:
+// untouched by default, written when so switched, the same bits either way.
+TEST_CASE("tensor-core MXFP4 decode: x made once per launch equals each block's own, bit for bit") {
+  std::mt19937 rng(17);
+  Stream st;
+  const int counts[] = {1, 3, 8};
+  const int np = 3, rows = 1 + 3 + 8;
+  const int64_t ne1 = 40;
+  const auto mma = [](int prestage) {
+    xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeAlways, 0, 0, true, prestage);
+  };
+  for (const int64_t ne0 : {int64_t(7168), int64_t(2560)}) {
+    CAPTURE(ne0);
+    // A launch's staged x: 164 bytes a 32-input chunk and token (rounded up to 8
+    // tokens here), a problem's (products of one input: one) after another.
+    const auto stage_bytes = [&](int probs, int nt) { return size_t(probs) * size_t(ne0 / 32) * 164 * size_t(nt); };
+    std::vector<std::vector<uint8_t>> hw;
+    std::vector<std::unique_ptr<DevBuf>> ws;
+    std::vector<xk::ExpertProblem> probs;
+    for (int i = 0, row = 0; i < np; row += counts[i], ++i) {
+      hw.push_back(random_weights(xk::kMXFP4, ne0, ne1, rng));
+      ws.push_back(std::make_unique<DevBuf>(hw.back().size()));
+      ws.back()->put(hw.back().data(), hw.back().size());
+      probs.push_back({ws.back()->p, row, counts[i]});
+    }
+    const auto x = random_x(size_t(rows) * size_t(ne0), rng);
+    DevBuf dx(x.size() * 4), dy(size_t(rows * ne1) * 4);
+    dx.put(x.data(), x.size() * 4);
+    const size_t m = size_t(rows * ne1);
+    mma(xk::dev::kPrestageAuto);
+    dy.poison();
+    REQUIRE(xk::grouped_matvec(xk::kMXFP4, ne0, ne1, probs.data(), np, dx.as<float>(), dy.as<float>(), rows, st.s) ==
+            xk::kOk);
+    st.sync();
+    const auto own = fetch(dy, m);
+    for (int i = 0; i < np; ++i) {
+      const auto& p = probs[size_t(i)];
+      const std::vector<float> g(own.begin() + p.row * ne1, own.begin() + (p.row + p.n_tokens) * ne1);
+      CHECK(count_bad(g, reference(xk::kMXFP4, hw[size_t(i)], ne0, ne1, x.data() + p.row * ne0, p.n_tokens), kTolFp32,
+                      "mxfp4") == 0);
+    }
+    std::vector<std::unique_ptr<DevBuf>> ys;
+    std::vector<xk::SharedInputProduct> ps;
+    for (int i = 0; i < np; ++i) {
+      ys.push_back(std::make_unique<DevBuf>(size_t(8 * ne1) * 4));
+      ps.push_back({ws[size_t(i)]->p, ne1, ys.back()->as<float>()});
+    }
+    std::vector<std::vector<float>> shared_own;
+    for (int i = 0; i < np; ++i) ys[size_t(i)]->poison();
+    REQUIRE(xk::dev::shared_input_matvec(xk::kMXFP4, ne0, ps.data(), np, dx.as<float>(), 8, st.s) == xk::kOk);
+    st.sync();
+    for (int i = 0; i < np; ++i) shared_own.push_back(fetch(*ys[size_t(i)], size_t(8 * ne1)));
+    for (const int mode : {0, 1, 2}) {  // room, one byte short, the switch off
+      CAPTURE(mode);
+      for (const bool shared : {false, true}) {
+        CAPTURE(shared);
+        const size_t need = stage_bytes(shared ? 1 : np, 8);
+        DevBuf scratch(need);
+        check_cuda(cudaMemset(scratch.p, 0xA5, scratch.n));
+        check_cuda(cudaDeviceSynchronize());
+        const xk::dev::MatvecScratch sc{scratch.as<float>(), mode == 1 ? need - 1 : need, nullptr, 0};
+        mma(mode == 2 ? xk::dev::kPrestageNever : xk::dev::kPrestageAuto);
+        if (shared) {
+          for (int i = 0; i < np; ++i) ys[size_t(i)]->poison();
+          REQUIRE(xk::dev::shared_input_matvec(xk::kMXFP4, ne0, ps.data(), np, dx.as<float>(), 8, st.s, &sc) ==
+                  xk::kOk);
+        } else {
+          dy.poison();
+          REQUIRE(xk::dev::grouped_matvec_scratch(&sc, xk::kMXFP4, ne0, ne1, probs.data(), np, dx.as<float>(),
+                                                  dy.as<float>(), rows, st.s) == xk::kOk);
+        }
+        st.sync();
+        if (shared) {
+          for (int i = 0; i < np; ++i)
+            CHECK(std::memcmp(fetch(*ys[size_t(i)], size_t(8 * ne1)).data(), shared_own[size_t(i)].data(),
+                              size_t(8 * ne1) * 4) == 0);
+        } else {
+          CHECK(std::memcmp(fetch(dy, m).data(), own.data(), m * 4) == 0);
+        }
+        std::vector<uint8_t> after(need);
+        scratch.get(after.data(), need);
+        const bool untouched = std::all_of(after.begin(), after.end(), [](uint8_t b) { return b == 0xA5; });
+        CHECK(untouched == (mode != 0));
+      }
+    }
+    // The first problem alone (one token).
+    for (const int always : {0, 1}) {
+      CAPTURE(always);
+      const size_t need = stage_bytes(1, 1);
+      DevBuf scratch(need);
+      check_cuda(cudaMemset(scratch.p, 0xA5, scratch.n));
+      check_cuda(cudaDeviceSynchronize());
+      const xk::dev::MatvecScratch sc{scratch.as<float>(), need, nullptr, 0};
+      mma(always ? xk::dev::kPrestageAlways : xk::dev::kPrestageAuto);
+      dy.poison();
+      REQUIRE(xk::dev::grouped_matvec_scratch(&sc, xk::kMXFP4, ne0, ne1, probs.data(), 1, dx.as<float>(),
+                                              dy.as<float>(), rows, st.s) == xk::kOk);
+      st.sync();
+      CHECK(std::memcmp(fetch(dy, size_t(ne1)).data(), own.data(), size_t(ne1) * 4) == 0);
+      std::vector<uint8_t> after(need);
+      scratch.get(after.data(), need);
+      const bool untouched = std::all_of(after.begin(), after.end(), [](uint8_t b) { return b == 0xA5; });
+      CHECK(untouched == !always);
+    }
+  }
+  xk::dev::set_matvec_geometry(0, true);
+}
+
 // Matrices of 24, 4 and 1 rows of 16384 inputs (32768 for Q2_K, Q3_K and Q6_K,
 // whose rows need 256 units to split) fill too few blocks for the GPU,
 // so matmul() splits their rows over more warps (chunk sums in the context's
