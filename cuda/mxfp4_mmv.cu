@@ -199,6 +199,7 @@ __global__ void __launch_bounds__(256) stage_launch_kernel(const GroupParams gp,
   float* xsc = reinterpret_cast<float*>(bsm + size_t(units) * chunk_bytes(NT));
   int* xc = reinterpret_cast<int*>(xsc + size_t(units) * NT);
   const int nt_real = gp.ntok[p], row0 = gp.row[p];
+  if (nt_real <= 0) return;  // a problem without tokens reads no x
   for (int item = int(blockIdx.x * 8 + (threadIdx.x >> 5)); item < units * NT; item += int(gridDim.x) * 8) {
     const int ch = item / NT, t = item - ch * NT;
     const float xv = __ldg(x + size_t(row0 + min(t, nt_real - 1)) * size_t(ne0) + size_t(ch) * 32 + lane);
