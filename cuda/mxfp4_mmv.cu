@@ -36,7 +36,10 @@
 // and C adds 1.5 * 2^23 to column k + 1, so that integer's bits plus 1.5 * 2^23's
 // are a float's, made exact by one FADD. Before, each block ran two products
 // (positive codes, negative codes), subtracted them, and turned each of the four
-// sums into a float with I2F, a quarter-rate instruction on sm_90.
+// sums into a float with I2F, a quarter-rate instruction on sm_90. That form stays
+// at one token: there the one product measured 0.92-0.99x of it on an H100
+// (2026-12-06; 1.6-2.1x at eight tokens), its C read adding 4 shared-memory
+// wavefronts a block to a kernel that is nearly bound by them and by DRAM.
 //
 // The order of every sum depends on the row length and the layout only, never on the token
 // count, the launch's other problems or the grid: grouped launches equal
@@ -85,6 +88,8 @@ constexpr int kBigExponent = 253;
 constexpr uint32_t kPosLo = 0x0F0E0D0Cu, kPosHi = 0x18141210u;
 constexpr uint32_t kNegLo = 0x090A0B0Cu, kNegHi = 0x00040608u;
 constexpr int kOffset = 12;
+// One token's form: |E2M1| * 2 by the code's low three bits (a sign bit gives 0).
+constexpr uint32_t kTabLo = 0x03020100u, kTabHi = 0x0C080604u;
 // 1.5 * 2^23: an int32 d with |d| < 2^22 added to its bits is the float 1.5 * 2^23 + d.
 constexpr int kMagicBits = 0x4B400000;
 constexpr float kMagic = 12582912.0f;
@@ -96,7 +101,8 @@ constexpr float kMagic = 12582912.0f;
 // the chunk, plus kMagicBits for terms 1 and 3; int32), so one 16-byte read gives
 // a lane its C.
 __host__ __device__ constexpr int chunk_bytes(int nt) { return 128 * nt; }
-__host__ __device__ constexpr int chunk_stage_bytes(int nt) { return chunk_bytes(nt) + 4 * nt + 32 * nt; }
+// (One token: no C; its power of two is the scale of q0.)
+__host__ __device__ constexpr int chunk_stage_bytes(int nt) { return chunk_bytes(nt) + 4 * nt + (nt > 1 ? 32 * nt : 0); }
 // The staged x of seg chunks, rounded up to whole 16-byte pieces (the copy buffers follow).
 template <int NT>
 __host__ __device__ constexpr size_t x_stage_bytes(int seg) {
@@ -114,6 +120,12 @@ __device__ __forceinline__ float e8m0_scale_bits(uint32_t e) {
 // in the PTX ISA: lane (g = lane / 4, c = lane % 4) holds A rows g and g + 8 at
 // k = 4c..4c+3 (a[0], a[1]) and 16 + 4c.. (a[2], a[3]), B column g at the same k
 // (b[0], b[1]), and C and D rows g, g + 8 at columns 2c, 2c + 1.
+__device__ __forceinline__ void mma_s8(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%10,%10,%10};"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+}
 __device__ __forceinline__ void mma_s8(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
                                        const int4& cf) {
   asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -136,6 +148,7 @@ __device__ __forceinline__ int b_offset(int i) {
 // (the token's 128 bytes of the chunk's B fragments), its power of two (the scale
 // of q1) into *sc, its C fragments into cf[0..7]. In place where piece holds the
 // floats: every lane reads its float before any byte is written.
+template <bool kOne>
 __device__ __forceinline__ void stage_item(float xv, int lane, uint8_t* piece, float* sc, int* cf) {
   const unsigned ex = chunk_exponent(xv);
   uint32_t q[4];
@@ -144,6 +157,10 @@ __device__ __forceinline__ void stage_item(float xv, int lane, uint8_t* piece, f
   const int off = b_offset(lane);
 #pragma unroll
   for (int j = 0; j < 4; ++j) piece[32 * j + off] = uint8_t(q[j]);
+  if constexpr (kOne) {
+    if (lane == 0) *sc = term_unit<0>(ex);
+    return;
+  }
   int cin[4];
 #pragma unroll
   for (int j = 0; j < 4; ++j)
@@ -179,7 +196,8 @@ __device__ void stage_x(const float* x, size_t ne0, int row0, int nt_real, int c
   for (int item = warp; item < nc * NT; item += kThreads / 32) {
     const int ch = item / NT, t = item - ch * NT;
     uint8_t* piece = bsm + size_t(ch) * chunk_bytes(NT) + t * 128;
-    stage_item(reinterpret_cast<const float*>(piece)[lane], lane, piece, xsc + ch * NT + t, xc + (ch * NT + t) * 8);
+    stage_item<NT == 1>(reinterpret_cast<const float*>(piece)[lane], lane, piece, xsc + ch * NT + t,
+                        xc + (ch * NT + t) * 8);
   }
   __syncthreads();
 }
@@ -203,7 +221,8 @@ __global__ void __launch_bounds__(256) stage_launch_kernel(const GroupParams gp,
   for (int item = int(blockIdx.x * 8 + (threadIdx.x >> 5)); item < units * NT; item += int(gridDim.x) * 8) {
     const int ch = item / NT, t = item - ch * NT;
     const float xv = __ldg(x + size_t(row0 + min(t, nt_real - 1)) * size_t(ne0) + size_t(ch) * 32 + lane);
-    stage_item(xv, lane, bsm + size_t(ch) * chunk_bytes(NT) + t * 128, xsc + ch * NT + t, xc + (ch * NT + t) * 8);
+    stage_item<NT == 1>(xv, lane, bsm + size_t(ch) * chunk_bytes(NT) + t * 128, xsc + ch * NT + t,
+                        xc + (ch * NT + t) * 8);
   }
 }
 
@@ -214,7 +233,7 @@ __device__ void copy_staged(const uint8_t* pre, int units, int c0, int nc, uint8
                            pre + size_t(units) * chunk_bytes(NT) + size_t(c0) * 4 * NT,
                            pre + size_t(units) * (chunk_bytes(NT) + 4 * NT) + size_t(c0) * 32 * NT};
   uint8_t* dst[3] = {bsm, reinterpret_cast<uint8_t*>(xsc), reinterpret_cast<uint8_t*>(xc)};
-  const int pieces[3] = {nc * chunk_bytes(NT) / 16, nc * NT / 4, nc * NT * 2};
+  const int pieces[3] = {nc * chunk_bytes(NT) / 16, nc * NT / 4, NT > 1 ? nc * NT * 2 : 0};
 #pragma unroll
   for (int r = 0; r < 3; ++r)
     for (int i = int(threadIdx.x); i < pieces[r]; i += kThreads)
@@ -263,8 +282,8 @@ template <int NT>
 struct Tile {
   static constexpr int kNtiles = (NT + 1) / 2;
   // Per pair of tokens, rows g and g + 8: this lane's 128 d_k + d_k+1, scaled and
-  // summed over blocks.
-  float acc[kNtiles][2];
+  // summed over blocks (one token: D's fragment, term by term).
+  float acc[kNtiles][NT == 1 ? 4 : 2];
   bool any_big;
 };
 
@@ -300,6 +319,48 @@ __device__ __noinline__ void big_block(float (&big)[2][NT], const uint8_t* rowa,
   }
 }
 
+// One token's block u: two products, positive codes and negative codes (a permute
+// of the nibble as its own selector gives 0 where the selector's sign bit is set),
+// subtracted, each of D's four sums made a float.
+__device__ __forceinline__ void one_token_products(Tile<1>& tl, float (&big)[2][1], uint32_t wa, uint32_t wb,
+                                                   uint32_t ea, uint32_t eb, uint32_t tab, const uint8_t* rowa,
+                                                   const uint8_t* rowb, int u, int lane, const uint8_t* bchunk,
+                                                   const float* xs, const XRows& xr) {
+  const int c = lane & 3;
+  const uint32_t na = wa ^ 0x88888888u, nb = wb ^ 0x88888888u;
+  uint32_t pos[4] = {prmt(tab, kTabHi, wa), prmt(tab, kTabHi, wb), prmt(tab, kTabHi, wa >> 16),
+                     prmt(tab, kTabHi, wb >> 16)};
+  uint32_t neg[4] = {prmt(tab, kTabHi, na), prmt(tab, kTabHi, nb), prmt(tab, kTabHi, na >> 16),
+                     prmt(tab, kTabHi, nb >> 16)};
+  const bool biga = ea >= kBigExponent, bigb = eb >= kBigExponent;
+  float sa = e8m0_scale_bits(ea), sb = e8m0_scale_bits(eb);
+  if (ea - 2u > 250u || eb - 2u > 250u) {  // rare: as block_products
+    if (ea - 2u > 250u) sa = biga ? 0.0f : e8m0_half(ea);
+    if (eb - 2u > 250u) sb = bigb ? 0.0f : e8m0_half(eb);
+    if (biga || bigb) {
+      tl.any_big = true;
+      if (biga) pos[0] = pos[2] = neg[0] = neg[2] = 0;
+      if (bigb) pos[1] = pos[3] = neg[1] = neg[3] = 0;
+      big_block<1>(big, rowa, rowb, biga, bigb, u, c, xr);
+    }
+  }
+  uint32_t b0 = 0, b1 = 0;
+  if (lane < 16) {  // one token fills columns 0..3 only
+    const uint2 bv = *reinterpret_cast<const uint2*>(bchunk + lane * 8);
+    b0 = bv.x;
+    b1 = bv.y;
+  }
+  int dp[4], dn[4];
+  mma_s8(dp, pos, b0, b1);
+  mma_s8(dn, neg, b0, b1);
+  const float xsv = xs[0];
+  const float fa = __fmul_rn(sa, xsv), fb = __fmul_rn(sb, xsv);
+  tl.acc[0][0] = fmaf(fa, float(dp[0] - dn[0]), tl.acc[0][0]);
+  tl.acc[0][1] = fmaf(fa, float(dp[1] - dn[1]), tl.acc[0][1]);
+  tl.acc[0][2] = fmaf(fb, float(dp[2] - dn[2]), tl.acc[0][2]);
+  tl.acc[0][3] = fmaf(fb, float(dp[3] - dn[3]), tl.acc[0][3]);
+}
+
 // Block u of rows a (g) and b (g + 8): one tensor-core product per pair of tokens,
 // then each D made its exact float and scaled into the fp32 sums.
 template <int NT>
@@ -308,6 +369,10 @@ __device__ __forceinline__ void block_products(Tile<NT>& tl, float (&big)[2][NT]
                                                const uint8_t* rowa, const uint8_t* rowb, int u, int lane,
                                                const uint8_t* bchunk, const float* xs, const int* xc,
                                                const XRows& xr) {
+  if constexpr (NT == 1) {
+    one_token_products(tl, big, wa, wb, ea, eb, tab[0], rowa, rowb, u, lane, bchunk, xs, xr);
+    return;
+  }
   const int c = lane & 3;
   // Negative codes' selectors with their sign bit clear (and positive ones' set), so
   // each permute gives 0 where the other gives the byte.
@@ -374,7 +439,7 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
   uint32_t lane_id;
   asm("mov.u32 %0, %%laneid;" : "=r"(lane_id));
   const uint32_t zero = lane_id >> 5;
-  const uint32_t tab[4] = {kPosLo + zero, kPosHi + zero, kNegLo + zero, kNegHi + zero};
+  const uint32_t tab[4] = {(NT == 1 ? kTabLo : kPosLo) + zero, kPosHi + zero, kNegLo + zero, kNegHi + zero};
   uint8_t* bsm = stage;
   float* xsc = reinterpret_cast<float*>(stage + size_t(seg_chunks) * chunk_bytes(NT));
   int* xc = reinterpret_cast<int*>(xsc + size_t(seg_chunks) * NT);
@@ -416,7 +481,7 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
 #pragma unroll
     for (int i = 0; i < Tile<NT>::kNtiles; ++i)
 #pragma unroll
-      for (int j = 0; j < 2; ++j) tl.acc[i][j] = 0.0f;
+      for (int j = 0; j < (NT == 1 ? 4 : 2); ++j) tl.acc[i][j] = 0.0f;
     float big[2][NT];  // this lane's codes of blocks with kBigExponent, rows g and g + 8
 #pragma unroll
     for (int r = 0; r < 2; ++r)
@@ -467,6 +532,7 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
     // Terms to sums: lane c holds columns 2c, 2c + 1, i.e. terms (0, 1) for even c
     // and (2, 3) for odd c of token 2 * pair + c / 2; its partner c ^ 1 the others.
     const float w = (c & 1) ? 0x1p-14f : 1.0f;  // terms 2 and 3 weigh 2^-14 of 0 and 1
+    const float w0 = (c & 1) ? 0x1p-14f : 1.0f, w1 = (c & 1) ? 0x1p-21f : 0x1p-7f;  // one token: each term's
     const bool any_big = __any_sync(0xFFFFFFFFu, tl.any_big);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -481,7 +547,9 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
       }
 #pragma unroll
       for (int nt = 0; nt < Tile<NT>::kNtiles; ++nt) {
-        float v = tl.acc[nt][r] * w;
+        float v;
+        if constexpr (NT == 1) v = tl.acc[nt][2 * r] * w0 + tl.acc[nt][2 * r + 1] * w1;
+        else v = tl.acc[nt][r] * w;
         v += __shfl_xor_sync(0xFFFFFFFFu, v, 1);
         const int tok = 2 * nt + (c >> 1);
         if ((c & 1) == 0 && tok < NT) {
