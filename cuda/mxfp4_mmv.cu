@@ -17,9 +17,9 @@
 // q0 + q1/2^7 + q2/2^14 + q3/2^21 (each |q| <= 64; every step is exact in fp32).
 // What is left is at most 2^-27 of the chunk's largest |x|, far below the
 // rounding of an fp32 dot product (test bound: 1e-5 * sum|w*x|). The tensor cores
-// then add integers, exactly; each block's int32 sums of a pair of terms are one
-// exact float, scaled once by the block's E8M0 scale times the chunk's power of
-// two into one fp32 sum per pair of terms.
+// then add integers, exactly; each block's int32 sum of a term, an exact float,
+// is scaled once by the block's E8M0 scale times the chunk's power of two into
+// one fp32 sum per term.
 //
 // Shape of the work: a block of threads holds kTiles tiles of 16 rows, kWarps warps
 // each (Layout: 4 x 4 by default, 4 x 2 and 8 x 2 for side-by-side runs); warp w of
@@ -27,19 +27,18 @@
 // in ascending order, copying the next group into shared memory while it computes
 // one (copy_group); the warps' sums are added in warp order.
 //
-// One product a block and pair of tokens (block_products). A permute cannot give a
-// negative byte (a selector's sign bit gives 0 or -1), so A holds w + 12 (0..24),
-// positive codes from one table OR'd with negative codes from another, and the
-// product's accumulator input C takes the 12 * sum(q) back out. A lane's two
-// columns are one token's terms k and k + 1 (k = 0 or 2): their sums d_k, d_k+1
-// (|d| <= 32 * 12 * 64) become one integer 128 d_k + d_k+1 (one LEA; below 2^22),
-// and C adds 1.5 * 2^23 to column k + 1, so that integer's bits plus 1.5 * 2^23's
-// are a float's, made exact by one FADD. Before, each block ran two products
-// (positive codes, negative codes), subtracted them, and turned each of the four
-// sums into a float with I2F, a quarter-rate instruction on sm_90. That form stays
-// at one token: there the one product measured 0.92-0.99x of it on an H100
-// (2026-12-06; 1.6-2.1x at eight tokens), its C read adding 4 shared-memory
-// wavefronts a block to a kernel that is nearly bound by them and by DRAM.
+// From two tokens on, one product a block and pair of tokens (one_product). A
+// permute cannot give a negative byte (a selector's sign bit gives 0 or -1), so A
+// holds w + 12 (0..24), positive codes from one table OR'd with negative codes
+// from another, and the product's accumulator input C takes 12 * sum(q) back out
+// and adds 1.5 * 2^23 (|sum(w q)| <= 32 * 12 * 64 < 2^22): D's bits are then the
+// float 1.5 * 2^23 + sum(w q), made the exact float sum(w q) by one FADD, where I2F
+// is a quarter-rate instruction on sm_90. At one token each block runs two
+// products, positive codes and negative codes, and subtracts them: there the one
+// product measured 0.92-0.99x of it on an H100 (2026-12-06), its C read adding 4
+// shared-memory wavefronts a block to a kernel bound by them and by DRAM. Both
+// give each term's sum as the same exact float, scaled and added in the same
+// order: a token's bits do not depend on the token count.
 //
 // The order of every sum depends on the row length and the layout only, never on the token
 // count, the launch's other problems or the grid: grouped launches equal
@@ -96,12 +95,11 @@ constexpr float kMagic = 12582912.0f;
 
 // Bytes of staged x per 32-input chunk (NT is 1, 2, 4 or 8): a 256-byte B fragment
 // for each pair of tokens (8 columns: 4 terms each), a token's 4 columns 128 bytes.
-// Then each (chunk, token)'s power of two (a float), then its C fragments: for
-// terms 0 and 1, then 2 and 3, the pair's inputs twice (-12 * each term's sum over
-// the chunk, plus kMagicBits for terms 1 and 3; int32), so one 16-byte read gives
-// a lane its C.
+// Then each (chunk, token)'s power of two (the scale of q0, a float), then, from two
+// tokens on, its C fragments: for terms 0 and 1, then 2 and 3, the pair's inputs
+// twice (kMagicBits - 12 * each term's sum over the chunk; int32), so one 16-byte
+// read gives a lane its C.
 __host__ __device__ constexpr int chunk_bytes(int nt) { return 128 * nt; }
-// (One token: no C; its power of two is the scale of q0.)
 __host__ __device__ constexpr int chunk_stage_bytes(int nt) { return chunk_bytes(nt) + 4 * nt + (nt > 1 ? 32 * nt : 0); }
 // The staged x of seg chunks, rounded up to whole 16-byte pieces (the copy buffers follow).
 template <int NT>
@@ -146,8 +144,9 @@ __device__ __forceinline__ int b_offset(int i) {
 
 // One (chunk, token) of x, a lane's input xv each: its four int8 terms into piece
 // (the token's 128 bytes of the chunk's B fragments), its power of two (the scale
-// of q1) into *sc, its C fragments into cf[0..7]. In place where piece holds the
-// floats: every lane reads its float before any byte is written.
+// of q0) into *sc and, from two tokens on (!kOne), its C fragments into cf[0..7].
+// In place where piece holds the floats: every lane reads its float before any
+// byte is written.
 template <bool kOne>
 __device__ __forceinline__ void stage_item(float xv, int lane, uint8_t* piece, float* sc, int* cf) {
   const unsigned ex = chunk_exponent(xv);
@@ -164,9 +163,9 @@ __device__ __forceinline__ void stage_item(float xv, int lane, uint8_t* piece, f
   int cin[4];
 #pragma unroll
   for (int j = 0; j < 4; ++j)
-    cin[j] = (j & 1 ? kMagicBits : 0) - kOffset * __reduce_add_sync(0xFFFFFFFFu, int(int8_t(q[j])));
+    cin[j] = kMagicBits - kOffset * __reduce_add_sync(0xFFFFFFFFu, int(int8_t(q[j])));
   if (lane == 0) {
-    *sc = term_unit<7>(ex);  // 128 d_k + d_k+1 is in units of 2^-7 d_k
+    *sc = term_unit<0>(ex);
     int4* f = reinterpret_cast<int4*>(cf);
     f[0] = make_int4(cin[0], cin[1], cin[0], cin[1]);
     f[1] = make_int4(cin[2], cin[3], cin[2], cin[3]);
@@ -281,9 +280,9 @@ __device__ __forceinline__ void copy_group(const uint8_t* W, size_t row_bytes, i
 template <int NT>
 struct Tile {
   static constexpr int kNtiles = (NT + 1) / 2;
-  // Per pair of tokens, rows g and g + 8: this lane's 128 d_k + d_k+1, scaled and
-  // summed over blocks (one token: D's fragment, term by term).
-  float acc[kNtiles][NT == 1 ? 4 : 2];
+  // D's fragment per pair of tokens (this lane's two terms, rows g and g + 8),
+  // scaled and summed over blocks.
+  float acc[kNtiles][4];
   bool any_big;
 };
 
@@ -319,13 +318,15 @@ __device__ __noinline__ void big_block(float (&big)[2][NT], const uint8_t* rowa,
   }
 }
 
-// One token's block u: two products, positive codes and negative codes (a permute
-// of the nibble as its own selector gives 0 where the selector's sign bit is set),
-// subtracted, each of D's four sums made a float.
-__device__ __forceinline__ void one_token_products(Tile<1>& tl, float (&big)[2][1], uint32_t wa, uint32_t wb,
-                                                   uint32_t ea, uint32_t eb, uint32_t tab, const uint8_t* rowa,
-                                                   const uint8_t* rowb, int u, int lane, const uint8_t* bchunk,
-                                                   const float* xs, const XRows& xr) {
+// Block u of rows a (g) and b (g + 8), the form of one token (and, so switched,
+// of more): two products per pair of tokens, positive codes and negative codes (a
+// permute of the nibble as its own selector gives 0 where the selector's sign bit
+// is set), subtracted, each of D's four sums made a float.
+template <int NT>
+__device__ __forceinline__ void two_products(Tile<NT>& tl, float (&big)[2][NT], uint32_t wa, uint32_t wb,
+                                             uint32_t ea, uint32_t eb, uint32_t tab, const uint8_t* rowa,
+                                             const uint8_t* rowb, int u, int lane, const uint8_t* bchunk,
+                                             const float* xs, const XRows& xr) {
   const int c = lane & 3;
   const uint32_t na = wa ^ 0x88888888u, nb = wb ^ 0x88888888u;
   uint32_t pos[4] = {prmt(tab, kTabHi, wa), prmt(tab, kTabHi, wb), prmt(tab, kTabHi, wa >> 16),
@@ -334,45 +335,46 @@ __device__ __forceinline__ void one_token_products(Tile<1>& tl, float (&big)[2][
                      prmt(tab, kTabHi, nb >> 16)};
   const bool biga = ea >= kBigExponent, bigb = eb >= kBigExponent;
   float sa = e8m0_scale_bits(ea), sb = e8m0_scale_bits(eb);
-  if (ea - 2u > 250u || eb - 2u > 250u) {  // rare: as block_products
+  if (ea - 2u > 250u || eb - 2u > 250u) {  // rare: as one_product
     if (ea - 2u > 250u) sa = biga ? 0.0f : e8m0_half(ea);
     if (eb - 2u > 250u) sb = bigb ? 0.0f : e8m0_half(eb);
     if (biga || bigb) {
       tl.any_big = true;
       if (biga) pos[0] = pos[2] = neg[0] = neg[2] = 0;
       if (bigb) pos[1] = pos[3] = neg[1] = neg[3] = 0;
-      big_block<1>(big, rowa, rowb, biga, bigb, u, c, xr);
+      big_block<NT>(big, rowa, rowb, biga, bigb, u, c, xr);
     }
   }
-  uint32_t b0 = 0, b1 = 0;
-  if (lane < 16) {  // one token fills columns 0..3 only
-    const uint2 bv = *reinterpret_cast<const uint2*>(bchunk + lane * 8);
-    b0 = bv.x;
-    b1 = bv.y;
+#pragma unroll
+  for (int nt = 0; nt < Tile<NT>::kNtiles; ++nt) {
+    uint32_t b0 = 0, b1 = 0;
+    if (NT > 1 || lane < 16) {  // one token fills columns 0..3 only
+      const uint2 bv = *reinterpret_cast<const uint2*>(bchunk + nt * 256 + lane * 8);
+      b0 = bv.x;
+      b1 = bv.y;
+    }
+    int dp[4], dn[4];
+    mma_s8(dp, pos, b0, b1);
+    mma_s8(dn, neg, b0, b1);
+    const int tok = min(2 * nt + (c >> 1), NT - 1);
+    const float xsv = xs[tok];
+    const float fa = __fmul_rn(sa, xsv), fb = __fmul_rn(sb, xsv);
+    tl.acc[nt][0] = fmaf(fa, float(dp[0] - dn[0]), tl.acc[nt][0]);
+    tl.acc[nt][1] = fmaf(fa, float(dp[1] - dn[1]), tl.acc[nt][1]);
+    tl.acc[nt][2] = fmaf(fb, float(dp[2] - dn[2]), tl.acc[nt][2]);
+    tl.acc[nt][3] = fmaf(fb, float(dp[3] - dn[3]), tl.acc[nt][3]);
   }
-  int dp[4], dn[4];
-  mma_s8(dp, pos, b0, b1);
-  mma_s8(dn, neg, b0, b1);
-  const float xsv = xs[0];
-  const float fa = __fmul_rn(sa, xsv), fb = __fmul_rn(sb, xsv);
-  tl.acc[0][0] = fmaf(fa, float(dp[0] - dn[0]), tl.acc[0][0]);
-  tl.acc[0][1] = fmaf(fa, float(dp[1] - dn[1]), tl.acc[0][1]);
-  tl.acc[0][2] = fmaf(fb, float(dp[2] - dn[2]), tl.acc[0][2]);
-  tl.acc[0][3] = fmaf(fb, float(dp[3] - dn[3]), tl.acc[0][3]);
 }
 
 // Block u of rows a (g) and b (g + 8): one tensor-core product per pair of tokens,
-// then each D made its exact float and scaled into the fp32 sums.
+// then each D made its exact float and scaled into the fp32 sums: the same floats
+// as two_products' and the same operations on them, so the same bits.
 template <int NT>
-__device__ __forceinline__ void block_products(Tile<NT>& tl, float (&big)[2][NT], uint32_t wa, uint32_t wb,
-                                               uint32_t ea, uint32_t eb, const uint32_t (&tab)[4],
-                                               const uint8_t* rowa, const uint8_t* rowb, int u, int lane,
-                                               const uint8_t* bchunk, const float* xs, const int* xc,
-                                               const XRows& xr) {
-  if constexpr (NT == 1) {
-    one_token_products(tl, big, wa, wb, ea, eb, tab[0], rowa, rowb, u, lane, bchunk, xs, xr);
-    return;
-  }
+__device__ __forceinline__ void one_product(Tile<NT>& tl, float (&big)[2][NT], uint32_t wa, uint32_t wb,
+                                            uint32_t ea, uint32_t eb, const uint32_t (&tab)[4],
+                                            const uint8_t* rowa, const uint8_t* rowb, int u, int lane,
+                                            const uint8_t* bchunk, const float* xs, const int* xc,
+                                            const XRows& xr) {
   const int c = lane & 3;
   // Negative codes' selectors with their sign bit clear (and positive ones' set), so
   // each permute gives 0 where the other gives the byte.
@@ -412,13 +414,17 @@ __device__ __forceinline__ void block_products(Tile<NT>& tl, float (&big)[2][NT]
     mma_s8(d, a, b0, b1, cf);
     const float xsv = xs[tok];
     const float fa = __fmul_rn(sa, xsv), fb = __fmul_rn(sb, xsv);
-    tl.acc[nt][0] = fmaf(fa, __int_as_float(d[0] * 128 + d[1]) - kMagic, tl.acc[nt][0]);
-    tl.acc[nt][1] = fmaf(fb, __int_as_float(d[2] * 128 + d[3]) - kMagic, tl.acc[nt][1]);
+    tl.acc[nt][0] = fmaf(fa, __int_as_float(d[0]) - kMagic, tl.acc[nt][0]);
+    tl.acc[nt][1] = fmaf(fa, __int_as_float(d[1]) - kMagic, tl.acc[nt][1]);
+    tl.acc[nt][2] = fmaf(fb, __int_as_float(d[2]) - kMagic, tl.acc[nt][2]);
+    tl.acc[nt][3] = fmaf(fb, __int_as_float(d[3]) - kMagic, tl.acc[nt][3]);
   }
 }
 
 // At most 128 registers a thread at any layout (two blocks of 256 threads an SM, or one of 512).
-template <int NT, int kWarps, int kTiles>
+// kOne: one product a block and pair of tokens (one_product; from two tokens on),
+// else two (two_products).
+template <int NT, int kWarps, int kTiles, bool kOne>
 __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout<kWarps, kTiles>::kThreads)
     mxfp4_mmv_kernel(const GroupParams gp, int ne0, int ne1, size_t row_bytes, const float* __restrict__ x,
                      float* __restrict__ y, int seg_chunks, const uint8_t* __restrict__ pre) {
@@ -439,7 +445,8 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
   uint32_t lane_id;
   asm("mov.u32 %0, %%laneid;" : "=r"(lane_id));
   const uint32_t zero = lane_id >> 5;
-  const uint32_t tab[4] = {(NT == 1 ? kTabLo : kPosLo) + zero, kPosHi + zero, kNegLo + zero, kNegHi + zero};
+  static_assert(NT > 1 || !kOne, "one token takes two products");
+  const uint32_t tab[4] = {(kOne ? kPosLo : kTabLo) + zero, kPosHi + zero, kNegLo + zero, kNegHi + zero};
   uint8_t* bsm = stage;
   float* xsc = reinterpret_cast<float*>(stage + size_t(seg_chunks) * chunk_bytes(NT));
   int* xc = reinterpret_cast<int*>(xsc + size_t(seg_chunks) * NT);
@@ -481,7 +488,7 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
 #pragma unroll
     for (int i = 0; i < Tile<NT>::kNtiles; ++i)
 #pragma unroll
-      for (int j = 0; j < (NT == 1 ? 4 : 2); ++j) tl.acc[i][j] = 0.0f;
+      for (int j = 0; j < 4; ++j) tl.acc[i][j] = 0.0f;
     float big[2][NT];  // this lane's codes of blocks with kBigExponent, rows g and g + 8
 #pragma unroll
     for (int r = 0; r < 2; ++r)
@@ -521,9 +528,13 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
           const uint32_t wa = sh ? __funnelshift_r(ra[w], ra[w + 1], sh) : ra[w];
           const uint32_t wb = sh ? __funnelshift_r(rb[w], rb[w + 1], sh) : rb[w];
           const int u = q * kGroup + j;
-          block_products<NT>(tl, big, wa, wb, rab[17 * j], rbb[17 * j], tab, rowa, rowb, u, lane,
-                             bsm + size_t(u - c0) * chunk_bytes(NT), xsc + (u - c0) * NT, xc + (u - c0) * NT * 8,
-                             xr);
+          const uint8_t* bchunk = bsm + size_t(u - c0) * chunk_bytes(NT);
+          if constexpr (kOne)
+            one_product<NT>(tl, big, wa, wb, rab[17 * j], rbb[17 * j], tab, rowa, rowb, u, lane, bchunk,
+                            xsc + (u - c0) * NT, xc + (u - c0) * NT * 8, xr);
+          else
+            two_products<NT>(tl, big, wa, wb, rab[17 * j], rbb[17 * j], tab[0], rowa, rowb, u, lane, bchunk,
+                             xsc + (u - c0) * NT, xr);
         }
         __syncwarp();  // done with cur before a later copy overwrites it
       }
@@ -531,8 +542,7 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
 
     // Terms to sums: lane c holds columns 2c, 2c + 1, i.e. terms (0, 1) for even c
     // and (2, 3) for odd c of token 2 * pair + c / 2; its partner c ^ 1 the others.
-    const float w = (c & 1) ? 0x1p-14f : 1.0f;  // terms 2 and 3 weigh 2^-14 of 0 and 1
-    const float w0 = (c & 1) ? 0x1p-14f : 1.0f, w1 = (c & 1) ? 0x1p-21f : 0x1p-7f;  // one token: each term's
+    const float w0 = (c & 1) ? 0x1p-14f : 1.0f, w1 = (c & 1) ? 0x1p-21f : 0x1p-7f;
     const bool any_big = __any_sync(0xFFFFFFFFu, tl.any_big);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -547,9 +557,7 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
       }
 #pragma unroll
       for (int nt = 0; nt < Tile<NT>::kNtiles; ++nt) {
-        float v;
-        if constexpr (NT == 1) v = tl.acc[nt][2 * r] * w0 + tl.acc[nt][2 * r + 1] * w1;
-        else v = tl.acc[nt][r] * w;
+        float v = tl.acc[nt][2 * r] * w0 + tl.acc[nt][2 * r + 1] * w1;
         v += __shfl_xor_sync(0xFFFFFFFFu, v, 1);
         const int tok = 2 * nt + (c >> 1);
         if ((c & 1) == 0 && tok < NT) {
@@ -576,11 +584,11 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
   }
 }
 
-template <int NT, int kWarps, int kTiles>
+template <int NT, int kWarps, int kTiles, bool kOne>
 cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y, bool shared_wave,
-                      const MmaStage& st, cudaStream_t stream) {
+                      const MmaOptions& st, cudaStream_t stream) {
   constexpr int kThreads = Layout<kWarps, kTiles>::kThreads;
-  auto* k = mxfp4_mmv_kernel<NT, kWarps, kTiles>;
+  auto* k = mxfp4_mmv_kernel<NT, kWarps, kTiles, kOne>;
   constexpr size_t kBufs = size_t(kThreads / 32) * 2 * kBufBytes;
   constexpr size_t kRed = sizeof(float) * kTiles * kWarps * kTileRows * NT;  // the kernel's static array
   // Chunks of x a block stages at once: kStageBytes, or what the device's shared
@@ -614,7 +622,7 @@ cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const 
   // all its tiles).
   const uint8_t* pre = nullptr;
   const size_t need = size_t(probs) * x_stage_bytes<NT>(units);
-  if (st.buf && need <= st.bytes && (st.mode == kPrestageAlways || (st.mode == kPrestageAuto && NT > 1))) {
+  if (st.buf && need <= st.bytes && (st.prestage == kPrestageAlways || (st.prestage == kPrestageAuto && NT > 1))) {
     const long long items = (long long)units * NT;
     const unsigned bx = unsigned(std::min<long long>((items + 7) / 8, (long long)sms * 8));
     stage_launch_kernel<NT><<<dim3(bx, unsigned(probs)), 256, 0, stream>>>(gp, ne0, x, st.buf);
@@ -627,17 +635,22 @@ cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const 
 
 template <int kWarps, int kTiles>
 cudaError_t launch_layout(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y, int nt_max,
-                          bool shared_wave, const MmaStage& st, cudaStream_t stream) {
-  if (nt_max <= 1) return launch_nt<1, kWarps, kTiles>(gp, ne0, ne1, rb, x, y, shared_wave, st, stream);
-  if (nt_max <= 2) return launch_nt<2, kWarps, kTiles>(gp, ne0, ne1, rb, x, y, shared_wave, st, stream);
-  if (nt_max <= 4) return launch_nt<4, kWarps, kTiles>(gp, ne0, ne1, rb, x, y, shared_wave, st, stream);
-  return launch_nt<8, kWarps, kTiles>(gp, ne0, ne1, rb, x, y, shared_wave, st, stream);
+                          bool shared_wave, const MmaOptions& st, cudaStream_t stream) {
+  if (nt_max <= 1) return launch_nt<1, kWarps, kTiles, false>(gp, ne0, ne1, rb, x, y, shared_wave, st, stream);
+  if (st.one_product) {
+    if (nt_max <= 2) return launch_nt<2, kWarps, kTiles, true>(gp, ne0, ne1, rb, x, y, shared_wave, st, stream);
+    if (nt_max <= 4) return launch_nt<4, kWarps, kTiles, true>(gp, ne0, ne1, rb, x, y, shared_wave, st, stream);
+    return launch_nt<8, kWarps, kTiles, true>(gp, ne0, ne1, rb, x, y, shared_wave, st, stream);
+  }
+  if (nt_max <= 2) return launch_nt<2, kWarps, kTiles, false>(gp, ne0, ne1, rb, x, y, shared_wave, st, stream);
+  if (nt_max <= 4) return launch_nt<4, kWarps, kTiles, false>(gp, ne0, ne1, rb, x, y, shared_wave, st, stream);
+  return launch_nt<8, kWarps, kTiles, false>(gp, ne0, ne1, rb, x, y, shared_wave, st, stream);
 }
 
 }  // namespace
 
 cudaError_t launch_mxfp4_mmv(const GroupParams& gp, int ne0, int ne1, size_t row_bytes, const float* x, float* y,
-                             int nt_max, MmaLayout layout, bool shared_wave, const MmaStage& st,
+                             int nt_max, MmaLayout layout, bool shared_wave, const MmaOptions& st,
                              cudaStream_t stream) {
   // Whole groups of 16 blocks a row (rows 16-byte aligned, as the copies need).
   if (ne0 % (32 * kGroup) != 0) return cudaErrorNotSupported;

@@ -912,15 +912,17 @@ TEST_CASE("dp4a decode: x's terms made once per launch equal each block's own, b
 // launch of 1, 3 and 8 tokens and products of one input at 8 tokens equal the
 // launches without a scratch bit for bit, and the scratch was written; one byte
 // short, or the switch off, the same bits and the scratch untouched. One token:
-// untouched by default, written when so switched, the same bits either way.
+// untouched by default, written when so switched, the same bits either way. And
+// two int8 products a block and pair of tokens (the one-token form) instead of one
+// give the same bits too.
 TEST_CASE("tensor-core MXFP4 decode: x made once per launch equals each block's own, bit for bit") {
   std::mt19937 rng(17);
   Stream st;
   const int counts[] = {1, 3, 8};
   const int np = 3, rows = 1 + 3 + 8;
   const int64_t ne1 = 40;
-  const auto mma = [](int prestage) {
-    xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeAlways, 0, 0, true, prestage);
+  const auto mma = [](int prestage, bool one_product = true) {
+    xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeAlways, 0, 0, true, prestage, one_product);
   };
   for (const int64_t ne0 : {int64_t(7168), int64_t(2560)}) {
     CAPTURE(ne0);
@@ -952,6 +954,12 @@ TEST_CASE("tensor-core MXFP4 decode: x made once per launch equals each block's 
       CHECK(count_bad(g, reference(xk::kMXFP4, hw[size_t(i)], ne0, ne1, x.data() + p.row * ne0, p.n_tokens), kTolFp32,
                       "mxfp4") == 0);
     }
+    mma(xk::dev::kPrestageAuto, false);
+    dy.poison();
+    REQUIRE(xk::grouped_matvec(xk::kMXFP4, ne0, ne1, probs.data(), np, dx.as<float>(), dy.as<float>(), rows, st.s) ==
+            xk::kOk);
+    st.sync();
+    CHECK(std::memcmp(fetch(dy, m).data(), own.data(), m * 4) == 0);
     std::vector<std::unique_ptr<DevBuf>> ys;
     std::vector<xk::SharedInputProduct> ps;
     for (int i = 0; i < np; ++i) {
