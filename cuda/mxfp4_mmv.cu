@@ -318,6 +318,38 @@ __device__ __noinline__ void big_block(float (&big)[2][NT], const uint8_t* rowa,
   }
 }
 
+// This lane's B fragment of pair nt of a staged chunk (one token fills columns
+// 0..3 only: lanes 16.. give 0).
+template <int NT>
+__device__ __forceinline__ uint2 b_fragment(const uint8_t* bchunk, int nt, int lane) {
+  if (NT > 1 || lane < 16) return *reinterpret_cast<const uint2*>(bchunk + nt * 256 + lane * 8);
+  return make_uint2(0, 0);
+}
+
+// The E8M0 scales sa, sb of block u of rows a and b. Rare blocks: subnormal scales,
+// and weights that may overflow (kBigExponent), whose rows leave_out takes out of
+// the product (left out, a row's D is 0, and its scale 0: an inf one would make
+// 0 * inf NaN) and big_block sums weight by weight.
+template <int NT, class LeaveOut>
+__device__ __forceinline__ void block_scales(Tile<NT>& tl, float (&big)[2][NT], uint32_t ea, uint32_t eb, float& sa,
+                                             float& sb, const uint8_t* rowa, const uint8_t* rowb, int u, int c,
+                                             const XRows& xr, LeaveOut&& leave_out) {
+  const bool biga = ea >= kBigExponent, bigb = eb >= kBigExponent;
+  // 2^(e - 128) for 2 <= e < 253: e * 2^23 - 2^23 as a float's bits, one IMAD (in
+  // C++, any spelling of it compiled to three: shift, mask, add).
+  sa = e8m0_scale_bits(ea);
+  sb = e8m0_scale_bits(eb);
+  if (ea - 2u > 250u || eb - 2u > 250u) {
+    if (ea - 2u > 250u) sa = biga ? 0.0f : e8m0_half(ea);
+    if (eb - 2u > 250u) sb = bigb ? 0.0f : e8m0_half(eb);
+    if (biga || bigb) {
+      tl.any_big = true;
+      leave_out(biga, bigb);
+      big_block<NT>(big, rowa, rowb, biga, bigb, u, c, xr);
+    }
+  }
+}
+
 // Block u of rows a (g) and b (g + 8), the form of one token (and, so switched,
 // of more): two products per pair of tokens, positive codes and negative codes (a
 // permute of the nibble as its own selector gives 0 where the selector's sign bit
@@ -333,29 +365,17 @@ __device__ __forceinline__ void two_products(Tile<NT>& tl, float (&big)[2][NT], 
                      prmt(tab, kTabHi, wb >> 16)};
   uint32_t neg[4] = {prmt(tab, kTabHi, na), prmt(tab, kTabHi, nb), prmt(tab, kTabHi, na >> 16),
                      prmt(tab, kTabHi, nb >> 16)};
-  const bool biga = ea >= kBigExponent, bigb = eb >= kBigExponent;
-  float sa = e8m0_scale_bits(ea), sb = e8m0_scale_bits(eb);
-  if (ea - 2u > 250u || eb - 2u > 250u) {  // rare: as one_product
-    if (ea - 2u > 250u) sa = biga ? 0.0f : e8m0_half(ea);
-    if (eb - 2u > 250u) sb = bigb ? 0.0f : e8m0_half(eb);
-    if (biga || bigb) {
-      tl.any_big = true;
-      if (biga) pos[0] = pos[2] = neg[0] = neg[2] = 0;
-      if (bigb) pos[1] = pos[3] = neg[1] = neg[3] = 0;
-      big_block<NT>(big, rowa, rowb, biga, bigb, u, c, xr);
-    }
-  }
+  float sa, sb;
+  block_scales<NT>(tl, big, ea, eb, sa, sb, rowa, rowb, u, c, xr, [&](bool biga, bool bigb) {
+    if (biga) pos[0] = pos[2] = neg[0] = neg[2] = 0;
+    if (bigb) pos[1] = pos[3] = neg[1] = neg[3] = 0;
+  });
 #pragma unroll
   for (int nt = 0; nt < Tile<NT>::kNtiles; ++nt) {
-    uint32_t b0 = 0, b1 = 0;
-    if (NT > 1 || lane < 16) {  // one token fills columns 0..3 only
-      const uint2 bv = *reinterpret_cast<const uint2*>(bchunk + nt * 256 + lane * 8);
-      b0 = bv.x;
-      b1 = bv.y;
-    }
+    const uint2 b = b_fragment<NT>(bchunk, nt, lane);
     int dp[4], dn[4];
-    mma_s8(dp, pos, b0, b1);
-    mma_s8(dn, neg, b0, b1);
+    mma_s8(dp, pos, b.x, b.y);
+    mma_s8(dn, neg, b.x, b.y);
     const int tok = min(2 * nt + (c >> 1), NT - 1);
     const float xsv = xs[tok];
     const float fa = __fmul_rn(sa, xsv), fb = __fmul_rn(sb, xsv);
@@ -383,35 +403,19 @@ __device__ __forceinline__ void one_product(Tile<NT>& tl, float (&big)[2][NT], u
                    prmt(tab[0], tab[1], wb) | prmt(tab[2], tab[3], nb),
                    prmt(tab[0], tab[1], wa >> 16) | prmt(tab[2], tab[3], na >> 16),
                    prmt(tab[0], tab[1], wb >> 16) | prmt(tab[2], tab[3], nb >> 16)};
-  const bool biga = ea >= kBigExponent, bigb = eb >= kBigExponent;
-  // 2^(e - 128) for 2 <= e < 253: e * 2^23 - 2^23 as a float's bits, one IMAD (in
-  // C++, any spelling of it compiled to three: shift, mask, add).
-  float sa = e8m0_scale_bits(ea), sb = e8m0_scale_bits(eb);
-  if (ea - 2u > 250u || eb - 2u > 250u) {  // rare: subnormal scales, or weights that may overflow
-    // A left-out row's D is 0, and its scale could be inf (0 * inf would be NaN).
-    if (ea - 2u > 250u) sa = biga ? 0.0f : e8m0_half(ea);
-    if (eb - 2u > 250u) sb = bigb ? 0.0f : e8m0_half(eb);
-    if (biga || bigb) {
-      tl.any_big = true;
-      constexpr uint32_t kZero = 0x01010101u * kOffset;  // w = 0
-      if (biga) a[0] = a[2] = kZero;
-      if (bigb) a[1] = a[3] = kZero;
-      big_block<NT>(big, rowa, rowb, biga, bigb, u, c, xr);
-    }
-  }
+  float sa, sb;
+  block_scales<NT>(tl, big, ea, eb, sa, sb, rowa, rowb, u, c, xr, [&](bool biga, bool bigb) {
+    constexpr uint32_t kZero = 0x01010101u * kOffset;  // w = 0
+    if (biga) a[0] = a[2] = kZero;
+    if (bigb) a[1] = a[3] = kZero;
+  });
 #pragma unroll
   for (int nt = 0; nt < Tile<NT>::kNtiles; ++nt) {
-    uint32_t b0 = 0, b1 = 0;
-    if (NT > 1 || lane < 16) {  // one token fills columns 0..3 only
-      const uint2 bv = *reinterpret_cast<const uint2*>(bchunk + nt * 256 + lane * 8);
-      b0 = bv.x;
-      b1 = bv.y;
-    }
+    const uint2 b = b_fragment<NT>(bchunk, nt, lane);
     const int tok = min(2 * nt + (c >> 1), NT - 1);
-    // At one token, columns 4..7 (lanes c >= 2) are empty: their D is read by no one.
     const int4 cf = *reinterpret_cast<const int4*>(xc + tok * 8 + 4 * (c & 1));
     int d[4];
-    mma_s8(d, a, b0, b1, cf);
+    mma_s8(d, a, b.x, b.y, cf);
     const float xsv = xs[tok];
     const float fa = __fmul_rn(sa, xsv), fb = __fmul_rn(sb, xsv);
     tl.acc[nt][0] = fmaf(fa, __int_as_float(d[0]) - kMagic, tl.acc[nt][0]);
