@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Joins bench-kernels' RESULT lines with llama.cpp's test-backend-ops MUL_MAT
-timings (same types and shapes) into one table with ratios.
+timings (same types and shapes) into one table with ratios; our grouped launches
+of N one-token products with its MUL_MAT_ID of n tokens and n_used experts each
+where n * n_used = N (its experts the same every repetition, ours rotating).
 
 usage: bench/kernel-table.py BENCH_LOG [LLAMA_LOG]
 ratio columns: ours/llama = llama's us / our us (above 1: we are faster);
@@ -30,8 +32,13 @@ if len(sys.argv) > 2:
     # With its CUDA graphs on, test-backend-ops prints its graph warm-up messages
     # between a case's name and its time: match across lines, case by case.
     pat = re.compile(r'MUL_MAT\(type_a=(\w+),type_b=f32,m=(\d+),n=(\d+),k=(\d+),[^\n]*?(?:\n(?!\s*MUL_MAT)[^\n]*?)*?([\d.]+) us/run')
-    for m in pat.finditer(open(sys.argv[2]).read()):
+    text = open(sys.argv[2]).read()
+    for m in pat.finditer(text):
         llama[(m.group(1), m.group(2), m.group(3), m.group(4))] = float(m.group(5))
+    pat_id = re.compile(r'MUL_MAT_ID\(type_a=(\w+),type_b=f32,n_mats=\d+,n_used=(\d+),b=\w+,m=(\d+),n=(\d+),k=(\d+),'
+                        r'[^\n]*?(?:\n(?!\s*MUL_MAT)[^\n]*?)*?([\d.]+) us/run')
+    for m in pat_id.finditer(text):
+        llama[('grouped', m.group(1), m.group(3), m.group(5), int(m.group(2)) * int(m.group(4)))] = float(m.group(6))
 
 print(f'copy bandwidth (D2D, read+write): {copy:.0f} GB/s' if copy else 'copy bandwidth: not measured')
 # bench/llama-kernels.sh runs test-backend-ops with its CUDA graphs off (each op
@@ -44,6 +51,8 @@ for d in ours:
     key = (d['type'], d['m'], d['n'], d['k'])
     us = float(d['us'])
     lus = llama.get(key) if d['kind'] in ('matvec', 'matmul-bf16', 'matmul-fp32', 'matmul-tiles', 'matmul-mma') and d['mode'] in ('hot', 'cold') else None
+    if d['kind'] == 'grouped' and d['mode'].startswith('grouped') and d['mode'][7:].isdigit():
+        lus = llama.get(('grouped', d['type'], d['m'], d['k'], int(d['mode'][7:])))
     if d['kind'].startswith('matmul') and d['mode'] != 'cold':
         lus = None
     shape = f"{d['k']}x{d['m']}"

@@ -7,8 +7,15 @@
 # also be bench/llama-prebuild.sh's bundle (built on the CPU machine, the same
 # perf cases): it is unpacked in WORKDIR and nothing is built.
 #
-# usage: bench/llama-kernels.sh TARBALL WORKDIR [JOBS]    (GPU machine; ~3 min of 12 cores)
+# usage: bench/llama-kernels.sh [--graphs] TARBALL WORKDIR [JOBS]    (GPU machine; ~3 min of 12 cores)
+#   --graphs: test-backend-ops with its CUDA graphs on (each product replayed, as
+#   bench-kernels --graph replays ours); by default off (GGML_CUDA_DISABLE_GRAPHS=1:
+#   launched one by one from the host, as bench-kernels by default). On, its run took
+#   more than 150 s on an H100 (2026-12-06).
 set -euo pipefail
+graphs=0
+if [ "${1:-}" = --graphs ]; then graphs=1; shift; fi
+[ $# -ge 2 ] || { echo "usage: bench/llama-kernels.sh [--graphs] TARBALL WORKDIR [JOBS]" >&2; exit 2; }
 tarball="$1"; work="$2"; jobs="${3:-12}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 mkdir -p "$work"
@@ -26,5 +33,10 @@ else
   cmake --build b -j"$jobs" --target test-backend-ops > build.log 2>&1 || { tail -30 build.log; exit 1; }
   bin="$PWD/b/bin/test-backend-ops"
 fi
-GGML_CUDA_DISABLE_GRAPHS=1 "$bin" perf -o MUL_MAT -b CUDA0 \
+if [ $graphs = 0 ]; then export GGML_CUDA_DISABLE_GRAPHS=1; fi
+"$bin" perf -o MUL_MAT -b CUDA0 \
   -p 'type_a=(f32|f16|bf16|q8_0|q4_K|q5_K|q6_K|q2_K|q3_K|mxfp4),type_b=f32,m=(4096|2048|3072|3584|32768),n=(1|8|512),k=(14336|4096|2048|3584|3072|16384),bs=\[1,1\],nr=\[1,1\],'
+# The experts as one grouped product of a layer (llama_perf_cases.py's MUL_MAT_ID cases:
+# a bundle made before 2026-12-06 has none, and this prints no timing).
+"$bin" perf -o MUL_MAT_ID -b CUDA0 \
+  -p 'type_a=(q2_K|q3_K|mxfp4),type_b=f32,n_mats=(256|384),n_used=(6|16),b=0,m=(4096|2048|3072|3584),n=(1|8),k=(4096|2048|3584|3072),'

@@ -4,7 +4,9 @@
 test-backend-ops only runs perf cases from its own list, so the MoE expert shapes
 (DeepSeek-V4-Flash MXFP4, Kimi-K3 Q2_K/Q3_K) and a matrix several times the 60 MB L2
 (16384 inputs x 32768 rows, every type, decode only) are added before its
-"qwen3-30b-a3b" cases. Used by bench/llama-kernels.sh and bench/llama-prebuild.sh.
+"qwen3-30b-a3b" cases; and the experts as a layer's grouped product (MUL_MAT_ID: DeepSeek-V4's
+top-6 of 256, Kimi-K3's top-16 of 384, at 1 and 8 tokens), which bench-kernels' grouped launches
+do. Used by bench/llama-kernels.sh and bench/llama-prebuild.sh.
 
 usage: bench/llama_perf_cases.py LLAMA_SOURCE_DIR
 """
@@ -14,6 +16,8 @@ from pathlib import Path
 MARKER = '    // qwen3-30b-a3b\n'
 EXPERTS = [('MXFP4', 2048, 4096), ('MXFP4', 4096, 2048), ('Q2_K', 3072, 3584), ('Q3_K', 3584, 3072)]
 LARGE = ['F32', 'F16', 'BF16', 'Q8_0', 'Q4_K', 'Q5_K', 'Q6_K', 'Q2_K', 'Q3_K', 'MXFP4']
+# (experts a layer, chosen a token) of each expert type
+ROUTED = {'MXFP4': (256, 6), 'Q2_K': (384, 16), 'Q3_K': (384, 16)}
 
 
 def cases() -> str:
@@ -25,6 +29,11 @@ def cases() -> str:
         '    for (int bs : {1, 8}) {\n'
         f'        test_cases.emplace_back(new test_mul_mat(GGML_TYPE_{t}, GGML_TYPE_F32, 32768, bs, 16384, {{1, 1}}, {{1, 1}}));\n'
         '    }\n' for t in LARGE)
+    add += ''.join(
+        '    for (int bs : {1, 8}) {\n'
+        f'        test_cases.emplace_back(new test_mul_mat_id(GGML_TYPE_{t}, GGML_TYPE_F32, {ROUTED[t][0]}, '
+        f'{ROUTED[t][1]}, false, {m}, bs, {k}));\n'
+        '    }\n' for t, m, k in EXPERTS)
     return add
 
 

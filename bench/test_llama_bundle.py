@@ -32,7 +32,8 @@ def bundle(path, programs):
     with tempfile.TemporaryDirectory() as src:
         write(os.path.join(src, "b", "PREBUILT.txt"), "made up\n")
         for p in programs:
-            write(os.path.join(src, "b", "bin", p), f'#!/bin/sh\necho "{p} $*"\n', 0o755)
+            write(os.path.join(src, "b", "bin", p), f'#!/bin/sh\necho "{p} $* [graphs off: ${{GGML_CUDA_DISABLE_GRAPHS:-}}]"\n',
+                  0o755)
         with tarfile.open(path, "w:gz") as t:
             t.add(os.path.join(src, "b"), arcname="b")
 
@@ -57,6 +58,8 @@ with tempfile.TemporaryDirectory() as d:
     check(r.returncode == 0, f"perf cases added (rc {r.returncode}: {r.stderr})")
     check(text.count("GGML_TYPE_Q2_K, GGML_TYPE_F32, 3072, bs, 3584") == 1, "Kimi-K3's Q2_K expert shape added")
     check(text.count("GGML_TYPE_MXFP4, GGML_TYPE_F32, 32768, bs, 16384") == 1, "the matrix larger than the L2")
+    check(text.count("test_mul_mat_id(GGML_TYPE_MXFP4, GGML_TYPE_F32, 256, 6, false, 2048, bs, 4096)") == 1,
+          "DeepSeek-V4's routed experts as one grouped product")
     check(text.index("test_mul_mat") < text.index(MARKER) and text.endswith(MARKER + "b\n"), "before the marker")
     r = subprocess.run([sys.executable, CASES, tree], capture_output=True, text=True)
     check(r.returncode == 0 and open(cpp).read() == text, "a second run changes nothing")
@@ -94,6 +97,13 @@ with tempfile.TemporaryDirectory() as d:
     r = subprocess.run(["bash", KERNELS, good, os.path.join(d, "lk")], capture_output=True, text=True)
     check(r.returncode == 0 and r.stdout.startswith("test-backend-ops perf -o MUL_MAT -b CUDA0 -p type_a="),
           f"llama-kernels ran the prebuilt program (rc {r.returncode}: {r.stdout}{r.stderr})")
+    check("\ntest-backend-ops perf -o MUL_MAT_ID -b CUDA0 -p type_a=" in r.stdout, "and its grouped experts")
+    check(r.stdout.count("[graphs off: 1]") == 2, "its CUDA graphs off")
+    r = subprocess.run(["bash", KERNELS, "--graphs", good, os.path.join(d, "lk3")], capture_output=True, text=True)
+    check(r.returncode == 0 and r.stdout.startswith("test-backend-ops perf -o MUL_MAT") and
+          r.stdout.count("[graphs off: ]") == 2, f"--graphs: on (rc {r.returncode}: {r.stdout})")
+    r = subprocess.run(["bash", KERNELS, "--graphs"], capture_output=True, text=True)
+    check(r.returncode == 2 and "usage" in r.stderr, f"no tarball: a usage error (rc {r.returncode})")
     r = subprocess.run(["bash", KERNELS, good, os.path.join(d, "lk2")], capture_output=True, text=True,
                        env=dict(os.environ, PATH=fake + os.pathsep + os.environ["PATH"]))
     check(r.returncode == 1 and "cannot load" in r.stderr, f"llama-kernels refuses what does not load (rc {r.returncode})")
