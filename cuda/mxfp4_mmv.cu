@@ -17,9 +17,9 @@
 // q0 + q1/2^7 + q2/2^14 + q3/2^21 (each |q| <= 64; every step is exact in fp32).
 // What is left is at most 2^-27 of the chunk's largest |x|, far below the
 // rounding of an fp32 dot product (test bound: 1e-5 * sum|w*x|). The tensor cores
-// then add integers, exactly; each block's int32 sum of a term, an exact float,
-// is scaled once by the block's E8M0 scale times the chunk's power of two into
-// one fp32 sum per term.
+// then add integers, exactly; a block's int32 sums of a pair of terms are one
+// exact float, scaled once by the block's E8M0 scale times the chunk's power of
+// two into one fp32 sum per pair of terms.
 //
 // Shape of the work: a block of threads holds kTiles tiles of 16 rows, kWarps warps
 // each (Layout: 4 x 4 by default, 4 x 2 and 8 x 2 for side-by-side runs); warp w of
@@ -36,9 +36,11 @@
 // is a quarter-rate instruction on sm_90. At one token each block runs two
 // products, positive codes and negative codes, and subtracts them: there the one
 // product measured 0.92-0.99x of it on an H100 (2026-12-06), its C read adding 4
-// shared-memory wavefronts a block to a kernel bound by them and by DRAM. Both
-// give each term's sum as the same exact float, scaled and added in the same
-// order: a token's bits do not depend on the token count.
+// shared-memory wavefronts a block to a kernel bound by them and by DRAM. In both,
+// a lane's two columns (one token's terms k and k + 1, k = 0 or 2) become one
+// integer 128 d_k + d_k+1 (below 2^22; C adds 1.5 * 2^23 to column k + 1 only, so
+// one LEA and one FADD make it an exact float; two products: one I2F), scaled
+// and added in the same order: a token's bits do not depend on the token count.
 //
 // The order of every sum depends on the row length and the layout only, never on the token
 // count, the launch's other problems or the grid: grouped launches equal
@@ -95,10 +97,10 @@ constexpr float kMagic = 12582912.0f;
 
 // Bytes of staged x per 32-input chunk (NT is 1, 2, 4 or 8): a 256-byte B fragment
 // for each pair of tokens (8 columns: 4 terms each), a token's 4 columns 128 bytes.
-// Then each (chunk, token)'s power of two (the scale of q0, a float), then, from two
+// Then each (chunk, token)'s power of two (the scale of q1, a float), then, from two
 // tokens on, its C fragments: for terms 0 and 1, then 2 and 3, the pair's inputs
-// twice (kMagicBits - 12 * each term's sum over the chunk; int32), so one 16-byte
-// read gives a lane its C.
+// twice (-12 * each term's sum over the chunk, plus kMagicBits for terms 1 and 3;
+// int32), so one 16-byte read gives a lane its C.
 __host__ __device__ constexpr int chunk_bytes(int nt) { return 128 * nt; }
 __host__ __device__ constexpr int chunk_stage_bytes(int nt) { return chunk_bytes(nt) + 4 * nt + (nt > 1 ? 32 * nt : 0); }
 // The staged x of seg chunks, rounded up to whole 16-byte pieces (the copy buffers follow).
@@ -144,7 +146,7 @@ __device__ __forceinline__ int b_offset(int i) {
 
 // One (chunk, token) of x, a lane's input xv each: its four int8 terms into piece
 // (the token's 128 bytes of the chunk's B fragments), its power of two (the scale
-// of q0) into *sc and, from two tokens on (!kOne), its C fragments into cf[0..7].
+// of q1) into *sc and, from two tokens on (!kOne), its C fragments into cf[0..7].
 // In place where piece holds the floats: every lane reads its float before any
 // byte is written.
 template <bool kOne>
@@ -157,15 +159,15 @@ __device__ __forceinline__ void stage_item(float xv, int lane, uint8_t* piece, f
 #pragma unroll
   for (int j = 0; j < 4; ++j) piece[32 * j + off] = uint8_t(q[j]);
   if constexpr (kOne) {
-    if (lane == 0) *sc = term_unit<0>(ex);
+    if (lane == 0) *sc = term_unit<7>(ex);  // 128 d_k + d_k+1 is in units of 2^-7 d_k
     return;
   }
   int cin[4];
 #pragma unroll
   for (int j = 0; j < 4; ++j)
-    cin[j] = kMagicBits - kOffset * __reduce_add_sync(0xFFFFFFFFu, int(int8_t(q[j])));
+    cin[j] = (j & 1 ? kMagicBits : 0) - kOffset * __reduce_add_sync(0xFFFFFFFFu, int(int8_t(q[j])));
   if (lane == 0) {
-    *sc = term_unit<0>(ex);
+    *sc = term_unit<7>(ex);
     int4* f = reinterpret_cast<int4*>(cf);
     f[0] = make_int4(cin[0], cin[1], cin[0], cin[1]);
     f[1] = make_int4(cin[2], cin[3], cin[2], cin[3]);
@@ -280,9 +282,9 @@ __device__ __forceinline__ void copy_group(const uint8_t* W, size_t row_bytes, i
 template <int NT>
 struct Tile {
   static constexpr int kNtiles = (NT + 1) / 2;
-  // D's fragment per pair of tokens (this lane's two terms, rows g and g + 8),
-  // scaled and summed over blocks.
-  float acc[kNtiles][4];
+  // Per pair of tokens, rows g and g + 8: this lane's 128 d_k + d_k+1, scaled and
+  // summed over blocks.
+  float acc[kNtiles][2];
   bool any_big;
 };
 
@@ -353,7 +355,7 @@ __device__ __forceinline__ void block_scales(Tile<NT>& tl, float (&big)[2][NT], 
 // Block u of rows a (g) and b (g + 8), the form of one token (and, so switched,
 // of more): two products per pair of tokens, positive codes and negative codes (a
 // permute of the nibble as its own selector gives 0 where the selector's sign bit
-// is set), subtracted, each of D's four sums made a float.
+// is set), subtracted, a lane's two terms one integer made a float.
 template <int NT>
 __device__ __forceinline__ void two_products(Tile<NT>& tl, float (&big)[2][NT], uint32_t wa, uint32_t wb,
                                              uint32_t ea, uint32_t eb, uint32_t tab, const uint8_t* rowa,
@@ -379,15 +381,13 @@ __device__ __forceinline__ void two_products(Tile<NT>& tl, float (&big)[2][NT], 
     const int tok = min(2 * nt + (c >> 1), NT - 1);
     const float xsv = xs[tok];
     const float fa = __fmul_rn(sa, xsv), fb = __fmul_rn(sb, xsv);
-    tl.acc[nt][0] = fmaf(fa, float(dp[0] - dn[0]), tl.acc[nt][0]);
-    tl.acc[nt][1] = fmaf(fa, float(dp[1] - dn[1]), tl.acc[nt][1]);
-    tl.acc[nt][2] = fmaf(fb, float(dp[2] - dn[2]), tl.acc[nt][2]);
-    tl.acc[nt][3] = fmaf(fb, float(dp[3] - dn[3]), tl.acc[nt][3]);
+    tl.acc[nt][0] = fmaf(fa, float((dp[0] - dn[0]) * 128 + (dp[1] - dn[1])), tl.acc[nt][0]);
+    tl.acc[nt][1] = fmaf(fb, float((dp[2] - dn[2]) * 128 + (dp[3] - dn[3])), tl.acc[nt][1]);
   }
 }
 
 // Block u of rows a (g) and b (g + 8): one tensor-core product per pair of tokens,
-// then each D made its exact float and scaled into the fp32 sums: the same floats
+// then a lane's two terms one exact float, scaled into the fp32 sums: the same floats
 // as two_products' and the same operations on them, so the same bits.
 template <int NT>
 __device__ __forceinline__ void one_product(Tile<NT>& tl, float (&big)[2][NT], uint32_t wa, uint32_t wb,
@@ -418,10 +418,8 @@ __device__ __forceinline__ void one_product(Tile<NT>& tl, float (&big)[2][NT], u
     mma_s8(d, a, b.x, b.y, cf);
     const float xsv = xs[tok];
     const float fa = __fmul_rn(sa, xsv), fb = __fmul_rn(sb, xsv);
-    tl.acc[nt][0] = fmaf(fa, __int_as_float(d[0]) - kMagic, tl.acc[nt][0]);
-    tl.acc[nt][1] = fmaf(fa, __int_as_float(d[1]) - kMagic, tl.acc[nt][1]);
-    tl.acc[nt][2] = fmaf(fb, __int_as_float(d[2]) - kMagic, tl.acc[nt][2]);
-    tl.acc[nt][3] = fmaf(fb, __int_as_float(d[3]) - kMagic, tl.acc[nt][3]);
+    tl.acc[nt][0] = fmaf(fa, __int_as_float(d[0] * 128 + d[1]) - kMagic, tl.acc[nt][0]);
+    tl.acc[nt][1] = fmaf(fb, __int_as_float(d[2] * 128 + d[3]) - kMagic, tl.acc[nt][1]);
   }
 }
 
@@ -492,7 +490,7 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
 #pragma unroll
     for (int i = 0; i < Tile<NT>::kNtiles; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) tl.acc[i][j] = 0.0f;
+      for (int j = 0; j < 2; ++j) tl.acc[i][j] = 0.0f;
     float big[2][NT];  // this lane's codes of blocks with kBigExponent, rows g and g + 8
 #pragma unroll
     for (int r = 0; r < 2; ++r)
@@ -546,7 +544,7 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
 
     // Terms to sums: lane c holds columns 2c, 2c + 1, i.e. terms (0, 1) for even c
     // and (2, 3) for odd c of token 2 * pair + c / 2; its partner c ^ 1 the others.
-    const float w0 = (c & 1) ? 0x1p-14f : 1.0f, w1 = (c & 1) ? 0x1p-21f : 0x1p-7f;
+    const float w = (c & 1) ? 0x1p-14f : 1.0f;  // terms 2 and 3 weigh 2^-14 of 0 and 1
     const bool any_big = __any_sync(0xFFFFFFFFu, tl.any_big);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -561,7 +559,7 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
       }
 #pragma unroll
       for (int nt = 0; nt < Tile<NT>::kNtiles; ++nt) {
-        float v = tl.acc[nt][2 * r] * w0 + tl.acc[nt][2 * r + 1] * w1;
+        float v = tl.acc[nt][r] * w;
         v += __shfl_xor_sync(0xFFFFFFFFu, v, 1);
         const int tok = 2 * nt + (c >> 1);
         if ((c & 1) == 0 && tok < NT) {
