@@ -30,19 +30,21 @@ for line in open(sys.argv[1]):
 llama = {}
 if len(sys.argv) > 2:
     # With its CUDA graphs on, test-backend-ops prints its graph warm-up messages
-    # between a case's name and its time: match across lines, case by case.
-    pat = re.compile(r'MUL_MAT\(type_a=(\w+),type_b=f32,m=(\d+),n=(\d+),k=(\d+),[^\n]*?(?:\n(?!\s*MUL_MAT)[^\n]*?)*?([\d.]+) us/run')
+    # between a case's name and its time: a case's time is the first one before
+    # the next case's line.
+    until_time = r'[^\n]*?(?:\n(?!\s*MUL_MAT)[^\n]*?)*?([\d.]+) us/run'
+    pat = re.compile(r'MUL_MAT\(type_a=(\w+),type_b=f32,m=(\d+),n=(\d+),k=(\d+),' + until_time)
     text = open(sys.argv[2]).read()
     for m in pat.finditer(text):
         llama[(m.group(1), m.group(2), m.group(3), m.group(4))] = float(m.group(5))
     pat_id = re.compile(r'MUL_MAT_ID\(type_a=(\w+),type_b=f32,n_mats=\d+,n_used=(\d+),b=\w+,m=(\d+),n=(\d+),k=(\d+),'
-                        r'[^\n]*?(?:\n(?!\s*MUL_MAT)[^\n]*?)*?([\d.]+) us/run')
+                        + until_time)
     for m in pat_id.finditer(text):
         llama[('grouped', m.group(1), m.group(3), m.group(5), int(m.group(2)) * int(m.group(4)))] = float(m.group(6))
 
 print(f'copy bandwidth (D2D, read+write): {copy:.0f} GB/s' if copy else 'copy bandwidth: not measured')
 # bench/llama-kernels.sh runs test-backend-ops with its CUDA graphs off (each op
-# launched from the host); ours with --graph are not launched that way.
+# launched from the host) unless given --graphs; ours are replayed with --graph.
 print(f'our launches: {launches or "one by one from the host (a log from before --graph)"}')
 hdr = f"{'kind':<12}{'type':<7}{'shape':<21}{'n':>4} {'mode':<11}{'us':>9}{'GB/s':>7}{'copy%':>7}{'llama us':>10}{'llama GB/s':>11}{'ours/llama':>11}"
 print(hdr)
