@@ -4,8 +4,8 @@
 //
 //   bench-kernels [--quick] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem]
 //                 [--row-threads N] [--no-pipeline] [--[no-]mma-decode] [--mma-warps N] [--mma-tiles N]
-//                 [--mma-large-from N] [--no-dp4a] [--[no-]prestage] [--type T,...] [--shape S]
-//                 (one RESULT line per measurement)
+//                 [--mma-large-from N] [--mma-two-products] [--no-dp4a] [--[no-]prestage] [--type T,...]
+//                 [--shape S] (one RESULT line per measurement)
 //   --few-rows: the copy and the few-row matrices only (a short device call)
 //   --decode: the copy, matvec and the grouped decode launches only (no prefill)
 //   --block-threads, --wave-per-problem, --row-threads, --no-pipeline, --mma-*: the decode
@@ -15,9 +15,12 @@
 //     (default: a rule of tokens and grid, cuda/quant_mma.cu; a large N: never), likewise
 //   --no-dp4a: the K-quants' and MXFP4's decode on the FMA units for every row (default: rows whose
 //     x fits shared memory as int8 terms on the dp4a units, cuda/matvec_units.cuh)
-//   --no-prestage: each block of a dp4a launch makes x's int8 terms itself; --prestage: one
-//     launch before the product makes them once in the context's workspace for every launch
-//     (default: where that was measured faster, cuda/quant_matvec.cu; the same bits)
+//   --mma-two-products: MXFP4 on the tensor cores from two tokens on takes two int8 products a
+//     block and pair of tokens, as at one token (default: one; cuda/mxfp4_mmv.cu; the same bits)
+//   --no-prestage: each block of a dp4a or tensor-core launch makes x's int8 terms itself;
+//     --prestage: one launch before the product makes them once in the context's workspace
+//     for every launch (default: where that was measured faster, cuda/quant_matvec.cu and
+//     cuda/mxfp4_mmv.cu; the same bits)
 //   --type, --shape: only the shapes of those types / of that name (e.g. for ncu)
 //
 // kind=matvec and kind=grouped are the decode kernel through matmul()'s context, as
@@ -189,13 +192,15 @@ void report(const char* kind, uint32_t type, int64_t ne0, int64_t ne1, int n, co
 
 int main(int argc, char** argv) {
   bool quick = false, few_only = false, decode_only = false, wave_per_problem = false, no_pipeline = false,
-       mma_decode = false, no_mma_decode = false, no_dp4a = false, no_prestage = false, prestage_always = false;
+       mma_decode = false, no_mma_decode = false, no_dp4a = false, no_prestage = false, prestage_always = false,
+       two_products = false;
   uint64_t block_threads = 0, row_threads = 0, mma_warps = 0, mma_tiles = 0, large_from = 0;
   std::string only_type, only_shape;
   xpack::cli::App app("bench-kernels",
                       "bench-kernels [--quick] [--graph] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem] "
                       "[--row-threads N] [--no-pipeline] [--[no-]mma-decode] [--mma-warps N] [--mma-tiles N] "
-                      "[--mma-large-from N] [--no-dp4a] [--[no-]prestage] [--type T,...] [--shape S]",
+                      "[--mma-large-from N] [--mma-two-products] [--no-dp4a] [--[no-]prestage] [--type T,...] "
+                      "[--shape S]",
                       "Microseconds per product and weight GB/s of the CUDA kernels (cuda/quant_matmul.h) for "
                       "every weight type, against a device-to-device copy measured in the same run; one RESULT "
                       "line per measurement.",
@@ -233,11 +238,15 @@ int main(int argc, char** argv) {
   app.flag("--no-dp4a", &no_dp4a,
            "the K-quants' and MXFP4's decode on the FMA units for every row (default: rows whose x fits shared memory "
            "as int8 terms on the dp4a units, doc/kernels.md)");
+  app.flag("--mma-two-products", &two_products,
+           "MXFP4 on the tensor cores from two tokens on: two int8 products a block and pair of tokens, as at one "
+           "token (default: one; the same bits)");
   app.flag("--no-prestage", &no_prestage,
-           "each block of a dp4a launch turns x into int8 terms itself (default: where it was measured faster, one "
-           "launch before the product makes them for all its blocks; the same bits)");
+           "each block of a dp4a or tensor-core launch turns x into int8 terms itself (default: where it was measured "
+           "faster, one launch before the product makes them for all its blocks; the same bits)");
   app.flag("--prestage", &prestage_always,
-           "every dp4a launch with a workspace makes x's int8 terms once for all its blocks (the same bits)");
+           "every dp4a or tensor-core launch with a workspace makes x's int8 terms once for all its blocks (the same "
+           "bits)");
   app.text("--type", "T,...", &only_type, "only the shapes of these weight types (ggml's names: mxfp4,q2_K,...)");
   app.text("--shape", "S", &only_shape, "only the shapes of this name (as printed in shape=)");
   if (auto rc = app.parse(argc, argv)) return *rc;
@@ -259,7 +268,8 @@ int main(int argc, char** argv) {
                                int(mma_warps), int(mma_tiles), !no_dp4a,
                                no_prestage       ? xk::dev::kPrestageNever
                                : prestage_always ? xk::dev::kPrestageAlways
-                                                 : xk::dev::kPrestageAuto);
+                                                 : xk::dev::kPrestageAuto,
+                               !two_products);
   xk::dev::set_mma_large_from(int(large_from));
   const uint32_t all[] = {xk::kF32, xk::kF16, xk::kBF16, xk::kQ8_0, xk::kQ4_K,
                           xk::kQ5_K, xk::kQ6_K, xk::kQ2_K, xk::kQ3_K, xk::kMXFP4};

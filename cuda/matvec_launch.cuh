@@ -91,10 +91,21 @@ struct OccupancyCache {
 // orders it: one layout for every launch (set_matvec_geometry).
 enum class MmaLayout { k4x2 = 0, k4x4 = 1, k8x2 = 2 };
 
+// The tensor-core decode's choices (set_matvec_geometry's): device memory it may
+// make a launch's x in once (a context's scratch; buf null: none), and when
+// (kPrestageAuto, kPrestageAlways, kPrestageNever); whether from two tokens on a
+// block and pair of tokens takes one product or two (the same bits).
+struct MmaOptions {
+  uint8_t* buf;
+  size_t bytes;
+  int prestage;
+  bool one_product;
+};
+
 // The MXFP4 decode on the int8 tensor cores (mxfp4_mmv.cu), for the shapes the
 // unsplit kernel takes; x and y as that kernel's. cudaErrorNotSupported, nothing
 // launched, where the device cannot run it.
 cudaError_t launch_mxfp4_mmv(const GroupParams& gp, int ne0, int ne1, size_t row_bytes, const float* x, float* y,
-                             int nt_max, MmaLayout layout, bool shared_wave, cudaStream_t stream);
+                             int nt_max, MmaLayout layout, bool shared_wave, const MmaOptions& st, cudaStream_t stream);
 
 }  // namespace xpack::kernels::dev

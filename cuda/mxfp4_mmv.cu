@@ -17,17 +17,30 @@
 // q0 + q1/2^7 + q2/2^14 + q3/2^21 (each |q| <= 64; every step is exact in fp32).
 // What is left is at most 2^-27 of the chunk's largest |x|, far below the
 // rounding of an fp32 dot product (test bound: 1e-5 * sum|w*x|). The tensor cores
-// then add integers, exactly; each block's int32 sum is scaled once by the
-// block's E8M0 scale times the chunk's power of two, into one fp32 sum per term.
+// then add integers, exactly; a block's int32 sums of a pair of terms are one
+// exact float, scaled once by the block's E8M0 scale times the chunk's power of
+// two into one fp32 sum per pair of terms.
 //
 // Shape of the work: a block of threads holds kTiles tiles of 16 rows, kWarps warps
 // each (Layout: 4 x 4 by default, 4 x 2 and 8 x 2 for side-by-side runs); warp w of
 // a tile takes the row's groups of 16 blocks (32 inputs each) q with q % kWarps == w,
 // in ascending order, copying the next group into shared memory while it computes
-// one (copy_group); the warps' sums are added in warp order. The
-// weights' signs cannot enter int8 A through one permute, so each block runs two
-// products, positive codes and negative codes (a permute of the nibble as its own
-// selector gives 0 where the selector's sign bit is set), and subtracts them.
+// one (copy_group); the warps' sums are added in warp order.
+//
+// From two tokens on, one product a block and pair of tokens (one_product). A
+// permute cannot give a negative byte (a selector's sign bit gives 0 or -1), so A
+// holds w + 12 (0..24), positive codes from one table OR'd with negative codes
+// from another, and the product's accumulator input C takes 12 * sum(q) back out
+// and adds 1.5 * 2^23 (|sum(w q)| <= 32 * 12 * 64 < 2^22): D's bits are then the
+// float 1.5 * 2^23 + sum(w q), made the exact float sum(w q) by one FADD, where I2F
+// is a quarter-rate instruction on sm_90. At one token each block runs two
+// products, positive codes and negative codes, and subtracts them: there the one
+// product measured 0.92-0.99x of it on an H100 (2026-12-06), its C read adding 4
+// shared-memory wavefronts a block to a kernel bound by them and by DRAM. In both,
+// a lane's two columns (one token's terms k and k + 1, k = 0 or 2) become one
+// integer 128 d_k + d_k+1 (below 2^22; C adds 1.5 * 2^23 to column k + 1 only, so
+// one LEA and one FADD make it an exact float; two products: one I2F), scaled
+// and added in the same order: a token's bits do not depend on the token count.
 //
 // The order of every sum depends on the row length and the layout only, never on the token
 // count, the launch's other problems or the grid: grouped launches equal
@@ -71,13 +84,25 @@ constexpr int kTileRows = 16;
 // segments of whole groups (again each time the block moves to new rows).
 constexpr size_t kStageBytes = 144 * 1024;
 constexpr int kBigExponent = 253;
-// |E2M1| * 2, by the code's low three bits: the byte table of the permutes.
+// A's bytes, 12 + w for w = 2 * E2M1 (0, 1, 2, 3, 4, 6, 8, 12 by the code's low
+// three bits): positive codes (kPos) and negative ones (kNeg: 12 - |w|).
+constexpr uint32_t kPosLo = 0x0F0E0D0Cu, kPosHi = 0x18141210u;
+constexpr uint32_t kNegLo = 0x090A0B0Cu, kNegHi = 0x00040608u;
+constexpr int kOffset = 12;
+// One token's form: |E2M1| * 2 by the code's low three bits (a sign bit gives 0).
 constexpr uint32_t kTabLo = 0x03020100u, kTabHi = 0x0C080604u;
+// 1.5 * 2^23: an int32 d with |d| < 2^22 added to its bits is the float 1.5 * 2^23 + d.
+constexpr int kMagicBits = 0x4B400000;
+constexpr float kMagic = 12582912.0f;
 
 // Bytes of staged x per 32-input chunk (NT is 1, 2, 4 or 8): a 256-byte B fragment
 // for each pair of tokens (8 columns: 4 terms each), a token's 4 columns 128 bytes.
+// Then each (chunk, token)'s power of two (the scale of q1, a float), then, from two
+// tokens on, its C fragments: for terms 0 and 1, then 2 and 3, the pair's inputs
+// twice (-12 * each term's sum over the chunk, plus kMagicBits for terms 1 and 3;
+// int32), so one 16-byte read gives a lane its C.
 __host__ __device__ constexpr int chunk_bytes(int nt) { return 128 * nt; }
-__host__ __device__ constexpr int chunk_stage_bytes(int nt) { return chunk_bytes(nt) + 4 * nt; }
+__host__ __device__ constexpr int chunk_stage_bytes(int nt) { return chunk_bytes(nt) + 4 * nt + (nt > 1 ? 32 * nt : 0); }
 // The staged x of seg chunks, rounded up to whole 16-byte pieces (the copy buffers follow).
 template <int NT>
 __host__ __device__ constexpr size_t x_stage_bytes(int seg) {
@@ -91,15 +116,23 @@ __device__ __forceinline__ float e8m0_scale_bits(uint32_t e) {
   return __uint_as_float(r);
 }
 
-// D = A B with A 16x32 (row) and B 32x8 (col) int8, D int32; fragments as in the
-// PTX ISA: lane (g = lane / 4, c = lane % 4) holds A rows g and g + 8 at k = 4c..4c+3
-// (a[0], a[1]) and 16 + 4c.. (a[2], a[3]), B column g at the same k (b[0], b[1]),
-// and D rows g, g + 8 at columns 2c, 2c + 1.
+// D = A B + C with A 16x32 (row) and B 32x8 (col) int8, C and D int32; fragments as
+// in the PTX ISA: lane (g = lane / 4, c = lane % 4) holds A rows g and g + 8 at
+// k = 4c..4c+3 (a[0], a[1]) and 16 + 4c.. (a[2], a[3]), B column g at the same k
+// (b[0], b[1]), and C and D rows g, g + 8 at columns 2c, 2c + 1.
 __device__ __forceinline__ void mma_s8(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%10,%10,%10,%10};"
       : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+}
+__device__ __forceinline__ void mma_s8(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                                       const int4& cf) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%11,%12,%13};"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(cf.x), "r"(cf.y), "r"(cf.z),
+        "r"(cf.w));
 }
 
 // Where chunk-local input i (code i of a block) sits in a B column: lane c's
@@ -111,15 +144,46 @@ __device__ __forceinline__ int b_offset(int i) {
   return c * 8 + (jb >> 1) * 4 + 2 * (jb & 1) + hi;
 }
 
+// One (chunk, token) of x, a lane's input xv each: its four int8 terms into piece
+// (the token's 128 bytes of the chunk's B fragments), its power of two (the scale
+// of q1) into *sc and, from two tokens on (!kOne), its C fragments into cf[0..7].
+// In place where piece holds the floats: every lane reads its float before any
+// byte is written.
+template <bool kOne>
+__device__ __forceinline__ void stage_item(float xv, int lane, uint8_t* piece, float* sc, int* cf) {
+  const unsigned ex = chunk_exponent(xv);
+  uint32_t q[4];
+  int8_terms(xv, ex, q);
+  __syncwarp();
+  const int off = b_offset(lane);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) piece[32 * j + off] = uint8_t(q[j]);
+  if constexpr (kOne) {
+    if (lane == 0) *sc = term_unit<7>(ex);  // 128 d_k + d_k+1 is in units of 2^-7 d_k
+    return;
+  }
+  int cin[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    cin[j] = (j & 1 ? kMagicBits : 0) - kOffset * __reduce_add_sync(0xFFFFFFFFu, int(int8_t(q[j])));
+  if (lane == 0) {
+    *sc = term_unit<7>(ex);
+    int4* f = reinterpret_cast<int4*>(cf);
+    f[0] = make_int4(cin[0], cin[1], cin[0], cin[1]);
+    f[1] = make_int4(cin[2], cin[3], cin[2], cin[3]);
+  }
+}
+
 // Stages chunks [c0, c0 + nc) of every token's x: the four int8 terms into the B
-// fragments, and each chunk's power of two (the scale of q0) into xsc[chunk][t].
+// fragments, each chunk's power of two into xsc[chunk][t], and the C fragments
+// into xc[chunk][t][8].
 // A token's 32 floats of a chunk take the 128 bytes its B columns will: they are
 // copied in all at once (cp.async: one round trip, where a load per chunk and
 // warp had cost 16 us of a 20 us product), then each warp turns its (chunk,
 // token) pieces into terms in place.
 template <int NT, int kThreads>
 __device__ void stage_x(const float* x, size_t ne0, int row0, int nt_real, int c0, int nc, uint8_t* bsm,
-                        float* xsc) {
+                        float* xsc, int* xc) {
   const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
   constexpr int kPieces = 8 * NT;  // 16-byte pieces of a chunk
   for (int i = int(threadIdx.x); i < nc * kPieces; i += kThreads) {
@@ -130,20 +194,53 @@ __device__ void stage_x(const float* x, size_t ne0, int row0, int nt_real, int c
   __pipeline_commit();
   __pipeline_wait_prior(0);
   __syncthreads();
-  const int off = b_offset(lane);
   for (int item = warp; item < nc * NT; item += kThreads / 32) {
     const int ch = item / NT, t = item - ch * NT;
     uint8_t* piece = bsm + size_t(ch) * chunk_bytes(NT) + t * 128;
-    const float xv = reinterpret_cast<const float*>(piece)[lane];
-    const unsigned ex = chunk_exponent(xv);
-    uint32_t q[4];
-    int8_terms(xv, ex, q);
-    __syncwarp();  // every lane has read its float before the piece is overwritten
-#pragma unroll
-    for (int j = 0; j < 4; ++j) piece[32 * j + off] = uint8_t(q[j]);
-    if (lane == 0)
-      xsc[ch * NT + t] = term_unit<0>(ex);
+    stage_item<NT == 1>(reinterpret_cast<const float*>(piece)[lane], lane, piece, xsc + ch * NT + t,
+                        xc + (ch * NT + t) * 8);
   }
+  __syncthreads();
+}
+
+// x staged once for the whole launch (stage_launch_kernel): problem p's (products of
+// one input: one) at p * x_stage_bytes<NT>(units), laid out as stage_x lays out a
+// whole row, so a segment is three copies. At eight tokens x is restaged for each
+// set of 64 rows (16 KB a 1.3 KB chunk: a row of 16384 inputs in four segments),
+// and making the terms cost each block about as many instructions as its products
+// (SASS, 2026-12-06).
+template <int NT>
+__global__ void __launch_bounds__(256) stage_launch_kernel(const GroupParams gp, int ne0, const float* __restrict__ x,
+                                                           uint8_t* __restrict__ out) {
+  const int p = blockIdx.y, lane = int(threadIdx.x & 31);
+  const int units = ne0 / 32;
+  uint8_t* bsm = out + size_t(p) * x_stage_bytes<NT>(units);
+  float* xsc = reinterpret_cast<float*>(bsm + size_t(units) * chunk_bytes(NT));
+  int* xc = reinterpret_cast<int*>(xsc + size_t(units) * NT);
+  const int nt_real = gp.ntok[p], row0 = gp.row[p];
+  if (nt_real <= 0) return;  // a problem without tokens reads no x
+  for (int item = int(blockIdx.x * 8 + (threadIdx.x >> 5)); item < units * NT; item += int(gridDim.x) * 8) {
+    const int ch = item / NT, t = item - ch * NT;
+    const float xv = __ldg(x + size_t(row0 + min(t, nt_real - 1)) * size_t(ne0) + size_t(ch) * 32 + lane);
+    stage_item<NT == 1>(xv, lane, bsm + size_t(ch) * chunk_bytes(NT) + t * 128, xsc + ch * NT + t,
+                        xc + (ch * NT + t) * 8);
+  }
+}
+
+// Chunks [c0, c0 + nc) of a launch's staged x (pre: its problem's) into the block's.
+template <int NT, int kThreads>
+__device__ void copy_staged(const uint8_t* pre, int units, int c0, int nc, uint8_t* bsm, float* xsc, int* xc) {
+  const uint8_t* src[3] = {pre + size_t(c0) * chunk_bytes(NT),
+                           pre + size_t(units) * chunk_bytes(NT) + size_t(c0) * 4 * NT,
+                           pre + size_t(units) * (chunk_bytes(NT) + 4 * NT) + size_t(c0) * 32 * NT};
+  uint8_t* dst[3] = {bsm, reinterpret_cast<uint8_t*>(xsc), reinterpret_cast<uint8_t*>(xc)};
+  const int pieces[3] = {nc * chunk_bytes(NT) / 16, nc * NT / 4, NT > 1 ? nc * NT * 2 : 0};
+#pragma unroll
+  for (int r = 0; r < 3; ++r)
+    for (int i = int(threadIdx.x); i < pieces[r]; i += kThreads)
+      __pipeline_memcpy_async(dst[r] + 16 * i, src[r] + 16 * size_t(i), 16);
+  __pipeline_commit();
+  __pipeline_wait_prior(0);
   __syncthreads();
 }
 
@@ -185,7 +282,9 @@ __device__ __forceinline__ void copy_group(const uint8_t* W, size_t row_bytes, i
 template <int NT>
 struct Tile {
   static constexpr int kNtiles = (NT + 1) / 2;
-  float acc[kNtiles][4];  // D's fragment per pair of tokens, summed over blocks
+  // Per pair of tokens, rows g and g + 8: this lane's 128 d_k + d_k+1, scaled and
+  // summed over blocks.
+  float acc[kNtiles][2];
   bool any_big;
 };
 
@@ -221,60 +320,116 @@ __device__ __noinline__ void big_block(float (&big)[2][NT], const uint8_t* rowa,
   }
 }
 
-// Block u of rows a (g) and b (g + 8): two tensor-core products per pair of tokens,
-// positive codes and negative codes, then each D scaled into the fp32 sums.
+// This lane's B fragment of pair nt of a staged chunk (one token fills columns
+// 0..3 only: lanes 16.. give 0).
 template <int NT>
-__device__ __forceinline__ void block_products(Tile<NT>& tl, float (&big)[2][NT], uint32_t wa, uint32_t wb,
-                                               uint32_t ea, uint32_t eb, uint32_t tab, const uint8_t* rowa,
-                                               const uint8_t* rowb, int u, int lane, const uint8_t* bchunk,
-                                               const float* xs, const XRows& xr) {
+__device__ __forceinline__ uint2 b_fragment(const uint8_t* bchunk, int nt, int lane) {
+  if (NT > 1 || lane < 16) return *reinterpret_cast<const uint2*>(bchunk + nt * 256 + lane * 8);
+  return make_uint2(0, 0);
+}
+
+// The E8M0 scales sa, sb of block u of rows a and b. Rare blocks: subnormal scales,
+// and weights that may overflow (kBigExponent), whose rows leave_out takes out of
+// the product (left out, a row's D is 0, and its scale 0: an inf one would make
+// 0 * inf NaN) and big_block sums weight by weight.
+template <int NT, class LeaveOut>
+__device__ __forceinline__ void block_scales(Tile<NT>& tl, float (&big)[2][NT], uint32_t ea, uint32_t eb, float& sa,
+                                             float& sb, const uint8_t* rowa, const uint8_t* rowb, int u, int c,
+                                             const XRows& xr, LeaveOut&& leave_out) {
+  const bool biga = ea >= kBigExponent, bigb = eb >= kBigExponent;
+  // 2^(e - 128) for 2 <= e < 253: e * 2^23 - 2^23 as a float's bits, one IMAD (in
+  // C++, any spelling of it compiled to three: shift, mask, add).
+  sa = e8m0_scale_bits(ea);
+  sb = e8m0_scale_bits(eb);
+  if (ea - 2u > 250u || eb - 2u > 250u) {
+    if (ea - 2u > 250u) sa = biga ? 0.0f : e8m0_half(ea);
+    if (eb - 2u > 250u) sb = bigb ? 0.0f : e8m0_half(eb);
+    if (biga || bigb) {
+      tl.any_big = true;
+      leave_out(biga, bigb);
+      big_block<NT>(big, rowa, rowb, biga, bigb, u, c, xr);
+    }
+  }
+}
+
+// Block u of rows a (g) and b (g + 8), the form of one token (and, so switched,
+// of more): two products per pair of tokens, positive codes and negative codes (a
+// permute of the nibble as its own selector gives 0 where the selector's sign bit
+// is set), subtracted, a lane's two terms one integer made a float.
+template <int NT>
+__device__ __forceinline__ void two_products(Tile<NT>& tl, float (&big)[2][NT], uint32_t wa, uint32_t wb,
+                                             uint32_t ea, uint32_t eb, uint32_t tab, const uint8_t* rowa,
+                                             const uint8_t* rowb, int u, int lane, const uint8_t* bchunk,
+                                             const float* xs, const XRows& xr) {
   const int c = lane & 3;
   const uint32_t na = wa ^ 0x88888888u, nb = wb ^ 0x88888888u;
   uint32_t pos[4] = {prmt(tab, kTabHi, wa), prmt(tab, kTabHi, wb), prmt(tab, kTabHi, wa >> 16),
                      prmt(tab, kTabHi, wb >> 16)};
   uint32_t neg[4] = {prmt(tab, kTabHi, na), prmt(tab, kTabHi, nb), prmt(tab, kTabHi, na >> 16),
                      prmt(tab, kTabHi, nb >> 16)};
-  const bool biga = ea >= kBigExponent, bigb = eb >= kBigExponent;
-  // 2^(e - 128) for 2 <= e < 253: e * 2^23 - 2^23 as a float's bits, one IMAD (in
-  // C++, any spelling of it compiled to three: shift, mask, add).
-  float sa = e8m0_scale_bits(ea), sb = e8m0_scale_bits(eb);
-  if (ea - 2u > 250u || eb - 2u > 250u) {  // rare: subnormal scales, or weights that may overflow
-    // A left-out row's D is 0, and its scale could be inf (0 * inf would be NaN).
-    if (ea - 2u > 250u) sa = biga ? 0.0f : e8m0_half(ea);
-    if (eb - 2u > 250u) sb = bigb ? 0.0f : e8m0_half(eb);
-    if (biga || bigb) {
-      tl.any_big = true;
-      if (biga) pos[0] = pos[2] = neg[0] = neg[2] = 0;
-      if (bigb) pos[1] = pos[3] = neg[1] = neg[3] = 0;
-      big_block<NT>(big, rowa, rowb, biga, bigb, u, c, xr);
-    }
-  }
+  float sa, sb;
+  block_scales<NT>(tl, big, ea, eb, sa, sb, rowa, rowb, u, c, xr, [&](bool biga, bool bigb) {
+    if (biga) pos[0] = pos[2] = neg[0] = neg[2] = 0;
+    if (bigb) pos[1] = pos[3] = neg[1] = neg[3] = 0;
+  });
 #pragma unroll
   for (int nt = 0; nt < Tile<NT>::kNtiles; ++nt) {
-    uint32_t b0 = 0, b1 = 0;
-    if (NT > 1 || lane < 16) {  // one token fills columns 0..3 only
-      const uint2 bv = *reinterpret_cast<const uint2*>(bchunk + nt * 256 + lane * 8);
-      b0 = bv.x;
-      b1 = bv.y;
-    }
+    const uint2 b = b_fragment<NT>(bchunk, nt, lane);
     int dp[4], dn[4];
-    mma_s8(dp, pos, b0, b1);
-    mma_s8(dn, neg, b0, b1);
+    mma_s8(dp, pos, b.x, b.y);
+    mma_s8(dn, neg, b.x, b.y);
     const int tok = min(2 * nt + (c >> 1), NT - 1);
     const float xsv = xs[tok];
     const float fa = __fmul_rn(sa, xsv), fb = __fmul_rn(sb, xsv);
-    tl.acc[nt][0] = fmaf(fa, float(dp[0] - dn[0]), tl.acc[nt][0]);
-    tl.acc[nt][1] = fmaf(fa, float(dp[1] - dn[1]), tl.acc[nt][1]);
-    tl.acc[nt][2] = fmaf(fb, float(dp[2] - dn[2]), tl.acc[nt][2]);
-    tl.acc[nt][3] = fmaf(fb, float(dp[3] - dn[3]), tl.acc[nt][3]);
+    tl.acc[nt][0] = fmaf(fa, float((dp[0] - dn[0]) * 128 + (dp[1] - dn[1])), tl.acc[nt][0]);
+    tl.acc[nt][1] = fmaf(fb, float((dp[2] - dn[2]) * 128 + (dp[3] - dn[3])), tl.acc[nt][1]);
+  }
+}
+
+// Block u of rows a (g) and b (g + 8): one tensor-core product per pair of tokens,
+// then a lane's two terms one exact float, scaled into the fp32 sums: the same floats
+// as two_products' and the same operations on them, so the same bits.
+template <int NT>
+__device__ __forceinline__ void one_product(Tile<NT>& tl, float (&big)[2][NT], uint32_t wa, uint32_t wb,
+                                            uint32_t ea, uint32_t eb, const uint32_t (&tab)[4],
+                                            const uint8_t* rowa, const uint8_t* rowb, int u, int lane,
+                                            const uint8_t* bchunk, const float* xs, const int* xc,
+                                            const XRows& xr) {
+  const int c = lane & 3;
+  // Negative codes' selectors with their sign bit clear (and positive ones' set), so
+  // each permute gives 0 where the other gives the byte.
+  const uint32_t na = wa ^ 0x88888888u, nb = wb ^ 0x88888888u;
+  uint32_t a[4] = {prmt(tab[0], tab[1], wa) | prmt(tab[2], tab[3], na),
+                   prmt(tab[0], tab[1], wb) | prmt(tab[2], tab[3], nb),
+                   prmt(tab[0], tab[1], wa >> 16) | prmt(tab[2], tab[3], na >> 16),
+                   prmt(tab[0], tab[1], wb >> 16) | prmt(tab[2], tab[3], nb >> 16)};
+  float sa, sb;
+  block_scales<NT>(tl, big, ea, eb, sa, sb, rowa, rowb, u, c, xr, [&](bool biga, bool bigb) {
+    constexpr uint32_t kZero = 0x01010101u * kOffset;  // w = 0
+    if (biga) a[0] = a[2] = kZero;
+    if (bigb) a[1] = a[3] = kZero;
+  });
+#pragma unroll
+  for (int nt = 0; nt < Tile<NT>::kNtiles; ++nt) {
+    const uint2 b = b_fragment<NT>(bchunk, nt, lane);
+    const int tok = min(2 * nt + (c >> 1), NT - 1);
+    const int4 cf = *reinterpret_cast<const int4*>(xc + tok * 8 + 4 * (c & 1));
+    int d[4];
+    mma_s8(d, a, b.x, b.y, cf);
+    const float xsv = xs[tok];
+    const float fa = __fmul_rn(sa, xsv), fb = __fmul_rn(sb, xsv);
+    tl.acc[nt][0] = fmaf(fa, __int_as_float(d[0] * 128 + d[1]) - kMagic, tl.acc[nt][0]);
+    tl.acc[nt][1] = fmaf(fb, __int_as_float(d[2] * 128 + d[3]) - kMagic, tl.acc[nt][1]);
   }
 }
 
 // At most 128 registers a thread at any layout (two blocks of 256 threads an SM, or one of 512).
-template <int NT, int kWarps, int kTiles>
+// kOne: one product a block and pair of tokens (one_product; from two tokens on),
+// else two (two_products).
+template <int NT, int kWarps, int kTiles, bool kOne>
 __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout<kWarps, kTiles>::kThreads)
     mxfp4_mmv_kernel(const GroupParams gp, int ne0, int ne1, size_t row_bytes, const float* __restrict__ x,
-                     float* __restrict__ y, int seg_chunks) {
+                     float* __restrict__ y, int seg_chunks, const uint8_t* __restrict__ pre) {
   constexpr int kThreads = Layout<kWarps, kTiles>::kThreads;
   extern __shared__ __align__(16) uint8_t stage[];
   __shared__ float red[kTiles][kWarps][kTileRows][NT];
@@ -291,17 +446,27 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
   // permute, eight moves a block.
   uint32_t lane_id;
   asm("mov.u32 %0, %%laneid;" : "=r"(lane_id));
-  const uint32_t tab = kTabLo + (lane_id >> 5);
+  const uint32_t zero = lane_id >> 5;
+  static_assert(NT > 1 || !kOne, "one token takes two products");
+  const uint32_t tab[4] = {(kOne ? kPosLo : kTabLo) + zero, kPosHi + zero, kNegLo + zero, kNegHi + zero};
   uint8_t* bsm = stage;
   float* xsc = reinterpret_cast<float*>(stage + size_t(seg_chunks) * chunk_bytes(NT));
+  int* xc = reinterpret_cast<int*>(xsc + size_t(seg_chunks) * NT);
   // This warp's two copy buffers (the group it computes, the group it copies), after x.
   uint32_t* bufs = reinterpret_cast<uint32_t*>(stage + x_stage_bytes<NT>(seg_chunks)) +
                     size_t(threadIdx.x >> 5) * 2 * kBufWords;
 
   const XRows xr{x, ne0, row0, nt_real};
 
+  if (pre) pre += size_t(gp.shared ? 0 : p) * x_stage_bytes<NT>(units);
+  // Chunks [c0, c0 + nc) of x into the block's stage: made here, or copied where the
+  // launch made them once (the same bytes).
+  auto load_x = [&](int c0, int nc) {
+    if (pre) copy_staged<NT, kThreads>(pre, units, c0, nc, bsm, xsc, xc);
+    else stage_x<NT, kThreads>(x, size_t(ne0), row0, nt_real, c0, nc, bsm, xsc, xc);
+  };
   const bool whole = seg_chunks >= units;
-  if (whole) stage_x<NT, kThreads>(x, size_t(ne0), row0, nt_real, 0, units, bsm, xsc);
+  if (whole) load_x(0, units);
 
   int tiles = (ne1 + kTileRows - 1) / kTileRows;
   if (gp.shared) tiles = shared_groups(gp, kTileRows);
@@ -325,7 +490,7 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
 #pragma unroll
     for (int i = 0; i < Tile<NT>::kNtiles; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) tl.acc[i][j] = 0.0f;
+      for (int j = 0; j < 2; ++j) tl.acc[i][j] = 0.0f;
     float big[2][NT];  // this lane's codes of blocks with kBigExponent, rows g and g + 8
 #pragma unroll
     for (int r = 0; r < 2; ++r)
@@ -337,7 +502,7 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
       const int nc = min(seg_chunks, units - c0);
       if (!whole) {
         __syncthreads();  // the previous segment's readers are done
-        stage_x<NT, kThreads>(x, size_t(ne0), row0, nt_real, c0, nc, bsm, xsc);
+        load_x(c0, nc);
       }
       // This warp's groups of the segment: q = first, first + 4, ... (segments hold
       // whole groups, so every warp walks its groups in ascending order).
@@ -365,8 +530,13 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
           const uint32_t wa = sh ? __funnelshift_r(ra[w], ra[w + 1], sh) : ra[w];
           const uint32_t wb = sh ? __funnelshift_r(rb[w], rb[w + 1], sh) : rb[w];
           const int u = q * kGroup + j;
-          block_products<NT>(tl, big, wa, wb, rab[17 * j], rbb[17 * j], tab, rowa, rowb, u, lane,
-                             bsm + size_t(u - c0) * chunk_bytes(NT), xsc + (u - c0) * NT, xr);
+          const uint8_t* bchunk = bsm + size_t(u - c0) * chunk_bytes(NT);
+          if constexpr (kOne)
+            one_product<NT>(tl, big, wa, wb, rab[17 * j], rbb[17 * j], tab, rowa, rowb, u, lane, bchunk,
+                            xsc + (u - c0) * NT, xc + (u - c0) * NT * 8, xr);
+          else
+            two_products<NT>(tl, big, wa, wb, rab[17 * j], rbb[17 * j], tab[0], rowa, rowb, u, lane, bchunk,
+                             xsc + (u - c0) * NT, xr);
         }
         __syncwarp();  // done with cur before a later copy overwrites it
       }
@@ -374,7 +544,7 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
 
     // Terms to sums: lane c holds columns 2c, 2c + 1, i.e. terms (0, 1) for even c
     // and (2, 3) for odd c of token 2 * pair + c / 2; its partner c ^ 1 the others.
-    const float w0 = (c & 1) ? 0x1p-14f : 1.0f, w1 = (c & 1) ? 0x1p-21f : 0x1p-7f;
+    const float w = (c & 1) ? 0x1p-14f : 1.0f;  // terms 2 and 3 weigh 2^-14 of 0 and 1
     const bool any_big = __any_sync(0xFFFFFFFFu, tl.any_big);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -389,7 +559,7 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
       }
 #pragma unroll
       for (int nt = 0; nt < Tile<NT>::kNtiles; ++nt) {
-        float v = tl.acc[nt][2 * r] * w0 + tl.acc[nt][2 * r + 1] * w1;
+        float v = tl.acc[nt][r] * w;
         v += __shfl_xor_sync(0xFFFFFFFFu, v, 1);
         const int tok = 2 * nt + (c >> 1);
         if ((c & 1) == 0 && tok < NT) {
@@ -416,11 +586,11 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
   }
 }
 
-template <int NT, int kWarps, int kTiles>
+template <int NT, int kWarps, int kTiles, bool kOne>
 cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y, bool shared_wave,
-                      cudaStream_t stream) {
+                      const MmaOptions& st, cudaStream_t stream) {
   constexpr int kThreads = Layout<kWarps, kTiles>::kThreads;
-  auto* k = mxfp4_mmv_kernel<NT, kWarps, kTiles>;
+  auto* k = mxfp4_mmv_kernel<NT, kWarps, kTiles, kOne>;
   constexpr size_t kBufs = size_t(kThreads / 32) * 2 * kBufBytes;
   constexpr size_t kRed = sizeof(float) * kTiles * kWarps * kTileRows * NT;  // the kernel's static array
   // Chunks of x a block stages at once: kStageBytes, or what the device's shared
@@ -449,29 +619,47 @@ cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const 
   const int probs = gp.shared ? 1 : gp.n;
   const long long wave = shared_wave ? std::max(1, sms * per_sm / probs) : sms * per_sm;
   const dim3 grid(unsigned(std::min(sets, wave)), unsigned(probs));
-  k<<<grid, kThreads, smem, stream>>>(gp, ne0, ne1, rb, x, y, seg);
+  // x made once for the launch, where the scratch holds it: by default from two
+  // tokens on (at one token a block stages a row of up to 35840 inputs once, for
+  // all its tiles).
+  const uint8_t* pre = nullptr;
+  const size_t need = size_t(probs) * x_stage_bytes<NT>(units);
+  if (st.buf && need <= st.bytes && (st.prestage == kPrestageAlways || (st.prestage == kPrestageAuto && NT > 1))) {
+    const long long items = (long long)units * NT;
+    const unsigned bx = unsigned(std::min<long long>((items + 7) / 8, (long long)sms * 8));
+    stage_launch_kernel<NT><<<dim3(bx, unsigned(probs)), 256, 0, stream>>>(gp, ne0, x, st.buf);
+    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    pre = st.buf;
+  }
+  k<<<grid, kThreads, smem, stream>>>(gp, ne0, ne1, rb, x, y, seg, pre);
   return cudaGetLastError();
 }
 
 template <int kWarps, int kTiles>
 cudaError_t launch_layout(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y, int nt_max,
-                          bool shared_wave, cudaStream_t stream) {
-  if (nt_max <= 1) return launch_nt<1, kWarps, kTiles>(gp, ne0, ne1, rb, x, y, shared_wave, stream);
-  if (nt_max <= 2) return launch_nt<2, kWarps, kTiles>(gp, ne0, ne1, rb, x, y, shared_wave, stream);
-  if (nt_max <= 4) return launch_nt<4, kWarps, kTiles>(gp, ne0, ne1, rb, x, y, shared_wave, stream);
-  return launch_nt<8, kWarps, kTiles>(gp, ne0, ne1, rb, x, y, shared_wave, stream);
+                          bool shared_wave, const MmaOptions& st, cudaStream_t stream) {
+  if (nt_max <= 1) return launch_nt<1, kWarps, kTiles, false>(gp, ne0, ne1, rb, x, y, shared_wave, st, stream);
+  if (st.one_product) {
+    if (nt_max <= 2) return launch_nt<2, kWarps, kTiles, true>(gp, ne0, ne1, rb, x, y, shared_wave, st, stream);
+    if (nt_max <= 4) return launch_nt<4, kWarps, kTiles, true>(gp, ne0, ne1, rb, x, y, shared_wave, st, stream);
+    return launch_nt<8, kWarps, kTiles, true>(gp, ne0, ne1, rb, x, y, shared_wave, st, stream);
+  }
+  if (nt_max <= 2) return launch_nt<2, kWarps, kTiles, false>(gp, ne0, ne1, rb, x, y, shared_wave, st, stream);
+  if (nt_max <= 4) return launch_nt<4, kWarps, kTiles, false>(gp, ne0, ne1, rb, x, y, shared_wave, st, stream);
+  return launch_nt<8, kWarps, kTiles, false>(gp, ne0, ne1, rb, x, y, shared_wave, st, stream);
 }
 
 }  // namespace
 
 cudaError_t launch_mxfp4_mmv(const GroupParams& gp, int ne0, int ne1, size_t row_bytes, const float* x, float* y,
-                             int nt_max, MmaLayout layout, bool shared_wave, cudaStream_t stream) {
+                             int nt_max, MmaLayout layout, bool shared_wave, const MmaOptions& st,
+                             cudaStream_t stream) {
   // Whole groups of 16 blocks a row (rows 16-byte aligned, as the copies need).
   if (ne0 % (32 * kGroup) != 0) return cudaErrorNotSupported;
   switch (layout) {
-    case MmaLayout::k4x4: return launch_layout<4, 4>(gp, ne0, ne1, row_bytes, x, y, nt_max, shared_wave, stream);
-    case MmaLayout::k8x2: return launch_layout<8, 2>(gp, ne0, ne1, row_bytes, x, y, nt_max, shared_wave, stream);
-    default: return launch_layout<4, 2>(gp, ne0, ne1, row_bytes, x, y, nt_max, shared_wave, stream);
+    case MmaLayout::k4x4: return launch_layout<4, 4>(gp, ne0, ne1, row_bytes, x, y, nt_max, shared_wave, st, stream);
+    case MmaLayout::k8x2: return launch_layout<8, 2>(gp, ne0, ne1, row_bytes, x, y, nt_max, shared_wave, st, stream);
+    default: return launch_layout<4, 2>(gp, ne0, ne1, row_bytes, x, y, nt_max, shared_wave, st, stream);
   }
 }
 

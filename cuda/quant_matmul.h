@@ -170,17 +170,20 @@ int shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduct* pr
 // and whether K-quant and MXFP4 rows short enough for a token's x to be staged as
 // int8 terms take the dp4a units (TQ2_K8 ... TQ6_K8, TMXFP4_8 in matvec_units.cuh,
 // MXFP4's where the tensor cores do not take the matrix: other bits
-// within the same bound; the default) or the FMA ones; and whether a dp4a launch
-// with a context's scratch makes x's terms once for all its blocks: kPrestageAuto
-// (the default: where that was measured faster), kPrestageAlways or kPrestageNever
-// (each block its own); the same bytes, so the same bits.
+// within the same bound; the default) or the FMA ones; and whether a dp4a or
+// tensor-core MXFP4 launch with a context's scratch makes x's terms once for all
+// its blocks: kPrestageAuto (the default: dp4a where that was measured faster, the
+// tensor cores from two tokens on), kPrestageAlways or kPrestageNever (each block
+// its own); the same bytes, so the same bits; and whether the tensor-core MXFP4
+// decode from two tokens on takes one int8 product a block and pair of tokens (the
+// default) or two, as at one token (the same bits).
 // A switch for bench-kernels' side-by-side runs and the tests.
 // Thread safety: safe from any thread; launches already enqueued keep theirs.
 enum : int { kMmaDecodeAuto = 0, kMmaDecodeAlways = 1, kMmaDecodeNever = 2 };
 enum : int { kPrestageNever = 0, kPrestageAuto = 1, kPrestageAlways = 2 };
 void set_matvec_geometry(int block_threads, bool shared_wave, int row_threads = 0, bool pipeline = true,
                          int mma_decode = kMmaDecodeAuto, int mma_warps = 0, int mma_tiles = 0,
-                         bool dp4a = true, int prestage = kPrestageAuto);
+                         bool dp4a = true, int prestage = kPrestageAuto, bool mma_one_product = true);
 
 }  // namespace dev
 

@@ -468,6 +468,7 @@ std::atomic<int> g_mma_decode{kMmaDecodeAuto};
 std::atomic<int> g_mma_layout{int(MmaLayout::k4x4)};
 std::atomic<bool> g_dp4a{true};
 std::atomic<int> g_prestage{kPrestageAuto};
+std::atomic<bool> g_mma_one_product{true};
 struct Geometry {
   int block;         // threads per block: 256, 512, or 0: chosen per launch (launch_smem_x)
   bool shared_wave;  // the problems of a launch share one wave of blocks (else one wave each)
@@ -477,13 +478,15 @@ struct Geometry {
   MmaLayout mma_layout;  // that kernel's warps a tile x tiles a block (orders its sums)
   bool dp4a;             // K-quant and MXFP4 rows that dp4a_takes on the dp4a units (Dp4aUnit)
   int prestage;          // kPrestage*: a dp4a launch's terms made once (stage_terms_kernel; the same bits either way)
+  bool mma_one_product;  // mxfp4_mmv.cu from two tokens on: one product a block and pair of tokens (the same bits)
 };
 inline Geometry geometry() {
   return Geometry{g_block.load(std::memory_order_relaxed), g_shared_wave.load(std::memory_order_relaxed),
                   g_row_threads.load(std::memory_order_relaxed), g_pipeline.load(std::memory_order_relaxed),
                   g_mma_decode.load(std::memory_order_relaxed),
                   MmaLayout(g_mma_layout.load(std::memory_order_relaxed)),
-                  g_dp4a.load(std::memory_order_relaxed), g_prestage.load(std::memory_order_relaxed)};
+                  g_dp4a.load(std::memory_order_relaxed), g_prestage.load(std::memory_order_relaxed),
+                  g_mma_one_product.load(std::memory_order_relaxed)};
 }
 // Threads per row group (log2) of the unsplit kernel. Fewer threads than the row
 // has units give each lane several units (MXFP4's loaded one ahead: kPipelines)
@@ -778,7 +781,10 @@ cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, siz
     // Products of one input were split so that their rule agrees (shared_input_matvec):
     // the first one's rows decide for all.
     if (sp.chunks <= 1 && mma_takes(geom, ne0, gp.shared ? gp.ne1[0] : ne1)) {
-      const cudaError_t e = launch_mxfp4_mmv(gp, ne0, ne1, rb, x, y, nt_max, geom.mma_layout, geom.shared_wave, stream);
+      const MmaOptions st{sc ? reinterpret_cast<uint8_t*>(sc->partial) : nullptr, sc ? sc->partial_bytes : 0,
+                          geom.prestage, geom.mma_one_product};
+      const cudaError_t e =
+          launch_mxfp4_mmv(gp, ne0, ne1, rb, x, y, nt_max, geom.mma_layout, geom.shared_wave, st, stream);
       if (e != cudaErrorNotSupported) return e;
       (void)cudaGetLastError();  // the FMA kernel below
     }
@@ -857,8 +863,9 @@ bool weight_aligned(uint32_t type, const void* w) {
 }  // namespace
 
 void dev::set_matvec_geometry(int block_threads, bool shared_wave, int row_threads, bool pipeline, int mma_decode,
-                              int mma_warps, int mma_tiles, bool dp4a, int prestage) {
+                              int mma_warps, int mma_tiles, bool dp4a, int prestage, bool mma_one_product) {
   g_pipeline.store(pipeline, std::memory_order_relaxed);
+  g_mma_one_product.store(mma_one_product, std::memory_order_relaxed);
   g_dp4a.store(dp4a, std::memory_order_relaxed);
   g_prestage.store(prestage == kPrestageNever || prestage == kPrestageAlways ? prestage : kPrestageAuto,
                    std::memory_order_relaxed);

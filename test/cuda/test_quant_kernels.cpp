@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -784,21 +785,115 @@ TEST_CASE("matvec: K-quant products of one input equal their launches alone") {
   }
 }
 
-// The dp4a units' x, made once per launch into a scratch (stage_terms_kernel)
-// where it has room, else by each block itself: the same bytes, so the same
-// bits. For every dp4a type at 7168 inputs (8 tokens' terms go in passes) and
-// 2560, grouped launches of 1, 3 and 8 tokens and products of one input: with a
-// scratch, equal to the launches without one bit for bit, and the scratch written
-// (the terms were made there); with a scratch one byte too small, or the switch
-// off, the same bits and the scratch untouched; within the bound. A one-token
-// launch makes them once by default only for rows of 8192 inputs and more (neither
-// length here), and always when so switched.
+// x made once per launch into a scratch where it has room (the dp4a units'
+// stage_terms_kernel, the tensor cores' stage_launch_kernel), else by each block
+// itself: the same bytes, so the same bits. MadeOnce builds a grouped launch of
+// three problems of 1, 3 and 8 tokens and the products of one input (the three
+// matrices on x's first 8 rows), runs both without a scratch (within the bound),
+// then check_scratches runs them with a scratch of room (the same bits, the scratch
+// written: x was made there), one byte short and with the switch off (the same
+// bits, the scratch untouched), and the first problem alone at one token (the same
+// bits; the scratch written by default only where single_by_default, and always
+// with kPrestageAlways). geometry(prestage) sets the path under test.
+struct MadeOnce {
+  enum Launch { kGrouped, kShared, kSingle };
+  static constexpr int kCounts[3] = {1, 3, 8};
+  static constexpr int kNp = 3, kRows = 1 + 3 + 8;
+  const Stream& st;
+  uint32_t type;
+  int64_t ne0, ne1;
+  std::function<void(int)> geometry;
+  std::vector<std::vector<uint8_t>> hw;
+  std::vector<std::unique_ptr<DevBuf>> ws, ys;
+  std::vector<xk::ExpertProblem> probs;
+  std::vector<xk::SharedInputProduct> ps;
+  std::vector<float> x, own;
+  std::vector<std::vector<float>> shared_own;
+  DevBuf dx, dy;
+
+  MadeOnce(std::mt19937& rng, const Stream& s, uint32_t t, int64_t n0, int64_t n1, std::function<void(int)> geom)
+      : st(s), type(t), ne0(n0), ne1(n1), geometry(std::move(geom)), dx(size_t(kRows * n0) * 4),
+        dy(size_t(kRows * n1) * 4) {
+    for (int i = 0, row = 0; i < kNp; row += kCounts[i], ++i) {
+      hw.push_back(random_weights(type, ne0, ne1, rng));
+      ws.push_back(std::make_unique<DevBuf>(hw.back().size()));
+      ws.back()->put(hw.back().data(), hw.back().size());
+      probs.push_back({ws.back()->p, row, kCounts[i]});
+      ys.push_back(std::make_unique<DevBuf>(size_t(8 * ne1) * 4));
+      ps.push_back({ws.back()->p, ne1, ys.back()->as<float>()});
+    }
+    x = random_x(size_t(kRows) * size_t(ne0), rng);
+    dx.put(x.data(), x.size() * 4);
+    geometry(xk::dev::kPrestageAuto);
+    own = grouped(nullptr, kNp);
+    for (int i = 0; i < kNp; ++i) {
+      const auto& p = probs[size_t(i)];
+      const std::vector<float> g(own.begin() + p.row * ne1, own.begin() + (p.row + p.n_tokens) * ne1);
+      CHECK(count_bad(g, reference(type, hw[size_t(i)], ne0, ne1, x.data() + p.row * ne0, p.n_tokens), kTolFp32,
+                      xk::type_name(type)) == 0);
+    }
+    shared_own = shared(nullptr);
+    xk::dev::set_matvec_geometry(0, true);
+  }
+  std::vector<float> grouped(const xk::dev::MatvecScratch* sc, int n) {
+    dy.poison();
+    REQUIRE(xk::dev::grouped_matvec_scratch(sc, type, ne0, ne1, probs.data(), n, dx.as<float>(), dy.as<float>(),
+                                            kRows, st.s) == xk::kOk);
+    st.sync();
+    return fetch(dy, size_t(kRows * ne1));
+  }
+  std::vector<std::vector<float>> shared(const xk::dev::MatvecScratch* sc) {
+    for (auto& y : ys) y->poison();
+    REQUIRE(xk::dev::shared_input_matvec(type, ne0, ps.data(), kNp, dx.as<float>(), 8, st.s, sc) == xk::kOk);
+    st.sync();
+    std::vector<std::vector<float>> out;
+    for (auto& y : ys) out.push_back(fetch(*y, size_t(8 * ne1)));
+    return out;
+  }
+  // need(launch): the scratch x takes there; counters: the split's (may be null).
+  void check_scratches(const std::function<size_t(Launch)>& need, uint32_t* counters, size_t n_counters,
+                       bool single_by_default) {
+    for (const int mode : {0, 1, 2}) {  // room, one byte short, the switch off
+      CAPTURE(mode);
+      for (const Launch launch : {kGrouped, kShared, kSingle}) {
+        CAPTURE(int(launch));
+        for (const int always : {0, 1}) {
+          if (always && (launch != kSingle || mode != 0)) continue;
+          CAPTURE(always);
+          const size_t room = need(launch);
+          DevBuf scratch(room);
+          check_cuda(cudaMemset(scratch.p, 0xA5, scratch.n));
+          check_cuda(cudaDeviceSynchronize());
+          const xk::dev::MatvecScratch sc{scratch.as<float>(), mode == 1 ? room - 1 : room, counters, n_counters};
+          geometry(mode == 2 ? xk::dev::kPrestageNever : always ? xk::dev::kPrestageAlways : xk::dev::kPrestageAuto);
+          if (launch == kShared) {
+            const auto got = shared(&sc);
+            for (int i = 0; i < kNp; ++i)
+              CHECK(std::memcmp(got[size_t(i)].data(), shared_own[size_t(i)].data(), size_t(8 * ne1) * 4) == 0);
+          } else {
+            const auto got = grouped(&sc, launch == kSingle ? 1 : kNp);
+            const size_t m = size_t(launch == kSingle ? 1 : kRows) * size_t(ne1);
+            CHECK(std::memcmp(got.data(), own.data(), m * 4) == 0);
+          }
+          xk::dev::set_matvec_geometry(0, true);
+          std::vector<uint8_t> after(room);
+          scratch.get(after.data(), room);
+          const bool untouched = std::all_of(after.begin(), after.end(), [](uint8_t b) { return b == 0xA5; });
+          const bool used = mode == 0 && (launch != kSingle || always || single_by_default);
+          CHECK(untouched == !used);
+        }
+      }
+    }
+  }
+};
+
+// The dp4a units, every type at 7168 inputs (8 tokens' terms go in passes) and
+// 2560. A staged unit takes 560 bytes for 128 inputs (the K-quants), 144 for 32
+// (MXFP4), a token; at one token the terms are made once by default only for rows
+// of 8192 inputs and more (neither length here).
 TEST_CASE("dp4a decode: x's terms made once per launch equal each block's own, bit for bit") {
   std::mt19937 rng(16);
   Stream st;
-  const int counts[] = {1, 3, 8};
-  const int np = 3, rows = 1 + 3 + 8;
-  const int64_t ne1 = 37;
   DevBuf counters(xk::dev::kMatvecSplitCounters * 4);
   check_cuda(cudaMemset(counters.p, 0, counters.n));
   check_cuda(cudaDeviceSynchronize());
@@ -806,104 +901,46 @@ TEST_CASE("dp4a decode: x's terms made once per launch equal each block's own, b
     for (const int64_t ne0 : {int64_t(7168), int64_t(2560)}) {
       CAPTURE(xk::type_name(type));
       CAPTURE(ne0);
-      // A staged unit: 560 bytes for 128 inputs (the K-quants), 144 for 32 (MXFP4).
       const size_t token_bytes = type == xk::kMXFP4 ? size_t(ne0 / 32) * 144 : size_t(ne0 / 128) * 560;
-      std::vector<std::vector<uint8_t>> hw;
-      std::vector<std::unique_ptr<DevBuf>> ws;
-      std::vector<xk::ExpertProblem> probs;
-      for (int i = 0, row = 0; i < np; row += counts[i], ++i) {
-        hw.push_back(random_weights(type, ne0, ne1, rng));
-        ws.push_back(std::make_unique<DevBuf>(hw.back().size()));
-        ws.back()->put(hw.back().data(), hw.back().size());
-        probs.push_back({ws.back()->p, row, counts[i]});
-      }
-      const auto x = random_x(size_t(rows) * size_t(ne0), rng);
-      DevBuf dx(x.size() * 4), dy(size_t(rows * ne1) * 4);
-      dx.put(x.data(), x.size() * 4);
-      const size_t m = size_t(rows * ne1);
-      // Without a scratch: each block makes its own terms.
-      dy.poison();
-      REQUIRE(xk::grouped_matvec(type, ne0, ne1, probs.data(), np, dx.as<float>(), dy.as<float>(), rows, st.s) ==
-              xk::kOk);
-      st.sync();
-      const auto own = fetch(dy, m);
-      for (int i = 0; i < np; ++i) {
-        const auto& p = probs[size_t(i)];
-        const std::vector<float> g(own.begin() + p.row * ne1, own.begin() + (p.row + p.n_tokens) * ne1);
-        CHECK(count_bad(g, reference(type, hw[size_t(i)], ne0, ne1, x.data() + p.row * ne0, p.n_tokens), kTolFp32,
-                        xk::type_name(type)) == 0);
-      }
-      // The grouped launch and products of one input (the three matrices on the
-      // first 8 rows of x) with scratches of room, no room and the switch off.
-      std::vector<std::unique_ptr<DevBuf>> ys;
-      std::vector<xk::SharedInputProduct> ps;
-      for (int i = 0; i < np; ++i) {
-        ys.push_back(std::make_unique<DevBuf>(size_t(8 * ne1) * 4));
-        ps.push_back({ws[size_t(i)]->p, ne1, ys.back()->as<float>()});
-      }
-      std::vector<std::vector<float>> shared_own;
-      for (int i = 0; i < np; ++i) ys[size_t(i)]->poison();
-      REQUIRE(xk::dev::shared_input_matvec(type, ne0, ps.data(), np, dx.as<float>(), 8, st.s) == xk::kOk);
-      st.sync();
-      for (int i = 0; i < np; ++i) shared_own.push_back(fetch(*ys[size_t(i)], size_t(8 * ne1)));
-      for (const int mode : {0, 1, 2}) {  // room, one byte short, the switch off
-        CAPTURE(mode);
-        for (const bool shared : {false, true}) {
-          CAPTURE(shared);
-          const size_t need = (shared ? 8 : rows) * token_bytes;
-          DevBuf scratch(need);
-          check_cuda(cudaMemset(scratch.p, 0xA5, scratch.n));
-          check_cuda(cudaDeviceSynchronize());
-          const xk::dev::MatvecScratch sc{scratch.as<float>(), mode == 1 ? need - 1 : need, counters.as<uint32_t>(),
-                                          xk::dev::kMatvecSplitCounters};
-          if (mode == 2)
-            xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeAuto, 0, 0, true, xk::dev::kPrestageNever);
-          if (shared) {
-            for (int i = 0; i < np; ++i) ys[size_t(i)]->poison();
-            REQUIRE(xk::dev::shared_input_matvec(type, ne0, ps.data(), np, dx.as<float>(), 8, st.s, &sc) == xk::kOk);
-          } else {
-            dy.poison();
-            REQUIRE(xk::dev::grouped_matvec_scratch(&sc, type, ne0, ne1, probs.data(), np, dx.as<float>(),
-                                                    dy.as<float>(), rows, st.s) == xk::kOk);
-          }
-          st.sync();
-          xk::dev::set_matvec_geometry(0, true);
-          if (shared) {
-            for (int i = 0; i < np; ++i)
-              CHECK(std::memcmp(fetch(*ys[size_t(i)], size_t(8 * ne1)).data(), shared_own[size_t(i)].data(),
-                                size_t(8 * ne1) * 4) == 0);
-          } else {
-            CHECK(std::memcmp(fetch(dy, m).data(), own.data(), m * 4) == 0);
-          }
-          std::vector<uint8_t> after(need);
-          scratch.get(after.data(), need);
-          const bool untouched = std::all_of(after.begin(), after.end(), [](uint8_t b) { return b == 0xA5; });
-          CHECK(untouched == (mode != 0));
-        }
-      }
-      // The first problem alone (one token): by default the terms are made once only
-      // for rows of 8192 inputs and more; kPrestageAlways makes them for any.
-      for (const int always : {0, 1}) {
-        CAPTURE(always);
-        DevBuf scratch(token_bytes);
-        check_cuda(cudaMemset(scratch.p, 0xA5, scratch.n));
-        check_cuda(cudaDeviceSynchronize());
-        const xk::dev::MatvecScratch sc{scratch.as<float>(), token_bytes, counters.as<uint32_t>(),
-                                        xk::dev::kMatvecSplitCounters};
-        if (always)
-          xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeAuto, 0, 0, true, xk::dev::kPrestageAlways);
-        dy.poison();
-        REQUIRE(xk::dev::grouped_matvec_scratch(&sc, type, ne0, ne1, probs.data(), 1, dx.as<float>(), dy.as<float>(),
-                                                rows, st.s) == xk::kOk);
-        st.sync();
-        xk::dev::set_matvec_geometry(0, true);
-        CHECK(std::memcmp(fetch(dy, size_t(ne1)).data(), own.data(), size_t(ne1) * 4) == 0);
-        std::vector<uint8_t> after(token_bytes);
-        scratch.get(after.data(), token_bytes);
-        const bool untouched = std::all_of(after.begin(), after.end(), [](uint8_t b) { return b == 0xA5; });
-        CHECK(untouched == (!always && ne0 < 8192));
-      }
+      MadeOnce c(rng, st, type, ne0, 37, [](int prestage) {
+        xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeAuto, 0, 0, true, prestage);
+      });
+      c.check_scratches(
+          [&](MadeOnce::Launch l) {
+            return size_t(l == MadeOnce::kGrouped ? MadeOnce::kRows : l == MadeOnce::kShared ? 8 : 1) * token_bytes;
+          },
+          counters.as<uint32_t>(), xk::dev::kMatvecSplitCounters, ne0 >= 8192);
     }
+  }
+}
+
+// The MXFP4 tensor-core decode (forced on, rows of 7168 and 2560 inputs; no split
+// counters, so the few rows are not split): its staged x takes 164 bytes a 32-input
+// chunk and token at eight tokens (the launch's count rounded up), a problem's
+// (products of one input: one) after another, and 132 at one token (no C
+// fragments); made once by default from two tokens on. And two int8 products a
+// block and pair of tokens (the one-token form) instead of one give the same bits too.
+TEST_CASE("tensor-core MXFP4 decode: x made once per launch equals each block's own, bit for bit") {
+  std::mt19937 rng(17);
+  Stream st;
+  for (const int64_t ne0 : {int64_t(7168), int64_t(2560)}) {
+    CAPTURE(ne0);
+    const auto mma = [](int prestage, bool one_product) {
+      xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeAlways, 0, 0, true, prestage, one_product);
+    };
+    MadeOnce c(rng, st, xk::kMXFP4, ne0, 40, [&](int prestage) { mma(prestage, true); });
+    c.check_scratches(
+        [&](MadeOnce::Launch l) {
+          const size_t units = size_t(ne0 / 32);
+          return l == MadeOnce::kGrouped ? MadeOnce::kNp * units * 164 * 8
+                 : l == MadeOnce::kShared ? units * 164 * 8
+                                          : units * 132;
+        },
+        nullptr, 0, false);
+    mma(xk::dev::kPrestageAuto, false);
+    const auto two = c.grouped(nullptr, MadeOnce::kNp);
+    xk::dev::set_matvec_geometry(0, true);
+    CHECK(std::memcmp(two.data(), c.own.data(), two.size() * 4) == 0);
   }
 }
 
