@@ -220,7 +220,8 @@ int main(int argc, char** argv) {
            "wave shared by the launch)");
   app.count("--row-threads", "N", &row_threads,
             "at most N threads share a group of rows in the decode kernel: 32, 64 or 128 (128: the layout "
-            "before 2026-12-03; default: a rule per weight type and row length)", 32, 128);
+            "before 2026-12-03); 256: rows of 256 units and more take a whole block each, the rows in flight "
+            "half the bytes (default: a rule per weight type and row length)", 32, 256);
   app.flag("--no-pipeline", &no_pipeline,
            "MXFP4's decode kernel loads each unit just before its products (the layout before 2026-12-03; "
            "default: a unit ahead, while the one before is computed)");
@@ -252,8 +253,8 @@ int main(int argc, char** argv) {
   if (auto rc = app.parse(argc, argv)) return *rc;
   if (block_threads != 0 && block_threads != 256 && block_threads != 512)
     return app.usage_error("--block-threads: 256 or 512");
-  if (row_threads != 0 && row_threads != 32 && row_threads != 64 && row_threads != 128)
-    return app.usage_error("--row-threads: 32, 64 or 128");
+  if (row_threads != 0 && row_threads != 32 && row_threads != 64 && row_threads != 128 && row_threads != 256)
+    return app.usage_error("--row-threads: 32, 64, 128 or 256");
   if ((mma_warps != 0 && mma_warps != 4 && mma_warps != 8) || (mma_tiles != 0 && mma_tiles != 2 && mma_tiles != 4))
     return app.usage_error("--mma-warps: 4 or 8; --mma-tiles: 2 or 4");
   if (mma_warps == 8 && mma_tiles == 4) return app.usage_error("--mma-warps 8 takes --mma-tiles 2 (512 threads a block)");
@@ -454,19 +455,23 @@ int main(int argc, char** argv) {
       const int topk = sh.type == xk::kMXFP4 ? 6 : 16;
       const bool gate_up = std::string(sh.what).find("gate-up") != std::string::npos;
       const std::vector<int> token_counts = gate_up ? std::vector<int>{1, 2, 8} : std::vector<int>{1, 8};
-      for (int tokens : token_counts) {
-        const int np = std::min(topk * tokens, std::min(copies, xk::kMaxGroupedProblems));
-        std::vector<xk::ExpertProblem> pr(static_cast<size_t>(np));
-        int rounds = std::max(1, copies / np);
-        const double us = time_us(s, quick ? 20 : 200, 5, [&](int i) {
-          const int base = (i % rounds) * np;
-          for (int p = 0; p < np; ++p) pr[size_t(p)] = {w[size_t((base + p) % copies)], p % nmax, 1};
-          st_ok(xk::grouped_matmul(ctx, sh.type, sh.ne0, sh.ne1, pr.data(), np, x, y, nmax, &dec, s), "grouped");
-        });
-        char mode[32];
-        std::snprintf(mode, sizeof mode, "grouped%d", np);
-        report("grouped", sh.type, sh.ne0, sh.ne1, 1, mode, us, double(wb) * np, sh.what);
-      }
+      // Each twice: the experts rotating through the copies (from HBM, as a decode
+      // step's newly routed experts), and the same ones every repetition (hot, as
+      // llama.cpp's MUL_MAT_ID perf case times them: 27-176 MB, partly served from the L2).
+      for (int tokens : token_counts)
+        for (const bool hot : {false, true}) {
+          const int np = std::min(topk * tokens, std::min(copies, xk::kMaxGroupedProblems));
+          std::vector<xk::ExpertProblem> pr(static_cast<size_t>(np));
+          const int rounds = hot ? 1 : std::max(1, copies / np);
+          const double us = time_us(s, quick ? 20 : 200, 5, [&](int i) {
+            const int base = (i % rounds) * np;
+            for (int p = 0; p < np; ++p) pr[size_t(p)] = {w[size_t((base + p) % copies)], p % nmax, 1};
+            st_ok(xk::grouped_matmul(ctx, sh.type, sh.ne0, sh.ne1, pr.data(), np, x, y, nmax, &dec, s), "grouped");
+          });
+          char mode[32];
+          std::snprintf(mode, sizeof mode, hot ? "grouped%d-hot" : "grouped%d", np);
+          report("grouped", sh.type, sh.ne0, sh.ne1, 1, mode, us, double(wb) * np, sh.what);
+        }
     }
     for (void* p : w) CK(cudaFree(p));
     CK(cudaFree(x));

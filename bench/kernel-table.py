@@ -2,7 +2,8 @@
 """Joins bench-kernels' RESULT lines with llama.cpp's test-backend-ops MUL_MAT
 timings (same types and shapes) into one table with ratios; our grouped launches
 of N one-token products with its MUL_MAT_ID of n tokens and n_used experts each
-where n * n_used = N (its experts the same every repetition, ours rotating).
+where n * n_used = N: its experts are the same every repetition, so it is set beside
+our hot launch (groupedN-hot), not the one whose experts rotate through HBM (groupedN).
 
 usage: bench/kernel-table.py BENCH_LOG [LLAMA_LOG]
 ratio columns: ours/llama = llama's us / our us (above 1: we are faster);
@@ -46,15 +47,17 @@ print(f'copy bandwidth (D2D, read+write): {copy:.0f} GB/s' if copy else 'copy ba
 # bench/llama-kernels.sh runs test-backend-ops with its CUDA graphs off (each op
 # launched from the host) unless given --graphs; ours are replayed with --graph.
 print(f'our launches: {launches or "one by one from the host (a log from before --graph)"}')
-hdr = f"{'kind':<12}{'type':<7}{'shape':<21}{'n':>4} {'mode':<11}{'us':>9}{'GB/s':>7}{'copy%':>7}{'llama us':>10}{'llama GB/s':>11}{'ours/llama':>11}"
+hdr = f"{'kind':<12}{'type':<7}{'shape':<21}{'n':>4} {'mode':<13}{'us':>9}{'GB/s':>7}{'copy%':>7}{'llama us':>10}{'llama GB/s':>11}{'ours/llama':>11}"
 print(hdr)
 print('-' * len(hdr))
 for d in ours:
     key = (d['type'], d['m'], d['n'], d['k'])
     us = float(d['us'])
     lus = llama.get(key) if d['kind'] in ('matvec', 'matmul-bf16', 'matmul-fp32', 'matmul-tiles', 'matmul-mma') and d['mode'] in ('hot', 'cold') else None
-    if d['kind'] == 'grouped' and d['mode'].startswith('grouped') and d['mode'][7:].isdigit():
-        lus = llama.get(('grouped', d['type'], d['m'], d['k'], int(d['mode'][7:])))
+    # Like for like: its MUL_MAT_ID repeats the same experts, so beside our hot launch.
+    grouped = re.fullmatch(r'grouped(\d+)-hot', d['mode'])
+    if d['kind'] == 'grouped' and grouped:
+        lus = llama.get(('grouped', d['type'], d['m'], d['k'], int(grouped.group(1))))
     if d['kind'].startswith('matmul') and d['mode'] != 'cold':
         lus = None
     shape = f"{d['k']}x{d['m']}"
@@ -64,5 +67,5 @@ for d in ours:
         wbytes = float(d['weight_GBps']) * 1e9 * us * 1e-6
         lgbs = f'{wbytes / (lus * 1e-6) / 1e9:.0f}'
         ratio = f'{lus / us:.2f}x'
-    print(f"{d['kind']:<12}{d['type']:<7}{shape:<21}{d['n']:>4} {d['mode']:<11}{us:>9.2f}{float(d['weight_GBps']):>7.0f}"
+    print(f"{d['kind']:<12}{d['type']:<7}{shape:<21}{d['n']:>4} {d['mode']:<13}{us:>9.2f}{float(d['weight_GBps']):>7.0f}"
           f"{float(d['copy_pct']):>6.1f}%{(f'{lus:.2f}' if lus else '-'):>10}{lgbs or '-':>11}{ratio or '-':>11}")

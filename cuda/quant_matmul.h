@@ -155,8 +155,9 @@ int shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduct* pr
 // each) and whether a launch's problems share one wave of blocks (the default; else
 // each problem gets a wave), neither of which changes any result, bit for bit; and at
 // most how many threads share a group of rows (32, 64 or 128: as many as the row has
-// units up to that; 128 is the layout before 2026-12-03; any other value, the default:
-// a rule measured per type and row length), which changes the order of each row's
+// units up to that; 128 is the layout before 2026-12-03; 256: a row of 256 units or more
+// takes a whole block of 256 threads; any other value, the default: a rule measured
+// per type and row length), which changes the order of each row's
 // sum (within the same bound); and whether MXFP4's rows load each unit while the
 // one before is computed (the default) or each unit just before its products
 // (the layout before 2026-12-03; the same bits); and where MXFP4 decode runs on the

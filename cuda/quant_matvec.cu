@@ -472,7 +472,8 @@ std::atomic<bool> g_mma_one_product{true};
 struct Geometry {
   int block;         // threads per block: 256, 512, or 0: chosen per launch (launch_smem_x)
   bool shared_wave;  // the problems of a launch share one wave of blocks (else one wave each)
-  int row_threads;   // 32, 64, 128: tpr_log2_for's capped at this many threads per row group (0: row_tpr_log2's rule)
+  int row_threads;   // 32, 64, 128: tpr_log2_for's capped at this many threads per row group; 256: rows of
+                     // 256 units and more a block's 256 threads (0: row_tpr_log2's rule)
   bool pipeline;     // kPipelines types load a unit ahead (the same bits either way)
   int mma_decode;    // MXFP4 on the int8 tensor cores (mxfp4_mmv.cu): kMmaDecodeAuto/Always/Never
   MmaLayout mma_layout;  // that kernel's warps a tile x tiles a block (orders its sums)
@@ -500,10 +501,14 @@ inline Geometry geometry() {
 // launch takes its largest problem's, and each problem's rows must still equal
 // its product alone, bit for bit (32 threads measured 1.05-1.35x faster at 8
 // tokens for all four types, a gain this leaves). g.row_threads, where
-// bench-kernels sets it, caps tpr_log2_for's instead (128: the layout before this rule).
+// bench-kernels sets it, caps tpr_log2_for's instead (128: the layout before this rule);
+// 256 gives rows of 256 units and more a whole block of 256 threads, so that the rows
+// in flight at once span half the bytes (the question for F32 at 16384 inputs: 57 %
+// of the copy bandwidth, where llama.cpp, one row a block, reads at the copy's).
 template <class Ty>
 int row_tpr_log2(int units, const Geometry& g) {
   const int natural = tpr_log2_for(units);
+  if (g.row_threads == 256) return units >= 256 ? 8 : natural;
   if (g.row_threads != 0) return std::min(natural, g.row_threads == 32 ? 5 : g.row_threads == 64 ? 6 : 7);
   if constexpr (std::is_same_v<Ty, TMXFP4> || std::is_same_v<Ty, TMXFP4_8> || std::is_same_v<Ty, TQ8_0>)
     return std::min(natural, units >= 128 ? 6 : 5);
@@ -875,7 +880,7 @@ void dev::set_matvec_geometry(int block_threads, bool shared_wave, int row_threa
   g_mma_layout.store(int(layout), std::memory_order_relaxed);
   g_block.store(block_threads == 512 || block_threads == kThreads ? block_threads : 0, std::memory_order_relaxed);
   g_shared_wave.store(shared_wave, std::memory_order_relaxed);
-  g_row_threads.store(row_threads == 32 || row_threads == 64 || row_threads == 128 ? row_threads : 0,
+  g_row_threads.store(row_threads == 32 || row_threads == 64 || row_threads == 128 || row_threads == 256 ? row_threads : 0,
                       std::memory_order_relaxed);
 }
 

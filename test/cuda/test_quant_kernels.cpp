@@ -276,13 +276,35 @@ TEST_CASE("matvec: tall MXFP4 matrices on the tensor cores, every layout") {
 TEST_CASE("matvec: fewer threads per group of rows (each lane walks more units) stays within the bound") {
   const int64_t ne0 = 8192, ne1 = 203;
   each_quantized_matvec(ne0, ne1, 29, [&](Stream& st, uint32_t type, MatvecCase& c, int n, const std::vector<float>&) {
-    for (const int row_threads : {32, 64, 128}) {
+    for (const int row_threads : {32, 64, 128, 256}) {
       CAPTURE(row_threads);
       xk::dev::set_matvec_geometry(0, true, row_threads);
       const auto got = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
       CHECK(count_bad(got, head(c.ref, got.size()), kTolFp32, xk::type_name(type)) == 0);
     }
   });
+  xk::dev::set_matvec_geometry(0, true);
+}
+
+// The float types' units are 8 inputs: 2048 inputs make 256, which 256 threads a row take.
+TEST_CASE("matvec: float types with a whole block a row stay within the bound") {
+  std::mt19937 rng(31);
+  Stream st;
+  const int64_t ne0 = 2048, ne1 = 37;
+  for (uint32_t type : {xk::kF32, xk::kF16, xk::kBF16}) {
+    CAPTURE(xk::type_name(type));
+    MatvecCase c(type, ne0, ne1, 8, rng);
+    for (const int n : {1, 3, 8}) {
+      CAPTURE(n);
+      for (const int row_threads : {0, 256}) {
+        CAPTURE(row_threads);
+        xk::dev::set_matvec_geometry(0, true, row_threads);
+        const auto got = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
+        CHECK(count_bad(got, head(c.ref, got.size()), kTolFp32, xk::type_name(type)) == 0);
+      }
+    }
+  }
+  xk::dev::set_matvec_geometry(0, true);
 }
 
 TEST_CASE("matvec: float types with rows that are not whole 16-byte vectors") {
