@@ -102,6 +102,12 @@ struct MmaOptions {
   bool one_product;
 };
 
+// Where kPrestageAuto makes a launch's x once, for the dp4a units (quant_matvec.cu)
+// and the tensor cores (mxfp4_mmv.cu) alike: from two tokens on, and at one token
+// for rows of kPrestageMinInputs and more, where each kernel measured it faster.
+constexpr int kPrestageMinInputs = 8192;
+inline bool prestage_pays(int nt_max, int ne0) { return nt_max > 1 || ne0 >= kPrestageMinInputs; }
+
 // The MXFP4 decode on the int8 tensor cores (mxfp4_mmv.cu), for the shapes the
 // unsplit kernel takes; x and y as that kernel's. cudaErrorNotSupported, nothing
 // launched, where the device cannot run it.

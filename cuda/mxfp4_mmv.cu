@@ -160,17 +160,17 @@ __device__ __forceinline__ void stage_item(float xv, int lane, uint8_t* piece, f
   for (int j = 0; j < 4; ++j) piece[32 * j + off] = uint8_t(q[j]);
   if constexpr (kOne) {
     if (lane == 0) *sc = term_unit<7>(ex);  // 128 d_k + d_k+1 is in units of 2^-7 d_k
-    return;
-  }
-  int cin[4];
+  } else {
+    int cin[4];
 #pragma unroll
-  for (int j = 0; j < 4; ++j)
-    cin[j] = (j & 1 ? kMagicBits : 0) - kOffset * __reduce_add_sync(0xFFFFFFFFu, int(int8_t(q[j])));
-  if (lane == 0) {
-    *sc = term_unit<7>(ex);
-    int4* f = reinterpret_cast<int4*>(cf);
-    f[0] = make_int4(cin[0], cin[1], cin[0], cin[1]);
-    f[1] = make_int4(cin[2], cin[3], cin[2], cin[3]);
+    for (int j = 0; j < 4; ++j)
+      cin[j] = (j & 1 ? kMagicBits : 0) - kOffset * __reduce_add_sync(0xFFFFFFFFu, int(int8_t(q[j])));
+    if (lane == 0) {
+      *sc = term_unit<7>(ex);
+      int4* f = reinterpret_cast<int4*>(cf);
+      f[0] = make_int4(cin[0], cin[1], cin[0], cin[1]);
+      f[1] = make_int4(cin[2], cin[3], cin[2], cin[3]);
+    }
   }
 }
 
@@ -620,11 +620,15 @@ cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const 
   const long long wave = shared_wave ? std::max(1, sms * per_sm / probs) : sms * per_sm;
   const dim3 grid(unsigned(std::min(sets, wave)), unsigned(probs));
   // x made once for the launch, where the scratch holds it: by default from two
-  // tokens on (at one token a block stages a row of up to 35840 inputs once, for
-  // all its tiles).
+  // tokens on, and at one token for rows of kPrestageMinInputs and more. At one
+  // token a block stages a row of up to 35840 inputs once for all its tiles, which
+  // still pays where a block has few tiles for it: made once, rows of 12288-33792
+  // inputs took 1.03-1.14x less time, those of 3584-7168 0.95-1.02x (H100, replayed,
+  // 2026-12-06, bench-kernels --prestage against the default, doc/kernels.md).
   const uint8_t* pre = nullptr;
   const size_t need = size_t(probs) * x_stage_bytes<NT>(units);
-  if (st.buf && need <= st.bytes && (st.prestage == kPrestageAlways || (st.prestage == kPrestageAuto && NT > 1))) {
+  if (st.buf && need <= st.bytes &&
+      (st.prestage == kPrestageAlways || (st.prestage == kPrestageAuto && prestage_pays(NT, ne0)))) {
     const long long items = (long long)units * NT;
     const unsigned bx = unsigned(std::min<long long>((items + 7) / 8, (long long)sms * 8));
     stage_launch_kernel<NT><<<dim3(bx, unsigned(probs)), 256, 0, stream>>>(gp, ne0, x, st.buf);

@@ -491,20 +491,25 @@ inline Geometry geometry() {
 }
 // Threads per row group (log2) of the unsplit kernel. Fewer threads than the row
 // has units give each lane several units (MXFP4's loaded one ahead: kPipelines)
-// summed without the group's shared-memory round, which pays
-// as far as measured (H200, 2026-12-03, bench-kernels --row-threads, doc/kernels.md):
-// MXFP4 and Q8_0 take 64 threads from 128 units on (at one token DeepSeek-V4's
-// expert gate/up 1.04x, 14336 inputs 1.15x) and 32 below (its expert down 1.11x);
-// Q2_K and Q3_K 32 from 128 units on (16384 inputs 1.10x; at 112 units, 14336
-// inputs, Q3_K lost 5 % with 32 and keeps 64). The other types keep
-// tpr_log2_for's, not measured otherwise. Never from the token count: a grouped
-// launch takes its largest problem's, and each problem's rows must still equal
-// its product alone, bit for bit (32 threads measured 1.05-1.35x faster at 8
-// tokens for all four types, a gain this leaves). g.row_threads, where
-// bench-kernels sets it, caps tpr_log2_for's instead (128: the layout before this rule);
-// 256 gives rows of 256 units and more a whole block of 256 threads, so that the rows
-// in flight at once span half the bytes (the question for F32 at 16384 inputs: 57 %
-// of the copy bandwidth, where llama.cpp, one row a block, reads at the copy's).
+// summed without the group's shared-memory round, which pays as far as measured
+// (bench-kernels --row-threads, doc/kernels.md):
+// - MXFP4 and Q8_0: 64 threads from 128 units on (H200, 2026-12-03: at one token
+//   DeepSeek-V4's expert gate/up 1.04x, 14336 inputs 1.15x) and 32 below (its
+//   expert down 1.11x);
+// - Q2_K and Q3_K: 32 from 128 units on (16384 inputs 1.10x; at 112 units, 14336
+//   inputs, Q3_K lost 5 % with 32 and keeps 64);
+// - Q4_K, Q5_K and Q6_K's dp4a units: 32 from 112 units on (H100, 2026-12-06,
+//   against the rule before: at 14336 inputs 1.04-1.08x at one token and 1.04-1.09x
+//   at eight; at 16384 inputs 1.00x, 1.00x and 1.11x at one token, 1.37-1.42x at
+//   eight; Q6_K above the L2 went from 68 % of the copy bandwidth to 75 %);
+// - the other types: tpr_log2_for's, not measured otherwise.
+// Never from the token count: a grouped launch takes its largest problem's, and
+// each problem's rows must still equal its product alone, bit for bit.
+// g.row_threads, where bench-kernels sets it, caps tpr_log2_for's instead (128: the
+// layout before this rule); 256 gives rows of 256 units and more a whole block of
+// 256 threads, the rows in flight half the bytes: asked of F32 at 16384 inputs (57 %
+// of the copy bandwidth, where llama.cpp reads at the copy's), it gave 56.6 % (H100,
+// 2026-12-06), so the rows' span is not what holds F32 back.
 template <class Ty>
 int row_tpr_log2(int units, const Geometry& g) {
   const int natural = tpr_log2_for(units);
@@ -515,6 +520,8 @@ int row_tpr_log2(int units, const Geometry& g) {
   if constexpr (std::is_same_v<Ty, TQ2_K> || std::is_same_v<Ty, TQ2_K8> || std::is_same_v<Ty, TQ3_K> ||
                 std::is_same_v<Ty, TQ3_K8>)
     return units >= 128 ? 5 : natural;
+  if constexpr (std::is_same_v<Ty, TQ45_K8<false>> || std::is_same_v<Ty, TQ45_K8<true>> || std::is_same_v<Ty, TQ6_K8>)
+    return units >= 112 ? 5 : natural;
   return natural;
 }
 
@@ -713,10 +720,8 @@ bool dp4a_takes(const Geometry& g, int64_t ne0) {
 // time at one token and 0.58-0.69 at eight, experts of 2048-4096 inputs 0.52-0.62 at
 // eight; but experts at one token took 1.14-1.38 alone and 1.01-1.14 in groups of
 // 6-128 (one launch more, about 2 us, for little staging each block). Hence: at
-// one token only rows of kPrestageMinInputs and more, between the two measured
-// lengths.
-constexpr int kPrestageMinInputs = 8192;
-inline bool prestage_pays(int nt_max, int ne0) { return nt_max > 1 || ne0 >= kPrestageMinInputs; }
+// one token only rows of kPrestageMinInputs and more (matvec_launch.cuh), between
+// the two measured lengths.
 
 template <class Ty>
 cudaError_t launch_dp4a(int nt_max, const GroupParams& gp_in, int ne0, int ne1, size_t rb, const float* x, float* y,
