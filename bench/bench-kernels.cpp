@@ -194,7 +194,7 @@ int main(int argc, char** argv) {
   bool quick = false, few_only = false, decode_only = false, wave_per_problem = false, no_pipeline = false,
        mma_decode = false, no_mma_decode = false, no_dp4a = false, no_prestage = false, prestage_always = false,
        two_products = false;
-  uint64_t block_threads = 0, row_threads = 0, mma_warps = 0, mma_tiles = 0, large_from = 0;
+  uint64_t block_threads = 0, row_threads = 0, mma_warps = 0, mma_tiles = 0, large_from = 0, f32_variant = 0;
   std::string only_type, only_shape;
   xpack::cli::App app("bench-kernels",
                       "bench-kernels [--quick] [--graph] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem] "
@@ -236,6 +236,9 @@ int main(int argc, char** argv) {
   app.count("--mma-large-from", "N", &large_from,
             "the prefill kernel's 128 x 64 tiles from N tokens whatever the grid (default: a rule of tokens and "
             "grid, cuda/quant_mma.cu; a large N: never)", 1, 1u << 30);
+  app.count("--f32-variant", "N", &f32_variant,
+            "F32 decode's unit: 0 (the default: 8 floats, two plain loads a row), 1 (the same through the "
+            "read-only path), 2 (4 floats, one read-only load a row)", 0, 2);
   app.flag("--no-dp4a", &no_dp4a,
            "the K-quants' and MXFP4's decode on the FMA units for every row (default: rows whose x fits shared memory "
            "as int8 terms on the dp4a units, doc/kernels.md)");
@@ -274,6 +277,7 @@ int main(int argc, char** argv) {
                                                  : xk::dev::kPrestageAuto,
                                !two_products);
   xk::dev::set_mma_large_from(int(large_from));
+  xk::dev::set_f32_variant(int(f32_variant));
   const uint32_t all[] = {xk::kF32, xk::kF16, xk::kBF16, xk::kQ8_0, xk::kQ4_K,
                           xk::kQ5_K, xk::kQ6_K, xk::kQ2_K, xk::kQ3_K, xk::kMXFP4};
   std::vector<Shape> shapes = {

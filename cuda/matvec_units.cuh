@@ -74,20 +74,33 @@ using Acc = float[R][NT];
 
 // ---- float types ------------------------------------------------------------
 
-struct TF32 {  // 8 elements (32 bytes) per unit; ne0 % 8 == 0, 16-byte aligned rows
-  static constexpr int kUnit = 8;
+// F32, 16-byte aligned rows, ne0 % 8 == 0. kVariant 0 (the default): units of 8
+// floats (32 bytes), two plain loads a row. The others are for bench-kernels
+// --f32-variant, the question of F32 above the L2 (57 % of the copy bandwidth
+// where F16 reads at 104 %): 1, the same units through the read-only path
+// (__ldg, as every other type's weights); 2, units of 4 floats, one __ldg a row,
+// so that a warp's load is 512 contiguous bytes as F16's is (a lane's sum then
+// adds its floats in another order: other bits, within the same bound).
+template <int kVariant>
+struct TF32V {
+  static constexpr int kUnit = kVariant == 2 ? 4 : 8;
+  static constexpr int kVecs = kUnit / 4;
+  __device__ static float4 ldw(const float* p) {
+    if constexpr (kVariant == 0) return ldx(p);
+    else return __ldg(reinterpret_cast<const float4*>(p));
+  }
   template <int NT, int R>
   __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
                              Acc<NT, R>& acc, int xs) {
-    float4 w[R][2];
+    float4 w[R][kVecs];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      const float* p = reinterpret_cast<const float*>(rp[r]) + 8 * u;
-      w[r][0] = ldx(p);
-      w[r][1] = ldx(p + 4);
+      const float* p = reinterpret_cast<const float*>(rp[r]) + kUnit * u;
+#pragma unroll
+      for (int k = 0; k < kVecs; ++k) w[r][k] = ldw(p + 4 * k);
     }
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
+    for (int k = 0; k < kVecs; ++k) {
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
         const float4 xv = ldx(xp[t] + xs * u + 4 * k);
@@ -100,6 +113,7 @@ struct TF32 {  // 8 elements (32 bytes) per unit; ne0 % 8 == 0, 16-byte aligned 
     }
   }
 };
+using TF32 = TF32V<0>;
 
 template <bool kBf16>
 struct THalf {  // F16 or BF16, 8 elements (16 bytes) per unit

@@ -186,6 +186,13 @@ void set_matvec_geometry(int block_threads, bool shared_wave, int row_threads = 
                          int mma_decode = kMmaDecodeAuto, int mma_warps = 0, int mma_tiles = 0,
                          bool dp4a = true, int prestage = kPrestageAuto, bool mma_one_product = true);
 
+// F32 decode's unit (matvec_units.cuh, TF32V): 0, the default (8 floats, two plain
+// loads a row); 1, the same through the read-only path; 2, 4 floats and one load
+// a row (other bits, within the same bound); any other value, 0. For
+// bench-kernels' side-by-side runs and the tests.
+// Thread safety: safe from any thread; launches already enqueued keep theirs.
+void set_f32_variant(int variant);
+
 }  // namespace dev
 
 // Dequantizes n_rows rows of W into fp32 out [n_rows][ne0], bit-identical to

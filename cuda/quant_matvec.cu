@@ -469,6 +469,7 @@ std::atomic<int> g_mma_layout{int(MmaLayout::k4x4)};
 std::atomic<bool> g_dp4a{true};
 std::atomic<int> g_prestage{kPrestageAuto};
 std::atomic<bool> g_mma_one_product{true};
+std::atomic<int> g_f32_variant{0};  // TF32V's variant (set_f32_variant)
 struct Geometry {
   int block;         // threads per block: 256, 512, or 0: chosen per launch (launch_smem_x)
   bool shared_wave;  // the problems of a launch share one wave of blocks (else one wave each)
@@ -587,7 +588,8 @@ cudaError_t launch_unsplit(const GroupParams& gp, int ne0, int ne1, size_t rb, c
   // Quantized types only: with 8-element units the float types' x reads were
   // already cheap from L1 (f16 at n=1: 77 % of the copy bandwidth from global x,
   // 47 % from shared memory, H200 2026-12-01).
-  constexpr bool kFloat = std::is_same_v<Ty, TF32> || std::is_same_v<Ty, THalf<false>> ||
+  constexpr bool kFloat = std::is_same_v<Ty, TF32> || std::is_same_v<Ty, TF32V<1>> ||
+                          std::is_same_v<Ty, TF32V<2>> || std::is_same_v<Ty, THalf<false>> ||
                           std::is_same_v<Ty, THalf<true>>;
   if constexpr (Ty::kUnit % 4 == 0 && !kFloat) {
     const size_t smem = size_t(NT) * size_t(units) * staged_floats<Ty>() * sizeof(float);
@@ -837,8 +839,12 @@ int launch(uint32_t type, int64_t ne0, int64_t ne1, const dev::GroupParams& gp, 
   const bool vec = vector_rows(type, ne0, gp) && aligned(x, 16);
   switch (type) {
     case kF32:
-      e = vec ? launch_type<TF32>(nt_max, gp, n0, n1, rb, x, y, sc, s)
-              : launch_type<TScalar<kF32>>(nt_max, gp, n0, n1, rb, x, y, sc, s);
+      if (!vec) e = launch_type<TScalar<kF32>>(nt_max, gp, n0, n1, rb, x, y, sc, s);
+      else if (g_f32_variant.load(std::memory_order_relaxed) == 1)
+        e = launch_type<TF32V<1>>(nt_max, gp, n0, n1, rb, x, y, sc, s);
+      else if (g_f32_variant.load(std::memory_order_relaxed) == 2)
+        e = launch_type<TF32V<2>>(nt_max, gp, n0, n1, rb, x, y, sc, s);
+      else e = launch_type<TF32>(nt_max, gp, n0, n1, rb, x, y, sc, s);
       break;
     case kF16:
       e = vec ? launch_type<THalf<false>>(nt_max, gp, n0, n1, rb, x, y, sc, s)
@@ -871,6 +877,10 @@ bool weight_aligned(uint32_t type, const void* w) {
 }
 
 }  // namespace
+
+void dev::set_f32_variant(int variant) {
+  g_f32_variant.store(variant == 1 || variant == 2 ? variant : 0, std::memory_order_relaxed);
+}
 
 void dev::set_matvec_geometry(int block_threads, bool shared_wave, int row_threads, bool pipeline, int mma_decode,
                               int mma_warps, int mma_tiles, bool dp4a, int prestage, bool mma_one_product) {

@@ -287,7 +287,7 @@ TEST_CASE("matvec: fewer threads per group of rows (each lane walks more units) 
 }
 
 // The float types' units are 8 inputs: 2048 inputs make 256, which 256 threads a row take.
-TEST_CASE("matvec: float types with a whole block a row stay within the bound") {
+TEST_CASE("matvec: float types with a whole block a row, and F32's unit variants, stay within the bound") {
   std::mt19937 rng(31);
   Stream st;
   const int64_t ne0 = 2048, ne1 = 37;
@@ -299,11 +299,16 @@ TEST_CASE("matvec: float types with a whole block a row stay within the bound") 
       for (const int row_threads : {0, 256}) {
         CAPTURE(row_threads);
         xk::dev::set_matvec_geometry(0, true, row_threads);
-        const auto got = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
-        CHECK(count_bad(got, head(c.ref, got.size()), kTolFp32, xk::type_name(type)) == 0);
+        for (const int variant : {0, 1, 2}) {  // F32's units (set_f32_variant); the others ignore it
+          CAPTURE(variant);
+          xk::dev::set_f32_variant(variant);
+          const auto got = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
+          CHECK(count_bad(got, head(c.ref, got.size()), kTolFp32, xk::type_name(type)) == 0);
+        }
       }
     }
   }
+  xk::dev::set_f32_variant(0);
   xk::dev::set_matvec_geometry(0, true);
 }
 

@@ -131,6 +131,8 @@ constexpr auto kBoth = {XLayout::kGlobal, XLayout::kStaged};
 
 TEST_CASE("decode units on the CPU: float types") {
   check_unit<dev::TF32>(kF32, 8 * 13, "TF32", kBoth);
+  check_unit<dev::TF32V<1>>(kF32, 8 * 13, "TF32V<1> (read-only loads)", kBoth);
+  check_unit<dev::TF32V<2>>(kF32, 8 * 13, "TF32V<2> (4-float units)", kBoth);
   check_unit<dev::THalf<false>>(kF16, 8 * 13, "THalf<f16>", kBoth);
   check_unit<dev::THalf<true>>(kBF16, 8 * 13, "THalf<bf16>", kBoth);
   // One element a unit: rows that are not whole 16-byte vectors (x read in place).
