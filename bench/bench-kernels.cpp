@@ -193,7 +193,7 @@ void report(const char* kind, uint32_t type, int64_t ne0, int64_t ne1, int n, co
 int main(int argc, char** argv) {
   bool quick = false, few_only = false, decode_only = false, wave_per_problem = false, no_pipeline = false,
        mma_decode = false, no_mma_decode = false, no_dp4a = false, no_prestage = false, prestage_always = false,
-       two_products = false;
+       two_products = false, group_barrier = false;
   uint64_t block_threads = 0, row_threads = 0, mma_warps = 0, mma_tiles = 0, large_from = 0, f32_variant = 0;
   std::string only_type, only_shape;
   xpack::cli::App app("bench-kernels",
@@ -239,6 +239,9 @@ int main(int argc, char** argv) {
   app.count("--f32-variant", "N", &f32_variant,
             "F32 decode's unit: 0 (the default: 8 floats, two plain loads a row), 1 (the same through the "
             "read-only path), 2 (4 floats, one read-only load a row)", 0, 2);
+  app.flag("--group-barrier", &group_barrier,
+           "the decode kernel's groups of rows of several warps wait on a barrier of their own between the "
+           "rounds of their sum (default: on the whole block's; the same bits)");
   app.flag("--no-dp4a", &no_dp4a,
            "the K-quants' and MXFP4's decode on the FMA units for every row (default: rows whose x fits shared memory "
            "as int8 terms on the dp4a units, doc/kernels.md)");
@@ -278,6 +281,7 @@ int main(int argc, char** argv) {
                                !two_products);
   xk::dev::set_mma_large_from(int(large_from));
   xk::dev::set_f32_variant(int(f32_variant));
+  xk::dev::set_group_barrier(group_barrier);
   const uint32_t all[] = {xk::kF32, xk::kF16, xk::kBF16, xk::kQ8_0, xk::kQ4_K,
                           xk::kQ5_K, xk::kQ6_K, xk::kQ2_K, xk::kQ3_K, xk::kMXFP4};
   std::vector<Shape> shapes = {

@@ -193,6 +193,13 @@ void set_matvec_geometry(int block_threads, bool shared_wave, int row_threads = 
 // Thread safety: safe from any thread; launches already enqueued keep theirs.
 void set_f32_variant(int variant);
 
+// Whether the decode kernel's groups of rows of more than one warp wait on a named
+// barrier of their own between the rounds of their shared-memory sum (on), or on
+// the whole block's (off, the default): the same sums in the same order, so the
+// same bits. For bench-kernels' side-by-side runs and the tests.
+// Thread safety: safe from any thread; launches already enqueued keep theirs.
+void set_group_barrier(bool on);
+
 }  // namespace dev
 
 // Dequantizes n_rows rows of W into fp32 out [n_rows][ne0], bit-identical to

@@ -64,10 +64,18 @@ constexpr int staged_floats() {
   else return Ty::kUnit + 4;
 }
 
+// The rounds of a group of rows' shared-memory sum wait for that group's warps
+// only (a named barrier, one per group) where group_bar is set, else for the
+// whole block (__syncthreads): the same sums in the same order either way.
+__device__ __forceinline__ void group_sync(bool group_bar, int grp, int threads) {
+  if (group_bar) asm volatile("bar.sync %0, %1;" ::"r"(grp + 1), "r"(threads) : "memory");
+  else __syncthreads();
+}
+
 template <class Ty, int NT, int R, bool kSmemX, int kBlock = kThreads, bool kPipe = false>
 __global__ void __launch_bounds__(kBlock) matvec_kernel(const GroupParams gp, int ne0, int ne1,
                                                           size_t row_bytes, const float* __restrict__ x,
-                                                          float* __restrict__ y, int tpr_log2) {
+                                                          float* __restrict__ y, int tpr_log2, bool group_bar) {
   extern __shared__ float4 xsm4[];
   constexpr int kU = Ty::kUnit;
   const int p = blockIdx.y;
@@ -211,7 +219,7 @@ __global__ void __launch_bounds__(kBlock) matvec_kernel(const GroupParams gp, in
 #pragma unroll
           for (int t = 0; t < NT; ++t) red[warp][r][t] = acc[r][t];
       }
-      __syncthreads();
+      group_sync(group_bar, grp, tpr);
       if (lane == 0) {
         const int nw = tpr >> 5;
 #pragma unroll
@@ -223,7 +231,7 @@ __global__ void __launch_bounds__(kBlock) matvec_kernel(const GroupParams gp, in
             acc[r][t] = s;
           }
       }
-      __syncthreads();  // red is reused by the next group of rows
+      group_sync(group_bar, grp, tpr);  // red is reused by the next group of rows
     }
     if (lane == 0) {
 #pragma unroll
@@ -470,6 +478,7 @@ std::atomic<bool> g_dp4a{true};
 std::atomic<int> g_prestage{kPrestageAuto};
 std::atomic<bool> g_mma_one_product{true};
 std::atomic<int> g_f32_variant{0};  // TF32V's variant (set_f32_variant)
+std::atomic<bool> g_group_bar{false};
 struct Geometry {
   int block;         // threads per block: 256, 512, or 0: chosen per launch (launch_smem_x)
   bool shared_wave;  // the problems of a launch share one wave of blocks (else one wave each)
@@ -481,6 +490,7 @@ struct Geometry {
   bool dp4a;             // K-quant and MXFP4 rows that dp4a_takes on the dp4a units (Dp4aUnit)
   int prestage;          // kPrestage*: a dp4a launch's terms made once (stage_terms_kernel; the same bits either way)
   bool mma_one_product;  // mxfp4_mmv.cu from two tokens on: one product a block and pair of tokens (the same bits)
+  bool group_bar;        // a group of rows' sum waits on a barrier of its own (group_sync; the same bits)
 };
 inline Geometry geometry() {
   return Geometry{g_block.load(std::memory_order_relaxed), g_shared_wave.load(std::memory_order_relaxed),
@@ -488,7 +498,7 @@ inline Geometry geometry() {
                   g_mma_decode.load(std::memory_order_relaxed),
                   MmaLayout(g_mma_layout.load(std::memory_order_relaxed)),
                   g_dp4a.load(std::memory_order_relaxed), g_prestage.load(std::memory_order_relaxed),
-                  g_mma_one_product.load(std::memory_order_relaxed)};
+                  g_mma_one_product.load(std::memory_order_relaxed), g_group_bar.load(std::memory_order_relaxed)};
 }
 // Threads per row group (log2) of the unsplit kernel. Fewer threads than the row
 // has units give each lane several units (MXFP4's loaded one ahead: kPipelines)
@@ -570,10 +580,10 @@ cudaError_t launch_smem_x(const GroupParams& gp, int ne0, int ne1, size_t rb, co
       cfg.stream = stream;
       cfg.attrs = attr;
       cfg.numAttrs = 1;
-      return cudaLaunchKernelEx(&cfg, k, gp, ne0, ne1, rb, x, y, tpr_log2);
+      return cudaLaunchKernelEx(&cfg, k, gp, ne0, ne1, rb, x, y, tpr_log2, g.group_bar);
     }
   }
-  k<<<grid, kBlock, smem, stream>>>(gp, ne0, ne1, rb, x, y, tpr_log2);
+  k<<<grid, kBlock, smem, stream>>>(gp, ne0, ne1, rb, x, y, tpr_log2, g.group_bar);
   return cudaGetLastError();
 }
 
@@ -618,7 +628,8 @@ cudaError_t launch_unsplit(const GroupParams& gp, int ne0, int ne1, size_t rb, c
     return cudaErrorNotSupported;  // dp4a_takes rules this out
   } else {
     const dim3 grid(unsigned(blocks), unsigned(gp.shared ? 1 : gp.n));
-    matvec_kernel<Ty, NT, R, false, kThreads, kPipe><<<grid, kThreads, 0, stream>>>(gp, ne0, ne1, rb, x, y, tpr_log2);
+    matvec_kernel<Ty, NT, R, false, kThreads, kPipe>
+        <<<grid, kThreads, 0, stream>>>(gp, ne0, ne1, rb, x, y, tpr_log2, geom.group_bar);
     return cudaGetLastError();
   }
 }
@@ -877,6 +888,8 @@ bool weight_aligned(uint32_t type, const void* w) {
 }
 
 }  // namespace
+
+void dev::set_group_barrier(bool on) { g_group_bar.store(on, std::memory_order_relaxed); }
 
 void dev::set_f32_variant(int variant) {
   g_f32_variant.store(variant == 1 || variant == 2 ? variant : 0, std::memory_order_relaxed);

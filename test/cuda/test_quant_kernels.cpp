@@ -312,6 +312,45 @@ TEST_CASE("matvec: float types with a whole block a row, and F32's unit variants
   xk::dev::set_matvec_geometry(0, true);
 }
 
+// A group of rows of several warps waits between the rounds of its shared-memory
+// sum on a barrier of its own or on the whole block's (set_group_barrier): the same
+// sums in the same order, so the same bits, for groups of 64, 128 and 256 threads in
+// blocks of 256 and 512.
+TEST_CASE("matvec: a group of rows' own barrier gives the block barrier's bits") {
+  const auto same_bits = [](Stream& st, uint32_t type, MatvecCase& c, int64_t ne0, int64_t ne1, int n) {
+    const auto base = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
+    xk::dev::set_group_barrier(true);
+    const auto got = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
+    xk::dev::set_group_barrier(false);
+    CHECK(count_bad(got, head(c.ref, got.size()), kTolFp32, xk::type_name(type)) == 0);
+    CHECK(std::memcmp(got.data(), base.data(), base.size() * 4) == 0);
+  };
+  // 8192 inputs: 256 units of the 32-element types, 64 of the K-quants' half blocks.
+  each_quantized_matvec(8192, 203, 41, [&](Stream& st, uint32_t type, MatvecCase& c, int n, const std::vector<float>&) {
+    for (const int block : {256, 512})
+      for (const int row_threads : {64, 128}) {
+        CAPTURE(block);
+        CAPTURE(row_threads);
+        xk::dev::set_matvec_geometry(block, true, row_threads);
+        same_bits(st, type, c, 8192, 203, n);
+      }
+  });
+  std::mt19937 rng(43);
+  Stream st;
+  for (uint32_t type : {xk::kF32, xk::kF16, xk::kBF16}) {  // 2048 inputs: 256 units, 128 threads a group
+    CAPTURE(xk::type_name(type));
+    MatvecCase c(type, 2048, 45, 8, rng);
+    for (const int row_threads : {0, 256})
+      for (const int n : {1, 8}) {
+        CAPTURE(row_threads);
+        CAPTURE(n);
+        xk::dev::set_matvec_geometry(0, true, row_threads);
+        same_bits(st, type, c, 2048, 45, n);
+      }
+  }
+  xk::dev::set_matvec_geometry(0, true);
+}
+
 TEST_CASE("matvec: float types with rows that are not whole 16-byte vectors") {
   std::mt19937 rng(3);
   Stream st;
