@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
        mma_decode = false, no_mma_decode = false, no_dp4a = false, no_prestage = false, prestage_always = false,
        two_products = false, group_barrier = false;
   uint64_t block_threads = 0, row_threads = 0, mma_warps = 0, mma_tiles = 0, large_from = 0, f32_variant = 0;
-  std::string only_type, only_shape;
+  std::string only_type, only_shape, token_list;
   xpack::cli::App app("bench-kernels",
                       "bench-kernels [--quick] [--graph] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem] "
                       "[--row-threads N] [--no-pipeline] [--[no-]mma-decode] [--mma-warps N] [--mma-tiles N] "
@@ -254,6 +254,9 @@ int main(int argc, char** argv) {
   app.flag("--prestage", &prestage_always,
            "every dp4a or tensor-core launch with a workspace makes x's int8 terms once for all its blocks (the same "
            "bits)");
+  app.text("--tokens", "N,...", &token_list,
+           "the decode kernel at these token counts, 1 to 8 (default 1,8), and the prefill path's tensor-core "
+           "tiles at those above 1 (default 2,8): where matvec_max_tokens should sit");
   app.text("--type", "T,...", &only_type, "only the shapes of these weight types (ggml's names: mxfp4,q2_K,...)");
   app.text("--shape", "S", &only_shape,
            "only the shapes of this name (as printed in shape=); probe-f32-in14336-rows37449 and "
@@ -326,6 +329,20 @@ int main(int argc, char** argv) {
   };
   for (uint32_t t : all)
     if (t != xk::kF32) few.push_back({t, 16384, 24, "few-rows"});
+  std::vector<int> decode_tokens = {1, 8}, mma_tokens = {2, 8};
+  if (!token_list.empty()) {
+    decode_tokens.clear();
+    mma_tokens.clear();
+    for (size_t pos = 0; pos <= token_list.size();) {
+      const size_t comma = std::min(token_list.find(',', pos), token_list.size());
+      const std::string item = token_list.substr(pos, comma - pos);
+      const int n = item.size() == 1 && item[0] >= '1' && item[0] <= '8' ? item[0] - '0' : 0;
+      if (n == 0) return app.usage_error("--tokens: '" + item + "' is not a token count from 1 to 8");
+      decode_tokens.push_back(n);
+      if (n > 1) mma_tokens.push_back(n);
+      pos = comma + 1;
+    }
+  }
   // A filter that names no type or shape is a typo, not an empty benchmark.
   std::vector<std::string> types;
   for (size_t pos = 0; !only_type.empty() && pos <= only_type.size();) {
@@ -403,7 +420,7 @@ int main(int argc, char** argv) {
     xk::MatmulOptions dec{};
     dec.size = sizeof dec;
     dec.matvec_max_tokens = 8;
-    for (int n : {1, 8}) {
+    for (int n : decode_tokens) {
       const int reps = quick ? 50 : 400;
       const double hot = time_us(s, reps, 5, [&](int) {
         st_ok(xk::matmul(ctx, sh.type, w[0], sh.ne0, sh.ne1, x, n, y, &dec, s), "matvec");
@@ -438,7 +455,7 @@ int main(int argc, char** argv) {
       xk::MatmulOptions o{};
       o.size = sizeof o;
       o.matvec_max_tokens = 1;
-      for (int n : {2, 8}) {
+      for (int n : mma_tokens) {
         const double us = time_us(s, quick ? 20 : 200, 5, [&](int i) {
           st_ok(xk::matmul(ctx, sh.type, w[size_t(i % copies)], sh.ne0, sh.ne1, x, n, y, &o, s), "matmul");
         });
