@@ -60,7 +60,7 @@ with tempfile.TemporaryDirectory() as d:
     r = sh("--help")
     check(r.returncode == 0 and "--against TREE" in r.stdout, "--help")
     r = sh()
-    check(r.returncode == 2 and "--against TREE is required" in r.stderr, "no --against")
+    check(r.returncode == 2 and "--against TREE or --switch FLAGS is required" in r.stderr, "no --against")
     r = sh("--against", os.path.join(d, "nope"))
     check(r.returncode == 2 and "no such file" in r.stderr, "missing baseline")
     r = sh("--against", d, "--rounds", "0")
@@ -73,5 +73,37 @@ with tempfile.TemporaryDirectory() as d:
     check(r.returncode == 1 and "no meson.build" in r.stderr, f"a baseline without meson.build (rc {r.returncode})")
     r = sh("--against", os.path.dirname(HERE), "--out", os.path.join(d, "o"))
     check(r.returncode == 2 and "this tree itself" in r.stderr, f"the tree against itself (rc {r.returncode})")
+
+    # --switch: one executable against itself, B with the flags added, alternately. A
+    # made-up bench-kernels logs its arguments and is twice as fast with the switch.
+    fake = write(d, "fake-bench", """#!/bin/sh
+echo "$*" >> "$(dirname "$0")/calls"
+us=100; case " $* " in *" --f32-variant 1 "*) us=50 ;; esac
+echo "RESULT kind=copy bytes=1 us=1 copy_GBps=3000"
+echo "RESULT kind=matvec type=f32 m=4096 n=1 k=14336 mode=cold us=$us weight_GBps=1 copy_pct=1.0 shape=s"
+""")
+    os.chmod(fake, 0o755)
+    out_dir = os.path.join(d, "sw")
+    r = sh("--switch", "--f32-variant 1", "--bench", fake, "--rounds", "2", "--out", out_dir, "--",
+           "--quick", "--type", "f32")
+    check(r.returncode == 0, f"--switch runs (rc {r.returncode}: {r.stderr})")
+    calls = open(os.path.join(d, "calls")).read().splitlines() if os.path.exists(os.path.join(d, "calls")) else []
+    check(calls == ["--quick --type f32", "--quick --type f32 --f32-variant 1"] * 2,
+          f"alternate A, B, A, B; B alone with the switch: {calls}")
+    check("2.000x" in r.stdout and "A copy GB/s: 3000, 3000" in r.stdout, f"the table: {r.stdout}")
+    check(os.path.exists(os.path.join(out_dir, "ab.txt")), "the table kept in --out")
+    r = sh("--switch", "", "--bench", fake)
+    check(r.returncode == 2 and "--switch: the flags" in r.stderr, "an empty switch")
+    r = sh("--switch", "--x", "--against", d)
+    check(r.returncode == 2 and "not both" in r.stderr, "--switch with --against")
+    r = sh("--switch", "--x", "--bench", os.path.join(d, "nope"))
+    check(r.returncode == 2 and "not an executable" in r.stderr, "--bench missing")
+    r = sh("--against", d, "--bench", fake)
+    check(r.returncode == 2 and "goes with --switch" in r.stderr, "--bench without --switch")
+    # A run that fails is named, and nothing is joined.
+    bad = write(d, "bad-bench", "#!/bin/sh\necho boom\nexit 3\n")
+    os.chmod(bad, 0o755)
+    r = sh("--switch", "--x", "--bench", bad, "--out", os.path.join(d, "sw2"))
+    check(r.returncode == 1 and "side a, round 1 failed" in r.stderr, f"a failed run (rc {r.returncode})")
 
 finish()
