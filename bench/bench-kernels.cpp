@@ -193,14 +193,14 @@ void report(const char* kind, uint32_t type, int64_t ne0, int64_t ne1, int n, co
 int main(int argc, char** argv) {
   bool quick = false, few_only = false, decode_only = false, wave_per_problem = false, no_pipeline = false,
        mma_decode = false, no_mma_decode = false, no_dp4a = false, no_prestage = false, prestage_always = false,
-       two_products = false, group_barrier = false;
+       two_products = false, group_barrier = false, one_row = false;
   uint64_t block_threads = 0, row_threads = 0, mma_warps = 0, mma_tiles = 0, large_from = 0, f32_variant = 0;
   std::string only_type, only_shape, token_list;
   xpack::cli::App app("bench-kernels",
                       "bench-kernels [--quick] [--graph] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem] "
                       "[--row-threads N] [--no-pipeline] [--[no-]mma-decode] [--mma-warps N] [--mma-tiles N] "
-                      "[--mma-large-from N] [--mma-two-products] [--no-dp4a] [--[no-]prestage] [--type T,...] "
-                      "[--shape S]",
+                      "[--mma-large-from N] [--mma-two-products] [--f32-variant N] [--group-barrier] [--one-row] "
+                      "[--no-dp4a] [--[no-]prestage] [--tokens N,...] [--type T,...] [--shape S]",
                       "Microseconds per product and weight GB/s of the CUDA kernels (cuda/quant_matmul.h) for "
                       "every weight type, against a device-to-device copy measured in the same run; one RESULT "
                       "line per measurement.",
@@ -242,6 +242,9 @@ int main(int argc, char** argv) {
   app.flag("--group-barrier", &group_barrier,
            "the decode kernel's groups of rows of several warps wait on a barrier of their own between the "
            "rounds of their sum (default: on the whole block's; the same bits)");
+  app.flag("--one-row", &one_row,
+           "Q2_K's and Q3_K's dp4a decode at one token takes one row a group of threads (default: four and two; "
+           "the same bits)");
   app.flag("--no-dp4a", &no_dp4a,
            "the K-quants' and MXFP4's decode on the FMA units for every row (default: rows whose x fits shared memory "
            "as int8 terms on the dp4a units, doc/kernels.md)");
@@ -285,6 +288,7 @@ int main(int argc, char** argv) {
   xk::dev::set_mma_large_from(int(large_from));
   xk::dev::set_f32_variant(int(f32_variant));
   xk::dev::set_group_barrier(group_barrier);
+  xk::dev::set_one_row_groups(one_row);
   const uint32_t all[] = {xk::kF32, xk::kF16, xk::kBF16, xk::kQ8_0, xk::kQ4_K,
                           xk::kQ5_K, xk::kQ6_K, xk::kQ2_K, xk::kQ3_K, xk::kMXFP4};
   std::vector<Shape> shapes = {

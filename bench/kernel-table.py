@@ -17,8 +17,19 @@ def parse_kv(line):
     return dict(kv.split('=', 1) for kv in line.split()[1:] if '=' in kv)
 
 
+if len(sys.argv) > 1 and sys.argv[1] in ('-h', '--help'):
+    print(__doc__)
+    sys.exit(0)
+if not 2 <= len(sys.argv) <= 3:
+    print('usage: bench/kernel-table.py BENCH_LOG [LLAMA_LOG] (--help says more)', file=sys.stderr)
+    sys.exit(2)
+try:
+    bench_log = open(sys.argv[1]).read().splitlines()
+except OSError as e:
+    sys.exit(f'kernel-table: {e}')
+
 ours, copy, launches = [], None, None
-for line in open(sys.argv[1]):
+for line in bench_log:
     if line.startswith('launches: '):
         launches = line.split(': ', 1)[1].strip()
     if line.startswith('RESULT '):
@@ -35,7 +46,10 @@ if len(sys.argv) > 2:
     # the next case's line.
     until_time = r'[^\n]*?(?:\n(?!\s*MUL_MAT)[^\n]*?)*?([\d.]+) us/run'
     pat = re.compile(r'MUL_MAT\(type_a=(\w+),type_b=f32,m=(\d+),n=(\d+),k=(\d+),' + until_time)
-    text = open(sys.argv[2]).read()
+    try:
+        text = open(sys.argv[2]).read()
+    except OSError as e:
+        sys.exit(f'kernel-table: {e}')
     for m in pat.finditer(text):
         llama[(m.group(1), m.group(2), m.group(3), m.group(4))] = float(m.group(5))
     pat_id = re.compile(r'MUL_MAT_ID\(type_a=(\w+),type_b=f32,n_mats=\d+,n_used=(\d+),b=\w+,m=(\d+),n=(\d+),k=(\d+)\)'

@@ -58,6 +58,12 @@ with tempfile.TemporaryDirectory() as d:
     check(rows[("grouped", "mxfp4", "1", "grouped6")][-1] == "-", "the rotating (cold) launch has no llama time")
     r = subprocess.run([sys.executable, TABLE, ours], capture_output=True, text=True)
     check(r.returncode == 0 and "llama" in r.stdout and "0.50x" not in r.stdout, "ours alone: no ratios")
+    r = subprocess.run([sys.executable, TABLE, "--help"], capture_output=True, text=True)
+    check(r.returncode == 0 and "usage: bench/kernel-table.py" in r.stdout, "--help")
+    r = subprocess.run([sys.executable, TABLE], capture_output=True, text=True)
+    check(r.returncode == 2 and "usage:" in r.stderr, "no log: a usage error")
+    r = subprocess.run([sys.executable, TABLE, ours + ".missing"], capture_output=True, text=True)
+    check(r.returncode == 1 and "kernel-table:" in r.stderr and "Traceback" not in r.stderr, "a missing log named")
 
 if failed:
     sys.exit(1)

@@ -200,6 +200,12 @@ void set_f32_variant(int variant);
 // Thread safety: safe from any thread; launches already enqueued keep theirs.
 void set_group_barrier(bool on);
 
+// Whether Q2_K's and Q3_K's dp4a decode at one token takes one row a group of
+// threads (on) or its usual four and two (off, the default): each row's sum is its
+// own either way, so the same bits. For bench-kernels' side-by-side runs and the tests.
+// Thread safety: safe from any thread; launches already enqueued keep theirs.
+void set_one_row_groups(bool on);
+
 }  // namespace dev
 
 // Dequantizes n_rows rows of W into fp32 out [n_rows][ne0], bit-identical to

@@ -479,6 +479,7 @@ std::atomic<int> g_prestage{kPrestageAuto};
 std::atomic<bool> g_mma_one_product{true};
 std::atomic<int> g_f32_variant{0};  // TF32V's variant (set_f32_variant)
 std::atomic<bool> g_group_bar{false};
+std::atomic<bool> g_one_row{false};
 struct Geometry {
   int block;         // threads per block: 256, 512, or 0: chosen per launch (launch_smem_x)
   bool shared_wave;  // the problems of a launch share one wave of blocks (else one wave each)
@@ -491,6 +492,7 @@ struct Geometry {
   int prestage;          // kPrestage*: a dp4a launch's terms made once (stage_terms_kernel; the same bits either way)
   bool mma_one_product;  // mxfp4_mmv.cu from two tokens on: one product a block and pair of tokens (the same bits)
   bool group_bar;        // a group of rows' sum waits on a barrier of its own (group_sync; the same bits)
+  bool one_row;          // Q2_K's and Q3_K's dp4a units at one token: one row a group (launch_unsplit; the same bits)
 };
 inline Geometry geometry() {
   return Geometry{g_block.load(std::memory_order_relaxed), g_shared_wave.load(std::memory_order_relaxed),
@@ -498,7 +500,8 @@ inline Geometry geometry() {
                   g_mma_decode.load(std::memory_order_relaxed),
                   MmaLayout(g_mma_layout.load(std::memory_order_relaxed)),
                   g_dp4a.load(std::memory_order_relaxed), g_prestage.load(std::memory_order_relaxed),
-                  g_mma_one_product.load(std::memory_order_relaxed), g_group_bar.load(std::memory_order_relaxed)};
+                  g_mma_one_product.load(std::memory_order_relaxed), g_group_bar.load(std::memory_order_relaxed),
+                  g_one_row.load(std::memory_order_relaxed)};
 }
 // Threads per row group (log2) of the unsplit kernel. Fewer threads than the row
 // has units give each lane several units (MXFP4's loaded one ahead: kPipelines)
@@ -587,10 +590,9 @@ cudaError_t launch_smem_x(const GroupParams& gp, int ne0, int ne1, size_t rb, co
   return cudaGetLastError();
 }
 
-template <class Ty, int NT, bool kPipe>
-cudaError_t launch_unsplit(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
-                           const Geometry& geom, cudaStream_t stream) {
-  constexpr int R = rows_per_group<Ty, NT>();
+template <class Ty, int NT, bool kPipe, int R>
+cudaError_t launch_unsplit_r(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
+                             const Geometry& geom, cudaStream_t stream) {
   const int units = ne0 / Ty::kUnit;
   const int tpr_log2 = row_tpr_log2<Ty>(units, geom);
   const int rows_per_block = (kThreads >> tpr_log2) * R;
@@ -632,6 +634,19 @@ cudaError_t launch_unsplit(const GroupParams& gp, int ne0, int ne1, size_t rb, c
         <<<grid, kThreads, 0, stream>>>(gp, ne0, ne1, rb, x, y, tpr_log2, geom.group_bar);
     return cudaGetLastError();
   }
+}
+
+// One row a group (geom.one_row) for Q2_K's and Q3_K's dp4a units at one token:
+// a question for bench-kernels, not a rule. Q3_K's two rows take 118 registers,
+// two blocks of 256 threads an SM; one row takes 70, three blocks (x's 72 KB of
+// terms for 16384 inputs allow three), with half the bytes in flight a warp.
+template <class Ty, int NT, bool kPipe>
+cudaError_t launch_unsplit(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
+                           const Geometry& geom, cudaStream_t stream) {
+  if constexpr (NT == 1 && (std::is_same_v<Ty, TQ2_K8> || std::is_same_v<Ty, TQ3_K8>)) {
+    if (geom.one_row) return launch_unsplit_r<Ty, NT, kPipe, 1>(gp, ne0, ne1, rb, x, y, geom, stream);
+  }
+  return launch_unsplit_r<Ty, NT, kPipe, rows_per_group<Ty, NT>()>(gp, ne0, ne1, rb, x, y, geom, stream);
 }
 
 template <class Ty, int NT>
@@ -891,6 +906,8 @@ bool weight_aligned(uint32_t type, const void* w) {
 
 void dev::set_group_barrier(bool on) { g_group_bar.store(on, std::memory_order_relaxed); }
 
+void dev::set_one_row_groups(bool on) { g_one_row.store(on, std::memory_order_relaxed); }
+
 void dev::set_f32_variant(int variant) {
   g_f32_variant.store(variant == 1 || variant == 2 ? variant : 0, std::memory_order_relaxed);
 }
@@ -964,7 +981,11 @@ bool dev::matvec_splits(const MatvecScratch* sc, uint32_t type, int64_t ne0, int
   if (check_shape(type, ne0, ne1) != kOk) return false;
   const bool vec = ne0 % 8 == 0;
   switch (type) {
-    case kF32: return vec ? splits<TF32>(sc, ne0, ne1) : splits<TScalar<kF32>>(sc, ne0, ne1);
+    case kF32:
+      // Variant 2's units are half as long, so its split plan is its own.
+      if (!vec) return splits<TScalar<kF32>>(sc, ne0, ne1);
+      return g_f32_variant.load(std::memory_order_relaxed) == 2 ? splits<TF32V<2>>(sc, ne0, ne1)
+                                                                 : splits<TF32>(sc, ne0, ne1);
     case kF16: return vec ? splits<THalf<false>>(sc, ne0, ne1) : splits<TScalar<kF16>>(sc, ne0, ne1);
     case kBF16: return vec ? splits<THalf<true>>(sc, ne0, ne1) : splits<TScalar<kBF16>>(sc, ne0, ne1);
     case kQ8_0: return splits<TQ8_0>(sc, ne0, ne1);
