@@ -3,7 +3,7 @@
 # that cuda_deepseek4 and cuda_kimi_k3 need (../shared does not travel there).
 #
 # usage: bench/gpu-suites.sh --fixtures-to DIR [--models LIST]   (here: copy the fixtures into DIR)
-#        bench/gpu-suites.sh [--fixtures DIR] [--build DIR] [--jobs N] [-- MESON_TEST_ARGS]
+#        bench/gpu-suites.sh [--fixtures DIR] [--build DIR] [--prebuilt FILE] [--jobs N] [-- MESON_TEST_ARGS]
 #   --fixtures-to DIR: run on this machine; copies the oracle models and logits of LIST
 #     from ../shared/oracle into DIR: name DIR (inside the checkout, git-ignored or excluded)
 #     in the device tool's carry, with .deps. The carry holds 64 MiB in all: deepseek4's
@@ -12,6 +12,8 @@
 #   --fixtures DIR: on the GPU machine, DIR from --fixtures-to: linked as ../shared/oracle
 #     (deepseek4) and named in XPACK_KIMI_FIXTURE_DIR (kimi-k3)
 #   --build DIR: the CUDA build (default build-gpu; configured with -Dcuda=enabled if new)
+#   --prebuilt FILE: the tests' files built on the CPU machine (bench/prebuilt.py BUILD
+#     FILE there, carried): unpacked into the configured DIR, nothing is built
 #   --jobs N: tests at a time (default 4: the model tests each run xpack-run processes)
 #   after --: more arguments for meson test (e.g. a test name)
 # Installs .deps (bench/fetch-gpu-deps.sh fills it here) and the Python wheels, builds,
@@ -22,22 +24,27 @@ set -uo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root" || exit 1
-fixtures="" build=build-gpu jobs=4 copy_to="" models="deepseek4,kimi-k3"
+fixtures="" build=build-gpu jobs=4 copy_to="" models="deepseek4,kimi-k3" prebuilt=""
 need() { [ $# -ge 2 ] || { echo "gpu-suites: $1 needs a value (--help)" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
   case "$1" in
-    --fixtures|--fixtures-to|--models|--build|--jobs) need "$@" ;;&
+    --fixtures|--fixtures-to|--models|--build|--jobs|--prebuilt) need "$@" ;;&
     --fixtures) fixtures="$2"; shift 2 ;;
     --fixtures-to) copy_to="$2"; shift 2 ;;
     --models) models="$2"; shift 2 ;;
     --build) build="$2"; shift 2 ;;
+    --prebuilt) prebuilt="$2"; shift 2 ;;
     --jobs) jobs="$2"; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) echo "gpu-suites: unknown argument $1 (--help)" >&2; exit 2 ;;
   esac
 done
 [[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "gpu-suites: --jobs is a whole number >= 1, got '$jobs'" >&2; exit 2; }
+if [ -n "$prebuilt" ]; then
+  [ -f "$prebuilt" ] || { echo "gpu-suites: --prebuilt $prebuilt: no such file" >&2; exit 2; }
+  prebuilt="$(cd "$(dirname "$prebuilt")" && pwd)/$(basename "$prebuilt")"
+fi
 
 if [ -n "$copy_to" ]; then
   src="$root/../shared/oracle"
@@ -73,8 +80,17 @@ mkdir -p "$log"
 if [ ! -f "$build/build.ninja" ]; then
   meson setup "$build" -Dcuda=enabled > "$log/meson.log" 2>&1 || { tail -20 "$log/meson.log"; exit 1; }
 fi
-ninja -C "$build" > "$log/ninja.log" 2>&1 || { grep -B2 -A20 -m3 "FAILED" "$log/ninja.log"; exit 1; }
-say "built"
+if [ -n "$prebuilt" ]; then
+  # Built on the CPU machine: its files in this configured build, its libraries first.
+  tar xJf "$prebuilt" -C "$build" || { echo "gpu-suites: cannot unpack $prebuilt" >&2; exit 1; }
+  export LD_LIBRARY_PATH="$(cd "$build" && pwd)/prebuilt-lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  missing=$(find "$build" -type f -perm -u+x -newer "$build/build.ninja" -exec ldd {} \; 2>/dev/null | grep "not found" | sort -u)
+  [ -z "$missing" ] || { echo "gpu-suites: the prebuilt files cannot load: $missing" >&2; exit 1; }
+  say "unpacked $(basename "$prebuilt") (built elsewhere: $(sed -n 's/^tests: //p' "$build/prebuilt-lib/PREBUILT.txt" | wc -w) tests)"
+else
+  ninja -C "$build" > "$log/ninja.log" 2>&1 || { grep -B2 -A20 -m3 "FAILED" "$log/ninja.log"; exit 1; }
+  say "built"
+fi
 meson test -C "$build" --no-rebuild --suite cuda --suite python --num-processes "$jobs" --print-errorlogs "$@" \
   > "$log/test.log" 2>&1
 rc=$?
