@@ -84,7 +84,8 @@ if [ -n "$prebuilt" ]; then
   # Built on the CPU machine: its files in this configured build, its libraries first.
   tar xJf "$prebuilt" -C "$build" || { echo "gpu-suites: cannot unpack $prebuilt" >&2; exit 1; }
   export LD_LIBRARY_PATH="$(cd "$build" && pwd)/prebuilt-lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  missing=$(find "$build" -type f -perm -u+x -newer "$build/build.ninja" -exec ldd {} \; 2>/dev/null | grep "not found" | sort -u)
+  missing=$(tar tJf "$prebuilt" | while read -r f; do
+    [ -f "$build/$f" ] && [ -x "$build/$f" ] && ldd "$build/$f" 2>/dev/null | grep "not found"; done | sort -u)
   [ -z "$missing" ] || { echo "gpu-suites: the prebuilt files cannot load: $missing" >&2; exit 1; }
   say "unpacked $(basename "$prebuilt") (built elsewhere: $(sed -n 's/^tests: //p' "$build/prebuilt-lib/PREBUILT.txt" | wc -w) tests)"
 else
