@@ -176,6 +176,17 @@ struct Shape {
   const char* what;
 };
 
+// The items of a comma-separated list ("" names none; "a,,b" has an empty one).
+std::vector<std::string> comma_items(const std::string& list) {
+  std::vector<std::string> items;
+  for (size_t pos = 0; !list.empty() && pos <= list.size();) {
+    const size_t comma = std::min(list.find(',', pos), list.size());
+    items.push_back(list.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  return items;
+}
+
 double g_copy_gbs = 0;
 size_t g_l2 = 0;
 
@@ -337,26 +348,19 @@ int main(int argc, char** argv) {
   if (!token_list.empty()) {
     decode_tokens.clear();
     mma_tokens.clear();
-    for (size_t pos = 0; pos <= token_list.size();) {
-      const size_t comma = std::min(token_list.find(',', pos), token_list.size());
-      const std::string item = token_list.substr(pos, comma - pos);
+    for (const std::string& item : comma_items(token_list)) {
       const int n = item.size() == 1 && item[0] >= '1' && item[0] <= '8' ? item[0] - '0' : 0;
       if (n == 0) return app.usage_error("--tokens: '" + item + "' is not a token count from 1 to 8");
       decode_tokens.push_back(n);
       if (n > 1) mma_tokens.push_back(n);
-      pos = comma + 1;
     }
   }
   // A filter that names no type or shape is a typo, not an empty benchmark.
-  std::vector<std::string> types;
-  for (size_t pos = 0; !only_type.empty() && pos <= only_type.size();) {
-    const size_t comma = std::min(only_type.find(',', pos), only_type.size());
-    types.push_back(only_type.substr(pos, comma - pos));
-    if (std::none_of(std::begin(all), std::end(all), [&](uint32_t t) { return types.back() == xk::type_name(t); }))
-      return app.usage_error("--type: unknown weight type '" + types.back() + "' (f32, f16, bf16, q8_0, q4_K, q5_K, "
+  const std::vector<std::string> types = comma_items(only_type);
+  for (const std::string& name : types)
+    if (std::none_of(std::begin(all), std::end(all), [&](uint32_t t) { return name == xk::type_name(t); }))
+      return app.usage_error("--type: unknown weight type '" + name + "' (f32, f16, bf16, q8_0, q4_K, q5_K, "
                              "q6_K, q2_K, q3_K, mxfp4)");
-    pos = comma + 1;
-  }
   if (!only_shape.empty() &&
       std::none_of(shapes.begin(), shapes.end(), [&](const Shape& sh) { return only_shape == sh.what; }) &&
       std::none_of(few.begin(), few.end(), [&](const Shape& sh) { return only_shape == sh.what; }))

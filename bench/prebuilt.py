@@ -54,13 +54,9 @@ def files_of_tests(build, suites):
     if not chosen:
         fail(f"no test of suite {', '.join(sorted(suites))} in {build} (built with -Dcuda=enabled?)")
     for t in chosen:
-        for word in t["cmd"]:
-            if os.path.isabs(word) and inside(word, build) and os.path.isfile(word):
-                want.add(os.path.abspath(word))
-        for value in t["env"].values():
-            for part in value.split(os.pathsep):
-                if part and os.path.isabs(part) and inside(part, build) and os.path.isfile(part):
-                    want.add(os.path.abspath(part))
+        # The build's files that its command and environment name.
+        words = list(t["cmd"]) + [part for value in t["env"].values() for part in value.split(os.pathsep)]
+        want |= {os.path.abspath(w) for w in words if os.path.isabs(w) and inside(w, build) and os.path.isfile(w)}
         for dep in t["depends"]:
             for f in targets.get(dep, {}).get("filename", []):
                 if inside(f, build):
