@@ -23,10 +23,17 @@ if len(sys.argv) > 1 and sys.argv[1] in ('-h', '--help'):
 if not 2 <= len(sys.argv) <= 3:
     print('usage: bench/kernel-table.py BENCH_LOG [LLAMA_LOG] (--help says more)', file=sys.stderr)
     sys.exit(2)
-try:
-    bench_log = open(sys.argv[1]).read().splitlines()
-except OSError as e:
-    sys.exit(f'kernel-table: {e}')
+
+
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError as e:
+        sys.exit(f'kernel-table: {e}')
+
+
+bench_log = read(sys.argv[1]).splitlines()
 
 ours, copy, launches = [], None, None
 for line in bench_log:
@@ -46,10 +53,7 @@ if len(sys.argv) > 2:
     # the next case's line.
     until_time = r'[^\n]*?(?:\n(?!\s*MUL_MAT)[^\n]*?)*?([\d.]+) us/run'
     pat = re.compile(r'MUL_MAT\(type_a=(\w+),type_b=f32,m=(\d+),n=(\d+),k=(\d+),' + until_time)
-    try:
-        text = open(sys.argv[2]).read()
-    except OSError as e:
-        sys.exit(f'kernel-table: {e}')
+    text = read(sys.argv[2])
     for m in pat.finditer(text):
         llama[(m.group(1), m.group(2), m.group(3), m.group(4))] = float(m.group(5))
     pat_id = re.compile(r'MUL_MAT_ID\(type_a=(\w+),type_b=f32,n_mats=\d+,n_used=(\d+),b=\w+,m=(\d+),n=(\d+),k=(\d+)\)'
