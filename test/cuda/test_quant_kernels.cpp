@@ -316,19 +316,23 @@ TEST_CASE("matvec: float types with a whole block a row, and F32's unit variants
   xk::dev::set_matvec_geometry(0, true);
 }
 
+// A switch that must not change a bit (set(true) on, set(false) the default): the
+// product with it on is within the bound and equals the product with it off.
+void same_bits_switched(void (*set)(bool), Stream& st, uint32_t type, MatvecCase& c, int64_t ne0, int64_t ne1,
+                        int n) {
+  const auto base = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
+  set(true);
+  const auto got = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
+  set(false);
+  CHECK(count_bad(got, head(c.ref, got.size()), kTolFp32, xk::type_name(type)) == 0);
+  CHECK(std::memcmp(got.data(), base.data(), base.size() * 4) == 0);
+}
+
 // A group of rows of several warps waits between the rounds of its shared-memory
 // sum on a barrier of its own or on the whole block's (set_group_barrier): the same
 // sums in the same order, so the same bits, for groups of 64, 128 and 256 threads in
 // blocks of 256 and 512.
 TEST_CASE("matvec: a group of rows' own barrier gives the block barrier's bits") {
-  const auto same_bits = [](Stream& st, uint32_t type, MatvecCase& c, int64_t ne0, int64_t ne1, int n) {
-    const auto base = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
-    xk::dev::set_group_barrier(true);
-    const auto got = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
-    xk::dev::set_group_barrier(false);
-    CHECK(count_bad(got, head(c.ref, got.size()), kTolFp32, xk::type_name(type)) == 0);
-    CHECK(std::memcmp(got.data(), base.data(), base.size() * 4) == 0);
-  };
   // 8192 inputs: 256 units of the 32-element types, 64 of the K-quants' half blocks.
   each_quantized_matvec(8192, 203, 41, [&](Stream& st, uint32_t type, MatvecCase& c, int n, const std::vector<float>&) {
     for (const int block : {256, 512})
@@ -336,7 +340,7 @@ TEST_CASE("matvec: a group of rows' own barrier gives the block barrier's bits")
         CAPTURE(block);
         CAPTURE(row_threads);
         xk::dev::set_matvec_geometry(block, true, row_threads);
-        same_bits(st, type, c, 8192, 203, n);
+        same_bits_switched(xk::dev::set_group_barrier, st, type, c, 8192, 203, n);
       }
   });
   std::mt19937 rng(43);
@@ -349,7 +353,7 @@ TEST_CASE("matvec: a group of rows' own barrier gives the block barrier's bits")
         CAPTURE(row_threads);
         CAPTURE(n);
         xk::dev::set_matvec_geometry(0, true, row_threads);
-        same_bits(st, type, c, 2048, 45, n);
+        same_bits_switched(xk::dev::set_group_barrier, st, type, c, 2048, 45, n);
       }
   }
   xk::dev::set_matvec_geometry(0, true);
@@ -368,12 +372,7 @@ TEST_CASE("matvec: one row a group gives Q2_K's and Q3_K's usual bits") {
       CAPTURE(ne0);
       const int64_t ne1 = 203;
       MatvecCase c(type, ne0, ne1, 1, rng);
-      const auto base = matvec_y(st, type, c.dw, ne0, ne1, c.dx, 1, c.dy);
-      xk::dev::set_one_row_groups(true);
-      const auto got = matvec_y(st, type, c.dw, ne0, ne1, c.dx, 1, c.dy);
-      xk::dev::set_one_row_groups(false);
-      CHECK(count_bad(got, head(c.ref, got.size()), kTolFp32, xk::type_name(type)) == 0);
-      CHECK(std::memcmp(got.data(), base.data(), base.size() * 4) == 0);
+      same_bits_switched(xk::dev::set_one_row_groups, st, type, c, ne0, ne1, 1);
     }
     // Six one-token experts of 3584 x 3072 (Kimi-K3's gate/up shape), one launch.
     const int64_t ne0 = 3584, ne1 = 3072;
