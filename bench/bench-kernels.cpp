@@ -204,13 +204,13 @@ void report(const char* kind, uint32_t type, int64_t ne0, int64_t ne1, int n, co
 int main(int argc, char** argv) {
   bool quick = false, few_only = false, decode_only = false, wave_per_problem = false, no_pipeline = false,
        mma_decode = false, no_mma_decode = false, no_dp4a = false, no_prestage = false, prestage_always = false,
-       two_products = false, group_barrier = false, one_row = false;
+       two_products = false, group_barrier = false;
   uint64_t block_threads = 0, row_threads = 0, mma_warps = 0, mma_tiles = 0, large_from = 0, f32_variant = 0;
   std::string only_type, only_shape, token_list;
   xpack::cli::App app("bench-kernels",
                       "bench-kernels [--quick] [--graph] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem] "
                       "[--row-threads N] [--no-pipeline] [--[no-]mma-decode] [--mma-warps N] [--mma-tiles N] "
-                      "[--mma-large-from N] [--mma-two-products] [--f32-variant N] [--group-barrier] [--one-row] "
+                      "[--mma-large-from N] [--mma-two-products] [--f32-variant N] [--group-barrier] "
                       "[--no-dp4a] [--[no-]prestage] [--tokens N,...] [--type T,...] [--shape S]",
                       "Microseconds per product and weight GB/s of the CUDA kernels (cuda/quant_matmul.h) for "
                       "every weight type, against a device-to-device copy measured in the same run; one RESULT "
@@ -247,15 +247,14 @@ int main(int argc, char** argv) {
   app.count("--mma-large-from", "N", &large_from,
             "the prefill kernel's 128 x 64 tiles from N tokens whatever the grid (default: a rule of tokens and "
             "grid, cuda/quant_mma.cu; a large N: never)", 1, 1u << 30);
-  app.count("--f32-variant", "N", &f32_variant,
-            "F32 decode's unit: 0 (the default: 8 floats, two plain loads a row), 1 (the same through the "
-            "read-only path), 2 (4 floats, one read-only load a row)", 0, 2);
+  CLI::Option* f32_opt =
+      app.count("--f32-variant", "N", &f32_variant,
+                "F32 decode's unit for every token count: 0 (8 floats, two plain loads a row), 1 (the same through "
+                "the read-only path), 2 (4 floats, one read-only load a row); default: 2 at one token, 1 above",
+                0, 2);
   app.flag("--group-barrier", &group_barrier,
            "the decode kernel's groups of rows of several warps wait on a barrier of their own between the "
            "rounds of their sum (default: on the whole block's; the same bits)");
-  app.flag("--one-row", &one_row,
-           "Q2_K's and Q3_K's dp4a decode at one token takes one row a group of threads (default: four and two; "
-           "the same bits)");
   app.flag("--no-dp4a", &no_dp4a,
            "the K-quants' and MXFP4's decode on the FMA units for every row (default: rows whose x fits shared memory "
            "as int8 terms on the dp4a units, doc/kernels.md)");
@@ -297,9 +296,8 @@ int main(int argc, char** argv) {
                                                  : xk::dev::kPrestageAuto,
                                !two_products);
   xk::dev::set_mma_large_from(int(large_from));
-  xk::dev::set_f32_variant(int(f32_variant));
+  xk::dev::set_f32_variant(f32_opt->count() > 0 ? int(f32_variant) : -1);
   xk::dev::set_group_barrier(group_barrier);
-  xk::dev::set_one_row_groups(one_row);
   const uint32_t all[] = {xk::kF32, xk::kF16, xk::kBF16, xk::kQ8_0, xk::kQ4_K,
                           xk::kQ5_K, xk::kQ6_K, xk::kQ2_K, xk::kQ3_K, xk::kMXFP4};
   std::vector<Shape> shapes = {

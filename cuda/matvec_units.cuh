@@ -74,13 +74,13 @@ using Acc = float[R][NT];
 
 // ---- float types ------------------------------------------------------------
 
-// F32, 16-byte aligned rows, ne0 % 8 == 0. kVariant 0 (the default): units of 8
-// floats (32 bytes), two plain loads a row. The others are for bench-kernels
-// --f32-variant, the question of F32 above the L2 (57 % of the copy bandwidth
-// where F16 reads at 104 %): 1, the same units through the read-only path
-// (__ldg, as every other type's weights); 2, units of 4 floats, one __ldg a row,
-// so that a warp's load is 512 contiguous bytes as F16's is (a lane's sum then
-// adds its floats in another order: other bits, within the same bound).
+// F32, 16-byte aligned rows, ne0 % 8 == 0. kVariant 0: units of 8 floats (32
+// bytes), two plain loads a row (57 % of the copy bandwidth above the L2, where
+// F16 read at 104 %); 1, the same units through the read-only path (__ldg, as
+// every other type's weights; the same bits); 2, units of 4 floats, one __ldg a
+// row, so that a warp's load is 512 contiguous bytes as F16's is (a lane's sum
+// then adds its floats in another order: other bits, within the same bound).
+// Which one a launch takes: quant_matvec.cu, f32_unit.
 template <int kVariant>
 struct TF32V {
   static constexpr int kUnit = kVariant == 2 ? 4 : 8;

@@ -393,7 +393,7 @@ int shared_input_matmul(Context* ctx, uint32_t type, int64_t ne0, const SharedIn
   for (int i = 0; i < n; ++i) {
     const SharedInputProduct& p = products[i];
     const bool vec = !is_float || (ne0 % 8 == 0 && aligned16(p.w) && aligned16(x));
-    if (decode && vec && !dev::matvec_splits(&sc, type, ne0, p.ne1)) {
+    if (decode && vec && !dev::matvec_splits(&sc, type, ne0, p.ne1, n_tokens)) {
       batch[n_batch++] = p;
     } else if (const int st = matmul(ctx, type, p.w, ne0, p.ne1, x, n_tokens, p.y, opts, stream); st != kOk) {
       return st;

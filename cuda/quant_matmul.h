@@ -127,7 +127,8 @@ constexpr size_t kMatvecSplitCounters = size_t(kMaxGroupedProblems) * (kMatvecSp
 
 // grouped_matvec(), splitting rows where the shape has too few of them to fill
 // the GPU and `scratch` (may be null: never) holds one problem's chunk sums. The
-// split depends on (type, ne0, ne1, the device, the scratch's size) only, so each
+// split depends on (type, ne0, ne1, the device, the scratch's size) only, and for
+// F32 on whether the problem has one token (its unit, set_f32_variant), so each
 // output row still equals this call on its problem alone, bit for bit; it differs
 // from the unsplit grouped_matvec() in rounding only. Thread safety: one thread
 // and one stream at a time per scratch.
@@ -136,9 +137,10 @@ int grouped_matvec_scratch(const MatvecScratch* scratch, uint32_t type, int64_t 
                            int64_t n_rows, cudaStream_t stream);
 
 // Whether grouped_matvec_scratch() would split the rows of a (type, ne0, ne1)
-// matrix with this scratch (for the float types: on their 16-byte vector path,
-// w and x 16-byte aligned and ne0 % 8 == 0). Thread safety: safe from any thread.
-bool matvec_splits(const MatvecScratch* scratch, uint32_t type, int64_t ne0, int64_t ne1);
+// matrix of n_tokens tokens with this scratch (for the float types: on their
+// 16-byte vector path, w and x 16-byte aligned and ne0 % 8 == 0). Thread safety:
+// safe from any thread.
+bool matvec_splits(const MatvecScratch* scratch, uint32_t type, int64_t ne0, int64_t ne1, int n_tokens);
 
 // The unsplit decode kernel over products of one x (x rows [0, n_tokens)) in ONE
 // launch, each product in its own rows of the grid; each output equals
@@ -186,10 +188,11 @@ void set_matvec_geometry(int block_threads, bool shared_wave, int row_threads = 
                          int mma_decode = kMmaDecodeAuto, int mma_warps = 0, int mma_tiles = 0,
                          bool dp4a = true, int prestage = kPrestageAuto, bool mma_one_product = true);
 
-// F32 decode's unit (matvec_units.cuh, TF32V): 0, the default (8 floats, two plain
-// loads a row); 1, the same through the read-only path; 2, 4 floats and one load
-// a row (other bits, within the same bound); any other value, 0. For
-// bench-kernels' side-by-side runs and the tests.
+// F32 decode's unit (matvec_units.cuh, TF32V) for every problem: 0, 8 floats and
+// two plain loads a row; 1, the same through the read-only path (0's bits); 2, 4
+// floats and one load a row (other bits, within the same bound); any other value,
+// the default: 2 for a problem of one token, 1 for more (quant_matvec.cu,
+// f32_unit). For bench-kernels' side-by-side runs and the tests.
 // Thread safety: safe from any thread; launches already enqueued keep theirs.
 void set_f32_variant(int variant);
 
@@ -199,12 +202,6 @@ void set_f32_variant(int variant);
 // same bits. For bench-kernels' side-by-side runs and the tests.
 // Thread safety: safe from any thread; launches already enqueued keep theirs.
 void set_group_barrier(bool on);
-
-// Whether Q2_K's and Q3_K's dp4a decode at one token takes one row a group of
-// threads (on) or its usual four and two (off, the default): each row's sum is its
-// own either way, so the same bits. For bench-kernels' side-by-side runs and the tests.
-// Thread safety: safe from any thread; launches already enqueued keep theirs.
-void set_one_row_groups(bool on);
 
 }  // namespace dev
 

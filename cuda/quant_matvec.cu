@@ -57,6 +57,14 @@ constexpr bool kPipelines = std::is_same_v<Ty, TMXFP4>;
 // the staged kernel takes them, and only where 8 tokens' terms fit (dp4a_takes).
 template <class Ty>
 constexpr bool kTermsX = std::is_base_of_v<TermsX, Ty>;
+// Units whose x the unsplit kernel stages in shared memory where it fits: the
+// quantized ones. With 8-element units the float types' x reads were already cheap
+// from L1 (f16 at n=1: 77 % of the copy bandwidth from global x, 47 % from shared
+// memory, H200 2026-12-01).
+template <class Ty>
+constexpr bool kStagesX = Ty::kUnit % 4 == 0 && !std::is_same_v<Ty, TF32V<0>> && !std::is_same_v<Ty, TF32V<1>> &&
+                          !std::is_same_v<Ty, TF32V<2>> && !std::is_same_v<Ty, THalf<false>> &&
+                          !std::is_same_v<Ty, THalf<true>>;
 // Staged floats a unit and token.
 template <class Ty>
 constexpr int staged_floats() {
@@ -477,9 +485,8 @@ std::atomic<int> g_mma_layout{int(MmaLayout::k4x4)};
 std::atomic<bool> g_dp4a{true};
 std::atomic<int> g_prestage{kPrestageAuto};
 std::atomic<bool> g_mma_one_product{true};
-std::atomic<int> g_f32_variant{0};  // TF32V's variant (set_f32_variant)
+std::atomic<int> g_f32_variant{-1};  // TF32V's variant (set_f32_variant; -1: f32_unit's rule)
 std::atomic<bool> g_group_bar{false};
-std::atomic<bool> g_one_row{false};
 struct Geometry {
   int block;         // threads per block: 256, 512, or 0: chosen per launch (launch_smem_x)
   bool shared_wave;  // the problems of a launch share one wave of blocks (else one wave each)
@@ -492,7 +499,6 @@ struct Geometry {
   int prestage;          // kPrestage*: a dp4a launch's terms made once (stage_terms_kernel; the same bits either way)
   bool mma_one_product;  // mxfp4_mmv.cu from two tokens on: one product a block and pair of tokens (the same bits)
   bool group_bar;        // a group of rows' sum waits on a barrier of its own (group_sync; the same bits)
-  bool one_row;          // Q2_K's and Q3_K's dp4a units at one token: one row a group (launch_unsplit; the same bits)
 };
 inline Geometry geometry() {
   return Geometry{g_block.load(std::memory_order_relaxed), g_shared_wave.load(std::memory_order_relaxed),
@@ -500,8 +506,7 @@ inline Geometry geometry() {
                   g_mma_decode.load(std::memory_order_relaxed),
                   MmaLayout(g_mma_layout.load(std::memory_order_relaxed)),
                   g_dp4a.load(std::memory_order_relaxed), g_prestage.load(std::memory_order_relaxed),
-                  g_mma_one_product.load(std::memory_order_relaxed), g_group_bar.load(std::memory_order_relaxed),
-                  g_one_row.load(std::memory_order_relaxed)};
+                  g_mma_one_product.load(std::memory_order_relaxed), g_group_bar.load(std::memory_order_relaxed)};
 }
 // Threads per row group (log2) of the unsplit kernel. Fewer threads than the row
 // has units give each lane several units (MXFP4's loaded one ahead: kPipelines)
@@ -590,20 +595,15 @@ cudaError_t launch_smem_x(const GroupParams& gp, int ne0, int ne1, size_t rb, co
   return cudaGetLastError();
 }
 
-template <class Ty, int NT, bool kPipe, int R>
-cudaError_t launch_unsplit_r(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
-                             const Geometry& geom, cudaStream_t stream) {
+template <class Ty, int NT, bool kPipe>
+cudaError_t launch_unsplit(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
+                           const Geometry& geom, cudaStream_t stream) {
+  constexpr int R = rows_per_group<Ty, NT>();
   const int units = ne0 / Ty::kUnit;
   const int tpr_log2 = row_tpr_log2<Ty>(units, geom);
   const int rows_per_block = (kThreads >> tpr_log2) * R;
   const int blocks = (ne1 + rows_per_block - 1) / rows_per_block;
-  // Quantized types only: with 8-element units the float types' x reads were
-  // already cheap from L1 (f16 at n=1: 77 % of the copy bandwidth from global x,
-  // 47 % from shared memory, H200 2026-12-01).
-  constexpr bool kFloat = std::is_same_v<Ty, TF32> || std::is_same_v<Ty, TF32V<1>> ||
-                          std::is_same_v<Ty, TF32V<2>> || std::is_same_v<Ty, THalf<false>> ||
-                          std::is_same_v<Ty, THalf<true>>;
-  if constexpr (Ty::kUnit % 4 == 0 && !kFloat) {
+  if constexpr (kStagesX<Ty>) {
     const size_t smem = size_t(NT) * size_t(units) * staged_floats<Ty>() * sizeof(float);
     if (smem <= kMaxSmemX) {
       Geometry g = geom;
@@ -613,11 +613,16 @@ cudaError_t launch_unsplit_r(const GroupParams& gp, int ne0, int ne1, size_t rb,
         // H200 (doc/kernels.md): +15-18 % for MXFP4 and Q8_0 14336-wide rows, where
         // 24 resident warps became 32; 0.7x for Q2_K/Q3_K experts (48 blocks for 132
         // SMs) and 0.9x for large K-quant matrices whose registers allow no more warps.
+        // Q3_K's dp4a unit, whose registers allow 16 warps either way, takes 512
+        // whatever the grid (H100, 2026-12-06, bench-kernels --block-threads 512 against
+        // this rule: Kimi-K3's expert down 1.16x alone and 1.04x in groups of 16 and
+        // 114, 16384 inputs 1.02x, 14336 inputs 0.98-1.03x, eight tokens 1.00-1.06x).
         const int b256 = smem_x_blocks_per_sm<Ty, NT, R, kThreads, kPipe>(smem);
         const int b512 = smem_x_blocks_per_sm<Ty, NT, R, 512, kPipe>(smem);
         const int rows512 = (512 >> tpr_log2) * R;
         const long long blocks512 = (ne1 + rows512 - 1) / rows512 * (long long)(gp.shared ? 1 : gp.n);
-        g.block = 2 * b512 > b256 && blocks512 >= sm_count() ? 512 : kThreads;
+        if constexpr (std::is_same_v<Ty, TQ3_K8>) g.block = b512 > 0 && 2 * b512 >= b256 ? 512 : kThreads;
+        else g.block = 2 * b512 > b256 && blocks512 >= sm_count() ? 512 : kThreads;
       }
       const cudaError_t e = g.block == 512
                                 ? launch_smem_x<Ty, NT, R, 512, kPipe>(gp, ne0, ne1, rb, x, y, smem, g, stream)
@@ -634,19 +639,6 @@ cudaError_t launch_unsplit_r(const GroupParams& gp, int ne0, int ne1, size_t rb,
         <<<grid, kThreads, 0, stream>>>(gp, ne0, ne1, rb, x, y, tpr_log2, geom.group_bar);
     return cudaGetLastError();
   }
-}
-
-// One row a group (geom.one_row) for Q2_K's and Q3_K's dp4a units at one token:
-// a question for bench-kernels, not a rule. Q3_K's two rows take 118 registers,
-// two blocks of 256 threads an SM; one row takes 70, three blocks (x's 72 KB of
-// terms for 16384 inputs allow three), with half the bytes in flight a warp.
-template <class Ty, int NT, bool kPipe>
-cudaError_t launch_unsplit(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y,
-                           const Geometry& geom, cudaStream_t stream) {
-  if constexpr (NT == 1 && (std::is_same_v<Ty, TQ2_K8> || std::is_same_v<Ty, TQ3_K8>)) {
-    if (geom.one_row) return launch_unsplit_r<Ty, NT, kPipe, 1>(gp, ne0, ne1, rb, x, y, geom, stream);
-  }
-  return launch_unsplit_r<Ty, NT, kPipe, rows_per_group<Ty, NT>()>(gp, ne0, ne1, rb, x, y, geom, stream);
 }
 
 template <class Ty, int NT>
@@ -706,24 +698,50 @@ cudaError_t launch_rounded(int nt_max, const GroupParams& gp, int ne0, int ne1, 
   return launch_nt<Ty, 8>(gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
 }
 
-// Tokens a dp4a launch stages at once (8, 4, 2 or 1): the most whose terms fit the
-// staged kernel. A launch of more tokens goes in passes of that many, each a
-// launch of its own that reads the weights again; each token's sums are its own,
-// so the passes change no bit. 0: not even one token's terms fit.
+// Tokens whose x (or the dp4a units' terms) the staged kernel holds at once (8, 4,
+// 2 or 1): the most that fit. A launch of more tokens goes in passes of that many
+// (launch_passes), each a launch of its own that reads the weights again; each
+// token's sums are its own, so the passes change no bit. 0: not even one token's fit.
 template <class Ty, int P>
-bool dp4a_fits(size_t token_bytes) {
+bool staged_fits(size_t token_bytes) {
   const size_t smem = size_t(P) * token_bytes;
   return smem <= kMaxSmemX && smem_x_blocks_per_sm<Ty, P, rows_per_group<Ty, P>(), kThreads, false>(smem) > 0;
 }
 template <class Ty>
-int dp4a_pass_tokens(int64_t ne0) {
-  const size_t token = size_t(ne0 / Ty::kUnit) * Ty::kXs * sizeof(float);
+int staged_pass_tokens(int64_t ne0) {
+  const size_t token = size_t(ne0 / Ty::kUnit) * staged_floats<Ty>() * sizeof(float);
   static_assert(kMaxMatvecTokens == 8);
-  return dp4a_fits<Ty, 8>(token)   ? 8
-         : dp4a_fits<Ty, 4>(token) ? 4
-         : dp4a_fits<Ty, 2>(token) ? 2
-         : dp4a_fits<Ty, 1>(token) ? 1
-                                   : 0;
+  return staged_fits<Ty, 8>(token)   ? 8
+         : staged_fits<Ty, 4>(token) ? 4
+         : staged_fits<Ty, 2>(token) ? 2
+         : staged_fits<Ty, 1>(token) ? 1
+                                     : 0;
+}
+
+// launch_rounded in passes of `pass` tokens: pass k takes each problem's tokens
+// from k * pass on (rows of x and y alike), problems with none left dropped.
+// Products of one input (gp.shared) all have the launch's tokens, so none drops
+// and their y and ne1 keep their places.
+template <class Ty>
+cudaError_t launch_passes(int pass, int nt_max, const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x,
+                          float* y, const MatvecScratch* sc, const Geometry& geom, cudaStream_t stream) {
+  for (int t0 = 0; t0 < nt_max; t0 += pass) {
+    GroupParams sub = gp;
+    sub.n = 0;
+    for (int i = 0; i < gp.n; ++i) {
+      if (gp.ntok[i] <= t0) continue;
+      sub.w[sub.n] = gp.w[i];
+      sub.row[sub.n] = gp.row[i] + t0;
+      sub.ntok[sub.n] = std::min(pass, gp.ntok[i] - t0);
+      sub.trow[sub.n] = gp.trow[i] + t0;
+      ++sub.n;
+    }
+    if (sub.n == 0) continue;
+    const cudaError_t e =
+        launch_rounded<Ty>(std::min(pass, nt_max - t0), sub, ne0, ne1, rb, x, y, Split{}, sc, geom, stream);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
 }
 
 // Whether an unsplit K-quant or MXFP4 decode of rows of ne0 inputs takes the dp4a unit
@@ -732,11 +750,11 @@ int dp4a_pass_tokens(int64_t ne0) {
 // launches equal separate ones bit for bit; longer rows keep the FMA unit.
 template <class Ty>
 bool dp4a_takes(const Geometry& g, int64_t ne0) {
-  return g.dp4a && dp4a_pass_tokens<Ty>(ne0) >= 1;
+  return g.dp4a && staged_pass_tokens<Ty>(ne0) >= 1;
 }
 
-// The dp4a launch in passes of dp4a_pass_tokens: pass k takes each problem's
-// tokens from k * pass on (rows of x and y alike), problems with none left dropped.
+// The dp4a launch, in passes of staged_pass_tokens where its tokens' terms do not
+// fit at once.
 //
 // Where the scratch holds them and prestage_pays, the launch's terms are made once
 // first (stage_terms_kernel): every block of the product then copies them instead
@@ -775,25 +793,9 @@ cudaError_t launch_dp4a(int nt_max, const GroupParams& gp_in, int ne0, int ne1, 
   }
   if (gp.shared)
     for (int i = 1; i < gp.n; ++i) gp.trow[i] = 0;
-  const int pass = dp4a_pass_tokens<Ty>(ne0);
+  const int pass = staged_pass_tokens<Ty>(ne0);
   if (nt_max <= pass) return launch_rounded<Ty>(nt_max, gp, ne0, ne1, rb, x, y, Split{}, sc, geom, stream);
-  for (int t0 = 0; t0 < nt_max; t0 += pass) {
-    GroupParams sub = gp;
-    sub.n = 0;
-    for (int i = 0; i < gp.n; ++i) {
-      if (gp.ntok[i] <= t0) continue;
-      sub.w[sub.n] = gp.w[i];
-      sub.row[sub.n] = gp.row[i] + t0;
-      sub.ntok[sub.n] = std::min(pass, gp.ntok[i] - t0);
-      sub.trow[sub.n] = gp.trow[i] + t0;
-      ++sub.n;
-    }
-    if (sub.n == 0) continue;
-    const cudaError_t e =
-        launch_rounded<Ty>(std::min(pass, nt_max - t0), sub, ne0, ne1, rb, x, y, Split{}, sc, geom, stream);
-    if (e != cudaSuccess) return e;
-  }
-  return cudaSuccess;
+  return launch_passes<Ty>(pass, nt_max, gp, ne0, ne1, rb, x, y, sc, geom, stream);
 }
 
 // The dp4a unit for each FMA unit (void: none).
@@ -831,6 +833,16 @@ cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, siz
     if (sp.chunks <= 1 && dp4a_takes<Dp4aUnit<Ty>>(geom, ne0))
       return launch_dp4a<Dp4aUnit<Ty>>(nt_max, gp, ne0, ne1, rb, x, y, sc, geom, stream);
   }
+  if constexpr (kStagesX<Ty>) {
+    // Tokens whose x does not fit shared memory at once go in passes that do: x
+    // read from L1 at a unit's stride made Q8_0 at 3 to 8 tokens 4-5x slower than at
+    // two (H100, 2026-12-06, bench-kernels --tokens: 14336 inputs 131 us at 3 and 4
+    // tokens, 31 us at 2; 16384 inputs 1161 us against 218).
+    const int pass = staged_pass_tokens<Ty>(ne0);
+    const int rounded = nt_max <= 1 ? 1 : nt_max <= 2 ? 2 : nt_max <= 4 ? 4 : 8;
+    if (sp.chunks <= 1 && pass >= 1 && rounded > pass)
+      return launch_passes<Ty>(pass, nt_max, gp, ne0, ne1, rb, x, y, sc, geom, stream);
+  }
   return launch_rounded<Ty>(nt_max, gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);
 }
 
@@ -856,6 +868,49 @@ bool vector_rows(uint32_t type, int64_t ne0, const dev::GroupParams& gp) {
   return true;
 }
 
+// F32's vector unit (TF32V) for a problem of n_tokens: by default (variant -1)
+// units of 4 floats at one token, of 8 through the read-only path from two on.
+// Measured on an H100 (2026-12-06, bench-kernels --f32-variant, graphs replayed,
+// doc/kernels.md): at one token units of 4 read 2.1 GB at 104 % of the copy
+// bandwidth, 1.57x units of 8 (58.7 %), and rows of 14336 inputs 1.02x; at eight
+// tokens they took 0.60-0.64x, where the read-only loads of 8 gave 1.00x the plain
+// ones and 1.01-1.04x at one token (the same bits as the plain loads).
+int f32_unit(int n_tokens) {
+  const int v = dev::g_f32_variant.load(std::memory_order_relaxed);
+  if (v >= 0) return v;
+  return n_tokens == 1 ? 2 : 1;
+}
+
+cudaError_t launch_f32_unit(int unit, const dev::GroupParams& gp, int nt_max, int n0, int n1, size_t rb,
+                            const float* x, float* y, const dev::MatvecScratch* sc, cudaStream_t s) {
+  using namespace dev;
+  if (unit == 2) return launch_type<TF32V<2>>(nt_max, gp, n0, n1, rb, x, y, sc, s);
+  if (unit == 1) return launch_type<TF32V<1>>(nt_max, gp, n0, n1, rb, x, y, sc, s);
+  return launch_type<TF32>(nt_max, gp, n0, n1, rb, x, y, sc, s);
+}
+
+// The unit follows each problem's own token count, so that a problem's rows equal
+// its launch alone bit for bit: a grouped launch that mixes one-token problems with
+// longer ones takes the one-token problems in a launch of their own.
+cudaError_t launch_f32(const dev::GroupParams& gp, int nt_max, int n0, int n1, size_t rb, const float* x, float* y,
+                       const dev::MatvecScratch* sc, cudaStream_t s) {
+  const int unit = f32_unit(nt_max);
+  if (gp.shared || f32_unit(1) == unit) return launch_f32_unit(unit, gp, nt_max, n0, n1, rb, x, y, sc, s);
+  dev::GroupParams one = gp, more = gp;
+  one.n = more.n = 0;
+  for (int i = 0; i < gp.n; ++i) {
+    dev::GroupParams& to = gp.ntok[i] == 1 ? one : more;
+    to.w[to.n] = gp.w[i];
+    to.row[to.n] = gp.row[i];
+    to.ntok[to.n] = gp.ntok[i];
+    ++to.n;
+  }
+  if (one.n > 0)
+    if (const cudaError_t e = launch_f32_unit(f32_unit(1), one, 1, n0, n1, rb, x, y, sc, s); e != cudaSuccess)
+      return e;
+  return launch_f32_unit(unit, more, nt_max, n0, n1, rb, x, y, sc, s);
+}
+
 int launch(uint32_t type, int64_t ne0, int64_t ne1, const dev::GroupParams& gp, int nt_max,
            const float* x, float* y, const dev::MatvecScratch* sc, cudaStream_t s) {
   using namespace dev;
@@ -865,12 +920,8 @@ int launch(uint32_t type, int64_t ne0, int64_t ne1, const dev::GroupParams& gp, 
   const bool vec = vector_rows(type, ne0, gp) && aligned(x, 16);
   switch (type) {
     case kF32:
-      if (!vec) e = launch_type<TScalar<kF32>>(nt_max, gp, n0, n1, rb, x, y, sc, s);
-      else if (g_f32_variant.load(std::memory_order_relaxed) == 1)
-        e = launch_type<TF32V<1>>(nt_max, gp, n0, n1, rb, x, y, sc, s);
-      else if (g_f32_variant.load(std::memory_order_relaxed) == 2)
-        e = launch_type<TF32V<2>>(nt_max, gp, n0, n1, rb, x, y, sc, s);
-      else e = launch_type<TF32>(nt_max, gp, n0, n1, rb, x, y, sc, s);
+      e = vec ? launch_f32(gp, nt_max, n0, n1, rb, x, y, sc, s)
+              : launch_type<TScalar<kF32>>(nt_max, gp, n0, n1, rb, x, y, sc, s);
       break;
     case kF16:
       e = vec ? launch_type<THalf<false>>(nt_max, gp, n0, n1, rb, x, y, sc, s)
@@ -906,10 +957,8 @@ bool weight_aligned(uint32_t type, const void* w) {
 
 void dev::set_group_barrier(bool on) { g_group_bar.store(on, std::memory_order_relaxed); }
 
-void dev::set_one_row_groups(bool on) { g_one_row.store(on, std::memory_order_relaxed); }
-
 void dev::set_f32_variant(int variant) {
-  g_f32_variant.store(variant == 1 || variant == 2 ? variant : 0, std::memory_order_relaxed);
+  g_f32_variant.store(variant >= 0 && variant <= 2 ? variant : -1, std::memory_order_relaxed);
 }
 
 void dev::set_matvec_geometry(int block_threads, bool shared_wave, int row_threads, bool pipeline, int mma_decode,
@@ -977,15 +1026,14 @@ bool splits(const MatvecScratch* sc, int64_t ne0, int64_t ne1) {
 }  // namespace
 }  // namespace dev
 
-bool dev::matvec_splits(const MatvecScratch* sc, uint32_t type, int64_t ne0, int64_t ne1) {
+bool dev::matvec_splits(const MatvecScratch* sc, uint32_t type, int64_t ne0, int64_t ne1, int n_tokens) {
   if (check_shape(type, ne0, ne1) != kOk) return false;
   const bool vec = ne0 % 8 == 0;
   switch (type) {
     case kF32:
-      // Variant 2's units are half as long, so its split plan is its own.
+      // Units of 4 floats are half as long as 8, so their split plan is their own.
       if (!vec) return splits<TScalar<kF32>>(sc, ne0, ne1);
-      return g_f32_variant.load(std::memory_order_relaxed) == 2 ? splits<TF32V<2>>(sc, ne0, ne1)
-                                                                 : splits<TF32>(sc, ne0, ne1);
+      return f32_unit(n_tokens) == 2 ? splits<TF32V<2>>(sc, ne0, ne1) : splits<TF32>(sc, ne0, ne1);
     case kF16: return vec ? splits<THalf<false>>(sc, ne0, ne1) : splits<TScalar<kF16>>(sc, ne0, ne1);
     case kBF16: return vec ? splits<THalf<true>>(sc, ne0, ne1) : splits<TScalar<kBF16>>(sc, ne0, ne1);
     case kQ8_0: return splits<TQ8_0>(sc, ne0, ne1);

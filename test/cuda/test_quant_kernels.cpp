@@ -299,20 +299,23 @@ TEST_CASE("matvec: float types with a whole block a row, and F32's unit variants
       for (const int row_threads : {0, 256}) {
         CAPTURE(row_threads);
         xk::dev::set_matvec_geometry(0, true, row_threads);
-        std::vector<float> plain;
-        for (const int variant : {0, 1, 2}) {  // F32's units (set_f32_variant); the others ignore it
+        std::vector<float> by_variant[3];
+        for (const int variant : {0, 1, 2, -1}) {  // F32's units (set_f32_variant); the others ignore it
           CAPTURE(variant);
           xk::dev::set_f32_variant(variant);
           const auto got = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
           CHECK(count_bad(got, head(c.ref, got.size()), kTolFp32, xk::type_name(type)) == 0);
+          if (variant >= 0) by_variant[variant] = got;
           // Variant 1 only changes the load instruction: the same arithmetic, so the same bits.
-          if (variant == 0) plain = got;
-          if (variant == 1) CHECK(std::memcmp(got.data(), plain.data(), plain.size() * 4) == 0);
+          if (variant == 1) CHECK(std::memcmp(got.data(), by_variant[0].data(), got.size() * 4) == 0);
+          // The default: units of 4 at one token, of 8 from two on.
+          if (variant == -1 && type == xk::kF32)
+            CHECK(std::memcmp(got.data(), by_variant[n == 1 ? 2 : 1].data(), got.size() * 4) == 0);
         }
       }
     }
   }
-  xk::dev::set_f32_variant(0);
+  xk::dev::set_f32_variant(-1);
   xk::dev::set_matvec_geometry(0, true);
 }
 
@@ -357,53 +360,6 @@ TEST_CASE("matvec: a group of rows' own barrier gives the block barrier's bits")
       }
   }
   xk::dev::set_matvec_geometry(0, true);
-}
-
-// Q2_K's and Q3_K's dp4a units at one token with one row a group of threads
-// (set_one_row_groups) instead of four and two: each row's sum is its own, so the
-// same bits, alone (rows of 16384 and 4096 inputs, 203 rows: a last group of one
-// row) and in a grouped launch of one-token experts.
-TEST_CASE("matvec: one row a group gives Q2_K's and Q3_K's usual bits") {
-  std::mt19937 rng(47);
-  Stream st;
-  for (uint32_t type : {xk::kQ2_K, xk::kQ3_K}) {
-    CAPTURE(xk::type_name(type));
-    for (const int64_t ne0 : {16384, 4096}) {
-      CAPTURE(ne0);
-      const int64_t ne1 = 203;
-      MatvecCase c(type, ne0, ne1, 1, rng);
-      same_bits_switched(xk::dev::set_one_row_groups, st, type, c, ne0, ne1, 1);
-    }
-    // Six one-token experts of 3584 x 3072 (Kimi-K3's gate/up shape), one launch.
-    const int64_t ne0 = 3584, ne1 = 3072;
-    const int np = 6;
-    std::vector<std::unique_ptr<DevBuf>> ws;
-    std::vector<xk::ExpertProblem> probs;
-    for (int i = 0; i < np; ++i) {
-      const auto w = random_weights(type, ne0, ne1, rng);
-      ws.push_back(std::make_unique<DevBuf>(w.size()));
-      ws.back()->put(w.data(), w.size());
-      probs.push_back({ws.back()->p, i, 1});
-    }
-    const auto x = random_x(size_t(np * ne0), rng);
-    DevBuf dx(x.size() * 4), dy(size_t(np * ne1) * 4);
-    dx.put(x.data(), x.size() * 4);
-    std::vector<float> a(size_t(np * ne1)), b(a.size());
-    for (const bool one : {false, true}) {
-      xk::dev::set_one_row_groups(one);
-      dy.poison();
-      REQUIRE(xk::grouped_matvec(type, ne0, ne1, probs.data(), np, dx.as<float>(), dy.as<float>(), np, st.s) ==
-              xk::kOk);
-      st.sync();
-      dy.get((one ? b : a).data(), a.size() * 4);
-    }
-    xk::dev::set_one_row_groups(false);
-    CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
-    std::vector<uint8_t> w(ws[2]->n);
-    ws[2]->get(w.data(), w.size());
-    const Ref ref = reference(type, w, ne0, ne1, x.data() + 2 * ne0, 1);
-    CHECK(count_bad(std::vector<float>(b.begin() + 2 * ne1, b.begin() + 3 * ne1), ref, kTolFp32, "grouped") == 0);
-  }
 }
 
 TEST_CASE("matvec: float types with rows that are not whole 16-byte vectors") {
