@@ -472,21 +472,27 @@ int main(int argc, char** argv) {
     // allow (<= 128) with `tokens` rows each, in one grouped_matmul (DeepSeek-V4
     // at 512 prompt tokens gives 256 experts 12 rows on average).
     if (prefill && std::string(sh.what).find("expert") != std::string::npos) {
-      // Each count as it runs by default and on the fp32 tile path (the baseline).
-      for (int tokens : {4, 12, 24, 96})
-        for (int tiles : {0, 1}) {
+      // Each count as it runs by default and on the fp32 tile path (the baseline);
+      // up to 8 tokens also on the decode kernel (variant 2: where matvec_max_tokens
+      // should sit for a prompt's experts).
+      for (int tokens : {4, 8, 12, 24, 96})
+        for (int variant : {0, 1, 2}) {
+          if (variant == 2 && tokens > xk::kMaxMatvecTokens) continue;
+          const int tiles = variant == 1;
           const int np = std::min(copies, std::min(xk::kMaxGroupedProblems, nmax / tokens));
           std::vector<xk::ExpertProblem> pr(static_cast<size_t>(np));
           for (int p = 0; p < np; ++p) pr[size_t(p)] = {w[size_t(p)], p * tokens, tokens};
           xk::MatmulOptions o{};
           o.size = sizeof o;
           o.fp32_tiles = tiles;
+          if (variant == 2) o.matvec_max_tokens = xk::kMaxMatvecTokens;
           const double us = time_us(s, quick ? 5 : 20, 5, [&](int) {
             st_ok(xk::grouped_matmul(ctx, sh.type, sh.ne0, sh.ne1, pr.data(), np, x, y, nmax, &o, s), "grouped");
           });
           char mode[32];
           std::snprintf(mode, sizeof mode, "prefill%dx%d", np, tokens);
-          report(tiles ? "grouped-tiles" : "grouped-matmul", sh.type, sh.ne0, sh.ne1, tokens, mode, us,
+          report(variant == 2 ? "grouped-matvec" : tiles ? "grouped-tiles" : "grouped-matmul", sh.type, sh.ne0,
+                 sh.ne1, tokens, mode, us,
                  double(wb) * np, sh.what);
           std::printf("  (%.1f TFLOP/s)\n", 2.0 * np * tokens * double(sh.ne0) * sh.ne1 / (us * 1e-6) / 1e12);
         }

@@ -221,11 +221,15 @@ int read_opts(const MatmulOptions* o, Opts* out) {
   return kOk;
 }
 
-// Where the decode kernel stops paying: it does 8 fp32 FMAs per weight for 8
-// tokens, while the tensor-core path costs about the same for 2 tokens as for
-// 16 (bench-kernels: MXFP4 4096x2048, 8 tokens 22 us by matvec, a 12-token
-// expert 8 us in a grouped launch).
-int mv_default(uint32_t type) { return dev::mma_supports(type) ? 3 : kMaxMatvecTokens; }
+// Where the decode kernel stops paying, for the types with a tensor-core path. The
+// choice is the problem's own (a grouped launch equals its problems alone), and the
+// two uses pull apart (H100, 2026-12-06, bench-kernels --tokens 2,3,4,8, graphs
+// replayed; doc/kernels.md): a product alone gives the tensor-core tiles a grid too
+// few for the GPU, and the decode kernel was 2.7-6x faster at 2 to 8 tokens on every
+// shape; a prompt's 64-128 experts fill it, and there the decode kernel was
+// 0.99-1.49x the tiles at 4 tokens but 0.53-0.69x at 8. Four tokens keeps both uses
+// at their faster path or within 1 %.
+int mv_default(uint32_t type) { return dev::mma_supports(type) ? 4 : kMaxMatvecTokens; }
 
 // Whatever the precision: decode is bound by the weights' bytes, so rounding x
 // to bf16 would only lose digits there.

@@ -717,7 +717,7 @@ TEST_CASE("grouped launches equal separate launches bit for bit") {
       CHECK(std::memcmp(a.data(), b.data(), dec * 4) == 0);
     }
     // grouped_matmul over all of them (the 77-token one through the GEMM path;
-    // for the types with a tensor-core path the ones of more than 3 tokens)
+    // for the types with a tensor-core path the ones of more than 4 tokens)
     // equals matmul() of each.
     dy.poison();
     REQUIRE(xk::grouped_matmul(ctx, type, ne0, ne1, probs.data(), np, dx.as<float>(), dy.as<float>(), rows, nullptr, st.s) == xk::kOk);
