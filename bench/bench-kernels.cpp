@@ -250,7 +250,7 @@ int main(int argc, char** argv) {
   CLI::Option* f32_opt =
       app.count("--f32-variant", "N", &f32_variant,
                 "F32 decode's unit for every token count: 0 (8 floats, two plain loads a row), 1 (the same through "
-                "the read-only path), 2 (4 floats, one read-only load a row); default: 2 at one token, 1 above",
+                "the read-only path), 2 (4 floats, one read-only load a row); default: 2 at one token, 0 above",
                 0, 2);
   app.flag("--group-barrier", &group_barrier,
            "the decode kernel's groups of rows of several warps wait on a barrier of their own between the "

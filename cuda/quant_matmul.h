@@ -191,7 +191,7 @@ void set_matvec_geometry(int block_threads, bool shared_wave, int row_threads = 
 // F32 decode's unit (matvec_units.cuh, TF32V) for every problem: 0, 8 floats and
 // two plain loads a row; 1, the same through the read-only path (0's bits); 2, 4
 // floats and one load a row (other bits, within the same bound); any other value,
-// the default: 2 for a problem of one token, 1 for more (quant_matvec.cu,
+// the default: 2 for a problem of one token, 0 for more (quant_matvec.cu,
 // f32_unit). For bench-kernels' side-by-side runs and the tests.
 // Thread safety: safe from any thread; launches already enqueued keep theirs.
 void set_f32_variant(int variant);

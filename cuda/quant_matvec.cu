@@ -869,16 +869,17 @@ bool vector_rows(uint32_t type, int64_t ne0, const dev::GroupParams& gp) {
 }
 
 // F32's vector unit (TF32V) for a problem of n_tokens: by default (variant -1)
-// units of 4 floats at one token, of 8 through the read-only path from two on.
-// Measured on an H100 (2026-12-06, bench-kernels --f32-variant, graphs replayed,
-// doc/kernels.md): at one token units of 4 read 2.1 GB at 104 % of the copy
-// bandwidth, 1.57x units of 8 (58.7 %), and rows of 14336 inputs 1.02x; at eight
-// tokens they took 0.60-0.64x, where the read-only loads of 8 gave 1.00x the plain
-// ones and 1.01-1.04x at one token (the same bits as the plain loads).
+// units of 4 floats at one token, of 8 with plain loads from two on. Measured on
+// H100s (2026-12-06, bench-kernels --f32-variant and the tree before against this
+// one, graphs replayed, doc/kernels.md): at one token units of 4 read 2.1 GB at
+// 102-104 % of the copy bandwidth, 1.56-1.57x units of 8 (58.7 %), and rows of 14336
+// inputs 1.01-1.02x; at eight tokens they took 0.60-0.64x. Units of 8 through the
+// read-only path (1, the same bits as 0) gave 1.00x at eight tokens but 0.96x at
+// three on the 2.1 GB matrix.
 int f32_unit(int n_tokens) {
   const int v = dev::g_f32_variant.load(std::memory_order_relaxed);
   if (v >= 0) return v;
-  return n_tokens == 1 ? 2 : 1;
+  return n_tokens == 1 ? 2 : 0;
 }
 
 cudaError_t launch_f32_unit(int unit, const dev::GroupParams& gp, int nt_max, int n0, int n1, size_t rb,
