@@ -63,6 +63,23 @@ xpack::rt::RopeParams rope_params(const RopeSpec& spec) {
   return p;
 }
 
+// The products that are never an expert's (matmul, shared_input_matmul) take the
+// decode kernel up to its 8 tokens. Alone, a product gives the tensor-core tiles a
+// grid of a few blocks, and the decode kernel was 2.7-6x faster at 2 to 8 tokens
+// (H100, 2026-12-06, doc/kernels.md, "Decode, 2026-12-06, evening"). The experts
+// (grouped_matmul) keep the kernels' default of 4: a prompt's experts fill the GPU,
+// and there the tiles were 1.5-1.9x faster at 8 tokens. Either rule is the problem's
+// own, so a product's bits never depend on which launch took it.
+const xk::MatmulOptions* trunk_options() {
+  static const xk::MatmulOptions o = [] {
+    xk::MatmulOptions m{};
+    m.size = sizeof m;
+    m.matvec_max_tokens = xk::kMaxMatvecTokens;
+    return m;
+  }();
+  return &o;
+}
+
 }  // namespace
 
 CudaBackend::State::~State() {
@@ -410,7 +427,7 @@ void CudaBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& y) {
     copy(x, xa);
   }
   const int st = xk::matmul(ctx_, w.type, w.data, w.width(), w.rows(), xa.f32(), static_cast<int>(n), y.f32(),
-                            nullptr, state_->stream);
+                            trunk_options(), state_->stream);
   if (st != xk::kOk) {
     throw ModelError("CUDA matmul of a type-" + std::to_string(w.type) + " " + std::to_string(w.width()) + "x" +
                      std::to_string(w.rows()) + " weight: " + xk::status_name(st) +
@@ -480,7 +497,7 @@ void CudaBackend::shared_input_matmul(const Tensor& x, const std::vector<Product
     }
     if (ps.empty()) continue;
     const int st = xk::shared_input_matmul(ctx_, type, x.width(), ps.data(), static_cast<int>(ps.size()), x.f32(),
-                                           static_cast<int>(n), nullptr, state_->stream);
+                                           static_cast<int>(n), trunk_options(), state_->stream);
     if (st != xk::kOk) {
       throw ModelError("CUDA products of one input (" + std::to_string(ps.size()) + " type-" + std::to_string(type) +
                        " weights of " + std::to_string(x.width()) + " inputs): " + xk::status_name(st) +

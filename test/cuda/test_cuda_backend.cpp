@@ -524,10 +524,11 @@ TEST_CASE("cuda backend: matmul and grouped_matmul (each expert's rows = its mat
   CHECK_THROWS_AS(be.gpu.grouped_matmul(mixed, x.gpu, grouped.gpu), ModelError);
 
   // Products of one input: two Q8_0 weights and one F32 (two launches), each
-  // output its matmul alone, bit for bit, at 1 token (the shared launch) and at
-  // 6 (matmul each); the CPU's within the fp32 bound; a shape that disagrees
-  // is refused.
-  for (const int64_t n : {int64_t(1), int64_t(6)}) {
+  // output its matmul alone, bit for bit, at 1 and 6 tokens (the shared launch:
+  // the backend's products that are not experts take the decode kernel up to 8)
+  // and at 12 (matmul each, on the tensor cores); the CPU's within the fp32 bound;
+  // a shape that disagrees is refused.
+  for (const int64_t n : {int64_t(1), int64_t(6), int64_t(12)}) {
     CAPTURE(n);
     const Both xs = be.up(random_floats(size_t(ne0 * n), 25 + uint32_t(n)), ne0);
     const Both* wsel[3] = {&ws[0], &f32w, &ws[2]};
