@@ -63,21 +63,24 @@ xpack::rt::RopeParams rope_params(const RopeSpec& spec) {
   return p;
 }
 
-// The products that are never an expert's (matmul, shared_input_matmul) take the
-// decode kernel up to its 8 tokens. Alone, a product gives the tensor-core tiles a
-// grid of a few blocks, and the decode kernel was 2.7-6x faster at 2 to 8 tokens
-// (H100, 2026-12-06, doc/kernels.md, "Decode, 2026-12-06, evening"). The experts
-// (grouped_matmul) keep the kernels' default of 4: a prompt's experts fill the GPU,
-// and there the tiles were 1.5-1.9x faster at 8 tokens. Either rule is the problem's
-// own, so a product's bits never depend on which launch took it.
-const xk::MatmulOptions* trunk_options() {
+// The products that are never an expert's (matmul, shared_input_matmul) of at most
+// kTrunkDecodeRows rows take the decode kernel up to its 8 tokens. Alone, such a
+// product gives the tensor-core tiles a grid of at most 32 blocks, and the decode
+// kernel was 2.7-6x faster at 2 to 8 tokens on every shape measured, 2048-4096 rows
+// (H100, 2026-12-06, doc/kernels.md, "Decode, 2026-12-06, evening"). Taller products,
+// whose tiles fill more of the GPU, were not measured both ways and keep the kernels'
+// default, as do the experts (grouped_matmul): a prompt's experts fill the GPU, and
+// there the tiles were 1.5-1.9x faster at 8 tokens. Either rule is the problem's own,
+// so a product's bits never depend on which launch took it.
+constexpr int64_t kTrunkDecodeRows = 4096;
+const xk::MatmulOptions* trunk_options(int64_t rows) {
   static const xk::MatmulOptions o = [] {
     xk::MatmulOptions m{};
     m.size = sizeof m;
     m.matvec_max_tokens = xk::kMaxMatvecTokens;
     return m;
   }();
-  return &o;
+  return rows <= kTrunkDecodeRows ? &o : nullptr;
 }
 
 }  // namespace
@@ -427,7 +430,7 @@ void CudaBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& y) {
     copy(x, xa);
   }
   const int st = xk::matmul(ctx_, w.type, w.data, w.width(), w.rows(), xa.f32(), static_cast<int>(n), y.f32(),
-                            trunk_options(), state_->stream);
+                            trunk_options(w.rows()), state_->stream);
   if (st != xk::kOk) {
     throw ModelError("CUDA matmul of a type-" + std::to_string(w.type) + " " + std::to_string(w.width()) + "x" +
                      std::to_string(w.rows()) + " weight: " + xk::status_name(st) +
@@ -481,23 +484,25 @@ void CudaBackend::shared_input_matmul(const Tensor& x, const std::vector<Product
   for (const Product& p : products)  // all before any launch: a refusal leaves every y as it was
     check_shape(is_f32(*p.y) && x.width() == p.w->width() && p.y->width() == p.w->rows() && p.y->rows() == n,
                 "shared_input_matmul shapes disagree");
-  // One call per weight type, in the order each type first appears.
+  // One call per weight type and trunk_options, in the order each first appears: a
+  // product's options are those its matmul alone would take.
   std::vector<bool> done(products.size(), false);
   std::vector<xk::SharedInputProduct> ps;
   for (size_t i = 0; i < products.size(); ++i) {
     if (done[i]) continue;
     const uint32_t type = products[i].w->type;
+    const xk::MatmulOptions* opts = trunk_options(products[i].w->rows());
     ps.clear();
     for (size_t j = i; j < products.size(); ++j) {
       const Tensor &w = *products[j].w, &y = *products[j].y;
-      if (done[j] || w.type != type) continue;
+      if (done[j] || w.type != type || trunk_options(w.rows()) != opts) continue;
       if (ps.size() == size_t(xk::kMaxSharedInputProducts)) break;  // the rest: a later call
       done[j] = true;
       if (w.rows() > 0) ps.push_back({w.data, w.rows(), y.f32()});
     }
     if (ps.empty()) continue;
     const int st = xk::shared_input_matmul(ctx_, type, x.width(), ps.data(), static_cast<int>(ps.size()), x.f32(),
-                                           static_cast<int>(n), trunk_options(), state_->stream);
+                                           static_cast<int>(n), opts, state_->stream);
     if (st != xk::kOk) {
       throw ModelError("CUDA products of one input (" + std::to_string(ps.size()) + " type-" + std::to_string(type) +
                        " weights of " + std::to_string(x.width()) + " inputs): " + xk::status_name(st) +

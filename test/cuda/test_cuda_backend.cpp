@@ -523,28 +523,35 @@ TEST_CASE("cuda backend: matmul and grouped_matmul (each expert's rows = its mat
   std::vector<Backend::GroupedProblem> mixed = {{ws[0].gpu, 0, 2}, {f32w.gpu, 2, 1}};
   CHECK_THROWS_AS(be.gpu.grouped_matmul(mixed, x.gpu, grouped.gpu), ModelError);
 
-  // Products of one input: two Q8_0 weights and one F32 (two launches), each
-  // output its matmul alone, bit for bit, at 1 and 6 tokens (the shared launch:
-  // the backend's products that are not experts take the decode kernel up to 8)
-  // and at 12 (matmul each, on the tensor cores); the CPU's within the fp32 bound;
-  // a shape that disagrees is refused.
+  // Products of one input: three Q8_0 weights and one F32, each output its matmul
+  // alone, bit for bit, at 1 and 6 tokens (shared launches: the backend's products
+  // that are not experts take the decode kernel up to 8 where they have at most
+  // 4096 rows; the 4100-row one, which keeps the tensor cores from 5 tokens, in a
+  // call of its own) and at 12 (matmul each, on the tensor cores); the CPU's within
+  // the fp32 bound; a shape that disagrees is refused.
+  const int64_t tall = 4100;
+  const std::vector<uint8_t> qt = q8_0_rows(ne0, tall, 26);
+  const Both tallw = be.up(XPACK_TYPE_Q8_0, qt.data(), ne0, tall);
   for (const int64_t n : {int64_t(1), int64_t(6), int64_t(12)}) {
     CAPTURE(n);
     const Both xs = be.up(random_floats(size_t(ne0 * n), 25 + uint32_t(n)), ne0);
-    const Both* wsel[3] = {&ws[0], &f32w, &ws[2]};
-    Both shared[3] = {be.alloc(XPACK_TYPE_F32, ne1, n), be.alloc(XPACK_TYPE_F32, ne1, n), be.alloc(XPACK_TYPE_F32, ne1, n)};
+    const Both* wsel[4] = {&ws[0], &tallw, &f32w, &ws[2]};
+    const int64_t rows_of[4] = {ne1, tall, ne1, ne1};
+    Both shared[4] = {be.alloc(XPACK_TYPE_F32, ne1, n), be.alloc(XPACK_TYPE_F32, tall, n),
+                      be.alloc(XPACK_TYPE_F32, ne1, n), be.alloc(XPACK_TYPE_F32, ne1, n)};
     std::vector<Backend::Product> pcpu, pgpu;
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < 4; ++i) {
       pcpu.push_back({&wsel[i]->cpu, &shared[i].cpu});
       pgpu.push_back({&wsel[i]->gpu, &shared[i].gpu});
     }
     be.cpu.shared_input_matmul(xs.cpu, pcpu);
     be.gpu.shared_input_matmul(xs.gpu, pgpu);
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < 4; ++i) {
+      CAPTURE(i);
       be.same(shared[i], 1e-5, "shared_input_matmul");
-      Both one = be.alloc(XPACK_TYPE_F32, ne1, n);
+      Both one = be.alloc(XPACK_TYPE_F32, rows_of[i], n);
       be.gpu.matmul(wsel[i]->gpu, xs.gpu, one.gpu);
-      std::vector<float> sa(size_t(ne1 * n)), sb(size_t(ne1 * n));
+      std::vector<float> sa(size_t(rows_of[i] * n)), sb(size_t(rows_of[i] * n));
       be.gpu.download(shared[i].gpu, sa.data());
       be.gpu.download(one.gpu, sb.data());
       CHECK(std::memcmp(sa.data(), sb.data(), sa.size() * 4) == 0);
