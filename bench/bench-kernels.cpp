@@ -204,13 +204,13 @@ void report(const char* kind, uint32_t type, int64_t ne0, int64_t ne1, int n, co
 int main(int argc, char** argv) {
   bool quick = false, few_only = false, decode_only = false, wave_per_problem = false, no_pipeline = false,
        mma_decode = false, no_mma_decode = false, no_dp4a = false, no_prestage = false, prestage_always = false,
-       two_products = false, group_barrier = false;
+       two_products = false, group_barrier = false, q3k_wide = false;
   uint64_t block_threads = 0, row_threads = 0, mma_warps = 0, mma_tiles = 0, large_from = 0, f32_variant = 0;
   std::string only_type, only_shape, token_list;
   xpack::cli::App app("bench-kernels",
                       "bench-kernels [--quick] [--graph] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem] "
                       "[--row-threads N] [--no-pipeline] [--[no-]mma-decode] [--mma-warps N] [--mma-tiles N] "
-                      "[--mma-large-from N] [--mma-two-products] [--f32-variant N] [--group-barrier] "
+                      "[--mma-large-from N] [--mma-two-products] [--f32-variant N] [--group-barrier] [--q3k-wide-loads] "
                       "[--no-dp4a] [--[no-]prestage] [--tokens N,...] [--type T,...] [--shape S]",
                       "Microseconds per product and weight GB/s of the CUDA kernels (cuda/quant_matmul.h) for "
                       "every weight type, against a device-to-device copy measured in the same run; one RESULT "
@@ -255,6 +255,9 @@ int main(int argc, char** argv) {
   app.flag("--group-barrier", &group_barrier,
            "the decode kernel's groups of rows of several warps wait on a barrier of their own between the "
            "rounds of their sum (default: on the whole block's; the same bits)");
+  app.flag("--q3k-wide-loads", &q3k_wide,
+           "Q3_K's dp4a decode loads each half block's high bits and quants as three 16-byte windows instead of "
+           "nine 4-byte words each (the same bits)");
   app.flag("--no-dp4a", &no_dp4a,
            "the K-quants' and MXFP4's decode on the FMA units for every row (default: rows whose x fits shared memory "
            "as int8 terms on the dp4a units, doc/kernels.md)");
@@ -298,6 +301,7 @@ int main(int argc, char** argv) {
   xk::dev::set_mma_large_from(int(large_from));
   xk::dev::set_f32_variant(f32_opt->count() > 0 ? int(f32_variant) : -1);
   xk::dev::set_group_barrier(group_barrier);
+  xk::dev::set_q3k_wide_loads(q3k_wide);
   const uint32_t all[] = {xk::kF32, xk::kF16, xk::kBF16, xk::kQ8_0, xk::kQ4_K,
                           xk::kQ5_K, xk::kQ6_K, xk::kQ2_K, xk::kQ3_K, xk::kMXFP4};
   std::vector<Shape> shapes = {

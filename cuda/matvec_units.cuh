@@ -617,7 +617,10 @@ struct TQ2_K8 : Terms128 {
 // chunk's two sub-blocks are summed as integers, each times its signed scale
 // (v * 2^m <= 112, terms <= 64: |a| < 129 * 16 * 112 * 64 < 2^24 a sub-block,
 // times 32, two of them: < 2^30, exact in int32), then one conversion.
-struct TQ3_K8 : Terms128 {
+// kWide: the high bits and quants through ldwords16 (bench-kernels --q3k-wide-loads;
+// the same words, so the same bits).
+template <bool kWide>
+struct TQ3_K8T : Terms128 {
   template <int NT, int R>
   __device__ static void run(const uint8_t* const (&rp)[R], int u, const float* const (&xp)[NT],
                              Acc<NT, R>& acc, int xs) {
@@ -631,8 +634,13 @@ struct TQ3_K8 : Terms128 {
       uint32_t sc[3];
       // The second half block's high bits are bits 4..7 of each byte: shifted down
       // as they load, so that chunk g's are bit g (bits 4..7 are not used).
-      ldwords<8>(b, hm[r], sh);
-      ldwords<8>(b + 32 + 32 * h, q[r]);
+      if constexpr (kWide) {
+        ldwords16<8>(b, hm[r], sh);
+        ldwords16<8>(b + 32 + 32 * h, q[r]);
+      } else {
+        ldwords<8>(b, hm[r], sh);
+        ldwords<8>(b + 32 + 32 * h, q[r]);
+      }
       ldwords<3>(b + 96, sc);
       d[r] = h2f(ld16(b + 108));
       // Sub-block j = 8h + sb: low 4 bits in byte sb's nibble h, high 2 bits in byte
@@ -679,6 +687,8 @@ struct TQ3_K8 : Terms128 {
     }
   }
 };
+using TQ3_K8 = TQ3_K8T<false>;
+using TQ3_K8W = TQ3_K8T<true>;
 
 // x staged as int8 terms for MXFP4's dp4a unit (one 32-input block a unit). Per
 // unit and token (kXs floats, 144 bytes; a stride of 36 words puts 8 lanes' 16-byte

@@ -41,6 +41,41 @@ __device__ __forceinline__ void ldwords(const uint8_t* p, uint32_t (&w)[N], unsi
   for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(v[i], v[i + 1], sh + shr);
 }
 
+// ldwords' words (N <= 8, p 2-byte aligned) from the 16-byte aligned windows that
+// hold them: three 16-byte loads instead of N + 1 of 4 bytes, each of which a warp
+// spreads over as many cache lines as the lanes' units span (bench-kernels
+// --q3k-wide-loads asks whether that is what holds Q3_K's decode at 67 % of the
+// copy: ncu found its L1 85 % busy). The word at p's word offset o (0..3) in the
+// window is picked by two selects a word. The windows start at or after the
+// 16-byte segment that holds p and end at most 16 bytes after p + 4N: within the
+// mapped pages of any allocation that holds the data; the extra word is always
+// the next one (ldwords: zeros where p is aligned), which changes only the top shr
+// bits of the last word.
+template <int N>
+__device__ __forceinline__ void ldwords16(const uint8_t* p, uint32_t (&w)[N], unsigned shr = 0) {
+  static_assert(N <= 8, "three windows hold at most 8 words and the next from any word offset");
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  const uint4* base = reinterpret_cast<const uint4*>(a & ~uintptr_t(15));
+  const unsigned o = unsigned(a & 15) >> 2, sh = unsigned(a & 3) * 8;
+  uint32_t win[12];
+#pragma unroll
+  for (int k = 0; k < 3; ++k) {
+    const uint4 v = __ldg(base + k);
+    win[4 * k] = v.x;
+    win[4 * k + 1] = v.y;
+    win[4 * k + 2] = v.z;
+    win[4 * k + 3] = v.w;
+  }
+  uint32_t r[N + 2];
+#pragma unroll
+  for (int i = 0; i < N + 2; ++i) r[i] = (o & 2) ? win[i + 2] : win[i];
+  uint32_t v[N + 1];
+#pragma unroll
+  for (int i = 0; i < N + 1; ++i) v[i] = (o & 1) ? r[i + 1] : r[i];
+#pragma unroll
+  for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(v[i], v[i + 1], sh + shr);
+}
+
 // PTX's byte permute in its generic mode: a set msb in a selector nibble
 // replicates the selected byte's sign instead (the MXFP4 decoders build a sign
 // mask, or a zero for negative codes, with it).

@@ -203,6 +203,12 @@ void set_f32_variant(int variant);
 // Thread safety: safe from any thread; launches already enqueued keep theirs.
 void set_group_barrier(bool on);
 
+// Whether Q3_K's dp4a decode loads each half block's high bits and quants as 16-byte
+// windows (on: quant_blocks.cuh, ldwords16) or as 4-byte words (off, the default):
+// the same words, so the same bits. For bench-kernels' side-by-side runs and the tests.
+// Thread safety: safe from any thread; launches already enqueued keep theirs.
+void set_q3k_wide_loads(bool on);
+
 }  // namespace dev
 
 // Dequantizes n_rows rows of W into fp32 out [n_rows][ne0], bit-identical to

@@ -487,6 +487,7 @@ std::atomic<int> g_prestage{kPrestageAuto};
 std::atomic<bool> g_mma_one_product{true};
 std::atomic<int> g_f32_variant{-1};  // TF32V's variant (set_f32_variant; -1: f32_unit's rule)
 std::atomic<bool> g_group_bar{false};
+std::atomic<bool> g_q3k_wide{false};
 struct Geometry {
   int block;         // threads per block: 256, 512, or 0: chosen per launch (launch_smem_x)
   bool shared_wave;  // the problems of a launch share one wave of blocks (else one wave each)
@@ -499,6 +500,7 @@ struct Geometry {
   int prestage;          // kPrestage*: a dp4a launch's terms made once (stage_terms_kernel; the same bits either way)
   bool mma_one_product;  // mxfp4_mmv.cu from two tokens on: one product a block and pair of tokens (the same bits)
   bool group_bar;        // a group of rows' sum waits on a barrier of its own (group_sync; the same bits)
+  bool q3k_wide;         // Q3_K's dp4a unit loads through ldwords16 (TQ3_K8W; the same bits)
 };
 inline Geometry geometry() {
   return Geometry{g_block.load(std::memory_order_relaxed), g_shared_wave.load(std::memory_order_relaxed),
@@ -506,7 +508,8 @@ inline Geometry geometry() {
                   g_mma_decode.load(std::memory_order_relaxed),
                   MmaLayout(g_mma_layout.load(std::memory_order_relaxed)),
                   g_dp4a.load(std::memory_order_relaxed), g_prestage.load(std::memory_order_relaxed),
-                  g_mma_one_product.load(std::memory_order_relaxed), g_group_bar.load(std::memory_order_relaxed)};
+                  g_mma_one_product.load(std::memory_order_relaxed), g_group_bar.load(std::memory_order_relaxed),
+                  g_q3k_wide.load(std::memory_order_relaxed)};
 }
 // Threads per row group (log2) of the unsplit kernel. Fewer threads than the row
 // has units give each lane several units (MXFP4's loaded one ahead: kPipelines)
@@ -537,7 +540,7 @@ int row_tpr_log2(int units, const Geometry& g) {
   if constexpr (std::is_same_v<Ty, TMXFP4> || std::is_same_v<Ty, TMXFP4_8> || std::is_same_v<Ty, TQ8_0>)
     return std::min(natural, units >= 128 ? 6 : 5);
   if constexpr (std::is_same_v<Ty, TQ2_K> || std::is_same_v<Ty, TQ2_K8> || std::is_same_v<Ty, TQ3_K> ||
-                std::is_same_v<Ty, TQ3_K8>)
+                std::is_same_v<Ty, TQ3_K8> || std::is_same_v<Ty, TQ3_K8W>)
     return units >= 128 ? 5 : natural;
   if constexpr (std::is_same_v<Ty, TQ45_K8<false>> || std::is_same_v<Ty, TQ45_K8<true>> || std::is_same_v<Ty, TQ6_K8>)
     return units >= 112 ? 5 : natural;
@@ -621,7 +624,7 @@ cudaError_t launch_unsplit(const GroupParams& gp, int ne0, int ne1, size_t rb, c
         const int b512 = smem_x_blocks_per_sm<Ty, NT, R, 512, kPipe>(smem);
         const int rows512 = (512 >> tpr_log2) * R;
         const long long blocks512 = (ne1 + rows512 - 1) / rows512 * (long long)(gp.shared ? 1 : gp.n);
-        if constexpr (std::is_same_v<Ty, TQ3_K8>) g.block = b512 > 0 && 2 * b512 >= b256 ? 512 : kThreads;
+        if constexpr (std::is_same_v<Ty, TQ3_K8> || std::is_same_v<Ty, TQ3_K8W>) g.block = b512 > 0 && 2 * b512 >= b256 ? 512 : kThreads;
         else g.block = 2 * b512 > b256 && blocks512 >= sm_count() ? 512 : kThreads;
       }
       const cudaError_t e = g.block == 512
@@ -830,8 +833,12 @@ cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, siz
     }
   }
   if constexpr (!std::is_void_v<Dp4aUnit<Ty>>) {
-    if (sp.chunks <= 1 && dp4a_takes<Dp4aUnit<Ty>>(geom, ne0))
+    if (sp.chunks <= 1 && dp4a_takes<Dp4aUnit<Ty>>(geom, ne0)) {
+      if constexpr (std::is_same_v<Ty, TQ3_K>) {
+        if (geom.q3k_wide) return launch_dp4a<TQ3_K8W>(nt_max, gp, ne0, ne1, rb, x, y, sc, geom, stream);
+      }
       return launch_dp4a<Dp4aUnit<Ty>>(nt_max, gp, ne0, ne1, rb, x, y, sc, geom, stream);
+    }
   }
   if constexpr (kStagesX<Ty>) {
     // Tokens whose x does not fit shared memory at once go in passes that do: x
@@ -957,6 +964,8 @@ bool weight_aligned(uint32_t type, const void* w) {
 }  // namespace
 
 void dev::set_group_barrier(bool on) { g_group_bar.store(on, std::memory_order_relaxed); }
+
+void dev::set_q3k_wide_loads(bool on) { g_q3k_wide.store(on, std::memory_order_relaxed); }
 
 void dev::set_f32_variant(int variant) {
   g_f32_variant.store(variant >= 0 && variant <= 2 ? variant : -1, std::memory_order_relaxed);

@@ -362,6 +362,24 @@ TEST_CASE("matvec: a group of rows' own barrier gives the block barrier's bits")
   xk::dev::set_matvec_geometry(0, true);
 }
 
+// Q3_K's dp4a unit with its high bits and quants loaded as 16-byte windows
+// (set_q3k_wide_loads): the same words, so the same bits, at rows of 16384 inputs
+// (16-byte aligned rows) and of 3584 (14 blocks, 1540 bytes: every row at another
+// offset in its 16-byte segment), at 1, 3 and 8 tokens.
+TEST_CASE("matvec: Q3_K's wide loads give its usual bits") {
+  std::mt19937 rng(53);
+  Stream st;
+  for (const int64_t ne0 : {16384, 3584}) {
+    CAPTURE(ne0);
+    const int64_t ne1 = 203;
+    MatvecCase c(xk::kQ3_K, ne0, ne1, 8, rng);
+    for (const int n : {1, 3, 8}) {
+      CAPTURE(n);
+      same_bits_switched(xk::dev::set_q3k_wide_loads, st, xk::kQ3_K, c, ne0, ne1, n);
+    }
+  }
+}
+
 TEST_CASE("matvec: float types with rows that are not whole 16-byte vectors") {
   std::mt19937 rng(3);
   Stream st;

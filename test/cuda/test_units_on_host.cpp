@@ -164,6 +164,7 @@ TEST_CASE("decode units on the CPU: the K-quants on dp4a, x staged as int8 terms
   for (const int blocks : {1, 3, 10}) {
     check_unit<dev::TQ2_K8>(kQ2_K, 256 * blocks, "TQ2_K8", {XLayout::kTerms}, kTolDp4a);
     check_unit<dev::TQ3_K8>(kQ3_K, 256 * blocks, "TQ3_K8", {XLayout::kTerms}, kTolDp4a);
+    check_unit<dev::TQ3_K8W>(kQ3_K, 256 * blocks, "TQ3_K8W", {XLayout::kTerms}, kTolDp4a);
     check_unit<dev::TQ45_K8<false>>(kQ4_K, 256 * blocks, "TQ45_K8<q4>", {XLayout::kTerms}, kTolDp4a);
     check_unit<dev::TQ45_K8<true>>(kQ5_K, 256 * blocks, "TQ45_K8<q5>", {XLayout::kTerms}, kTolDp4a);
     check_unit<dev::TQ6_K8>(kQ6_K, 256 * blocks, "TQ6_K8", {XLayout::kTerms}, kTolDp4a);
