@@ -495,9 +495,8 @@ int main(int argc, char** argv) {
           });
           char mode[32];
           std::snprintf(mode, sizeof mode, "prefill%dx%d", np, tokens);
-          report(variant == 2 ? "grouped-matvec" : tiles ? "grouped-tiles" : "grouped-matmul", sh.type, sh.ne0,
-                 sh.ne1, tokens, mode, us,
-                 double(wb) * np, sh.what);
+          const char* kind = variant == 2 ? "grouped-matvec" : tiles ? "grouped-tiles" : "grouped-matmul";
+          report(kind, sh.type, sh.ne0, sh.ne1, tokens, mode, us, double(wb) * np, sh.what);
           std::printf("  (%.1f TFLOP/s)\n", 2.0 * np * tokens * double(sh.ne0) * sh.ne1 / (us * 1e-6) / 1e12);
         }
     }

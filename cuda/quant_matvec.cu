@@ -624,8 +624,10 @@ cudaError_t launch_unsplit(const GroupParams& gp, int ne0, int ne1, size_t rb, c
         const int b512 = smem_x_blocks_per_sm<Ty, NT, R, 512, kPipe>(smem);
         const int rows512 = (512 >> tpr_log2) * R;
         const long long blocks512 = (ne1 + rows512 - 1) / rows512 * (long long)(gp.shared ? 1 : gp.n);
-        if constexpr (std::is_same_v<Ty, TQ3_K8> || std::is_same_v<Ty, TQ3_K8W>) g.block = b512 > 0 && 2 * b512 >= b256 ? 512 : kThreads;
-        else g.block = 2 * b512 > b256 && blocks512 >= sm_count() ? 512 : kThreads;
+        if constexpr (std::is_same_v<Ty, TQ3_K8> || std::is_same_v<Ty, TQ3_K8W>)
+          g.block = b512 > 0 && 2 * b512 >= b256 ? 512 : kThreads;
+        else
+          g.block = 2 * b512 > b256 && blocks512 >= sm_count() ? 512 : kThreads;
       }
       const cudaError_t e = g.block == 512
                                 ? launch_smem_x<Ty, NT, R, 512, kPipe>(gp, ne0, ne1, rb, x, y, smem, g, stream)
@@ -846,8 +848,7 @@ cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, siz
     // two (H100, 2026-12-06, bench-kernels --tokens: 14336 inputs 131 us at 3 and 4
     // tokens, 31 us at 2; 16384 inputs 1161 us against 218).
     const int pass = staged_pass_tokens<Ty>(ne0);
-    const int rounded = nt_max <= 1 ? 1 : nt_max <= 2 ? 2 : nt_max <= 4 ? 4 : 8;
-    if (sp.chunks <= 1 && pass >= 1 && rounded > pass)
+    if (sp.chunks <= 1 && pass >= 1 && nt_max > pass)
       return launch_passes<Ty>(pass, nt_max, gp, ne0, ne1, rb, x, y, sc, geom, stream);
   }
   return launch_rounded<Ty>(nt_max, gp, ne0, ne1, rb, x, y, sp, sc, geom, stream);

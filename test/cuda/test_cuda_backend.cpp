@@ -537,8 +537,8 @@ TEST_CASE("cuda backend: matmul and grouped_matmul (each expert's rows = its mat
     const Both xs = be.up(random_floats(size_t(ne0 * n), 25 + uint32_t(n)), ne0);
     const Both* wsel[4] = {&ws[0], &tallw, &f32w, &ws[2]};
     const int64_t rows_of[4] = {ne1, tall, ne1, ne1};
-    Both shared[4] = {be.alloc(XPACK_TYPE_F32, ne1, n), be.alloc(XPACK_TYPE_F32, tall, n),
-                      be.alloc(XPACK_TYPE_F32, ne1, n), be.alloc(XPACK_TYPE_F32, ne1, n)};
+    Both shared[4] = {be.alloc(XPACK_TYPE_F32, rows_of[0], n), be.alloc(XPACK_TYPE_F32, rows_of[1], n),
+                      be.alloc(XPACK_TYPE_F32, rows_of[2], n), be.alloc(XPACK_TYPE_F32, rows_of[3], n)};
     std::vector<Backend::Product> pcpu, pgpu;
     for (int i = 0; i < 4; ++i) {
       pcpu.push_back({&wsel[i]->cpu, &shared[i].cpu});
