@@ -8,6 +8,7 @@
 // so CI runs it; a unit's arithmetic or byte offsets that break show here first.
 #include "cuda_host.h"  // first: the CUDA names for the kernel headers
 
+#include "kquant_mma.cuh"
 #include "matvec_units.cuh"
 
 #include <doctest/doctest.h>
@@ -211,4 +212,54 @@ TEST_CASE("decode units on the CPU: MXFP4 at every E8M0 exponent 0..254 with eve
   check_every_e8m0<dev::TMXFP4>("TMXFP4", XLayout::kGlobal);
   check_every_e8m0<dev::TMXFP4>("TMXFP4", XLayout::kStaged);
   check_every_e8m0<dev::TMXFP4_8>("TMXFP4_8", XLayout::kTerms);
+}
+
+// Work in progress (wip/kq-mma): Q2_K's chunk product on the tensor cores
+// (kquant_mma.cuh), a tile of 16 rows and NT tokens, each lane's columns added
+// as a kernel would add them, against the CPU decoder.
+template <int NT>
+void check_q2k_mma(int blocks) {
+  constexpr int kRows = 16, kPairs = (NT + 1) / 2;
+  const int ne0 = 256 * blocks, chunks = ne0 / 32;
+  std::mt19937 rng(77 + blocks * 8 + NT);
+  const Case c(kQ2_K, ne0, kRows, rng);
+  const size_t rb = xrun::row_bytes(kQ2_K, ne0);
+  std::vector<uint8_t> stage(size_t(chunks) * size_t(kPairs) * 256);
+  std::vector<float> units(size_t(chunks) * NT);
+  run_warp([&] {
+    for (int u = 0; u < chunks; ++u)
+      for (int t = 0; t < NT; ++t)
+        dev::kq::stage_chunk(c.x[size_t(t) * size_t(ne0) + size_t(u) * 32 + threadIdx.x],
+                             stage.data() + (size_t(u) * kPairs * 256 + size_t(t) * 128), &units[size_t(u) * NT + t]);
+  });
+  std::vector<float> y(static_cast<size_t>(NT) * kRows);
+  run_warp([&] {
+    const int lane = int(threadIdx.x), g = lane >> 2, cq = lane & 3;
+    float acc[kPairs][2] = {};
+    for (int u = 0; u < chunks; ++u) {
+      const uint8_t* ba = c.w.data() + size_t(g) * rb + size_t(u / 8) * 84;
+      const uint8_t* bb = c.w.data() + size_t(g + 8) * rb + size_t(u / 8) * 84;
+      for (int p = 0; p < kPairs; ++p)
+        dev::kq::q2k_chunk<NT>(ba, bb, u % 8, stage.data() + size_t(u) * kPairs * 256, &units[size_t(u) * NT], p,
+                               acc[p]);
+    }
+    for (int p = 0; p < kPairs; ++p)
+      for (int r = 0; r < 2; ++r) {
+        float v = acc[p][r] * ((cq & 1) ? 0x1p-14f : 1.0f);
+        v += __shfl_xor_sync(0xFFFFFFFFu, v, 1);
+        const int tok = 2 * p + (cq >> 1);
+        if ((cq & 1) == 0 && tok < NT) y[size_t(tok) * kRows + size_t(g + 8 * r)] = v;
+      }
+  });
+  CAPTURE(blocks);
+  CAPTURE(NT);
+  CHECK(count_bad(y, c.first(NT), kTolDp4a, "q2k_chunk") == 0);
+}
+
+TEST_CASE("K-quants on the tensor cores (work in progress): Q2_K's chunk product") {
+  for (const int blocks : {1, 3}) {
+    check_q2k_mma<1>(blocks);
+    check_q2k_mma<2>(blocks);
+    check_q2k_mma<8>(blocks);
+  }
 }

@@ -24,6 +24,8 @@
 struct alignas(16) float4 { float x, y, z, w; };
 struct alignas(8) float2 { float x, y; };
 struct alignas(16) uint4 { unsigned int x, y, z, w; };
+struct alignas(8) uint2 { unsigned int x, y; };
+inline uint2 make_uint2(unsigned int x, unsigned int y) { return uint2{x, y}; }
 struct dim3_host { unsigned int x = 0, y = 0, z = 0; };
 
 // Lane of the calling host thread in run_warp (0 outside it).
@@ -93,6 +95,7 @@ namespace xpack_host {
 struct Warp {
   std::barrier<> meet{32};
   uint32_t word[32] = {};
+  uint32_t frag[32][6] = {};  // the lanes' A and B fragments of an mma (mma_s8)
 };
 inline Warp*& current_warp() {
   static Warp* w = nullptr;
@@ -110,6 +113,43 @@ inline uint32_t exchange(uint32_t v, unsigned from) {
   return r;
 }
 }  // namespace xpack_host
+
+// mma.sync.aligned.m16n8k{16,32}.row.col.s32.s8.s8.s32 as the PTX ISA lays out its
+// fragments: lane (g = lane / 4, c = lane % 4) holds A rows g (a[0]) and g + 8 (a[1])
+// at k = 4c..4c+3 and, for k32, the same rows at 16 + 4c.. (a[2], a[3]); B column g
+// at k = 4c.. (b[0]) and, for k32, 16 + 4c.. (b[1]); C and D rows g, g + 8 at
+// columns 2c, 2c + 1. Bytes in increasing k from the low one, signed.
+namespace xpack_host {
+template <int K>
+inline void mma_s8(int (&d)[4], const uint32_t* a, const uint32_t* b, const int (&cin)[4]) {
+  Warp& w = *current_warp();
+  const unsigned lane = threadIdx.x & 31;
+  for (int i = 0; i < K / 8; ++i) w.frag[lane][i] = a[i];
+  for (int i = 0; i < K / 16; ++i) w.frag[lane][4 + i] = b[i];
+  w.meet.arrive_and_wait();
+  auto byte = [](uint32_t v, int k) { return int(int8_t(uint8_t(v >> (8 * (k & 3))))); };
+  const int g = int(lane >> 2), c = int(lane & 3);
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + 8 * (i >> 1), col = 2 * c + (i & 1);
+    int s = cin[i];
+    for (int k = 0; k < K; ++k) {
+      const int kk = k & 15, hi = k >> 4;
+      const int av = byte(w.frag[(row & 7) * 4 + kk / 4][(row >> 3) + 2 * hi], k);
+      const int bv = byte(w.frag[col * 4 + kk / 4][4 + hi], k);
+      s += av * bv;
+    }
+    d[i] = s;
+  }
+  w.meet.arrive_and_wait();  // every lane has read the fragments before the next mma writes
+}
+}  // namespace xpack_host
+inline void xpack_host_mma_k32(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, const int (&c)[4]) {
+  const uint32_t b[2] = {b0, b1};
+  xpack_host::mma_s8<32>(d, a, b, c);
+}
+inline void xpack_host_mma_k16(int (&d)[4], const uint32_t (&a)[2], uint32_t b0, const int (&c)[4]) {
+  xpack_host::mma_s8<16>(d, a, &b0, c);
+}
 
 // Runs fn() on 32 host threads as the lanes of one warp (threadIdx.x = lane).
 // One warp at a time.

@@ -1,0 +1,120 @@
+// The K-quants' decode on the int8 tensor cores: the pieces a kernel is built from
+// (doc/kernels.md, "Next: Q2_K and Q3_K on the int8 tensor cores"). WORK IN PROGRESS
+// (branch wip/kq-mma): no kernel uses these yet; test_units_on_host checks them on
+// the CPU, a warp of host threads standing in for the tensor cores.
+//
+// Why: at two to eight tokens the dp4a units spend one lane-instruction a weight and
+// token on x's four exact int8 terms, and lose to llama.cpp's one-term x under the L2
+// (0.65-0.72x at eight tokens). On mma.sync each term is a B column, so eight tokens'
+// four terms are four n8 tiles, and a weight costs a fraction of an instruction.
+#pragma once
+
+#include <cstdint>
+
+#include "quant_blocks.cuh"
+
+namespace xpack::kernels::dev::kq {
+
+// D = A B + C, A 16 x K (row) and B K x 8 (col) int8, C and D int32; the fragments as
+// in the PTX ISA: lane (g = lane / 4, c = lane % 4) holds A rows g (a[0]) and g + 8
+// (a[1]) at k = 4c..4c+3 and, for K = 32, the same rows at 16 + 4c.. (a[2], a[3]);
+// B column g at k = 4c.. (b0) and 16 + 4c.. (b1); C and D rows g, g + 8 at columns
+// 2c, 2c + 1.
+__device__ __forceinline__ void mma_k32(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                                        const int (&c)[4]) {
+#ifdef XPACK_UNITS_ON_HOST
+  xpack_host_mma_k32(d, a, b0, b1, c);
+#else
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%11,%12,%13};"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
+#endif
+}
+__device__ __forceinline__ void mma_k16(int (&d)[4], const uint32_t (&a)[2], uint32_t b0, const int (&c)[4]) {
+#ifdef XPACK_UNITS_ON_HOST
+  xpack_host_mma_k16(d, a, b0, c);
+#else
+  asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%8,%9,%10};"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(b0), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
+#endif
+}
+
+// x staged for the products, per 32-input chunk and token: 128 bytes, term j's B
+// column at bytes 32 j.. (a pair of tokens is one n8 tile: its 8 columns are token
+// 2p's terms 0..3, then token 2p + 1's), each column laid out [c][b0 b1] so that
+// lane (g, c) reads its b0, b1 as 8 bytes at 32 g + 8 c of the pair's 256. Unlike
+// mxfp4_mmv.cu's (the codes' nibble order), input i of the chunk is k = i: the
+// K-quants' quants lie in input order within a word.
+__device__ __forceinline__ int b_offset(int i) { return ((i & 15) >> 2) * 8 + (i >> 4) * 4 + (i & 3); }
+
+// Warp-wide: one (chunk, token) of x, a lane's input xv each, into piece (128
+// bytes), and the chunk's unit 2^(ex - 139) (that of 128 q_k + q_k+1) into *unit.
+__device__ __forceinline__ void stage_chunk(float xv, uint8_t* piece, float* unit) {
+  const int lane = int(threadIdx.x & 31);
+  const unsigned ex = chunk_exponent(xv);
+  uint32_t q[4];
+  int8_terms(xv, ex, q);
+  __syncwarp();  // staged in place: every lane has read its float
+  const int off = b_offset(lane);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) piece[32 * j + off] = uint8_t(q[j]);
+  if (lane == 0) *unit = term_unit<7>(ex);
+}
+
+// This lane's B fragment of pair p of a staged chunk (chunk: its NT tokens' pieces;
+// one token fills columns 0..3 only, lanes 16.. give 0).
+template <int NT>
+__device__ __forceinline__ uint2 b_fragment(const uint8_t* chunk, int p) {
+  const int lane = int(threadIdx.x & 31);
+  if (NT > 1 || lane < 16) return *reinterpret_cast<const uint2*>(chunk + p * 256 + lane * 8);
+  return make_uint2(0, 0);
+}
+
+// Q2_K (84 bytes: 16 scale bytes, scale | min << 4, a 16-input sub-block each; 64
+// bytes of quants, input 128 h + 32 s + l at bits 2s of byte 32 h + l; d and dmin):
+// chunk ch (h = ch / 4, s = ch % 4) of blocks ba (row g) and bb (row g + 8) against
+// pair p of its staged x, added into acc[0] (row g) and acc[1] (row g + 8) for this
+// lane's columns (token 2p + c / 2, terms 2 (c % 2) and the next, as 128 d_k + d_k+1
+// in units of the chunk's unit; terms 2 and 3 weigh 2^-14 of 0 and 1).
+// A holds quant * scale, at most 45: one 32-bit multiply scales a word's 4 bytes
+// with no carry between them; a second product takes the sub-block's min as A. |D| <
+// 45 * 32 * 64 < 2^17 and 128 D_k + D_k+1 < 2^24: exact floats.
+template <int NT>
+__device__ __forceinline__ void q2k_chunk(const uint8_t* ba, const uint8_t* bb, int ch, const uint8_t* chunk,
+                                          const float* units, int p, float (&acc)[2]) {
+  const int lane = int(threadIdx.x & 31), c = lane & 3;
+  const int h = ch >> 2, s = ch & 3;
+  const uint8_t* blk[2] = {ba, bb};
+  uint32_t aq[4], am[4];
+  float d[2], dm[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const uint32_t q = (ld32(blk[r] + 16 + 32 * h + 16 * half + 4 * c) >> (2 * s)) & 0x03030303u;
+      const uint32_t sc = blk[r][8 * h + 2 * s + half];
+      aq[r + 2 * half] = q * (sc & 0xFu);
+      am[r + 2 * half] = (sc >> 4) * 0x01010101u;
+    }
+    const uint32_t dd = ld32(blk[r] + 80);
+    d[r] = h2f(dd);
+    dm[r] = h2f(dd >> 16);
+  }
+  const uint2 b = b_fragment<NT>(chunk, p);
+  const int zero[4] = {0, 0, 0, 0};
+  int dq[4], dn[4];
+  mma_k32(dq, aq, b.x, b.y, zero);
+  mma_k32(dn, am, b.x, b.y, zero);
+  const int tok = 2 * p + (c >> 1);
+  const float u = units[tok < NT ? tok : NT - 1];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float sq = float(dq[2 * r] * 128 + dq[2 * r + 1]);
+    const float sm = float(dn[2 * r] * 128 + dn[2 * r + 1]);
+    acc[r] = fmaf(-__fmul_rn(dm[r], u), sm, fmaf(__fmul_rn(d[r], u), sq, acc[r]));
+  }
+}
+
+}  // namespace xpack::kernels::dev::kq
