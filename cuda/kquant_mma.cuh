@@ -51,7 +51,10 @@ __device__ __forceinline__ int b_offset(int i) { return ((i & 15) >> 2) * 8 + (i
 
 // Warp-wide: one (chunk, token) of x, a lane's input xv each, into piece (128
 // bytes), and the chunk's unit 2^(ex - 139) (that of 128 q_k + q_k+1) into *unit.
-__device__ __forceinline__ void stage_chunk(float xv, uint8_t* piece, float* unit) {
+// With offs (Q3_K's products, whose C takes out the quants' offset of 4): term j's
+// sum over the chunk's 16-input half h, times -4, into offs[2 j + h] (a fixed
+// butterfly over each half's lanes; |sum| <= 1024, exact as a float).
+__device__ __forceinline__ void stage_chunk(float xv, uint8_t* piece, float* unit, int* offs = nullptr) {
   const int lane = int(threadIdx.x & 31);
   const unsigned ex = chunk_exponent(xv);
   uint32_t q[4];
@@ -61,6 +64,15 @@ __device__ __forceinline__ void stage_chunk(float xv, uint8_t* piece, float* uni
 #pragma unroll
   for (int j = 0; j < 4; ++j) piece[32 * j + off] = uint8_t(q[j]);
   if (lane == 0) *unit = term_unit<7>(ex);
+  if (offs) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      float v = float(int(int8_t(uint8_t(q[j]))));
+#pragma unroll
+      for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+      if ((lane & 15) == 0) offs[2 * j + (lane >> 4)] = -4 * int(v);
+    }
+  }
 }
 
 // This lane's B fragment of pair p of a staged chunk (chunk: its NT tokens' pieces;
@@ -115,6 +127,60 @@ __device__ __forceinline__ void q2k_chunk(const uint8_t* ba, const uint8_t* bb, 
     const float sm = float(dn[2 * r] * 128 + dn[2 * r + 1]);
     acc[r] = fmaf(-__fmul_rn(dm[r], u), sm, fmaf(__fmul_rn(d[r], u), sq, acc[r]));
   }
+}
+
+// Q3_K's 6-bit scale of sub-block sb (0..15) from its 12 scale bytes, minus 32 (ggml's
+// packing: the low 4 bits in byte sb % 8's nibble sb / 8, the high 2 in byte 8 + sb % 4
+// at bit 2 (sb / 4)).
+__device__ __forceinline__ int q3k_scale(const uint8_t* sc, int sb) {
+  const int lo = (sc[sb & 7] >> (4 * (sb >> 3))) & 0xF, hi = (sc[8 + (sb & 3)] >> (2 * (sb >> 2))) & 3;
+  return (lo | hi << 4) - 32;
+}
+
+// The 4 bytes at a 2-byte aligned p as one word (Q3_K's blocks are 110 bytes).
+__device__ __forceinline__ uint32_t ld32h(const uint8_t* p) { return ld16(p) | ld16(p + 2) << 16; }
+
+// Q3_K (110 bytes: 32 bytes of high bits, input 128 h + 32 s + l at bit 4 h + s of
+// byte l; 64 bytes of low bits, at bits 2 s of byte 32 h + l; 12 bytes of 6-bit
+// scales, a 16-input sub-block each; d): chunk ch (h = ch / 4, s = ch % 4) of blocks
+// ba (row g) and bb (row g + 8) against pair p of its staged x (offs: the chunk's
+// stage_chunk offsets, 8 a token), added into acc as q2k_chunk's.
+// The signed scale times q = v - 4 reaches +128 (q = -4, scale -32), which A cannot
+// hold, so each 16-input sub-block is one m16n8k16 product of v = low + 4 high
+// (0..7) whose C is -4 times the column's sum of x: D = sum q x exactly, |D| <= 4096.
+// D times the scale is added as an integer (at most 2^18 a chunk), and 128 D_k +
+// D_k+1 becomes one float, which may round (as the dp4a unit's sums do).
+template <int NT>
+__device__ __forceinline__ void q3k_chunk(const uint8_t* ba, const uint8_t* bb, int ch, const uint8_t* chunk,
+                                          const float* units, const int* offs, int p, float (&acc)[2]) {
+  const int lane = int(threadIdx.x & 31), c = lane & 3;
+  const int h = ch >> 2, s = ch & 3;
+  const uint8_t* blk[2] = {ba, bb};
+  const uint2 b = b_fragment<NT>(chunk, p);
+  const int tok = 2 * p + (c >> 1), k = 2 * (c & 1);
+  const int* to = offs + 8 * (tok < NT ? tok : NT - 1);
+  int sum[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    uint32_t a[2];
+    int sl[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint32_t lo = (ld32h(blk[r] + 32 + 32 * h + 16 * half + 4 * c) >> (2 * s)) & 0x03030303u;
+      const uint32_t hi = (ld32h(blk[r] + 16 * half + 4 * c) >> (4 * h + s)) & 0x01010101u;
+      a[r] = lo | hi << 2;
+      sl[r] = q3k_scale(blk[r] + 96, 8 * h + 2 * s + half);
+    }
+    const int cin[4] = {to[2 * k + half], to[2 * k + 2 + half], to[2 * k + half], to[2 * k + 2 + half]};
+    int d[4];
+    mma_k16(d, a, half ? b.y : b.x, cin);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sum[i] += sl[i >> 1] * d[i];
+  }
+  const float u = units[tok < NT ? tok : NT - 1];
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+    acc[r] = fmaf(__fmul_rn(h2f(ld16(blk[r] + 108)), u), float(sum[2 * r] * 128 + sum[2 * r + 1]), acc[r]);
 }
 
 }  // namespace xpack::kernels::dev::kq
