@@ -204,13 +204,13 @@ void report(const char* kind, uint32_t type, int64_t ne0, int64_t ne1, int n, co
 int main(int argc, char** argv) {
   bool quick = false, few_only = false, decode_only = false, wave_per_problem = false, no_pipeline = false,
        mma_decode = false, no_mma_decode = false, no_dp4a = false, no_prestage = false, prestage_always = false,
-       two_products = false, group_barrier = false, q3k_wide = false;
+       two_products = false, group_barrier = false, q3k_wide = false, kq_mma = false;
   uint64_t block_threads = 0, row_threads = 0, mma_warps = 0, mma_tiles = 0, large_from = 0, f32_variant = 0;
   std::string only_type, only_shape, token_list;
   xpack::cli::App app("bench-kernels",
                       "bench-kernels [--quick] [--graph] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem] "
                       "[--row-threads N] [--no-pipeline] [--[no-]mma-decode] [--mma-warps N] [--mma-tiles N] "
-                      "[--mma-large-from N] [--mma-two-products] [--f32-variant N] [--group-barrier] [--q3k-wide-loads] "
+                      "[--mma-large-from N] [--mma-two-products] [--f32-variant N] [--group-barrier] [--q3k-wide-loads] [--kq-mma] "
                       "[--no-dp4a] [--[no-]prestage] [--tokens N,...] [--type T,...] [--shape S]",
                       "Microseconds per product and weight GB/s of the CUDA kernels (cuda/quant_matmul.h) for "
                       "every weight type, against a device-to-device copy measured in the same run; one RESULT "
@@ -258,6 +258,9 @@ int main(int argc, char** argv) {
   app.flag("--q3k-wide-loads", &q3k_wide,
            "Q3_K's dp4a decode loads each half block's high bits and quants as three 16-byte windows instead of "
            "nine 4-byte words each (the same bits)");
+  app.flag("--kq-mma", &kq_mma,
+           "also rows kind=kq-mma: Q2_K's and Q3_K's decode on the int8 tensor cores (kquant_mmv.cu, work in "
+           "progress, taken by no rule yet), at the decode rows' token counts");
   app.flag("--no-dp4a", &no_dp4a,
            "the K-quants' and MXFP4's decode on the FMA units for every row (default: rows whose x fits shared memory "
            "as int8 terms on the dp4a units, doc/kernels.md)");
@@ -440,6 +443,22 @@ int main(int argc, char** argv) {
         st_ok(xk::matmul(ctx, sh.type, w[size_t(i % copies)], sh.ne0, sh.ne1, x, n, y, &dec, s), "matvec");
       });
       report("matvec", sh.type, sh.ne0, sh.ne1, n, "cold", cold, double(wb), sh.what);
+    }
+    if (kq_mma && (sh.type == xk::kQ2_K || sh.type == xk::kQ3_K)) {
+      const size_t kb = xk::dev::kq_mmv_scratch_bytes(sh.ne0, 8);
+      void* ks = nullptr;
+      CK(cudaMalloc(&ks, kb));
+      for (int n : decode_tokens) {
+        const int reps = quick ? 50 : 400;
+        for (const bool cold : {false, true}) {
+          const double us = time_us(s, reps, 5, [&](int i) {
+            st_ok(xk::dev::kq_mmv(sh.type, w[cold ? size_t(i % copies) : 0], sh.ne0, sh.ne1, x, n, y, ks, kb, s),
+                  "kq_mmv");
+          });
+          report("kq-mma", sh.type, sh.ne0, sh.ne1, n, cold ? "cold" : "hot", us, double(wb), sh.what);
+        }
+      }
+      CK(cudaFree(ks));
     }
     const bool prefill = !decode_only && std::string(sh.what).rfind("large", 0) != 0 &&
                          std::string(sh.what).rfind("probe", 0) != 0;

@@ -209,6 +209,14 @@ void set_group_barrier(bool on);
 // Thread safety: safe from any thread; launches already enqueued keep theirs.
 void set_q3k_wide_loads(bool on);
 
+// WORK IN PROGRESS (wip/kq-mma; kquant_mmv.cu): y = W x for n_tokens (1..8) tokens of
+// Q2_K or Q3_K rows (ne0 a multiple of 256) on the int8 tensor cores, x staged in
+// scratch (kq_mmv_scratch_bytes, 16-byte aligned). Not yet taken by any rule: for the
+// tests and bench-kernels. Thread safety: as matvec().
+size_t kq_mmv_scratch_bytes(int64_t ne0, int n_tokens);
+int kq_mmv(uint32_t type, const void* w, int64_t ne0, int64_t ne1, const float* x, int n_tokens, float* y,
+           void* scratch, size_t scratch_bytes, cudaStream_t stream);
+
 }  // namespace dev
 
 // Dequantizes n_rows rows of W into fp32 out [n_rows][ne0], bit-identical to

@@ -380,6 +380,43 @@ TEST_CASE("matvec: Q3_K's wide loads give its usual bits") {
   }
 }
 
+// Work in progress (wip/kq-mma): Q2_K and Q3_K on the int8 tensor cores
+// (kquant_mmv.cu), within the fp32 bound at 1..8 tokens, and a token's bits the same
+// at every token count.
+TEST_CASE("K-quants on the tensor cores (work in progress): within the bound, bits independent of the token count") {
+  std::mt19937 rng(61);
+  Stream st;
+  for (const uint32_t type : {xk::kQ2_K, xk::kQ3_K}) {
+    for (const int64_t ne0 : {256, 3584, 14336}) {
+      CAPTURE(xk::type_name(type));
+      CAPTURE(ne0);
+      const int64_t ne1 = 37;
+      MatvecCase c(type, ne0, ne1, 8, rng);
+      DevBuf scratch(xk::dev::kq_mmv_scratch_bytes(ne0, 8));
+      std::vector<float> first;
+      for (int n = 1; n <= 8; ++n) {
+        CAPTURE(n);
+        c.dy.poison();
+        REQUIRE(xk::dev::kq_mmv(type, c.dw.p, ne0, ne1, c.dx.as<float>(), n, c.dy.as<float>(), scratch.p,
+                                scratch.n, st.s) == xk::kOk);
+        st.sync();
+        std::vector<float> got(size_t(n * ne1));
+        c.dy.get(got.data(), got.size() * 4);
+        CHECK(count_bad(got, head(c.ref, size_t(n * ne1)), kTolFp32, xk::type_name(type)) == 0);
+        if (n == 1) first = got;
+        CHECK(std::memcmp(got.data(), first.data(), size_t(ne1) * 4) == 0);
+      }
+    }
+  }
+  // Refused: another type, rows that are not whole blocks, too small a scratch.
+  DevBuf b(1 << 20);
+  CHECK(xk::dev::kq_mmv(xk::kQ4_K, b.p, 256, 4, b.as<float>(), 1, b.as<float>(), b.p, b.n, nullptr) == xk::kErrType);
+  CHECK(xk::dev::kq_mmv(xk::kQ2_K, b.p, 320, 4, b.as<float>(), 1, b.as<float>(), b.p, b.n, nullptr) ==
+        xk::kErrArgument);
+  CHECK(xk::dev::kq_mmv(xk::kQ2_K, b.p, 256, 4, b.as<float>(), 1, b.as<float>(), b.p, 16, nullptr) ==
+        xk::kErrArgument);
+}
+
 TEST_CASE("matvec: float types with rows that are not whole 16-byte vectors") {
   std::mt19937 rng(3);
   Stream st;

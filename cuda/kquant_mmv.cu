@@ -1,0 +1,154 @@
+// WORK IN PROGRESS (branch wip/kq-mma): Q2_K and Q3_K decode (1..8 tokens) on the
+// int8 tensor cores, a first form to be measured and then laid out as mxfp4_mmv.cu
+// is (weights through shared memory, a row's blocks split over warps). Here each
+// warp takes a tile of 16 rows whole, loads its A words straight from the rows and
+// its B fragments from x staged once for the launch in the scratch (in L2: 1.3 KB a
+// 32-input chunk at eight tokens). The pieces and their bounds: kquant_mma.cuh.
+//
+// A row's sum runs over its chunks in ascending order, each chunk's products per
+// pair of tokens independent of the other tokens' columns: a token's bits do not
+// depend on the token count, the grid or the other rows.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kquant_mma.cuh"
+#include "matvec_launch.cuh"
+
+namespace xpack::kernels::dev {
+namespace {
+
+constexpr int kWarps = 8;  // tiles of 16 rows a block of threads, a warp each
+constexpr int kTileRows = 16;
+
+// The scratch for nt tokens (rounded up to 1, 2, 4, 8) of rows of ne0 inputs: the
+// staged pieces (256 bytes a chunk and pair of tokens), the chunks' units, and
+// (Q3_K) their offsets, 8 ints a chunk and token.
+struct Staged {
+  int nt, pairs, chunks;
+  size_t piece_bytes, unit_bytes, off_bytes;
+  Staged(int64_t ne0, int nt_) : nt(nt_), pairs((nt_ + 1) / 2), chunks(int(ne0 / 32)) {
+    piece_bytes = size_t(chunks) * size_t(pairs) * 256;
+    unit_bytes = size_t(chunks) * size_t(nt) * 4;
+    off_bytes = size_t(chunks) * size_t(nt) * 32;
+  }
+  size_t bytes() const { return piece_bytes + unit_bytes + off_bytes; }
+};
+
+int rounded_tokens(int n) { return n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 8; }
+
+// One warp a (chunk, token): its 32 inputs into the staged pieces (tokens past the
+// real ones repeat the last, as the other decode kernels do).
+template <int NT>
+__global__ void __launch_bounds__(256) kq_stage_kernel(const float* __restrict__ x, int ne0, int n_tokens,
+                                                       uint8_t* __restrict__ pieces, float* __restrict__ units,
+                                                       int* __restrict__ offs) {
+  constexpr int kPairs = (NT + 1) / 2;
+  const int chunks = ne0 / 32, lane = int(threadIdx.x & 31);
+  for (int item = int(blockIdx.x * 8 + (threadIdx.x >> 5)); item < chunks * NT; item += int(gridDim.x) * 8) {
+    const int u = item / NT, t = item - u * NT;
+    const float xv = __ldg(x + size_t(min(t, n_tokens - 1)) * size_t(ne0) + size_t(u) * 32 + lane);
+    kq::stage_chunk(xv, pieces + size_t(u) * kPairs * 256 + size_t(t) * 128, units + size_t(item),
+                    offs ? offs + size_t(item) * 8 : nullptr);
+  }
+}
+
+template <uint32_t kType, int NT>
+__global__ void __launch_bounds__(32 * kWarps) kq_mmv_kernel(const uint8_t* __restrict__ W, int ne0, int ne1,
+                                                             size_t row_bytes, int n_tokens,
+                                                             const uint8_t* __restrict__ pieces,
+                                                             const float* __restrict__ units,
+                                                             const int* __restrict__ offs, float* __restrict__ y) {
+  constexpr int kPairs = (NT + 1) / 2;
+  constexpr size_t kBlock = kType == kQ2_K ? 84 : 110;
+  const int lane = int(threadIdx.x & 31), g = lane >> 2, c = lane & 3;
+  const int chunks = ne0 / 32, tiles = (ne1 + kTileRows - 1) / kTileRows;
+  for (int tile = int(blockIdx.x) * kWarps + int(threadIdx.x >> 5); tile < tiles; tile += int(gridDim.x) * kWarps) {
+    const int o0 = tile * kTileRows;
+    const uint8_t* rowa = W + size_t(min(o0 + g, ne1 - 1)) * row_bytes;
+    const uint8_t* rowb = W + size_t(min(o0 + g + 8, ne1 - 1)) * row_bytes;
+    float acc[kPairs][2];
+#pragma unroll
+    for (int p = 0; p < kPairs; ++p) acc[p][0] = acc[p][1] = 0.0f;
+    for (int u = 0; u < chunks; ++u) {
+      const uint8_t* ba = rowa + size_t(u >> 3) * kBlock;
+      const uint8_t* bb = rowb + size_t(u >> 3) * kBlock;
+      const uint8_t* chunk = pieces + size_t(u) * kPairs * 256;
+#pragma unroll
+      for (int p = 0; p < kPairs; ++p) {
+        if constexpr (kType == kQ2_K)
+          kq::q2k_chunk<NT>(ba, bb, u & 7, chunk, units + size_t(u) * NT, p, acc[p]);
+        else
+          kq::q3k_chunk<NT>(ba, bb, u & 7, chunk, units + size_t(u) * NT, offs + size_t(u) * NT * 8, p, acc[p]);
+      }
+    }
+    // Lane c holds terms (0, 1) for even c and (2, 3), weighing 2^-14 of them, for
+    // odd c, of token 2 p + c / 2; its partner c ^ 1 the others.
+#pragma unroll
+    for (int p = 0; p < kPairs; ++p)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float v = acc[p][r] * ((c & 1) ? 0x1p-14f : 1.0f);
+        v += __shfl_xor_sync(0xFFFFFFFFu, v, 1);
+        const int t = 2 * p + (c >> 1), o = o0 + g + 8 * r;
+        if ((c & 1) == 0 && t < n_tokens && o < ne1) y[size_t(t) * size_t(ne1) + size_t(o)] = v;
+      }
+  }
+}
+
+template <uint32_t kType, int NT>
+cudaError_t launch(const uint8_t* w, int ne0, int ne1, size_t rb, const float* x, int n_tokens, float* y,
+                   uint8_t* scratch, cudaStream_t stream) {
+  const Staged s(ne0, NT);
+  uint8_t* pieces = scratch;
+  float* units = reinterpret_cast<float*>(scratch + s.piece_bytes);
+  int* offs = kType == kQ3_K ? reinterpret_cast<int*>(scratch + s.piece_bytes + s.unit_bytes) : nullptr;
+  const int sms = std::max(1, sm_count());
+  const long long items = (long long)s.chunks * NT;
+  const unsigned bx = unsigned(std::min<long long>((items + 7) / 8, (long long)sms * 8));
+  kq_stage_kernel<NT><<<bx, 256, 0, stream>>>(x, ne0, n_tokens, pieces, units, offs);
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  const long long tiles = (ne1 + kTileRows - 1) / kTileRows;
+  const unsigned grid = unsigned(std::min<long long>((tiles + kWarps - 1) / kWarps, (long long)sms * 8));
+  kq_mmv_kernel<kType, NT><<<grid, 32 * kWarps, 0, stream>>>(w, ne0, ne1, rb, n_tokens, pieces, units, offs, y);
+  return cudaGetLastError();
+}
+
+template <uint32_t kType>
+cudaError_t launch_type(const uint8_t* w, int ne0, int ne1, size_t rb, const float* x, int n, float* y,
+                        uint8_t* scratch, cudaStream_t stream) {
+  switch (rounded_tokens(n)) {
+    case 1: return launch<kType, 1>(w, ne0, ne1, rb, x, n, y, scratch, stream);
+    case 2: return launch<kType, 2>(w, ne0, ne1, rb, x, n, y, scratch, stream);
+    case 4: return launch<kType, 4>(w, ne0, ne1, rb, x, n, y, scratch, stream);
+    default: return launch<kType, 8>(w, ne0, ne1, rb, x, n, y, scratch, stream);
+  }
+}
+
+}  // namespace
+
+size_t kq_mmv_scratch_bytes(int64_t ne0, int n_tokens) {
+  return Staged(ne0, rounded_tokens(n_tokens)).bytes();
+}
+
+int kq_mmv(uint32_t type, const void* w, int64_t ne0, int64_t ne1, const float* x, int n_tokens, float* y,
+           void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+  if (type != kQ2_K && type != kQ3_K) return kErrType;
+  if (!w || !x || !y || !scratch || ne0 <= 0 || ne1 <= 0 || ne0 % 256 != 0 || n_tokens < 1 ||
+      n_tokens > kMaxMatvecTokens || ne0 > (int64_t(1) << 24) || ne1 > (int64_t(1) << 30))
+    return kErrArgument;
+  if (scratch_bytes < kq_mmv_scratch_bytes(ne0, n_tokens)) return kErrArgument;
+  if (reinterpret_cast<uintptr_t>(w) % 16 || reinterpret_cast<uintptr_t>(x) % 4 ||
+      reinterpret_cast<uintptr_t>(y) % 4 || reinterpret_cast<uintptr_t>(scratch) % 16)
+    return kErrAlignment;
+  const size_t rb = size_t(ne0 / 256) * (type == kQ2_K ? 84 : 110);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  auto* sb = static_cast<uint8_t*>(scratch);
+  const cudaError_t e = type == kQ2_K
+                            ? launch_type<kQ2_K>(wb, int(ne0), int(ne1), rb, x, n_tokens, y, sb, stream)
+                            : launch_type<kQ3_K>(wb, int(ne0), int(ne1), rb, x, n_tokens, y, sb, stream);
+  return e == cudaSuccess ? kOk : kErrCuda;
+}
+
+}  // namespace xpack::kernels::dev
