@@ -5,6 +5,15 @@
 // its B fragments from x staged once for the launch in the scratch (in L2: 1.3 KB a
 // 32-input chunk at eight tokens). The pieces and their bounds: kquant_mma.cuh.
 //
+// What this form costs (SASS, Q2_K at eight tokens): 159 instructions a 32-input
+// chunk of a tile, 9.9 lane-instructions a weight, of which the 8 IMMA are few; the
+// rest is each chunk's loads, A words and, most, turning each pair's sums into
+// floats (per row, pair and chunk: the chunk's power of two differs). The next form:
+// one power of two a 256-input block for x (the terms then stay within 2^-27 of the
+// block's largest |x|), the products accumulated in the mma's C over a block's 8
+// chunks (Q2_K: the scales already in A; Q3_K: IMAD by the scale into an int32), and
+// the floats made once a block: about 3 lane-instructions a weight at eight tokens.
+//
 // A row's sum runs over its chunks in ascending order, each chunk's products per
 // pair of tokens independent of the other tokens' columns: a token's bits do not
 // depend on the token count, the grid or the other rows.
