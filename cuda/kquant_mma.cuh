@@ -49,30 +49,33 @@ __device__ __forceinline__ void mma_k16(int (&d)[4], const uint32_t (&a)[2], uin
 // K-quants' quants lie in input order within a word.
 __device__ __forceinline__ int b_offset(int i) { return ((i & 15) >> 2) * 8 + (i >> 4) * 4 + (i & 3); }
 
-// Warp-wide: one (chunk, token) of x, a lane's input xv each, into piece (128
-// bytes), and the chunk's unit 2^(ex - 139) (that of 128 q_k + q_k+1) into *unit.
-// With offs (Q3_K's products, whose C takes out the quants' offset of 4): term j's
-// sum over the chunk's 16-input half h, times -4, into offs[2 j + h] (a fixed
-// butterfly over each half's lanes; |sum| <= 1024, exact as a float).
-__device__ __forceinline__ void stage_chunk(float xv, uint8_t* piece, float* unit, int* offs = nullptr) {
+// Warp-wide: one 256-input block of one token's x (xb: its floats) into the pieces
+// of its 8 chunks (piece ch at pieces + ch * stride, 128 bytes each), with one power
+// of two for the whole block, its unit 2^(ex - 139) (that of 128 q_k + q_k+1) into
+// *unit: the products of a block's chunks then add as integers, and their sums
+// become floats once a block. The terms stay within 2^-27 of the block's largest
+// |x| (of the chunk's, with a power of two a chunk).
+__device__ __forceinline__ void stage_block(const float* xb, uint8_t* pieces, size_t stride, float* unit) {
   const int lane = int(threadIdx.x & 31);
-  const unsigned ex = chunk_exponent(xv);
-  uint32_t q[4];
-  int8_terms(xv, ex, q);
-  __syncwarp();  // staged in place: every lane has read its float
+  float xv[8];
+  uint32_t big = 0;
+#pragma unroll
+  for (int ch = 0; ch < 8; ++ch) {
+    xv[ch] = xb[32 * ch + lane];
+    const uint32_t e = __float_as_uint(xv[ch]) & 0x7F800000u;
+    big = e > big ? e : big;
+  }
+  const unsigned ex = chunk_exponent(__uint_as_float(big));
   const int off = b_offset(lane);
 #pragma unroll
-  for (int j = 0; j < 4; ++j) piece[32 * j + off] = uint8_t(q[j]);
-  if (lane == 0) *unit = term_unit<7>(ex);
-  if (offs) {
+  for (int ch = 0; ch < 8; ++ch) {
+    uint32_t q[4];
+    int8_terms(xv[ch], ex, q);
+    uint8_t* piece = pieces + size_t(ch) * stride;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      float v = float(int(int8_t(uint8_t(q[j]))));
-#pragma unroll
-      for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-      if ((lane & 15) == 0) offs[2 * j + (lane >> 4)] = -4 * int(v);
-    }
+    for (int j = 0; j < 4; ++j) piece[32 * j + off] = uint8_t(q[j]);
   }
+  if (lane == 0) *unit = term_unit<7>(ex);
 }
 
 // This lane's B fragment of pair p of a staged chunk (chunk: its NT tokens' pieces;
@@ -85,47 +88,57 @@ __device__ __forceinline__ uint2 b_fragment(const uint8_t* chunk, int p) {
 }
 
 // Q2_K (84 bytes: 16 scale bytes, scale | min << 4, a 16-input sub-block each; 64
-// bytes of quants, input 128 h + 32 s + l at bits 2s of byte 32 h + l; d and dmin):
-// chunk ch (h = ch / 4, s = ch % 4) of blocks ba (row g) and bb (row g + 8) against
-// pair p of its staged x, added into acc[0] (row g) and acc[1] (row g + 8) for this
-// lane's columns (token 2p + c / 2, terms 2 (c % 2) and the next, as 128 d_k + d_k+1
-// in units of the chunk's unit; terms 2 and 3 weigh 2^-14 of 0 and 1).
+// bytes of quants, input 128 h + 32 s + l at bits 2 s of byte 32 h + l; d and dmin):
+// blocks ba (row g) and bb (row g + 8) against every pair p of tokens of their staged
+// x (chunk ch's pieces at chunks + ch * stride; units: the block's, per token), added
+// into acc[p][0] (row g) and acc[p][1] (row g + 8) for this lane's columns (token 2p +
+// c / 2, terms 2 (c % 2) and the next, as 128 d_k + d_k+1 in units of the block's
+// unit; terms 2 and 3 weigh 2^-14 of 0 and 1). A is made once for all pairs.
 // A holds quant * scale, at most 45: one 32-bit multiply scales a word's 4 bytes
-// with no carry between them; a second product takes the sub-block's min as A. |D| <
-// 45 * 32 * 64 < 2^17 and 128 D_k + D_k+1 < 2^24: exact floats.
+// with no carry between them; a second product takes the sub-block's min as A. Each
+// chunk's products add into the last one's (C), |D| <= 45 * 256 * 64 < 2^20, and
+// 128 D_k + D_k+1 becomes a float once a block (it may round, as the dp4a units' sums
+// do).
 template <int NT>
-__device__ __forceinline__ void q2k_chunk(const uint8_t* ba, const uint8_t* bb, int ch, const uint8_t* chunk,
-                                          const float* units, int p, float (&acc)[2]) {
+__device__ __forceinline__ void q2k_block(const uint8_t* ba, const uint8_t* bb, const uint8_t* chunks,
+                                          size_t stride, const float* units, float (&acc)[(NT + 1) / 2][2]) {
+  constexpr int kPairs = (NT + 1) / 2;
   const int lane = int(threadIdx.x & 31), c = lane & 3;
-  const int h = ch >> 2, s = ch & 3;
   const uint8_t* blk[2] = {ba, bb};
-  uint32_t aq[4], am[4];
-  float d[2], dm[2];
+  int dq[kPairs][4] = {}, dn[kPairs][4] = {};
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
+  for (int ch = 0; ch < 8; ++ch) {
+    const int h = ch >> 2, s = ch & 3;
+    uint32_t aq[4], am[4];
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const uint32_t q = (ld32(blk[r] + 16 + 32 * h + 16 * half + 4 * c) >> (2 * s)) & 0x03030303u;
-      const uint32_t sc = blk[r][8 * h + 2 * s + half];
-      aq[r + 2 * half] = q * (sc & 0xFu);
-      am[r + 2 * half] = (sc >> 4) * 0x01010101u;
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const uint32_t q = (ld32(blk[r] + 16 + 32 * h + 16 * half + 4 * c) >> (2 * s)) & 0x03030303u;
+        const uint32_t sc = blk[r][8 * h + 2 * s + half];
+        aq[r + 2 * half] = q * (sc & 0xFu);
+        am[r + 2 * half] = (sc >> 4) * 0x01010101u;
+      }
     }
-    const uint32_t dd = ld32(blk[r] + 80);
-    d[r] = h2f(dd);
-    dm[r] = h2f(dd >> 16);
+#pragma unroll
+    for (int p = 0; p < kPairs; ++p) {
+      const uint2 b = b_fragment<NT>(chunks + size_t(ch) * stride, p);
+      mma_k32(dq[p], aq, b.x, b.y, dq[p]);
+      mma_k32(dn[p], am, b.x, b.y, dn[p]);
+    }
   }
-  const uint2 b = b_fragment<NT>(chunk, p);
-  const int zero[4] = {0, 0, 0, 0};
-  int dq[4], dn[4];
-  mma_k32(dq, aq, b.x, b.y, zero);
-  mma_k32(dn, am, b.x, b.y, zero);
-  const int tok = 2 * p + (c >> 1);
-  const float u = units[tok < NT ? tok : NT - 1];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const float sq = float(dq[2 * r] * 128 + dq[2 * r + 1]);
-    const float sm = float(dn[2 * r] * 128 + dn[2 * r + 1]);
-    acc[r] = fmaf(-__fmul_rn(dm[r], u), sm, fmaf(__fmul_rn(d[r], u), sq, acc[r]));
+    const uint32_t dd = ld32(blk[r] + 80);
+    const float d = h2f(dd), dm = h2f(dd >> 16);
+#pragma unroll
+    for (int p = 0; p < kPairs; ++p) {
+      const int tok = 2 * p + (c >> 1);
+      const float u = units[tok < NT ? tok : NT - 1];
+      const float sq = float(dq[p][2 * r] * 128 + dq[p][2 * r + 1]);
+      const float sm = float(dn[p][2 * r] * 128 + dn[p][2 * r + 1]);
+      acc[p][r] = fmaf(-__fmul_rn(dm, u), sm, fmaf(__fmul_rn(d, u), sq, acc[p][r]));
+    }
   }
 }
 
@@ -142,45 +155,56 @@ __device__ __forceinline__ uint32_t ld32h(const uint8_t* p) { return ld16(p) | l
 
 // Q3_K (110 bytes: 32 bytes of high bits, input 128 h + 32 s + l at bit 4 h + s of
 // byte l; 64 bytes of low bits, at bits 2 s of byte 32 h + l; 12 bytes of 6-bit
-// scales, a 16-input sub-block each; d): chunk ch (h = ch / 4, s = ch % 4) of blocks
-// ba (row g) and bb (row g + 8) against pair p of its staged x (offs: the chunk's
-// stage_chunk offsets, 8 a token), added into acc as q2k_chunk's.
-// The signed scale times q = v - 4 reaches +128 (q = -4, scale -32), which A cannot
-// hold, so each 16-input sub-block is one m16n8k16 product of v = low + 4 high
-// (0..7) whose C is -4 times the column's sum of x: D = sum q x exactly, |D| <= 4096.
-// D times the scale is added as an integer (at most 2^18 a chunk), and 128 D_k +
-// D_k+1 becomes one float, which may round (as the dp4a unit's sums do).
+// scales, a 16-input sub-block each; d): blocks ba (row g) and bb (row g + 8) against
+// every pair of tokens of their staged x, added into acc as q2k_block's.
+// The signed scale times q = low + 4 high - 4 reaches +128 (q = -4, scale -32), which
+// A cannot hold, so each 16-input sub-block is one m16n8k16 product of q itself, its
+// bytes low | 0xFC where the high bit is clear (no carry between bytes): D = sum q x
+// exactly, |D| <= 4096.
+// D times the scale is added as an integer (below 2^21 a block), and 128 D_k + D_k+1
+// becomes a float once a block (it may round, as the dp4a units' sums do).
 template <int NT>
-__device__ __forceinline__ void q3k_chunk(const uint8_t* ba, const uint8_t* bb, int ch, const uint8_t* chunk,
-                                          const float* units, const int* offs, int p, float (&acc)[2]) {
+__device__ __forceinline__ void q3k_block(const uint8_t* ba, const uint8_t* bb, const uint8_t* chunks,
+                                          size_t stride, const float* units, float (&acc)[(NT + 1) / 2][2]) {
+  constexpr int kPairs = (NT + 1) / 2;
   const int lane = int(threadIdx.x & 31), c = lane & 3;
-  const int h = ch >> 2, s = ch & 3;
   const uint8_t* blk[2] = {ba, bb};
-  const uint2 b = b_fragment<NT>(chunk, p);
-  const int tok = 2 * p + (c >> 1), k = 2 * (c & 1);
-  const int* to = offs + 8 * (tok < NT ? tok : NT - 1);
-  int sum[4] = {0, 0, 0, 0};
+  constexpr int kZero[4] = {0, 0, 0, 0};
+  int sum[kPairs][4] = {};
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    uint32_t a[2];
-    int sl[2];
+  for (int ch = 0; ch < 8; ++ch) {
+    const int h = ch >> 2, s = ch & 3;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const uint32_t lo = (ld32h(blk[r] + 32 + 32 * h + 16 * half + 4 * c) >> (2 * s)) & 0x03030303u;
-      const uint32_t hi = (ld32h(blk[r] + 16 * half + 4 * c) >> (4 * h + s)) & 0x01010101u;
-      a[r] = lo | hi << 2;
-      sl[r] = q3k_scale(blk[r] + 96, 8 * h + 2 * s + half);
+    for (int half = 0; half < 2; ++half) {
+      uint32_t a[2];
+      int sl[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const uint32_t lo = (ld32h(blk[r] + 32 + 32 * h + 16 * half + 4 * c) >> (2 * s)) & 0x03030303u;
+        const uint32_t hi = (ld32h(blk[r] + 16 * half + 4 * c) >> (4 * h + s)) & 0x01010101u;
+        a[r] = lo | (hi ^ 0x01010101u) * 0xFCu;
+        sl[r] = q3k_scale(blk[r] + 96, 8 * h + 2 * s + half);
+      }
+#pragma unroll
+      for (int p = 0; p < kPairs; ++p) {
+        const uint2 b = b_fragment<NT>(chunks + size_t(ch) * stride, p);
+        int d[4];
+        mma_k16(d, a, half ? b.y : b.x, kZero);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) sum[p][i] += sl[i >> 1] * d[i];
+      }
     }
-    const int cin[4] = {to[2 * k + half], to[2 * k + 2 + half], to[2 * k + half], to[2 * k + 2 + half]};
-    int d[4];
-    mma_k16(d, a, half ? b.y : b.x, cin);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) sum[i] += sl[i >> 1] * d[i];
   }
-  const float u = units[tok < NT ? tok : NT - 1];
 #pragma unroll
-  for (int r = 0; r < 2; ++r)
-    acc[r] = fmaf(__fmul_rn(h2f(ld16(blk[r] + 108)), u), float(sum[2 * r] * 128 + sum[2 * r + 1]), acc[r]);
+  for (int r = 0; r < 2; ++r) {
+    const float d = h2f(ld16(blk[r] + 108));
+#pragma unroll
+    for (int p = 0; p < kPairs; ++p) {
+      const int tok = 2 * p + (c >> 1);
+      const float u = units[tok < NT ? tok : NT - 1];
+      acc[p][r] = fmaf(__fmul_rn(d, u), float(sum[p][2 * r] * 128 + sum[p][2 * r + 1]), acc[p][r]);
+    }
+  }
 }
 
 }  // namespace xpack::kernels::dev::kq

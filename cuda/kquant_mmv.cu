@@ -5,14 +5,16 @@
 // its B fragments from x staged once for the launch in the scratch (in L2: 1.3 KB a
 // 32-input chunk at eight tokens). The pieces and their bounds: kquant_mma.cuh.
 //
-// What this form costs (SASS, Q2_K at eight tokens): 159 instructions a 32-input
-// chunk of a tile, 9.9 lane-instructions a weight, of which the 8 IMMA are few; the
-// rest is each chunk's loads, A words and, most, turning each pair's sums into
-// floats (per row, pair and chunk: the chunk's power of two differs). The next form:
-// one power of two a 256-input block for x (the terms then stay within 2^-27 of the
-// block's largest |x|), the products accumulated in the mma's C over a block's 8
-// chunks (Q2_K: the scales already in A; Q3_K: IMAD by the scale into an int32), and
-// the floats made once a block: about 3 lane-instructions a weight at eight tokens.
+// x has one power of two a 256-input block, so a block's chunk products add as
+// integers (in the mma's C for Q2_K, whose scales are in A; by IMAD for Q3_K) and
+// become floats once a block. In SASS (sm_90, loop instructions a 256-input block of
+// a tile, lane-instructions a weight): Q2_K 438 at eight tokens (3.4; with a power of
+// two a chunk, ec4b4e0: 9.9), 342 at one (2.7; its dp4a unit 2.55); Q3_K 848 at eight (6.6), 494 at one
+// (3.9), where its dp4a unit takes 3.3 at one token: 256 of the 848 are the IMADs
+// that scale each sub-block's D, and most of the rest unpacking (118 loads, most of
+// them halfwords). Next for Q3_K: the scale split so that A can carry it (v times
+// its low 3 bits and times its high 3 bits are carry-free bytes; the offset of 4 and
+// of 32 as products of their own), the products then accumulated in C as Q2_K's.
 //
 // A row's sum runs over its chunks in ascending order, each chunk's products per
 // pair of tokens independent of the other tokens' columns: a token's bits do not
@@ -32,34 +34,31 @@ constexpr int kWarps = 8;  // tiles of 16 rows a block of threads, a warp each
 constexpr int kTileRows = 16;
 
 // The scratch for nt tokens (rounded up to 1, 2, 4, 8) of rows of ne0 inputs: the
-// staged pieces (256 bytes a chunk and pair of tokens), the chunks' units, and
-// (Q3_K) their offsets, 8 ints a chunk and token.
+// staged pieces (256 bytes a chunk and pair of tokens), then the blocks' units.
 struct Staged {
   int nt, pairs, chunks;
-  size_t piece_bytes, unit_bytes, off_bytes;
+  size_t piece_bytes, unit_bytes;
   Staged(int64_t ne0, int nt_) : nt(nt_), pairs((nt_ + 1) / 2), chunks(int(ne0 / 32)) {
     piece_bytes = size_t(chunks) * size_t(pairs) * 256;
-    unit_bytes = size_t(chunks) * size_t(nt) * 4;
-    off_bytes = size_t(chunks) * size_t(nt) * 32;
+    unit_bytes = size_t(chunks / 8) * size_t(nt) * 4;  // a power of two a 256-input block
   }
-  size_t bytes() const { return piece_bytes + unit_bytes + off_bytes; }
+  size_t bytes() const { return piece_bytes + unit_bytes; }
 };
 
 int rounded_tokens(int n) { return n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 8; }
 
-// One warp a (chunk, token): its 32 inputs into the staged pieces (tokens past the
-// real ones repeat the last, as the other decode kernels do).
+// One warp a (256-input block, token): its 8 chunks into the staged pieces (tokens
+// past the real ones repeat the last, as the other decode kernels do).
 template <int NT>
 __global__ void __launch_bounds__(256) kq_stage_kernel(const float* __restrict__ x, int ne0, int n_tokens,
-                                                       uint8_t* __restrict__ pieces, float* __restrict__ units,
-                                                       int* __restrict__ offs) {
+                                                       uint8_t* __restrict__ pieces, float* __restrict__ units) {
   constexpr int kPairs = (NT + 1) / 2;
-  const int chunks = ne0 / 32, lane = int(threadIdx.x & 31);
-  for (int item = int(blockIdx.x * 8 + (threadIdx.x >> 5)); item < chunks * NT; item += int(gridDim.x) * 8) {
-    const int u = item / NT, t = item - u * NT;
-    const float xv = __ldg(x + size_t(min(t, n_tokens - 1)) * size_t(ne0) + size_t(u) * 32 + lane);
-    kq::stage_chunk(xv, pieces + size_t(u) * kPairs * 256 + size_t(t) * 128, units + size_t(item),
-                    offs ? offs + size_t(item) * 8 : nullptr);
+  const int blocks = ne0 / 256;
+  for (int item = int(blockIdx.x * 8 + (threadIdx.x >> 5)); item < blocks * NT; item += int(gridDim.x) * 8) {
+    const int b = item / NT, t = item - b * NT;
+    kq::stage_block(x + size_t(min(t, n_tokens - 1)) * size_t(ne0) + size_t(b) * 256,
+                    pieces + size_t(8 * b) * kPairs * 256 + size_t(t) * 128, size_t(kPairs) * 256,
+                    units + size_t(item));
   }
 }
 
@@ -68,11 +67,11 @@ __global__ void __launch_bounds__(32 * kWarps) kq_mmv_kernel(const uint8_t* __re
                                                              size_t row_bytes, int n_tokens,
                                                              const uint8_t* __restrict__ pieces,
                                                              const float* __restrict__ units,
-                                                             const int* __restrict__ offs, float* __restrict__ y) {
+                                                             float* __restrict__ y) {
   constexpr int kPairs = (NT + 1) / 2;
   constexpr size_t kBlock = kType == kQ2_K ? 84 : 110;
   const int lane = int(threadIdx.x & 31), g = lane >> 2, c = lane & 3;
-  const int chunks = ne0 / 32, tiles = (ne1 + kTileRows - 1) / kTileRows;
+  const int blocks = ne0 / 256, tiles = (ne1 + kTileRows - 1) / kTileRows;
   for (int tile = int(blockIdx.x) * kWarps + int(threadIdx.x >> 5); tile < tiles; tile += int(gridDim.x) * kWarps) {
     const int o0 = tile * kTileRows;
     const uint8_t* rowa = W + size_t(min(o0 + g, ne1 - 1)) * row_bytes;
@@ -80,17 +79,14 @@ __global__ void __launch_bounds__(32 * kWarps) kq_mmv_kernel(const uint8_t* __re
     float acc[kPairs][2];
 #pragma unroll
     for (int p = 0; p < kPairs; ++p) acc[p][0] = acc[p][1] = 0.0f;
-    for (int u = 0; u < chunks; ++u) {
-      const uint8_t* ba = rowa + size_t(u >> 3) * kBlock;
-      const uint8_t* bb = rowb + size_t(u >> 3) * kBlock;
-      const uint8_t* chunk = pieces + size_t(u) * kPairs * 256;
-#pragma unroll
-      for (int p = 0; p < kPairs; ++p) {
-        if constexpr (kType == kQ2_K)
-          kq::q2k_chunk<NT>(ba, bb, u & 7, chunk, units + size_t(u) * NT, p, acc[p]);
-        else
-          kq::q3k_chunk<NT>(ba, bb, u & 7, chunk, units + size_t(u) * NT, offs + size_t(u) * NT * 8, p, acc[p]);
-      }
+    for (int u = 0; u < blocks; ++u) {
+      const uint8_t* ba = rowa + size_t(u) * kBlock;
+      const uint8_t* bb = rowb + size_t(u) * kBlock;
+      const uint8_t* chunk = pieces + size_t(8 * u) * kPairs * 256;
+      if constexpr (kType == kQ2_K)
+        kq::q2k_block<NT>(ba, bb, chunk, kPairs * 256, units + size_t(u) * NT, acc);
+      else
+        kq::q3k_block<NT>(ba, bb, chunk, kPairs * 256, units + size_t(u) * NT, acc);
     }
     // Lane c holds terms (0, 1) for even c and (2, 3), weighing 2^-14 of them, for
     // odd c, of token 2 p + c / 2; its partner c ^ 1 the others.
@@ -112,15 +108,14 @@ cudaError_t launch(const uint8_t* w, int ne0, int ne1, size_t rb, const float* x
   const Staged s(ne0, NT);
   uint8_t* pieces = scratch;
   float* units = reinterpret_cast<float*>(scratch + s.piece_bytes);
-  int* offs = kType == kQ3_K ? reinterpret_cast<int*>(scratch + s.piece_bytes + s.unit_bytes) : nullptr;
   const int sms = std::max(1, sm_count());
-  const long long items = (long long)s.chunks * NT;
+  const long long items = (long long)(s.chunks / 8) * NT;
   const unsigned bx = unsigned(std::min<long long>((items + 7) / 8, (long long)sms * 8));
-  kq_stage_kernel<NT><<<bx, 256, 0, stream>>>(x, ne0, n_tokens, pieces, units, offs);
+  kq_stage_kernel<NT><<<bx, 256, 0, stream>>>(x, ne0, n_tokens, pieces, units);
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   const long long tiles = (ne1 + kTileRows - 1) / kTileRows;
   const unsigned grid = unsigned(std::min<long long>((tiles + kWarps - 1) / kWarps, (long long)sms * 8));
-  kq_mmv_kernel<kType, NT><<<grid, 32 * kWarps, 0, stream>>>(w, ne0, ne1, rb, n_tokens, pieces, units, offs, y);
+  kq_mmv_kernel<kType, NT><<<grid, 32 * kWarps, 0, stream>>>(w, ne0, ne1, rb, n_tokens, pieces, units, y);
   return cudaGetLastError();
 }
 

@@ -214,7 +214,7 @@ TEST_CASE("decode units on the CPU: MXFP4 at every E8M0 exponent 0..254 with eve
   check_every_e8m0<dev::TMXFP4_8>("TMXFP4_8", XLayout::kTerms);
 }
 
-// Work in progress (wip/kq-mma): Q2_K's and Q3_K's chunk products on the tensor
+// Work in progress (wip/kq-mma): Q2_K's and Q3_K's block products on the tensor
 // cores (kquant_mma.cuh), a tile of 16 rows and NT tokens, each lane's columns added
 // as a kernel would add them, against the CPU decoder.
 template <uint32_t kType, int NT>
@@ -225,33 +225,30 @@ void check_kq_mma(int blocks) {
   std::mt19937 rng(77 + blocks * 8 + NT + kType);
   const Case c(kType, ne0, kRows, rng);
   const size_t rb = xrun::row_bytes(kType, ne0);
-  std::vector<uint8_t> stage(size_t(chunks) * size_t(kPairs) * 256);
-  std::vector<float> units(size_t(chunks) * NT);
-  std::vector<int> offs(size_t(chunks) * NT * 8);
+  const int nb = ne0 / 256;
+  const size_t stride = size_t(kPairs) * 256;  // between a block's chunks
+  std::vector<uint8_t> stage(size_t(chunks) * stride);
+  std::vector<float> units(size_t(nb) * NT);
   run_warp([&] {
-    for (int u = 0; u < chunks; ++u)
+    for (int b = 0; b < nb; ++b)
       for (int t = 0; t < NT; ++t) {
-        const size_t ut = size_t(u) * NT + size_t(t);
-        dev::kq::stage_chunk(c.x[size_t(t) * size_t(ne0) + size_t(u) * 32 + threadIdx.x],
-                             stage.data() + (size_t(u) * kPairs * 256 + size_t(t) * 128), &units[ut],
-                             kType == kQ3_K ? &offs[8 * ut] : nullptr);
+        const size_t bt = size_t(b) * NT + size_t(t);
+        dev::kq::stage_block(c.x.data() + size_t(t) * size_t(ne0) + size_t(b) * 256,
+                             stage.data() + size_t(8 * b) * stride + size_t(t) * 128, stride, &units[bt]);
       }
   });
   std::vector<float> y(static_cast<size_t>(NT) * kRows);
   run_warp([&] {
     const int lane = int(threadIdx.x), g = lane >> 2, cq = lane & 3;
     float acc[kPairs][2] = {};
-    for (int u = 0; u < chunks; ++u) {
-      const uint8_t* ba = c.w.data() + size_t(g) * rb + size_t(u / 8) * kBlock;
-      const uint8_t* bb = c.w.data() + size_t(g + 8) * rb + size_t(u / 8) * kBlock;
-      const uint8_t* chunk = stage.data() + size_t(u) * kPairs * 256;
-      for (int p = 0; p < kPairs; ++p) {
-        if constexpr (kType == kQ2_K)
-          dev::kq::q2k_chunk<NT>(ba, bb, u % 8, chunk, &units[size_t(u) * NT], p, acc[p]);
-        else
-          dev::kq::q3k_chunk<NT>(ba, bb, u % 8, chunk, &units[size_t(u) * NT], &offs[size_t(u) * NT * 8], p,
-                                 acc[p]);
-      }
+    for (int b = 0; b < nb; ++b) {
+      const uint8_t* ba = c.w.data() + size_t(g) * rb + size_t(b) * kBlock;
+      const uint8_t* bb = c.w.data() + size_t(g + 8) * rb + size_t(b) * kBlock;
+      const uint8_t* chunk = stage.data() + size_t(8 * b) * stride;
+      if constexpr (kType == kQ2_K)
+        dev::kq::q2k_block<NT>(ba, bb, chunk, stride, &units[size_t(b) * NT], acc);
+      else
+        dev::kq::q3k_block<NT>(ba, bb, chunk, stride, &units[size_t(b) * NT], acc);
     }
     for (int p = 0; p < kPairs; ++p)
       for (int r = 0; r < 2; ++r) {
@@ -267,7 +264,7 @@ void check_kq_mma(int blocks) {
   CHECK(count_bad(y, c.first(NT), kTolDp4a, "kquant_mma") == 0);
 }
 
-TEST_CASE("K-quants on the tensor cores (work in progress): Q2_K's and Q3_K's chunk products") {
+TEST_CASE("K-quants on the tensor cores (work in progress): Q2_K's and Q3_K's block products") {
   for (const int blocks : {1, 3}) {
     check_kq_mma<kQ2_K, 1>(blocks);
     check_kq_mma<kQ2_K, 2>(blocks);
