@@ -9,8 +9,8 @@
 // integers (in the mma's C for Q2_K, whose scales are in A; by IMAD for Q3_K) and
 // become floats once a block. In SASS (sm_90, loop instructions a 256-input block of
 // a tile, lane-instructions a weight): Q2_K 438 at eight tokens (3.4; with a power of
-// two a chunk, ec4b4e0: 9.9), 342 at one (2.7; its dp4a unit 2.55); Q3_K 848 at eight (6.6), 494 at one
-// (3.9), where its dp4a unit takes 3.3 at one token: 256 of the 848 are the IMADs
+// two a chunk, ec4b4e0: 9.9), 342 at one (2.7; its dp4a unit 2.55); Q3_K 848 at
+// eight (6.6), 494 at one (3.9; its dp4a unit 3.3): 256 of the 848 are the IMADs
 // that scale each sub-block's D, and most of the rest unpacking (118 loads, most of
 // them halfwords). Next for Q3_K: the scale split so that A can carry it (v times
 // its low 3 bits and times its high 3 bits are carry-free bytes; the offset of 4 and
