@@ -12,9 +12,12 @@
 // two a chunk, ec4b4e0: 9.9), 342 at one (2.7; its dp4a unit 2.55); Q3_K 848 at
 // eight (6.6), 494 at one (3.9; its dp4a unit 3.3): 256 of the 848 are the IMADs
 // that scale each sub-block's D, and most of the rest unpacking (118 loads, most of
-// them halfwords). Next for Q3_K: the scale split so that A can carry it (v times
-// its low 3 bits and times its high 3 bits are carry-free bytes; the offset of 4 and
-// of 32 as products of their own), the products then accumulated in C as Q2_K's.
+// them halfwords). Next for Q3_K, with e = scale + 32 (0..63) and v = q + 4 (0..7):
+// sum q (e - 32) x = D1 + 8 D2 - 4 D3 from three k32 products accumulated in C, A1 =
+// v (e & 7), A2 = v (e >> 3) (at most 49), A3 = 8 v + e (at most 119: all carry-free
+// bytes), D3's C starting at -32 times the column's staged block sum of x; and the
+// weights through shared memory (cp.async), so that a word at a 2-byte offset is two
+// aligned shared reads and a funnel shift instead of two halfword loads from L1.
 //
 // A row's sum runs over its chunks in ascending order, each chunk's products per
 // pair of tokens independent of the other tokens' columns: a token's bits do not
