@@ -54,8 +54,11 @@ __device__ __forceinline__ int b_offset(int i) { return ((i & 15) >> 2) * 8 + (i
 // of two for the whole block, its unit 2^(ex - 139) (that of 128 q_k + q_k+1) into
 // *unit: the products of a block's chunks then add as integers, and their sums
 // become floats once a block. The terms stay within 2^-27 of the block's largest
-// |x| (of the chunk's, with a power of two a chunk).
-__device__ __forceinline__ void stage_block(const float* xb, uint8_t* pieces, size_t stride, float* unit) {
+// |x| (of the chunk's, with a power of two a chunk). With sums (Q3_K's products):
+// each term's sum over the block into sums[0..3] (a fixed butterfly; |sum| <= 16384,
+// exact as a float).
+__device__ __forceinline__ void stage_block(const float* xb, uint8_t* pieces, size_t stride, float* unit,
+                                            int* sums = nullptr) {
   const int lane = int(threadIdx.x & 31);
   float xv[8];
   uint32_t big = 0;
@@ -67,13 +70,25 @@ __device__ __forceinline__ void stage_block(const float* xb, uint8_t* pieces, si
   }
   const unsigned ex = chunk_exponent(__uint_as_float(big));
   const int off = b_offset(lane);
+  float ts[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
   for (int ch = 0; ch < 8; ++ch) {
     uint32_t q[4];
     int8_terms(xv[ch], ex, q);
     uint8_t* piece = pieces + size_t(ch) * stride;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) piece[32 * j + off] = uint8_t(q[j]);
+    for (int j = 0; j < 4; ++j) {
+      piece[32 * j + off] = uint8_t(q[j]);
+      ts[j] += float(int(int8_t(uint8_t(q[j]))));
+    }
+  }
+  if (sums) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) ts[j] += __shfl_xor_sync(0xFFFFFFFFu, ts[j], o);
+      if (lane == 0) sums[j] = int(ts[j]);
+    }
   }
   if (lane == 0) *unit = term_unit<7>(ex);
 }
@@ -155,44 +170,55 @@ __device__ __forceinline__ uint32_t ld32h(const uint8_t* p) { return ld16(p) | l
 
 // Q3_K (110 bytes: 32 bytes of high bits, input 128 h + 32 s + l at bit 4 h + s of
 // byte l; 64 bytes of low bits, at bits 2 s of byte 32 h + l; 12 bytes of 6-bit
-// scales, a 16-input sub-block each; d): blocks ba (row g) and bb (row g + 8) against
-// every pair of tokens of their staged x, added into acc as q2k_block's.
-// The signed scale times q = low + 4 high - 4 reaches +128 (q = -4, scale -32), which
-// A cannot hold, so each 16-input sub-block is one m16n8k16 product of q itself, its
-// bytes low | 0xFC where the high bit is clear (no carry between bytes): D = sum q x
-// exactly, |D| <= 4096.
-// D times the scale is added as an integer (below 2^21 a block), and 128 D_k + D_k+1
-// becomes a float once a block (it may round, as the dp4a units' sums do).
+// scales e - 32, a 16-input sub-block each; d): blocks ba (row g) and bb (row g + 8)
+// against every pair of tokens of their staged x (sums: the block's stage_block
+// sums, 4 a token), added into acc as q2k_block's.
+// A weight is d (e - 32) q with q = v - 4, v = low + 4 high (0..7). The signed product
+// reaches +128 (q = -4, e = 0), which A cannot hold, so with v and e unsigned:
+// sum q (e - 32) x = D1 + 8 D2 - 4 D3, three k32 products accumulated in C over the
+// block, whose A bytes are carry-free: A1 = v (e & 7) and A2 = v (e >> 3), at most 49,
+// and A3 = 8 v + e, at most 119, whose C starts at -32 times the column's block sum
+// of x (so D3 = sum (8 v + e - 32) x). |D1|, |D2| < 2^20, |D3| < 2^22, and the sum is
+// the exact integer sum q (e - 32) x, below 2^21 in magnitude; 128 D_k + D_k+1 becomes
+// a float once a block (it may round, as the dp4a units' sums do).
 template <int NT>
 __device__ __forceinline__ void q3k_block(const uint8_t* ba, const uint8_t* bb, const uint8_t* chunks,
-                                          size_t stride, const float* units, float (&acc)[(NT + 1) / 2][2]) {
+                                          size_t stride, const float* units, const int* sums,
+                                          float (&acc)[(NT + 1) / 2][2]) {
   constexpr int kPairs = (NT + 1) / 2;
   const int lane = int(threadIdx.x & 31), c = lane & 3;
   const uint8_t* blk[2] = {ba, bb};
-  constexpr int kZero[4] = {0, 0, 0, 0};
-  int sum[kPairs][4] = {};
+  int d1[kPairs][4] = {}, d2[kPairs][4] = {}, d3[kPairs][4];
+#pragma unroll
+  for (int p = 0; p < kPairs; ++p) {
+    const int tok = 2 * p + (c >> 1), k = 2 * (c & 1);
+    const int* st = sums + 4 * (tok < NT ? tok : NT - 1);
+    d3[p][0] = d3[p][2] = -32 * st[k];
+    d3[p][1] = d3[p][3] = -32 * st[k + 1];
+  }
 #pragma unroll
   for (int ch = 0; ch < 8; ++ch) {
     const int h = ch >> 2, s = ch & 3;
+    uint32_t a1[4], a2[4], a3[4];
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      uint32_t a[2];
-      int sl[2];
+    for (int r = 0; r < 2; ++r) {
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
+      for (int half = 0; half < 2; ++half) {
         const uint32_t lo = (ld32h(blk[r] + 32 + 32 * h + 16 * half + 4 * c) >> (2 * s)) & 0x03030303u;
         const uint32_t hi = (ld32h(blk[r] + 16 * half + 4 * c) >> (4 * h + s)) & 0x01010101u;
-        a[r] = lo | (hi ^ 0x01010101u) * 0xFCu;
-        sl[r] = q3k_scale(blk[r] + 96, 8 * h + 2 * s + half);
+        const uint32_t v = lo | hi << 2;
+        const uint32_t e = uint32_t(q3k_scale(blk[r] + 96, 8 * h + 2 * s + half) + 32);
+        a1[r + 2 * half] = v * (e & 7u);
+        a2[r + 2 * half] = v * (e >> 3);
+        a3[r + 2 * half] = (v << 3) + e * 0x01010101u;
       }
+    }
 #pragma unroll
-      for (int p = 0; p < kPairs; ++p) {
-        const uint2 b = b_fragment<NT>(chunks + size_t(ch) * stride, p);
-        int d[4];
-        mma_k16(d, a, half ? b.y : b.x, kZero);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) sum[p][i] += sl[i >> 1] * d[i];
-      }
+    for (int p = 0; p < kPairs; ++p) {
+      const uint2 b = b_fragment<NT>(chunks + size_t(ch) * stride, p);
+      mma_k32(d1[p], a1, b.x, b.y, d1[p]);
+      mma_k32(d2[p], a2, b.x, b.y, d2[p]);
+      mma_k32(d3[p], a3, b.x, b.y, d3[p]);
     }
   }
 #pragma unroll
@@ -202,7 +228,10 @@ __device__ __forceinline__ void q3k_block(const uint8_t* ba, const uint8_t* bb, 
     for (int p = 0; p < kPairs; ++p) {
       const int tok = 2 * p + (c >> 1);
       const float u = units[tok < NT ? tok : NT - 1];
-      acc[p][r] = fmaf(__fmul_rn(d, u), float(sum[p][2 * r] * 128 + sum[p][2 * r + 1]), acc[p][r]);
+      int sum[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) sum[i] = d1[p][2 * r + i] + 8 * d2[p][2 * r + i] - 4 * d3[p][2 * r + i];
+      acc[p][r] = fmaf(__fmul_rn(d, u), float(sum[0] * 128 + sum[1]), acc[p][r]);
     }
   }
 }

@@ -6,18 +6,19 @@
 // 32-input chunk at eight tokens). The pieces and their bounds: kquant_mma.cuh.
 //
 // x has one power of two a 256-input block, so a block's chunk products add as
-// integers (in the mma's C for Q2_K, whose scales are in A; by IMAD for Q3_K) and
-// become floats once a block. In SASS (sm_90, loop instructions a 256-input block of
-// a tile, lane-instructions a weight): Q2_K 438 at eight tokens (3.4; with a power of
-// two a chunk, ec4b4e0: 9.9), 342 at one (2.7; its dp4a unit 2.55); Q3_K 848 at
-// eight (6.6), 494 at one (3.9; its dp4a unit 3.3): 256 of the 848 are the IMADs
-// that scale each sub-block's D, and most of the rest unpacking (118 loads, most of
-// them halfwords). Next for Q3_K, with e = scale + 32 (0..63) and v = q + 4 (0..7):
-// sum q (e - 32) x = D1 + 8 D2 - 4 D3 from three k32 products accumulated in C, A1 =
-// v (e & 7), A2 = v (e >> 3) (at most 49), A3 = 8 v + e (at most 119: all carry-free
-// bytes), D3's C starting at -32 times the column's staged block sum of x; and the
-// weights through shared memory (cp.async), so that a word at a 2-byte offset is two
-// aligned shared reads and a funnel shift instead of two halfword loads from L1.
+// integers in the mma's C (the scales carried by A: kquant_mma.cuh) and become floats
+// once a block. In SASS (sm_90, loop instructions a 256-input block of a tile, and
+// lane-instructions a weight):
+// - Q2_K: 438 at eight tokens (3.4; with a power of two a chunk, ec4b4e0: 9.9), 342
+//   at one (2.7; its dp4a unit 2.55).
+// - Q3_K: 783 at eight (6.1; with each sub-block's D scaled by IMAD, 1c60204: 848),
+//   575 at one (4.5; by IMAD 494; its dp4a unit 3.3). 485 of the 575 are IMAD, LOP3
+//   and SHF: about 15 a word of A, each lane decoding its own (row, sub-block)'s 6-bit
+//   scale although the row's 4 lanes share it.
+// Next: Q3_K's 16 scales a row decoded as 4 words once a block (as TQ3_K8 decodes
+// 8 at once), e & 7 and e >> 3 as bytes of them; the weights through shared memory
+// (cp.async), so that a word at a 2-byte offset is two aligned shared reads and a
+// funnel shift; then a GPU run against the dp4a units (bench-kernels --kq-mma).
 //
 // A row's sum runs over its chunks in ascending order, each chunk's products per
 // pair of tokens independent of the other tokens' columns: a token's bits do not
@@ -37,15 +38,17 @@ constexpr int kWarps = 8;  // tiles of 16 rows a block of threads, a warp each
 constexpr int kTileRows = 16;
 
 // The scratch for nt tokens (rounded up to 1, 2, 4, 8) of rows of ne0 inputs: the
-// staged pieces (256 bytes a chunk and pair of tokens), then the blocks' units.
+// staged pieces (256 bytes a chunk and pair of tokens), the blocks' units, and (Q3_K)
+// their sums of each term, 4 ints a block and token.
 struct Staged {
   int nt, pairs, chunks;
-  size_t piece_bytes, unit_bytes;
+  size_t piece_bytes, unit_bytes, sum_bytes;
   Staged(int64_t ne0, int nt_) : nt(nt_), pairs((nt_ + 1) / 2), chunks(int(ne0 / 32)) {
     piece_bytes = size_t(chunks) * size_t(pairs) * 256;
     unit_bytes = size_t(chunks / 8) * size_t(nt) * 4;  // a power of two a 256-input block
+    sum_bytes = size_t(chunks / 8) * size_t(nt) * 16;
   }
-  size_t bytes() const { return piece_bytes + unit_bytes; }
+  size_t bytes() const { return piece_bytes + unit_bytes + sum_bytes; }
 };
 
 int rounded_tokens(int n) { return n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 8; }
@@ -54,14 +57,15 @@ int rounded_tokens(int n) { return n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 8; }
 // past the real ones repeat the last, as the other decode kernels do).
 template <int NT>
 __global__ void __launch_bounds__(256) kq_stage_kernel(const float* __restrict__ x, int ne0, int n_tokens,
-                                                       uint8_t* __restrict__ pieces, float* __restrict__ units) {
+                                                       uint8_t* __restrict__ pieces, float* __restrict__ units,
+                                                       int* __restrict__ sums) {
   constexpr int kPairs = (NT + 1) / 2;
   const int blocks = ne0 / 256;
   for (int item = int(blockIdx.x * 8 + (threadIdx.x >> 5)); item < blocks * NT; item += int(gridDim.x) * 8) {
     const int b = item / NT, t = item - b * NT;
     kq::stage_block(x + size_t(min(t, n_tokens - 1)) * size_t(ne0) + size_t(b) * 256,
                     pieces + size_t(8 * b) * kPairs * 256 + size_t(t) * 128, size_t(kPairs) * 256,
-                    units + size_t(item));
+                    units + size_t(item), sums ? sums + size_t(item) * 4 : nullptr);
   }
 }
 
@@ -70,7 +74,7 @@ __global__ void __launch_bounds__(32 * kWarps) kq_mmv_kernel(const uint8_t* __re
                                                              size_t row_bytes, int n_tokens,
                                                              const uint8_t* __restrict__ pieces,
                                                              const float* __restrict__ units,
-                                                             float* __restrict__ y) {
+                                                             const int* __restrict__ sums, float* __restrict__ y) {
   constexpr int kPairs = (NT + 1) / 2;
   constexpr size_t kBlock = kType == kQ2_K ? 84 : 110;
   const int lane = int(threadIdx.x & 31), g = lane >> 2, c = lane & 3;
@@ -89,7 +93,7 @@ __global__ void __launch_bounds__(32 * kWarps) kq_mmv_kernel(const uint8_t* __re
       if constexpr (kType == kQ2_K)
         kq::q2k_block<NT>(ba, bb, chunk, kPairs * 256, units + size_t(u) * NT, acc);
       else
-        kq::q3k_block<NT>(ba, bb, chunk, kPairs * 256, units + size_t(u) * NT, acc);
+        kq::q3k_block<NT>(ba, bb, chunk, kPairs * 256, units + size_t(u) * NT, sums + size_t(u) * NT * 4, acc);
     }
     // Lane c holds terms (0, 1) for even c and (2, 3), weighing 2^-14 of them, for
     // odd c, of token 2 p + c / 2; its partner c ^ 1 the others.
@@ -111,14 +115,15 @@ cudaError_t launch(const uint8_t* w, int ne0, int ne1, size_t rb, const float* x
   const Staged s(ne0, NT);
   uint8_t* pieces = scratch;
   float* units = reinterpret_cast<float*>(scratch + s.piece_bytes);
+  int* sums = kType == kQ3_K ? reinterpret_cast<int*>(scratch + s.piece_bytes + s.unit_bytes) : nullptr;
   const int sms = std::max(1, sm_count());
   const long long items = (long long)(s.chunks / 8) * NT;
   const unsigned bx = unsigned(std::min<long long>((items + 7) / 8, (long long)sms * 8));
-  kq_stage_kernel<NT><<<bx, 256, 0, stream>>>(x, ne0, n_tokens, pieces, units);
+  kq_stage_kernel<NT><<<bx, 256, 0, stream>>>(x, ne0, n_tokens, pieces, units, sums);
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   const long long tiles = (ne1 + kTileRows - 1) / kTileRows;
   const unsigned grid = unsigned(std::min<long long>((tiles + kWarps - 1) / kWarps, (long long)sms * 8));
-  kq_mmv_kernel<kType, NT><<<grid, 32 * kWarps, 0, stream>>>(w, ne0, ne1, rb, n_tokens, pieces, units, y);
+  kq_mmv_kernel<kType, NT><<<grid, 32 * kWarps, 0, stream>>>(w, ne0, ne1, rb, n_tokens, pieces, units, sums, y);
   return cudaGetLastError();
 }
 

@@ -229,12 +229,14 @@ void check_kq_mma(int blocks) {
   const size_t stride = size_t(kPairs) * 256;  // between a block's chunks
   std::vector<uint8_t> stage(size_t(chunks) * stride);
   std::vector<float> units(size_t(nb) * NT);
+  std::vector<int> sums(size_t(nb) * NT * 4);
   run_warp([&] {
     for (int b = 0; b < nb; ++b)
       for (int t = 0; t < NT; ++t) {
         const size_t bt = size_t(b) * NT + size_t(t);
         dev::kq::stage_block(c.x.data() + size_t(t) * size_t(ne0) + size_t(b) * 256,
-                             stage.data() + size_t(8 * b) * stride + size_t(t) * 128, stride, &units[bt]);
+                             stage.data() + size_t(8 * b) * stride + size_t(t) * 128, stride, &units[bt],
+                             kType == kQ3_K ? &sums[4 * bt] : nullptr);
       }
   });
   std::vector<float> y(static_cast<size_t>(NT) * kRows);
@@ -248,7 +250,7 @@ void check_kq_mma(int blocks) {
       if constexpr (kType == kQ2_K)
         dev::kq::q2k_block<NT>(ba, bb, chunk, stride, &units[size_t(b) * NT], acc);
       else
-        dev::kq::q3k_block<NT>(ba, bb, chunk, stride, &units[size_t(b) * NT], acc);
+        dev::kq::q3k_block<NT>(ba, bb, chunk, stride, &units[size_t(b) * NT], &sums[size_t(b) * NT * 4], acc);
     }
     for (int p = 0; p < kPairs; ++p)
       for (int r = 0; r < 2; ++r) {
