@@ -218,14 +218,19 @@ TEST_CASE("decode units on the CPU: MXFP4 at every E8M0 exponent 0..254 with eve
 // cores (kquant_mma.cuh), a tile of 16 rows and NT tokens, each lane's columns added
 // as a kernel would add them, against the CPU decoder.
 template <uint32_t kType, int NT>
-void check_kq_mma(int blocks) {
+void check_kq_mma(int blocks, float outlier = 0.0f) {
   constexpr int kRows = 16, kPairs = (NT + 1) / 2;
   constexpr size_t kBlock = kType == kQ2_K ? 84 : 110;
   const int ne0 = 256 * blocks, chunks = ne0 / 32;
   std::mt19937 rng(77 + blocks * 8 + NT + kType);
-  const Case c(kType, ne0, kRows, rng);
+  Case c(kType, ne0, kRows, rng);
   const size_t rb = xrun::row_bytes(kType, ne0);
   const int nb = ne0 / 256;
+  if (outlier != 0.0f) {  // one input a block and token this many times the others' scale
+    for (int t = 0; t < 8; ++t)
+      for (int b = 0; b < nb; ++b) c.x[size_t(t) * size_t(ne0) + size_t(b) * 256 + size_t(b * 37 + t * 11) % 256] *= outlier;
+    c.ref = reference(kType, c.w, ne0, kRows, c.x.data(), 8);
+  }
   const size_t stride = size_t(kPairs) * 256;  // between a block's chunks
   std::vector<uint8_t> stage(size_t(chunks) * stride);
   std::vector<float> units(size_t(nb) * NT);
@@ -263,6 +268,7 @@ void check_kq_mma(int blocks) {
   CAPTURE(kType);
   CAPTURE(blocks);
   CAPTURE(NT);
+  CAPTURE(outlier);
   CHECK(count_bad(y, c.first(NT), kTolDp4a, "kquant_mma") == 0);
 }
 
@@ -274,5 +280,11 @@ TEST_CASE("K-quants on the tensor cores (work in progress): Q2_K's and Q3_K's bl
     check_kq_mma<kQ3_K, 1>(blocks);
     check_kq_mma<kQ3_K, 2>(blocks);
     check_kq_mma<kQ3_K, 8>(blocks);
+  }
+  // Activations with outliers: the terms' error is 2^-27 of the block's largest |x|,
+  // so the others' products lose relative precision; still within a tenth of the bound.
+  for (const float outlier : {100.0f, 1000.0f, 10000.0f}) {
+    check_kq_mma<kQ2_K, 2>(3, outlier);
+    check_kq_mma<kQ3_K, 2>(3, outlier);
   }
 }
