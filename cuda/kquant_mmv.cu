@@ -11,16 +11,15 @@
 // lane-instructions a weight):
 // - Q2_K: 438 at eight tokens (3.4; with a power of two a chunk, ec4b4e0: 9.9), 342
 //   at one (2.7; its dp4a unit 2.55).
-// - Q3_K: 783 at eight (6.1; with each sub-block's D scaled by IMAD, 1c60204: 848),
-//   575 at one (4.5; by IMAD 494; its dp4a unit 3.3). 485 of the 575 are IMAD, LOP3
-//   and SHF: about 15 a word of A, each lane decoding its own (row, sub-block)'s 6-bit
-//   scale although the row's 4 lanes share it.
-// Next: Q3_K's 16 scales a row decoded as 4 words once a block (as TQ3_K8 decodes
-// 8 at once), e & 7 and e >> 3 as bytes of them; the weights through shared memory
-// (cp.async), so that a word at a 2-byte offset is two aligned shared reads and a
-// funnel shift; then a GPU run against the dp4a units (bench-kernels --kq-mma).
+// - Q3_K: 756 at eight (5.9; with each sub-block's D scaled by IMAD, 1c60204: 848),
+//   593 at one (4.6; by IMAD 498; its dp4a unit 3.3). Most of it is IMAD, LOP3, SHF
+//   and PRMT making A: v from two halfword pairs, then three products a word.
+// Next: the weights through shared memory (cp.async), so that a word at a 2-byte
+// offset is two aligned shared reads and a funnel shift; then a GPU run against the
+// dp4a units (bench-kernels --kq-mma), and a row's blocks split over warps for
+// matrices of few tiles.
 //
-// A row's sum runs over its chunks in ascending order, each chunk's products per
+// A row's sum runs over its blocks in ascending order, each chunk's products per
 // pair of tokens independent of the other tokens' columns: a token's bits do not
 // depend on the token count, the grid or the other rows.
 #include <cuda_runtime_api.h>
