@@ -1,9 +1,10 @@
 // WORK IN PROGRESS (branch wip/kq-mma): Q2_K and Q3_K decode (1..8 tokens) on the
 // int8 tensor cores, a first form to be measured and then laid out as mxfp4_mmv.cu
-// is (weights through shared memory, a row's blocks split over warps). Here each
-// warp takes a tile of 16 rows whole, loads its A words straight from the rows and
-// its B fragments from x staged once for the launch in the scratch (in L2: 1.3 KB a
-// 32-input chunk at eight tokens). The pieces and their bounds: kquant_mma.cuh.
+// is (weights through shared memory). Here a block of threads takes a tile of 16
+// rows, its warps splitting the row's blocks; each loads its A words straight from
+// the rows and its B fragments from x staged once for the launch in the scratch (in
+// L2: 1.3 KB a 32-input chunk at eight tokens). The pieces and their bounds:
+// kquant_mma.cuh.
 //
 // x has one power of two a 256-input block, so a block's chunk products add as
 // integers in the mma's C (the scales carried by A: kquant_mma.cuh) and become floats
@@ -16,15 +17,16 @@
 //   and PRMT making A: v from two halfword pairs, then three products a word.
 // Next: the weights through shared memory (cp.async), so that a word at a 2-byte
 // offset is two aligned shared reads and a funnel shift; then a GPU run against the
-// dp4a units (bench-kernels --kq-mma), and a row's blocks split over warps for
-// matrices of few tiles.
+// dp4a units (bench-kernels --kq-mma, --kq-split for the split's width).
 //
-// A row's sum runs over its blocks in ascending order, each chunk's products per
-// pair of tokens independent of the other tokens' columns: a token's bits do not
-// depend on the token count, the grid or the other rows.
+// Each warp's sum runs over its blocks in ascending order and the warps' are added in
+// warp order, each chunk's products per pair of tokens independent of the other
+// tokens' columns: a token's bits do not depend on the token count, the grid or the
+// other rows.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #include "kquant_mma.cuh"
@@ -33,8 +35,19 @@
 namespace xpack::kernels::dev {
 namespace {
 
-constexpr int kWarps = 8;  // tiles of 16 rows a block of threads, a warp each
+// A block of threads is one tile of 16 rows; its warps split the row's 256-input
+// blocks, warp w taking those u with u % warps == w in ascending order, and their
+// sums are added in warp order. The warp count is split_warps(ne0)'s, a function of
+// the row length alone (and of set_kq_mmv_split's cap, the same for every launch),
+// so a token's bits depend on neither the token count nor the grid. Splitting keeps
+// SMs busy on the experts' few tiles: 2048 rows are 128 tiles, on 132 SMs.
 constexpr int kTileRows = 16;
+constexpr int kMaxSplit = 16;
+std::atomic<int> g_split_cap{kMaxSplit};
+
+int split_warps(int64_t ne0) {
+  return int(std::min<int64_t>(ne0 / 256, g_split_cap.load(std::memory_order_relaxed)));
+}
 
 // The scratch for nt tokens (rounded up to 1, 2, 4, 8) of rows of ne0 inputs: the
 // staged pieces (256 bytes a chunk and pair of tokens), the blocks' units, and (Q3_K)
@@ -69,23 +82,25 @@ __global__ void __launch_bounds__(256) kq_stage_kernel(const float* __restrict__
 }
 
 template <uint32_t kType, int NT>
-__global__ void __launch_bounds__(32 * kWarps) kq_mmv_kernel(const uint8_t* __restrict__ W, int ne0, int ne1,
-                                                             size_t row_bytes, int n_tokens,
-                                                             const uint8_t* __restrict__ pieces,
-                                                             const float* __restrict__ units,
-                                                             const int* __restrict__ sums, float* __restrict__ y) {
-  constexpr int kPairs = (NT + 1) / 2;
+__global__ void __launch_bounds__(32 * kMaxSplit) kq_mmv_kernel(const uint8_t* __restrict__ W, int ne0, int ne1,
+                                                                 size_t row_bytes, int n_tokens,
+                                                                 const uint8_t* __restrict__ pieces,
+                                                                 const float* __restrict__ units,
+                                                                 const int* __restrict__ sums, float* __restrict__ y) {
+  constexpr int kPairs = (NT + 1) / 2, kValues = 2 * kPairs;
   constexpr size_t kBlock = kType == kQ2_K ? 84 : 110;
+  __shared__ float red[kMaxSplit][kValues][32];
   const int lane = int(threadIdx.x & 31), g = lane >> 2, c = lane & 3;
+  const int warp = int(threadIdx.x >> 5), warps = int(blockDim.x >> 5);
   const int blocks = ne0 / 256, tiles = (ne1 + kTileRows - 1) / kTileRows;
-  for (int tile = int(blockIdx.x) * kWarps + int(threadIdx.x >> 5); tile < tiles; tile += int(gridDim.x) * kWarps) {
+  for (int tile = int(blockIdx.x); tile < tiles; tile += int(gridDim.x)) {
     const int o0 = tile * kTileRows;
     const uint8_t* rowa = W + size_t(min(o0 + g, ne1 - 1)) * row_bytes;
     const uint8_t* rowb = W + size_t(min(o0 + g + 8, ne1 - 1)) * row_bytes;
     float acc[kPairs][2];
 #pragma unroll
     for (int p = 0; p < kPairs; ++p) acc[p][0] = acc[p][1] = 0.0f;
-    for (int u = 0; u < blocks; ++u) {
+    for (int u = warp; u < blocks; u += warps) {
       const uint8_t* ba = rowa + size_t(u) * kBlock;
       const uint8_t* bb = rowb + size_t(u) * kBlock;
       const uint8_t* chunk = pieces + size_t(8 * u) * kPairs * 256;
@@ -94,17 +109,23 @@ __global__ void __launch_bounds__(32 * kWarps) kq_mmv_kernel(const uint8_t* __re
       else
         kq::q3k_block<NT>(ba, bb, chunk, kPairs * 256, units + size_t(u) * NT, sums + size_t(u) * NT * 4, acc);
     }
-    // Lane c holds terms (0, 1) for even c and (2, 3), weighing 2^-14 of them, for
-    // odd c, of token 2 p + c / 2; its partner c ^ 1 the others.
 #pragma unroll
     for (int p = 0; p < kPairs; ++p)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float v = acc[p][r] * ((c & 1) ? 0x1p-14f : 1.0f);
-        v += __shfl_xor_sync(0xFFFFFFFFu, v, 1);
-        const int t = 2 * p + (c >> 1), o = o0 + g + 8 * r;
-        if ((c & 1) == 0 && t < n_tokens && o < ne1) y[size_t(t) * size_t(ne1) + size_t(o)] = v;
-      }
+      for (int r = 0; r < 2; ++r) red[warp][2 * p + r][lane] = acc[p][r];
+    __syncthreads();
+    // Value v (pair v / 2, row half v % 2) is added over the warps by warp v % warps.
+    // Lane c holds terms (0, 1) for even c and (2, 3), weighing 2^-14 of them, for
+    // odd c, of token 2 p + c / 2; its partner c ^ 1 the others.
+    for (int v = warp; v < kValues; v += warps) {
+      float s = red[0][v][lane];
+      for (int w = 1; w < warps; ++w) s += red[w][v][lane];
+      s *= (c & 1) ? 0x1p-14f : 1.0f;
+      s += __shfl_xor_sync(0xFFFFFFFFu, s, 1);
+      const int t = 2 * (v >> 1) + (c >> 1), o = o0 + g + 8 * (v & 1);
+      if ((c & 1) == 0 && t < n_tokens && o < ne1) y[size_t(t) * size_t(ne1) + size_t(o)] = s;
+    }
+    __syncthreads();
   }
 }
 
@@ -121,8 +142,9 @@ cudaError_t launch(const uint8_t* w, int ne0, int ne1, size_t rb, const float* x
   kq_stage_kernel<NT><<<bx, 256, 0, stream>>>(x, ne0, n_tokens, pieces, units, sums);
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   const long long tiles = (ne1 + kTileRows - 1) / kTileRows;
-  const unsigned grid = unsigned(std::min<long long>((tiles + kWarps - 1) / kWarps, (long long)sms * 8));
-  kq_mmv_kernel<kType, NT><<<grid, 32 * kWarps, 0, stream>>>(w, ne0, ne1, rb, n_tokens, pieces, units, sums, y);
+  const int warps = split_warps(ne0);
+  const unsigned grid = unsigned(std::min<long long>(tiles, (long long)sms * (64 / warps)));
+  kq_mmv_kernel<kType, NT><<<grid, 32 * warps, 0, stream>>>(w, ne0, ne1, rb, n_tokens, pieces, units, sums, y);
   return cudaGetLastError();
 }
 
@@ -138,6 +160,10 @@ cudaError_t launch_type(const uint8_t* w, int ne0, int ne1, size_t rb, const flo
 }
 
 }  // namespace
+
+void set_kq_mmv_split(int max_warps) {
+  g_split_cap.store(std::clamp(max_warps <= 0 ? kMaxSplit : max_warps, 1, kMaxSplit), std::memory_order_relaxed);
+}
 
 size_t kq_mmv_scratch_bytes(int64_t ne0, int n_tokens) {
   return Staged(ne0, rounded_tokens(n_tokens)).bytes();

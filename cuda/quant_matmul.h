@@ -214,6 +214,10 @@ void set_q3k_wide_loads(bool on);
 // scratch (kq_mmv_scratch_bytes, 16-byte aligned). Not yet taken by any rule: for the
 // tests and bench-kernels. Thread safety: as matvec().
 size_t kq_mmv_scratch_bytes(int64_t ne0, int n_tokens);
+// How many warps at most split a tile's row in kq_mmv (1..16; 0 or less: 16, the
+// default): the order of its sums, so the bits may change with it. For
+// bench-kernels' side-by-side runs. Thread safety: as set_q3k_wide_loads().
+void set_kq_mmv_split(int max_warps);
 int kq_mmv(uint32_t type, const void* w, int64_t ne0, int64_t ne1, const float* x, int n_tokens, float* y,
            void* scratch, size_t scratch_bytes, cudaStream_t stream);
 
