@@ -386,28 +386,34 @@ TEST_CASE("matvec: Q3_K's wide loads give its usual bits") {
 TEST_CASE("K-quants on the tensor cores (work in progress): within the bound, bits independent of the token count") {
   std::mt19937 rng(61);
   Stream st;
-  for (const uint32_t type : {xk::kQ2_K, xk::kQ3_K}) {
-    for (const int64_t ne0 : {256, 3584, 14336}) {
-      CAPTURE(xk::type_name(type));
-      CAPTURE(ne0);
-      const int64_t ne1 = 37;
-      MatvecCase c(type, ne0, ne1, 8, rng);
-      DevBuf scratch(xk::dev::kq_mmv_scratch_bytes(ne0, 8));
-      std::vector<float> first;
-      for (int n = 1; n <= 8; ++n) {
-        CAPTURE(n);
-        c.dy.poison();
-        REQUIRE(xk::dev::kq_mmv(type, c.dw.p, ne0, ne1, c.dx.as<float>(), n, c.dy.as<float>(), scratch.p,
-                                scratch.n, st.s) == xk::kOk);
-        st.sync();
-        std::vector<float> got(size_t(n * ne1));
-        c.dy.get(got.data(), got.size() * 4);
-        CHECK(count_bad(got, head(c.ref, size_t(n * ne1)), kTolFp32, xk::type_name(type)) == 0);
-        if (n == 1) first = got;
-        CHECK(std::memcmp(got.data(), first.data(), size_t(ne1) * 4) == 0);
+  // Split over 16 warps at most (the default) and over 3 (a remainder of blocks).
+  for (const int split : {0, 3}) {
+    xk::dev::set_kq_mmv_split(split);
+    for (const uint32_t type : {xk::kQ2_K, xk::kQ3_K}) {
+      for (const int64_t ne0 : {256, 3584, 14336}) {
+        CAPTURE(split);
+        CAPTURE(xk::type_name(type));
+        CAPTURE(ne0);
+        const int64_t ne1 = 37;
+        MatvecCase c(type, ne0, ne1, 8, rng);
+        DevBuf scratch(xk::dev::kq_mmv_scratch_bytes(ne0, 8));
+        std::vector<float> first;
+        for (int n = 1; n <= 8; ++n) {
+          CAPTURE(n);
+          c.dy.poison();
+          REQUIRE(xk::dev::kq_mmv(type, c.dw.p, ne0, ne1, c.dx.as<float>(), n, c.dy.as<float>(), scratch.p,
+                                  scratch.n, st.s) == xk::kOk);
+          st.sync();
+          std::vector<float> got(size_t(n * ne1));
+          c.dy.get(got.data(), got.size() * 4);
+          CHECK(count_bad(got, head(c.ref, size_t(n * ne1)), kTolFp32, xk::type_name(type)) == 0);
+          if (n == 1) first = got;
+          CHECK(std::memcmp(got.data(), first.data(), size_t(ne1) * 4) == 0);
+        }
       }
     }
   }
+  xk::dev::set_kq_mmv_split(0);
   // Refused: another type, rows that are not whole blocks, too small a scratch.
   DevBuf b(1 << 20);
   CHECK(xk::dev::kq_mmv(xk::kQ4_K, b.p, 256, 4, b.as<float>(), 1, b.as<float>(), b.p, b.n, nullptr) == xk::kErrType);
