@@ -116,7 +116,8 @@ __device__ __forceinline__ uint2 b_fragment(const uint8_t* chunk, int p) {
 // do).
 template <int NT>
 __device__ __forceinline__ void q2k_block(const uint8_t* ba, const uint8_t* bb, const uint8_t* chunks,
-                                          size_t stride, const float* units, float (&acc)[(NT + 1) / 2][2]) {
+                                          size_t stride, const float* units, float (&acc)[(NT + 1) / 2][2],
+                                          int live_pairs = (NT + 1) / 2) {
   constexpr int kPairs = (NT + 1) / 2;
   const int lane = int(threadIdx.x & 31), c = lane & 3;
   const uint8_t* blk[2] = {ba, bb};
@@ -137,6 +138,7 @@ __device__ __forceinline__ void q2k_block(const uint8_t* ba, const uint8_t* bb, 
     }
 #pragma unroll
     for (int p = 0; p < kPairs; ++p) {
+      if (p >= live_pairs) continue;  // a problem of fewer tokens than the launch's
       const uint2 b = b_fragment<NT>(chunks + size_t(ch) * stride, p);
       mma_k32(dq[p], aq, b.x, b.y, dq[p]);
       mma_k32(dn[p], am, b.x, b.y, dn[p]);
@@ -148,6 +150,7 @@ __device__ __forceinline__ void q2k_block(const uint8_t* ba, const uint8_t* bb, 
     const float d = h2f(dd), dm = h2f(dd >> 16);
 #pragma unroll
     for (int p = 0; p < kPairs; ++p) {
+      if (p >= live_pairs) continue;  // their units and sums were not staged
       const int tok = 2 * p + (c >> 1);
       const float u = units[tok < NT ? tok : NT - 1];
       const float sq = float(dq[p][2 * r] * 128 + dq[p][2 * r + 1]);
@@ -176,11 +179,11 @@ __device__ __forceinline__ uint32_t ld32h(const uint8_t* p) { return ld16(p) | l
 template <int NT>
 __device__ __forceinline__ void q3k_block(const uint8_t* ba, const uint8_t* bb, const uint8_t* chunks,
                                           size_t stride, const float* units, const int* sums,
-                                          float (&acc)[(NT + 1) / 2][2]) {
+                                          float (&acc)[(NT + 1) / 2][2], int live_pairs = (NT + 1) / 2) {
   constexpr int kPairs = (NT + 1) / 2;
   const int lane = int(threadIdx.x & 31), c = lane & 3;
   const uint8_t* blk[2] = {ba, bb};
-  int d1[kPairs][4] = {}, d2[kPairs][4] = {}, d3[kPairs][4];
+  int d1[kPairs][4] = {}, d2[kPairs][4] = {}, d3[kPairs][4] = {};
   // Each row's 16 codes e (0..63), sub-block sb's in byte sb & 3 of ew[r][sb >> 2],
   // decoded once a block, word by word (ggml's packing: the low 4 bits in byte sb % 8's
   // nibble sb / 8, the high 2 in byte 8 + sb % 4 at bit 2 (sb / 4)). Each A word then
@@ -197,6 +200,7 @@ __device__ __forceinline__ void q3k_block(const uint8_t* ba, const uint8_t* bb, 
   }
 #pragma unroll
   for (int p = 0; p < kPairs; ++p) {
+    if (p >= live_pairs) continue;
     const int tok = 2 * p + (c >> 1), k = 2 * (c & 1);
     const int* st = sums + 4 * (tok < NT ? tok : NT - 1);
     d3[p][0] = d3[p][2] = -32 * st[k];
@@ -222,6 +226,7 @@ __device__ __forceinline__ void q3k_block(const uint8_t* ba, const uint8_t* bb, 
     }
 #pragma unroll
     for (int p = 0; p < kPairs; ++p) {
+      if (p >= live_pairs) continue;  // a problem of fewer tokens than the launch's
       const uint2 b = b_fragment<NT>(chunks + size_t(ch) * stride, p);
       mma_k32(d1[p], a1, b.x, b.y, d1[p]);
       mma_k32(d2[p], a2, b.x, b.y, d2[p]);
@@ -233,6 +238,7 @@ __device__ __forceinline__ void q3k_block(const uint8_t* ba, const uint8_t* bb, 
     const float d = h2f(ld16(blk[r] + 108));
 #pragma unroll
     for (int p = 0; p < kPairs; ++p) {
+      if (p >= live_pairs) continue;  // their units and sums were not staged
       const int tok = 2 * p + (c >> 1);
       const float u = units[tok < NT ? tok : NT - 1];
       int sum[2];

@@ -114,4 +114,12 @@ inline bool prestage_pays(int nt_max, int ne0) { return nt_max > 1 || ne0 >= kPr
 cudaError_t launch_mxfp4_mmv(const GroupParams& gp, int ne0, int ne1, size_t row_bytes, const float* x, float* y,
                              int nt_max, MmaLayout layout, bool shared_wave, const MmaOptions& st, cudaStream_t stream);
 
+// Q2_K and Q3_K decode on the int8 tensor cores (kquant_mmv.cu), x staged in
+// `stage` (kq_stage_bytes a problem, 16-byte aligned) for each launch of as many
+// problems as it holds; x and y as the unsplit kernel's. cudaErrorNotSupported,
+// nothing launched, where it cannot hold one problem's.
+size_t kq_stage_bytes(int64_t ne0, int nt_max);
+cudaError_t launch_kq_mmv(uint32_t type, const GroupParams& gp, int ne0, int ne1, size_t row_bytes, const float* x,
+                          float* y, int nt_max, uint8_t* stage, size_t stage_bytes, cudaStream_t stream);
+
 }  // namespace xpack::kernels::dev

@@ -209,6 +209,14 @@ void set_group_barrier(bool on);
 // Thread safety: safe from any thread; launches already enqueued keep theirs.
 void set_q3k_wide_loads(bool on);
 
+// WORK IN PROGRESS (wip/kq-mma): where Q2_K and Q3_K decode with a context's scratch
+// runs on the int8 tensor cores (kquant_mmv.cu; other bits within the same bound):
+// kMmaDecodeNever (the default and any other value, until measured), kMmaDecodeAuto
+// (from two tokens on; a grouped launch's one-token problems keep their own unit)
+// or kMmaDecodeAlways. For bench-kernels' side-by-side runs and the tests.
+// Thread safety: safe from any thread; launches already enqueued keep theirs.
+void set_kq_mma(int mode);
+
 // WORK IN PROGRESS (wip/kq-mma; kquant_mmv.cu): y = W x for n_tokens (1..8) tokens of
 // Q2_K or Q3_K rows (ne0 a multiple of 256) on the int8 tensor cores, x staged in
 // scratch (kq_mmv_scratch_bytes, 16-byte aligned). Not yet taken by any rule: for the

@@ -488,6 +488,7 @@ std::atomic<bool> g_mma_one_product{true};
 std::atomic<int> g_f32_variant{-1};  // TF32V's variant (set_f32_variant; -1: f32_unit's rule)
 std::atomic<bool> g_group_bar{false};
 std::atomic<bool> g_q3k_wide{false};
+std::atomic<int> g_kq_mma{kMmaDecodeNever};  // until measured: set_kq_mma
 struct Geometry {
   int block;         // threads per block: 256, 512, or 0: chosen per launch (launch_smem_x)
   bool shared_wave;  // the problems of a launch share one wave of blocks (else one wave each)
@@ -501,6 +502,7 @@ struct Geometry {
   bool mma_one_product;  // mxfp4_mmv.cu from two tokens on: one product a block and pair of tokens (the same bits)
   bool group_bar;        // a group of rows' sum waits on a barrier of its own (group_sync; the same bits)
   bool q3k_wide;         // Q3_K's dp4a unit loads through ldwords16 (TQ3_K8W; the same bits)
+  int kq_mma;            // Q2_K and Q3_K on the int8 tensor cores (kquant_mmv.cu): kMmaDecode*
 };
 inline Geometry geometry() {
   return Geometry{g_block.load(std::memory_order_relaxed), g_shared_wave.load(std::memory_order_relaxed),
@@ -509,7 +511,7 @@ inline Geometry geometry() {
                   MmaLayout(g_mma_layout.load(std::memory_order_relaxed)),
                   g_dp4a.load(std::memory_order_relaxed), g_prestage.load(std::memory_order_relaxed),
                   g_mma_one_product.load(std::memory_order_relaxed), g_group_bar.load(std::memory_order_relaxed),
-                  g_q3k_wide.load(std::memory_order_relaxed)};
+                  g_q3k_wide.load(std::memory_order_relaxed), g_kq_mma.load(std::memory_order_relaxed)};
 }
 // Threads per row group (log2) of the unsplit kernel. Fewer threads than the row
 // has units give each lane several units (MXFP4's loaded one ahead: kPipelines)
@@ -803,6 +805,39 @@ cudaError_t launch_dp4a(int nt_max, const GroupParams& gp_in, int ne0, int ne1, 
   return launch_passes<Ty>(pass, nt_max, gp, ne0, ne1, rb, x, y, sc, geom, stream);
 }
 
+// Whether Q2_K and Q3_K rows of a problem of n_tokens take the int8 tensor cores
+// (kquant_mmv.cu), where a context's scratch holds their staged x: kMmaDecodeAuto
+// from two tokens on (WORK IN PROGRESS: not yet measured, so not the default).
+bool kq_takes(const Geometry& g, int n_tokens) {
+  if (g.kq_mma == kMmaDecodeAlways) return true;
+  return g.kq_mma == kMmaDecodeAuto && n_tokens >= 2;
+}
+bool kq_fits(const MatvecScratch* sc, int ne0, int nt_max) {
+  return sc && sc->partial && kq_stage_bytes(ne0, nt_max) <= sc->partial_bytes;
+}
+
+// A grouped launch's problems (not products of one input) whose token count
+// satisfies pred (on) and the others (off), for a unit whose rule depends on it:
+// each problem then gets the unit it would alone.
+template <class Pred>
+void partition_problems(const GroupParams& gp, Pred pred, GroupParams& on, GroupParams& off) {
+  on = gp;
+  off = gp;
+  on.n = off.n = 0;
+  for (int i = 0; i < gp.n; ++i) {
+    GroupParams& to = pred(int(gp.ntok[i])) ? on : off;
+    to.w[to.n] = gp.w[i];
+    to.row[to.n] = gp.row[i];
+    to.ntok[to.n] = gp.ntok[i];
+    ++to.n;
+  }
+}
+inline int max_tokens(const GroupParams& gp) {
+  int nt = 1;
+  for (int i = 0; i < gp.n; ++i) nt = std::max(nt, int(gp.ntok[i]));
+  return nt;
+}
+
 // The dp4a unit for each FMA unit (void: none).
 template <class Ty> struct Dp4aOf { using type = void; };
 template <> struct Dp4aOf<TQ2_K> { using type = TQ2_K8; };
@@ -817,11 +852,30 @@ using Dp4aUnit = typename Dp4aOf<Ty>::type;
 template <class Ty>
 cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x,
                         float* y, const MatvecScratch* sc, cudaStream_t stream) {
+  const Geometry geom = geometry();  // one layout for the whole launch
+  if constexpr (std::is_same_v<Ty, TQ2_K> || std::is_same_v<Ty, TQ3_K>) {
+    // A problem takes the tensor cores by its own token count: the rule's, and a
+    // scratch that holds its x staged (at the launch's count the launch is cut
+    // into as many as the scratch holds, kquant_mmv.cu).
+    const auto takes = [&](int nt) { return kq_takes(geom, nt) && kq_fits(sc, ne0, nt); };
+    GroupParams on = gp, off;
+    off.n = 0;
+    if (!gp.shared) partition_problems(gp, takes, on, off);
+    else if (!takes(nt_max)) on.n = 0;
+    if (on.n > 0) {
+      if (off.n > 0)
+        if (const cudaError_t e = launch_type<Ty>(max_tokens(off), off, ne0, ne1, rb, x, y, sc, stream);
+            e != cudaSuccess)
+          return e;
+      constexpr uint32_t kType = std::is_same_v<Ty, TQ2_K> ? kQ2_K : kQ3_K;
+      return launch_kq_mmv(kType, on, ne0, ne1, rb, x, y, gp.shared ? nt_max : max_tokens(on),
+                           reinterpret_cast<uint8_t*>(sc->partial), sc->partial_bytes, stream);
+    }
+  }
   // Products of one input are never split (shared_input_matmul sends those that
   // would be to launches of their own); their scratch is for the dp4a terms.
   Split sp = sc && !gp.shared ? split_plan<Ty>(ne0, ne1) : Split{};
   if (sp.chunks > 1 && !split_fits(sc, ne1, sp)) sp = Split{};  // the unsplit kernel
-  const Geometry geom = geometry();  // one layout for the whole launch
   if constexpr (std::is_same_v<Ty, TMXFP4>) {
     // Products of one input were split so that their rule agrees (shared_input_matvec):
     // the first one's rows decide for all.
@@ -905,15 +959,8 @@ cudaError_t launch_f32(const dev::GroupParams& gp, int nt_max, int n0, int n1, s
                        const dev::MatvecScratch* sc, cudaStream_t s) {
   const int unit = f32_unit(nt_max);
   if (gp.shared || f32_unit(1) == unit) return launch_f32_unit(unit, gp, nt_max, n0, n1, rb, x, y, sc, s);
-  dev::GroupParams one = gp, more = gp;
-  one.n = more.n = 0;
-  for (int i = 0; i < gp.n; ++i) {
-    dev::GroupParams& to = gp.ntok[i] == 1 ? one : more;
-    to.w[to.n] = gp.w[i];
-    to.row[to.n] = gp.row[i];
-    to.ntok[to.n] = gp.ntok[i];
-    ++to.n;
-  }
+  dev::GroupParams one, more;
+  dev::partition_problems(gp, [](int nt) { return nt == 1; }, one, more);
   if (one.n > 0)
     if (const cudaError_t e = launch_f32_unit(f32_unit(1), one, 1, n0, n1, rb, x, y, sc, s); e != cudaSuccess)
       return e;
@@ -967,6 +1014,11 @@ bool weight_aligned(uint32_t type, const void* w) {
 void dev::set_group_barrier(bool on) { g_group_bar.store(on, std::memory_order_relaxed); }
 
 void dev::set_q3k_wide_loads(bool on) { g_q3k_wide.store(on, std::memory_order_relaxed); }
+
+void dev::set_kq_mma(int mode) {
+  g_kq_mma.store(mode == kMmaDecodeAlways || mode == kMmaDecodeAuto ? mode : kMmaDecodeNever,
+                 std::memory_order_relaxed);
+}
 
 void dev::set_f32_variant(int variant) {
   g_f32_variant.store(variant >= 0 && variant <= 2 ? variant : -1, std::memory_order_relaxed);
@@ -1049,8 +1101,10 @@ bool dev::matvec_splits(const MatvecScratch* sc, uint32_t type, int64_t ne0, int
     case kBF16: return vec ? splits<THalf<true>>(sc, ne0, ne1) : splits<TScalar<kBF16>>(sc, ne0, ne1);
     case kQ8_0: return splits<TQ8_0>(sc, ne0, ne1);
     case kMXFP4: return splits<TMXFP4>(sc, ne0, ne1);
-    case kQ2_K: return splits<TQ2_K>(sc, ne0, ne1);
-    case kQ3_K: return splits<TQ3_K>(sc, ne0, ne1);
+    case kQ2_K:
+    case kQ3_K:
+      if (kq_takes(geometry(), n_tokens) && kq_fits(sc, int(ne0), n_tokens)) return false;
+      return type == kQ2_K ? splits<TQ2_K>(sc, ne0, ne1) : splits<TQ3_K>(sc, ne0, ne1);
     case kQ4_K: return splits<TQ45_K<false>>(sc, ne0, ne1);
     case kQ5_K: return splits<TQ45_K<true>>(sc, ne0, ne1);
     case kQ6_K: return splits<TQ6_K>(sc, ne0, ne1);

@@ -1273,6 +1273,96 @@ TEST_CASE("shared_input_matmul equals matmul of each product alone, bit for bit"
   xk::context_destroy(ctx);
 }
 
+// Work in progress (wip/kq-mma): with the tensor cores on for Q2_K and Q3_K
+// (set_kq_mma: at every token count, then from two tokens on), grouped_matmul of
+// problems of 1-8 tokens equals matmul of each alone bit for bit, whatever the
+// workspace (the default; 160 KB, which holds 7168 inputs' x staged for two tokens
+// but not for four; 32 bytes, none), and so does shared_input_matmul; both within
+// the bound.
+TEST_CASE("K-quants on the tensor cores (work in progress): grouped and shared-input launches equal launches alone") {
+  std::mt19937 rng(67);
+  Stream st;
+  xk::Context* ctxs[3] = {};
+  REQUIRE(xk::context_create(&ctxs[0], 0) == xk::kOk);
+  REQUIRE(xk::context_create(&ctxs[1], size_t(160) << 10) == xk::kOk);
+  REQUIRE(xk::context_create(&ctxs[2], 32) == xk::kOk);
+  const int counts[] = {1, 2, 3, 8, 1, 5, 2, 4};
+  const int np = 8;
+  const int64_t ne0 = 7168, ne1 = 40;
+  for (const int mode : {xk::dev::kMmaDecodeAlways, xk::dev::kMmaDecodeAuto}) {
+    xk::dev::set_kq_mma(mode);
+    for (const uint32_t type : {xk::kQ2_K, xk::kQ3_K}) {
+      CAPTURE(mode);
+      CAPTURE(xk::type_name(type));
+      std::vector<std::vector<uint8_t>> hw;
+      std::vector<std::unique_ptr<DevBuf>> ws;
+      for (int i = 0; i < 3; ++i) {
+        hw.push_back(random_weights(type, ne0, ne1, rng));
+        ws.push_back(std::make_unique<DevBuf>(hw.back().size()));
+        ws.back()->put(hw.back().data(), hw.back().size());
+      }
+      std::vector<xk::ExpertProblem> probs;
+      int rows = 0;
+      for (int i = 0; i < np; ++i) {
+        probs.push_back({ws[size_t(i % 3)]->p, rows, counts[i]});
+        rows += counts[i];
+      }
+      const auto x = random_x(size_t(rows) * size_t(ne0), rng);
+      const size_t m = size_t(rows * ne1);
+      DevBuf dx(x.size() * 4), dy(m * 4), dsep(m * 4);
+      dx.put(x.data(), x.size() * 4);
+      for (xk::Context* ctx : ctxs) {
+        dy.poison();
+        REQUIRE(xk::grouped_matmul(ctx, type, ne0, ne1, probs.data(), np, dx.as<float>(), dy.as<float>(), rows,
+                                   nullptr, st.s) == xk::kOk);
+        dsep.poison();
+        for (const auto& p : probs)
+          REQUIRE(xk::matmul(ctx, type, p.w, ne0, ne1, dx.as<float>() + p.row * ne0, p.n_tokens,
+                             dsep.as<float>() + p.row * ne1, nullptr, st.s) == xk::kOk);
+        st.sync();
+        const auto a = fetch(dy, m), b = fetch(dsep, m);
+        CHECK(std::memcmp(a.data(), b.data(), m * 4) == 0);
+        for (int i = 0; i < np; ++i) {
+          const auto& p = probs[size_t(i)];
+          const Ref ref = reference(type, hw[size_t(i % 3)], ne0, ne1, x.data() + p.row * ne0, p.n_tokens);
+          std::vector<float> g(a.begin() + p.row * ne1, a.begin() + (p.row + p.n_tokens) * ne1);
+          CHECK(count_bad(g, ref, kTolFp32, xk::type_name(type)) == 0);
+        }
+      }
+      // Products of one input: 40, 17 and 40 rows, at 1, 3 and 8 tokens.
+      const int64_t prow[] = {40, 17, 40};
+      for (const int n : {1, 3, 8}) {
+        CAPTURE(n);
+        std::vector<std::unique_ptr<DevBuf>> ys, seps;
+        std::vector<xk::SharedInputProduct> ps;
+        for (int i = 0; i < 3; ++i) {
+          ys.push_back(std::make_unique<DevBuf>(size_t(n * prow[i]) * 4));
+          seps.push_back(std::make_unique<DevBuf>(size_t(n * prow[i]) * 4));
+          ys.back()->poison();
+          seps.back()->poison();
+          ps.push_back({ws[size_t(i)]->p, prow[i], ys.back()->as<float>()});
+        }
+        REQUIRE(xk::shared_input_matmul(ctxs[0], type, ne0, ps.data(), 3, dx.as<float>(), n, nullptr, st.s) ==
+                xk::kOk);
+        for (int i = 0; i < 3; ++i)
+          REQUIRE(xk::matmul(ctxs[0], type, ws[size_t(i)]->p, ne0, prow[i], dx.as<float>(), n,
+                             seps[size_t(i)]->as<float>(), nullptr, st.s) == xk::kOk);
+        st.sync();
+        for (int i = 0; i < 3; ++i) {
+          CAPTURE(i);
+          const size_t mm = size_t(n * prow[i]);
+          const auto a = fetch(*ys[size_t(i)], mm), b = fetch(*seps[size_t(i)], mm);
+          CHECK(std::memcmp(a.data(), b.data(), mm * 4) == 0);
+        }
+        const Ref ref = reference(type, hw[1], ne0, prow[1], x.data(), n);
+        CHECK(count_bad(fetch(*ys[1], size_t(n * prow[1])), ref, kTolFp32, xk::type_name(type)) == 0);
+      }
+    }
+  }
+  xk::dev::set_kq_mma(xk::dev::kMmaDecodeNever);
+  for (xk::Context* c : ctxs) xk::context_destroy(c);
+}
+
 // float_gemm against a host loop in double: every transpose combination, rows
 // padded past their width, two batches with a gap between them, beta 0 (C is
 // NaN before: not read) and beta 0.5 (added to C); nothing outside each C_b's
