@@ -46,11 +46,12 @@ __device__ __forceinline__ void ldwords(const uint8_t* p, uint32_t (&w)[N], unsi
 // spreads over as many cache lines as the lanes' units span (bench-kernels
 // --q3k-wide-loads asks whether that is what holds Q3_K's decode at 67 % of the
 // copy: ncu found its L1 85 % busy). The word at p's word offset o (0..3) in the
-// window is picked by two selects a word. The windows start at or after the
-// 16-byte segment that holds p and end at most 16 bytes after p + 4N: within the
-// mapped pages of any allocation that holds the data; the extra word is always
-// the next one (ldwords: zeros where p is aligned), which changes only the top shr
-// bits of the last word.
+// window is picked by two selects a word. The windows are the 48 bytes from the
+// 16-byte segment that holds p, so the caller's data must reach into the last of
+// them: being aligned, it then lies in a page of the data (Q3_K's high bits and
+// quants are followed by the rest of their block). The extra word is always the
+// next one (ldwords: zeros where p is aligned), which changes only the top shr bits
+// of the last word.
 template <int N>
 __device__ __forceinline__ void ldwords16(const uint8_t* p, uint32_t (&w)[N], unsigned shr = 0) {
   static_assert(N <= 8, "three windows hold at most 8 words and the next from any word offset");

@@ -57,6 +57,9 @@ constexpr bool kPipelines = std::is_same_v<Ty, TMXFP4>;
 // the staged kernel takes them, and only where 8 tokens' terms fit (dp4a_takes).
 template <class Ty>
 constexpr bool kTermsX = std::is_base_of_v<TermsX, Ty>;
+// Q3_K's dp4a unit, with either load (TQ3_K8T<kWide>): one rule for both.
+template <class Ty>
+constexpr bool kQ3K8 = std::is_same_v<Ty, TQ3_K8> || std::is_same_v<Ty, TQ3_K8W>;
 // Units whose x the unsplit kernel stages in shared memory where it fits: the
 // quantized ones. With 8-element units the float types' x reads were already cheap
 // from L1 (f16 at n=1: 77 % of the copy bandwidth from global x, 47 % from shared
@@ -542,7 +545,7 @@ int row_tpr_log2(int units, const Geometry& g) {
   if constexpr (std::is_same_v<Ty, TMXFP4> || std::is_same_v<Ty, TMXFP4_8> || std::is_same_v<Ty, TQ8_0>)
     return std::min(natural, units >= 128 ? 6 : 5);
   if constexpr (std::is_same_v<Ty, TQ2_K> || std::is_same_v<Ty, TQ2_K8> || std::is_same_v<Ty, TQ3_K> ||
-                std::is_same_v<Ty, TQ3_K8> || std::is_same_v<Ty, TQ3_K8W>)
+                kQ3K8<Ty>)
     return units >= 128 ? 5 : natural;
   if constexpr (std::is_same_v<Ty, TQ45_K8<false>> || std::is_same_v<Ty, TQ45_K8<true>> || std::is_same_v<Ty, TQ6_K8>)
     return units >= 112 ? 5 : natural;
@@ -626,7 +629,7 @@ cudaError_t launch_unsplit(const GroupParams& gp, int ne0, int ne1, size_t rb, c
         const int b512 = smem_x_blocks_per_sm<Ty, NT, R, 512, kPipe>(smem);
         const int rows512 = (512 >> tpr_log2) * R;
         const long long blocks512 = (ne1 + rows512 - 1) / rows512 * (long long)(gp.shared ? 1 : gp.n);
-        if constexpr (std::is_same_v<Ty, TQ3_K8> || std::is_same_v<Ty, TQ3_K8W>)
+        if constexpr (kQ3K8<Ty>)
           g.block = b512 > 0 && 2 * b512 >= b256 ? 512 : kThreads;
         else
           g.block = 2 * b512 > b256 && blocks512 >= sm_count() ? 512 : kThreads;
