@@ -861,10 +861,18 @@ cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, siz
     // scratch that holds its x staged (at the launch's count the launch is cut
     // into as many as the scratch holds, kquant_mmv.cu).
     const auto takes = [&](int nt) { return kq_takes(geom, nt) && kq_fits(sc, ne0, nt); };
-    GroupParams on = gp, off;
-    off.n = 0;
-    if (!gp.shared) partition_problems(gp, takes, on, off);
-    else if (!takes(nt_max)) on.n = 0;
+    GroupParams on, off;  // 4 KB each: made only where the rule may take a problem
+    if (geom.kq_mma != kMmaDecodeNever && (takes(1) || takes(nt_max))) {
+      if (gp.shared) {  // one token count for all
+        if (takes(nt_max)) on = gp;
+        else on.n = 0;
+        off.n = 0;
+      } else {
+        partition_problems(gp, takes, on, off);
+      }
+    } else {
+      on.n = 0;
+    }
     if (on.n > 0) {
       if (off.n > 0)
         if (const cudaError_t e = launch_type<Ty>(max_tokens(off), off, ne0, ne1, rb, x, y, sc, stream);
