@@ -122,6 +122,13 @@ __device__ __forceinline__ void q2k_block(const uint8_t* ba, const uint8_t* bb, 
   const int lane = int(threadIdx.x & 31), c = lane & 3;
   const uint8_t* blk[2] = {ba, bb};
   int dq[kPairs][4] = {}, dn[kPairs][4] = {};
+  // The 16 scale bytes as 4 words (a block starts 4-byte aligned: 84 bytes), not
+  // 16 byte loads a row (SASS: 32 LDG.U8 a block).
+  uint32_t scw[2][4];
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) scw[r][i] = ld32(blk[r] + 4 * i);
 #pragma unroll
   for (int ch = 0; ch < 8; ++ch) {
     const int h = ch >> 2, s = ch & 3;
@@ -131,7 +138,8 @@ __device__ __forceinline__ void q2k_block(const uint8_t* ba, const uint8_t* bb, 
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const uint32_t q = (ld32(blk[r] + 16 + 32 * h + 16 * half + 4 * c) >> (2 * s)) & 0x03030303u;
-        const uint32_t sc = blk[r][8 * h + 2 * s + half];
+        const int sb = 8 * h + 2 * s + half;
+        const uint32_t sc = (scw[r][sb >> 2] >> (8 * (sb & 3))) & 0xFFu;
         aq[r + 2 * half] = q * (sc & 0xFu);
         am[r + 2 * half] = (sc >> 4) * 0x01010101u;
       }
