@@ -59,6 +59,17 @@ inline int sm_count() {
   return n;
 }
 
+// The current device's L2 bytes, cached per device (0: unknown).
+inline size_t l2_bytes() {
+  static std::atomic<int> cache[64];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+  int n = cache[dev].load(std::memory_order_relaxed);
+  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrL2CacheSize, dev) == cudaSuccess)
+    cache[dev].store(n, std::memory_order_relaxed);
+  return size_t(n);
+}
+
 // Blocks of one kernel per SM at a dynamic shared-memory size, remembered per size
 // (16 of them: shapes alternate between a few input widths, and the query costs the
 // host microseconds per launch). Lock-free; a lost race only repeats the query.

@@ -491,7 +491,7 @@ std::atomic<bool> g_mma_one_product{true};
 std::atomic<int> g_f32_variant{-1};  // TF32V's variant (set_f32_variant; -1: f32_unit's rule)
 std::atomic<bool> g_group_bar{false};
 std::atomic<bool> g_q3k_wide{false};
-std::atomic<int> g_kq_mma{kMmaDecodeNever};  // until measured: set_kq_mma
+std::atomic<int> g_kq_mma{kMmaDecodeAuto};
 struct Geometry {
   int block;         // threads per block: 256, 512, or 0: chosen per launch (launch_smem_x)
   bool shared_wave;  // the problems of a launch share one wave of blocks (else one wave each)
@@ -809,11 +809,16 @@ cudaError_t launch_dp4a(int nt_max, const GroupParams& gp_in, int ne0, int ne1, 
 }
 
 // Whether Q2_K and Q3_K rows of a problem of n_tokens take the int8 tensor cores
-// (kquant_mmv.cu), where a context's scratch holds their staged x: kMmaDecodeAuto
-// from two tokens on (WORK IN PROGRESS: not yet measured, so not the default).
-bool kq_takes(const Geometry& g, int n_tokens) {
+// (kquant_mmv.cu), where a context's scratch holds their staged x: by default
+// (kMmaDecodeAuto) from four tokens on, and from two where the matrix fits the L2.
+// Measured on an H100 (2026-12-06, bench-kernels --kq-mma-decode against the dp4a
+// units, doc/kernels.md): at eight tokens 1.8-3.6x, at four 1.1-2.8x; at two 1.07-1.66x
+// on matrices of 3-25 MB but 0.60-0.95x on 176-231 MB ones, whose loads straight from
+// the rows do not keep DRAM busy; at one token 0.41-1.08x.
+bool kq_takes(const Geometry& g, int n_tokens, int64_t ne1, size_t rb) {
   if (g.kq_mma == kMmaDecodeAlways) return true;
-  return g.kq_mma == kMmaDecodeAuto && n_tokens >= 2;
+  if (g.kq_mma != kMmaDecodeAuto) return false;
+  return n_tokens >= 4 || (n_tokens >= 2 && size_t(ne1) * rb <= l2_bytes());
 }
 bool kq_fits(const MatvecScratch* sc, int ne0, int nt_max) {
   return sc && sc->partial && kq_stage_bytes(ne0, nt_max) <= sc->partial_bytes;
@@ -860,7 +865,9 @@ cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, siz
     // A problem takes the tensor cores by its own token count: the rule's, and a
     // scratch that holds its x staged (at the launch's count the launch is cut
     // into as many as the scratch holds, kquant_mmv.cu).
-    const auto takes = [&](int nt) { return kq_takes(geom, nt) && kq_fits(sc, ne0, nt); };
+    // Products of one input were split so that their rule agrees (shared_input_matvec).
+    const int64_t rows = gp.shared ? gp.ne1[0] : ne1;
+    const auto takes = [&](int nt) { return kq_takes(geom, nt, rows, rb) && kq_fits(sc, ne0, nt); };
     GroupParams on, off;  // 4 KB each: made only where the rule may take a problem
     if (geom.kq_mma != kMmaDecodeNever && (takes(1) || takes(nt_max))) {
       if (gp.shared) {  // one token count for all
@@ -1027,7 +1034,7 @@ void dev::set_group_barrier(bool on) { g_group_bar.store(on, std::memory_order_r
 void dev::set_q3k_wide_loads(bool on) { g_q3k_wide.store(on, std::memory_order_relaxed); }
 
 void dev::set_kq_mma(int mode) {
-  g_kq_mma.store(mode == kMmaDecodeAlways || mode == kMmaDecodeAuto ? mode : kMmaDecodeNever,
+  g_kq_mma.store(mode == kMmaDecodeAlways || mode == kMmaDecodeNever ? mode : kMmaDecodeAuto,
                  std::memory_order_relaxed);
 }
 
@@ -1114,7 +1121,7 @@ bool dev::matvec_splits(const MatvecScratch* sc, uint32_t type, int64_t ne0, int
     case kMXFP4: return splits<TMXFP4>(sc, ne0, ne1);
     case kQ2_K:
     case kQ3_K:
-      if (kq_takes(geometry(), n_tokens) && kq_fits(sc, int(ne0), n_tokens)) return false;
+      if (kq_takes(geometry(), n_tokens, ne1, row_bytes(type, ne0)) && kq_fits(sc, int(ne0), n_tokens)) return false;
       return type == kQ2_K ? splits<TQ2_K>(sc, ne0, ne1) : splits<TQ3_K>(sc, ne0, ne1);
     case kQ4_K: return splits<TQ45_K<false>>(sc, ne0, ne1);
     case kQ5_K: return splits<TQ45_K<true>>(sc, ne0, ne1);
@@ -1142,13 +1149,17 @@ int dev::shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduc
   }
   const uintptr_t xa = is_float_type(type) && ne0 % 8 != 0 ? 4 : 16;
   if (!aligned(x, xa)) return kErrAlignment;
-  if (type == kMXFP4 && n > 1) {
+  if ((type == kMXFP4 || type == kQ2_K || type == kQ3_K) && n > 1) {
     // Each product on the kernel it would get alone: those the tensor cores take in
     // one launch, the rest in another.
     const dev::Geometry g = dev::geometry();
+    const auto mma = [&](int64_t ne1) {
+      if (type == kMXFP4) return dev::mma_takes(g, ne0, ne1);
+      return dev::kq_takes(g, n_tokens, ne1, row_bytes(type, ne0)) && dev::kq_fits(sc, int(ne0), n_tokens);
+    };
     SharedInputProduct on[kMaxSharedInputProducts], off[kMaxSharedInputProducts];
     int n_on = 0, n_off = 0;
-    for (int i = 0; i < n; ++i) (dev::mma_takes(g, ne0, products[i].ne1) ? on[n_on++] : off[n_off++]) = products[i];
+    for (int i = 0; i < n; ++i) (mma(products[i].ne1) ? on[n_on++] : off[n_off++]) = products[i];
     if (n_on > 0 && n_off > 0) {
       if (const int st = shared_input_matvec(type, ne0, on, n_on, x, n_tokens, stream, sc); st != kOk) return st;
       return shared_input_matvec(type, ne0, off, n_off, x, n_tokens, stream, sc);

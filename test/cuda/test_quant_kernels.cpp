@@ -380,10 +380,9 @@ TEST_CASE("matvec: Q3_K's wide loads give its usual bits") {
   }
 }
 
-// Work in progress (wip/kq-mma): Q2_K and Q3_K on the int8 tensor cores
-// (kquant_mmv.cu), within the fp32 bound at 1..8 tokens, and a token's bits the same
-// at every token count.
-TEST_CASE("K-quants on the tensor cores (work in progress): within the bound, bits independent of the token count") {
+// Q2_K and Q3_K on the int8 tensor cores (kquant_mmv.cu), within the fp32 bound
+// at 1..8 tokens, and a token's bits the same at every token count.
+TEST_CASE("K-quants on the tensor cores: within the bound, bits independent of the token count") {
   std::mt19937 rng(61);
   Stream st;
   // Split over 16 warps at most (the default) and over 3 (a remainder of blocks).
@@ -1273,13 +1272,13 @@ TEST_CASE("shared_input_matmul equals matmul of each product alone, bit for bit"
   xk::context_destroy(ctx);
 }
 
-// Work in progress (wip/kq-mma): with the tensor cores on for Q2_K and Q3_K
-// (set_kq_mma: at every token count, then from two tokens on), grouped_matmul of
+// With the tensor cores on for Q2_K and Q3_K (set_kq_mma: at every token count,
+// then the default rule), grouped_matmul of
 // problems of 1-8 tokens equals matmul of each alone bit for bit, whatever the
 // workspace (the default; 160 KB, which holds 7168 inputs' x staged for two tokens
 // but not for four; 32 bytes, none), and so does shared_input_matmul; both within
 // the bound.
-TEST_CASE("K-quants on the tensor cores (work in progress): grouped and shared-input launches equal launches alone") {
+TEST_CASE("K-quants on the tensor cores: grouped and shared-input launches equal launches alone") {
   std::mt19937 rng(67);
   Stream st;
   xk::Context* ctxs[3] = {};
@@ -1289,6 +1288,9 @@ TEST_CASE("K-quants on the tensor cores (work in progress): grouped and shared-i
   const int counts[] = {1, 2, 3, 8, 1, 5, 2, 4};
   const int np = 8;
   const int64_t ne0 = 7168, ne1 = 40;
+  xk::MatmulOptions dec{};  // the decode kernels up to 8 tokens, as xpack-run's trunk products
+  dec.size = sizeof dec;
+  dec.matvec_max_tokens = 8;
   for (const int mode : {xk::dev::kMmaDecodeAlways, xk::dev::kMmaDecodeAuto}) {
     xk::dev::set_kq_mma(mode);
     for (const uint32_t type : {xk::kQ2_K, xk::kQ3_K}) {
@@ -1314,11 +1316,11 @@ TEST_CASE("K-quants on the tensor cores (work in progress): grouped and shared-i
       for (xk::Context* ctx : ctxs) {
         dy.poison();
         REQUIRE(xk::grouped_matmul(ctx, type, ne0, ne1, probs.data(), np, dx.as<float>(), dy.as<float>(), rows,
-                                   nullptr, st.s) == xk::kOk);
+                                   &dec, st.s) == xk::kOk);
         dsep.poison();
         for (const auto& p : probs)
           REQUIRE(xk::matmul(ctx, type, p.w, ne0, ne1, dx.as<float>() + p.row * ne0, p.n_tokens,
-                             dsep.as<float>() + p.row * ne1, nullptr, st.s) == xk::kOk);
+                             dsep.as<float>() + p.row * ne1, &dec, st.s) == xk::kOk);
         st.sync();
         const auto a = fetch(dy, m), b = fetch(dsep, m);
         CHECK(std::memcmp(a.data(), b.data(), m * 4) == 0);
@@ -1342,11 +1344,11 @@ TEST_CASE("K-quants on the tensor cores (work in progress): grouped and shared-i
           seps.back()->poison();
           ps.push_back({ws[size_t(i)]->p, prow[i], ys.back()->as<float>()});
         }
-        REQUIRE(xk::shared_input_matmul(ctxs[0], type, ne0, ps.data(), 3, dx.as<float>(), n, nullptr, st.s) ==
+        REQUIRE(xk::shared_input_matmul(ctxs[0], type, ne0, ps.data(), 3, dx.as<float>(), n, &dec, st.s) ==
                 xk::kOk);
         for (int i = 0; i < 3; ++i)
           REQUIRE(xk::matmul(ctxs[0], type, ws[size_t(i)]->p, ne0, prow[i], dx.as<float>(), n,
-                             seps[size_t(i)]->as<float>(), nullptr, st.s) == xk::kOk);
+                             seps[size_t(i)]->as<float>(), &dec, st.s) == xk::kOk);
         st.sync();
         for (int i = 0; i < 3; ++i) {
           CAPTURE(i);
@@ -1359,7 +1361,7 @@ TEST_CASE("K-quants on the tensor cores (work in progress): grouped and shared-i
       }
     }
   }
-  xk::dev::set_kq_mma(xk::dev::kMmaDecodeNever);
+  xk::dev::set_kq_mma(xk::dev::kMmaDecodeAuto);
   for (xk::Context* c : ctxs) xk::context_destroy(c);
 }
 
