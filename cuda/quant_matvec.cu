@@ -491,7 +491,7 @@ std::atomic<bool> g_mma_one_product{true};
 std::atomic<int> g_f32_variant{-1};  // TF32V's variant (set_f32_variant; -1: f32_unit's rule)
 std::atomic<bool> g_group_bar{false};
 std::atomic<bool> g_q3k_wide{false};
-std::atomic<int> g_kq_mma{kMmaDecodeAuto};
+std::atomic<int> g_kq_mma{kMmaDecodeNever};  // set_kq_mma: off until its rule's grouped launches pass
 struct Geometry {
   int block;         // threads per block: 256, 512, or 0: chosen per launch (launch_smem_x)
   bool shared_wave;  // the problems of a launch share one wave of blocks (else one wave each)
@@ -809,8 +809,8 @@ cudaError_t launch_dp4a(int nt_max, const GroupParams& gp_in, int ne0, int ne1, 
 }
 
 // Whether Q2_K and Q3_K rows of a problem of n_tokens take the int8 tensor cores
-// (kquant_mmv.cu), where a context's scratch holds their staged x: by default
-// (kMmaDecodeAuto) from four tokens on, and from two where the matrix fits the L2.
+// (kquant_mmv.cu), where a context's scratch holds their staged x: with
+// kMmaDecodeAuto from four tokens on, and from two where the matrix fits the L2.
 // Measured on an H100 (2026-12-06, bench-kernels --kq-mma-decode against the dp4a
 // units, doc/kernels.md): at eight tokens 1.8-3.6x, at four 1.1-2.8x; at two 1.07-1.66x
 // on matrices of 3-25 MB but 0.60-0.95x on 176-231 MB ones, whose loads straight from
@@ -1034,7 +1034,7 @@ void dev::set_group_barrier(bool on) { g_group_bar.store(on, std::memory_order_r
 void dev::set_q3k_wide_loads(bool on) { g_q3k_wide.store(on, std::memory_order_relaxed); }
 
 void dev::set_kq_mma(int mode) {
-  g_kq_mma.store(mode == kMmaDecodeAlways || mode == kMmaDecodeNever ? mode : kMmaDecodeAuto,
+  g_kq_mma.store(mode == kMmaDecodeAlways || mode == kMmaDecodeAuto ? mode : kMmaDecodeNever,
                  std::memory_order_relaxed);
 }
 

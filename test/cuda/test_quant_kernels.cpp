@@ -1272,8 +1272,9 @@ TEST_CASE("shared_input_matmul equals matmul of each product alone, bit for bit"
   xk::context_destroy(ctx);
 }
 
-// With the tensor cores on for Q2_K and Q3_K (set_kq_mma: at every token count,
-// then the default rule), grouped_matmul of
+// With the tensor cores on for Q2_K and Q3_K at every token count (set_kq_mma;
+// with its rule, kMmaDecodeAuto, grouped launches differed from alone on an H100,
+// 2026-12-06: not yet found, so not the default), grouped_matmul of
 // problems of 1-8 tokens equals matmul of each alone bit for bit, whatever the
 // workspace (the default; 160 KB, which holds 7168 inputs' x staged for two tokens
 // but not for four; 32 bytes, none), and so does shared_input_matmul; both within
@@ -1291,7 +1292,10 @@ TEST_CASE("K-quants on the tensor cores: grouped and shared-input launches equal
   xk::MatmulOptions dec{};  // the decode kernels up to 8 tokens, as xpack-run's trunk products
   dec.size = sizeof dec;
   dec.matvec_max_tokens = 8;
-  for (const int mode : {xk::dev::kMmaDecodeAlways, xk::dev::kMmaDecodeAuto}) {
+  // XPACK_TEST_KQ_AUTO=1 adds the rule's mode, to find where it differs.
+  std::vector<int> modes = {xk::dev::kMmaDecodeAlways};
+  if (std::getenv("XPACK_TEST_KQ_AUTO")) modes.push_back(xk::dev::kMmaDecodeAuto);
+  for (const int mode : modes) {
     xk::dev::set_kq_mma(mode);
     for (const uint32_t type : {xk::kQ2_K, xk::kQ3_K}) {
       CAPTURE(mode);
@@ -1313,7 +1317,9 @@ TEST_CASE("K-quants on the tensor cores: grouped and shared-input launches equal
       const size_t m = size_t(rows * ne1);
       DevBuf dx(x.size() * 4), dy(m * 4), dsep(m * 4);
       dx.put(x.data(), x.size() * 4);
-      for (xk::Context* ctx : ctxs) {
+      for (int ci = 0; ci < 3; ++ci) {
+        xk::Context* ctx = ctxs[ci];
+        CAPTURE(ci);
         dy.poison();
         REQUIRE(xk::grouped_matmul(ctx, type, ne0, ne1, probs.data(), np, dx.as<float>(), dy.as<float>(), rows,
                                    &dec, st.s) == xk::kOk);
@@ -1324,6 +1330,12 @@ TEST_CASE("K-quants on the tensor cores: grouped and shared-input launches equal
         st.sync();
         const auto a = fetch(dy, m), b = fetch(dsep, m);
         CHECK(std::memcmp(a.data(), b.data(), m * 4) == 0);
+        for (int i = 0; i < np; ++i) {
+          const auto& p = probs[size_t(i)];
+          const size_t at = size_t(p.row * ne1), len = size_t(p.n_tokens * ne1);
+          if (std::memcmp(a.data() + at, b.data() + at, len * 4) != 0)
+            MESSAGE("problem " << i << " of " << p.n_tokens << " tokens differs from its launch alone");
+        }
         for (int i = 0; i < np; ++i) {
           const auto& p = probs[size_t(i)];
           const Ref ref = reference(type, hw[size_t(i % 3)], ne0, ne1, x.data() + p.row * ne0, p.n_tokens);
@@ -1361,7 +1373,7 @@ TEST_CASE("K-quants on the tensor cores: grouped and shared-input launches equal
       }
     }
   }
-  xk::dev::set_kq_mma(xk::dev::kMmaDecodeAuto);
+  xk::dev::set_kq_mma(xk::dev::kMmaDecodeNever);
   for (xk::Context* c : ctxs) xk::context_destroy(c);
 }
 
