@@ -211,7 +211,8 @@ int main(int argc, char** argv) {
   xpack::cli::App app("bench-kernels",
                       "bench-kernels [--quick] [--graph] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem] "
                       "[--row-threads N] [--no-pipeline] [--[no-]mma-decode] [--mma-warps N] [--mma-tiles N] "
-                      "[--mma-large-from N] [--mma-two-products] [--f32-variant N] [--group-barrier] [--q3k-wide-loads] [--kq-mma] [--kq-mma-decode|--kq-mma-auto] [--kq-split N] "
+                      "[--mma-large-from N] [--mma-two-products] [--f32-variant N] [--group-barrier] [--q3k-wide-loads] "
+                      "[--kq-mma] [--kq-mma-decode|--kq-mma-auto] [--kq-split N] "
                       "[--no-dp4a] [--[no-]prestage] [--tokens N,...] [--type T,...] [--shape S]",
                       "Microseconds per product and weight GB/s of the CUDA kernels (cuda/quant_matmul.h) for "
                       "every weight type, against a device-to-device copy measured in the same run; one RESULT "
@@ -260,8 +261,8 @@ int main(int argc, char** argv) {
            "Q3_K's dp4a decode loads each half block's high bits and quants as three 16-byte windows instead of "
            "nine 4-byte words each (the same bits)");
   app.flag("--kq-mma", &kq_mma,
-           "also rows kind=kq-mma: Q2_K's and Q3_K's decode on the int8 tensor cores (kquant_mmv.cu, work in "
-           "progress, taken by no rule yet), at the decode rows' token counts");
+           "also rows kind=kq-mma: Q2_K's and Q3_K's decode kernel on the int8 tensor cores alone "
+           "(kquant_mmv.cu, whatever --kq-mma-decode says), at the decode rows' token counts");
   app.flag("--kq-mma-decode", &kq_decode,
            "Q2_K's and Q3_K's decode (matvec and grouped rows) on the int8 tensor cores at every token count "
            "(kquant_mmv.cu; default: the dp4a units)");

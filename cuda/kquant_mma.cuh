@@ -1,7 +1,6 @@
-// The K-quants' decode on the int8 tensor cores: the pieces a kernel is built from
-// (doc/kernels.md, "Next: Q2_K and Q3_K on the int8 tensor cores"). WORK IN PROGRESS
-// (branch wip/kq-mma): no kernel uses these yet; test_units_on_host checks them on
-// the CPU, a warp of host threads standing in for the tensor cores.
+// The K-quants' decode on the int8 tensor cores: the pieces kquant_mmv.cu is built
+// from (doc/kernels.md, "Q2_K and Q3_K on the int8 tensor cores"). test_units_on_host
+// checks them on the CPU, a warp of host threads standing in for the tensor cores.
 //
 // Why: at two to eight tokens the dp4a units spend one lane-instruction a weight and
 // token on x's four exact int8 terms, and lose to llama.cpp's one-term x under the L2

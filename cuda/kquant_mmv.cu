@@ -1,6 +1,7 @@
-// WORK IN PROGRESS (branch wip/kq-mma): Q2_K and Q3_K decode (1..8 tokens) on the
-// int8 tensor cores, a first form to be measured and then laid out as mxfp4_mmv.cu
-// is (weights through shared memory). Here a block of threads takes a tile of 16
+// Q2_K and Q3_K decode (1..8 tokens) on the int8 tensor cores, where set_kq_mma
+// (quant_matvec.cu's kq_takes) sends it: off by default until its rule's grouped
+// launches equal their problems alone (doc/kernels.md, "Q2_K and Q3_K on the int8
+// tensor cores", with its measurements). A block of threads takes a tile of 16
 // rows, its warps splitting the row's blocks; each loads its A words straight from
 // the rows and its B fragments from x staged once for the launch in the scratch (in
 // L2: 1.3 KB a 32-input chunk at eight tokens). The pieces and their bounds:
@@ -16,8 +17,8 @@
 //   593 at one (4.6; by IMAD 498; its dp4a unit 3.3). Most of it is IMAD, LOP3, SHF
 //   and PRMT making A: v from two halfword pairs, then three products a word.
 // Next: the weights through shared memory (cp.async), so that a word at a 2-byte
-// offset is two aligned shared reads and a funnel shift; then a GPU run against the
-// dp4a units (bench-kernels --kq-mma, --kq-split for the split's width).
+// offset is two aligned shared reads and a funnel shift, and DRAM stays busy above
+// the L2 (bench-kernels --kq-mma rows; --kq-split N for the split's width).
 //
 // Each warp's sum runs over its blocks in ascending order and the warps' are added in
 // warp order, each chunk's products per pair of tokens independent of the other

@@ -220,10 +220,10 @@ void set_q3k_wide_loads(bool on);
 // Thread safety: safe from any thread; launches already enqueued keep theirs.
 void set_kq_mma(int mode);
 
-// WORK IN PROGRESS (wip/kq-mma; kquant_mmv.cu): y = W x for n_tokens (1..8) tokens of
-// Q2_K or Q3_K rows (ne0 a multiple of 256) on the int8 tensor cores, x staged in
-// scratch (kq_mmv_scratch_bytes, 16-byte aligned). Not yet taken by any rule: for the
-// tests and bench-kernels. Thread safety: as matvec().
+// kquant_mmv.cu alone: y = W x for n_tokens (1..8) tokens of Q2_K or Q3_K rows (ne0
+// a multiple of 256) on the int8 tensor cores, x staged in scratch
+// (kq_mmv_scratch_bytes, 16-byte aligned), whatever set_kq_mma says: for the tests and
+// bench-kernels. Thread safety: as matvec().
 size_t kq_mmv_scratch_bytes(int64_t ne0, int n_tokens);
 // How many warps at most split a tile's row in kq_mmv (1..16; 0 or less: 16, the
 // default): the order of its sums, so the bits may change with it. For

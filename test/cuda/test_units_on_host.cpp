@@ -214,9 +214,9 @@ TEST_CASE("decode units on the CPU: MXFP4 at every E8M0 exponent 0..254 with eve
   check_every_e8m0<dev::TMXFP4_8>("TMXFP4_8", XLayout::kTerms);
 }
 
-// Work in progress (wip/kq-mma): Q2_K's and Q3_K's block products on the tensor
-// cores (kquant_mma.cuh), a tile of 16 rows and NT tokens, each lane's columns added
-// as a kernel would add them, against the CPU decoder.
+// Q2_K's and Q3_K's block products on the tensor cores (kquant_mma.cuh), a tile of
+// 16 rows and NT tokens, each lane's columns added as a kernel would add them,
+// against the CPU decoder.
 template <uint32_t kType, int NT>
 void check_kq_mma(int blocks, float outlier = 0.0f) {
   constexpr int kRows = 16, kPairs = (NT + 1) / 2;
@@ -272,7 +272,7 @@ void check_kq_mma(int blocks, float outlier = 0.0f) {
   CHECK(count_bad(y, c.first(NT), kTolDp4a, "kquant_mma") == 0);
 }
 
-TEST_CASE("K-quants on the tensor cores (work in progress): Q2_K's and Q3_K's block products") {
+TEST_CASE("K-quants on the tensor cores: Q2_K's and Q3_K's block products") {
   for (const int blocks : {1, 3}) {
     check_kq_mma<kQ2_K, 1>(blocks);
     check_kq_mma<kQ2_K, 2>(blocks);
