@@ -48,27 +48,19 @@ __device__ inline int shared_product(const GroupParams& gp, int rows, int& g) {
   return q;
 }
 
-// Multiprocessors of the current device, cached per device.
-inline int sm_count() {
+// An attribute of the current device, cached per device (0: unknown): the query
+// costs the host microseconds, and launches ask for it every time.
+template <cudaDeviceAttr kAttr>
+inline int device_attribute() {
   static std::atomic<int> cache[64];
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
   int n = cache[dev].load(std::memory_order_relaxed);
-  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess)
-    cache[dev].store(n, std::memory_order_relaxed);
+  if (n == 0 && cudaDeviceGetAttribute(&n, kAttr, dev) == cudaSuccess) cache[dev].store(n, std::memory_order_relaxed);
   return n;
 }
-
-// The current device's L2 bytes, cached per device (0: unknown).
-inline size_t l2_bytes() {
-  static std::atomic<int> cache[64];
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
-  int n = cache[dev].load(std::memory_order_relaxed);
-  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrL2CacheSize, dev) == cudaSuccess)
-    cache[dev].store(n, std::memory_order_relaxed);
-  return size_t(n);
-}
+inline int sm_count() { return device_attribute<cudaDevAttrMultiProcessorCount>(); }
+inline size_t l2_bytes() { return size_t(device_attribute<cudaDevAttrL2CacheSize>()); }
 
 // Blocks of one kernel per SM at a dynamic shared-memory size, remembered per size
 // (16 of them: shapes alternate between a few input widths, and the query costs the

@@ -1156,6 +1156,32 @@ TEST_CASE("matmul at decode: few-row matrices split their rows, within the bound
   xk::context_destroy(ctx);
 }
 
+// A grouped product's inputs: n_weights random matrices on the device, problem i
+// of counts[i] tokens taking matrix i % n_weights, its rows after the last's, and x
+// for all of them (host and device).
+struct ExpertBatch {
+  std::vector<std::vector<uint8_t>> hw;
+  std::vector<std::unique_ptr<DevBuf>> ws;
+  std::vector<xk::ExpertProblem> probs;
+  std::vector<float> x;
+  int rows = 0;
+  std::unique_ptr<DevBuf> dx;
+  ExpertBatch(uint32_t type, int64_t ne0, int64_t ne1, int n_weights, const int* counts, int np, std::mt19937& rng) {
+    for (int i = 0; i < n_weights; ++i) {
+      hw.push_back(random_weights(type, ne0, ne1, rng));
+      ws.push_back(std::make_unique<DevBuf>(hw.back().size()));
+      ws.back()->put(hw.back().data(), hw.back().size());
+    }
+    for (int i = 0; i < np; ++i) {
+      probs.push_back({ws[size_t(i % n_weights)]->p, rows, counts[i]});
+      rows += counts[i];
+    }
+    x = random_x(size_t(rows) * size_t(ne0), rng);
+    dx = std::make_unique<DevBuf>(x.size() * 4);
+    dx->put(x.data(), x.size() * 4);
+  }
+};
+
 // grouped_matmul over 12 few-row problems of 1..3 tokens (four weight matrices in
 // turn) equals matmul() of each alone, bit for bit: with the default workspace
 // (one launch), with 192 KiB (the split in several launches where fewer problems'
@@ -1175,23 +1201,14 @@ TEST_CASE("grouped_matmul of few-row problems equals separate matmul bit for bit
     const int64_t ne0 = 16384;
     for (const int64_t ne1 : {int64_t(24), int64_t(4), int64_t(1)}) {
       CAPTURE(ne1);
-      std::vector<std::vector<uint8_t>> hw;
-      std::vector<std::unique_ptr<DevBuf>> ws;
-      for (int i = 0; i < 4; ++i) {
-        hw.push_back(random_weights(type, ne0, ne1, rng));
-        ws.push_back(std::make_unique<DevBuf>(hw.back().size()));
-        ws.back()->put(hw.back().data(), hw.back().size());
-      }
-      std::vector<xk::ExpertProblem> probs;
-      int rows = 0;
-      for (int i = 0; i < np; ++i) {
-        probs.push_back({ws[size_t(i % 4)]->p, rows, counts[i]});
-        rows += counts[i];
-      }
-      const auto x = random_x(size_t(rows) * size_t(ne0), rng);
+      const ExpertBatch eb(type, ne0, ne1, 4, counts, np, rng);
+      const auto& hw = eb.hw;
+      const auto& probs = eb.probs;
+      const auto& x = eb.x;
+      const int rows = eb.rows;
+      const DevBuf& dx = *eb.dx;
       const size_t m = size_t(rows * ne1);
-      DevBuf dx(x.size() * 4), dy(m * 4), dsep(m * 4);
-      dx.put(x.data(), x.size() * 4);
+      DevBuf dy(m * 4), dsep(m * 4);
       for (xk::Context* ctx : ctxs) {
         dy.poison();
         REQUIRE(xk::grouped_matmul(ctx, type, ne0, ne1, probs.data(), np, dx.as<float>(), dy.as<float>(), rows,
@@ -1300,23 +1317,15 @@ TEST_CASE("K-quants on the tensor cores: grouped and shared-input launches equal
     for (const uint32_t type : {xk::kQ2_K, xk::kQ3_K}) {
       CAPTURE(mode);
       CAPTURE(xk::type_name(type));
-      std::vector<std::vector<uint8_t>> hw;
-      std::vector<std::unique_ptr<DevBuf>> ws;
-      for (int i = 0; i < 3; ++i) {
-        hw.push_back(random_weights(type, ne0, ne1, rng));
-        ws.push_back(std::make_unique<DevBuf>(hw.back().size()));
-        ws.back()->put(hw.back().data(), hw.back().size());
-      }
-      std::vector<xk::ExpertProblem> probs;
-      int rows = 0;
-      for (int i = 0; i < np; ++i) {
-        probs.push_back({ws[size_t(i % 3)]->p, rows, counts[i]});
-        rows += counts[i];
-      }
-      const auto x = random_x(size_t(rows) * size_t(ne0), rng);
+      const ExpertBatch eb(type, ne0, ne1, 3, counts, np, rng);
+      const auto& hw = eb.hw;
+      const auto& ws = eb.ws;
+      const auto& probs = eb.probs;
+      const auto& x = eb.x;
+      const int rows = eb.rows;
+      const DevBuf& dx = *eb.dx;
       const size_t m = size_t(rows * ne1);
-      DevBuf dx(x.size() * 4), dy(m * 4), dsep(m * 4);
-      dx.put(x.data(), x.size() * 4);
+      DevBuf dy(m * 4), dsep(m * 4);
       for (int ci = 0; ci < 3; ++ci) {
         xk::Context* ctx = ctxs[ci];
         CAPTURE(ci);
