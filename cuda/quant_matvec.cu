@@ -808,20 +808,17 @@ cudaError_t launch_dp4a(int nt_max, const GroupParams& gp_in, int ne0, int ne1, 
   return launch_passes<Ty>(pass, nt_max, gp, ne0, ne1, rb, x, y, sc, geom, stream);
 }
 
-// Whether Q2_K and Q3_K rows of a problem of n_tokens take the int8 tensor cores
-// (kquant_mmv.cu), where a context's scratch holds their staged x: with
-// kMmaDecodeAuto from four tokens on, and from two where the matrix fits the L2.
+// Whether Q2_K and Q3_K rows (ne1 of rb bytes) of a problem of n_tokens take the
+// int8 tensor cores (kquant_mmv.cu): where a context's scratch holds their staged x,
+// with kMmaDecodeAuto from four tokens on, and from two where the matrix fits the L2.
 // Measured on an H100 (2026-12-06, bench-kernels --kq-mma-decode against the dp4a
 // units, doc/kernels.md): at eight tokens 1.8-3.6x, at four 1.1-2.8x; at two 1.07-1.66x
 // on matrices of 3-25 MB but 0.60-0.95x on 176-231 MB ones, whose loads straight from
 // the rows do not keep DRAM busy; at one token 0.41-1.08x.
-bool kq_takes(const Geometry& g, int n_tokens, int64_t ne1, size_t rb) {
-  if (g.kq_mma == kMmaDecodeAlways) return true;
-  if (g.kq_mma != kMmaDecodeAuto) return false;
-  return n_tokens >= 4 || (n_tokens >= 2 && size_t(ne1) * rb <= l2_bytes());
-}
-bool kq_fits(const MatvecScratch* sc, int ne0, int nt_max) {
-  return sc && sc->partial && kq_stage_bytes(ne0, nt_max) <= sc->partial_bytes;
+bool kq_takes(const Geometry& g, const MatvecScratch* sc, int ne0, int64_t ne1, size_t rb, int n_tokens) {
+  if (g.kq_mma == kMmaDecodeNever || !sc || !sc->partial || kq_stage_bytes(ne0, n_tokens) > sc->partial_bytes)
+    return false;
+  return g.kq_mma == kMmaDecodeAlways || n_tokens >= 4 || (n_tokens >= 2 && size_t(ne1) * rb <= l2_bytes());
 }
 
 // A grouped launch's problems (not products of one input) whose token count
@@ -867,18 +864,18 @@ cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, siz
     // into as many as the scratch holds, kquant_mmv.cu).
     // Products of one input were split so that their rule agrees (shared_input_matvec).
     const int64_t rows = gp.shared ? gp.ne1[0] : ne1;
-    const auto takes = [&](int nt) { return kq_takes(geom, nt, rows, rb) && kq_fits(sc, ne0, nt); };
-    GroupParams on, off;  // 4 KB each: made only where the rule may take a problem
-    if (geom.kq_mma != kMmaDecodeNever && (takes(1) || takes(nt_max))) {
-      if (gp.shared) {  // one token count for all
-        if (takes(nt_max)) on = gp;
-        else on.n = 0;
-        off.n = 0;
-      } else {
-        partition_problems(gp, takes, on, off);
-      }
+    const auto takes = [&](int nt) { return kq_takes(geom, sc, ne0, rows, rb, nt); };
+    // The rule grows with the token count and the scratch's room shrinks with it, so
+    // a problem of any count up to nt_max may take it where those at 1 and nt_max do
+    // not: every count is asked before the problem lists (4 KB each) are made.
+    GroupParams on, off;
+    on.n = off.n = 0;
+    if (gp.shared) {  // one token count for all
+      if (takes(nt_max)) on = gp;
     } else {
-      on.n = 0;
+      bool any = false;
+      for (int nt = 1; nt <= nt_max && !any; ++nt) any = takes(nt);
+      if (any) partition_problems(gp, takes, on, off);
     }
     if (on.n > 0) {
       if (off.n > 0)
@@ -1121,7 +1118,7 @@ bool dev::matvec_splits(const MatvecScratch* sc, uint32_t type, int64_t ne0, int
     case kMXFP4: return splits<TMXFP4>(sc, ne0, ne1);
     case kQ2_K:
     case kQ3_K:
-      if (kq_takes(geometry(), n_tokens, ne1, row_bytes(type, ne0)) && kq_fits(sc, int(ne0), n_tokens)) return false;
+      if (kq_takes(geometry(), sc, int(ne0), ne1, row_bytes(type, ne0), n_tokens)) return false;
       return type == kQ2_K ? splits<TQ2_K>(sc, ne0, ne1) : splits<TQ3_K>(sc, ne0, ne1);
     case kQ4_K: return splits<TQ45_K<false>>(sc, ne0, ne1);
     case kQ5_K: return splits<TQ45_K<true>>(sc, ne0, ne1);
@@ -1155,7 +1152,7 @@ int dev::shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduc
     const dev::Geometry g = dev::geometry();
     const auto mma = [&](int64_t ne1) {
       if (type == kMXFP4) return dev::mma_takes(g, ne0, ne1);
-      return dev::kq_takes(g, n_tokens, ne1, row_bytes(type, ne0)) && dev::kq_fits(sc, int(ne0), n_tokens);
+      return dev::kq_takes(g, sc, int(ne0), ne1, row_bytes(type, ne0), n_tokens);
     };
     SharedInputProduct on[kMaxSharedInputProducts], off[kMaxSharedInputProducts];
     int n_on = 0, n_off = 0;
