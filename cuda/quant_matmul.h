@@ -214,8 +214,8 @@ void set_q3k_wide_loads(bool on);
 // within the same bound): kMmaDecodeNever (the default, and any other value: the
 // dp4a units), kMmaDecodeAlways, or kMmaDecodeAuto (from four tokens on, and from
 // two where the matrix fits the L2, each problem of a grouped launch by its own
-// token count; measured fastest, but its grouped launches do not yet equal their
-// problems alone bit for bit on a GPU: doc/kernels.md). For bench-kernels'
+// token count; measured fastest, but its grouped launches have not yet equalled
+// their problems alone on a GPU since a mend: doc/kernels.md). For bench-kernels'
 // side-by-side runs and the tests.
 // Thread safety: safe from any thread; launches already enqueued keep theirs.
 void set_kq_mma(int mode);

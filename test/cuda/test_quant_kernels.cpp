@@ -1291,7 +1291,7 @@ TEST_CASE("shared_input_matmul equals matmul of each product alone, bit for bit"
 
 // With the tensor cores on for Q2_K and Q3_K at every token count (set_kq_mma;
 // with its rule, kMmaDecodeAuto, grouped launches differed from alone on an H100,
-// 2026-12-06: not yet found, so not the default), grouped_matmul of
+// 2026-12-06, mended by 7c02a2b but not yet rerun: not the default), grouped_matmul of
 // problems of 1-8 tokens equals matmul of each alone bit for bit, whatever the
 // workspace (the default; 160 KB, which holds 7168 inputs' x staged for two tokens
 // but not for four; 32 bytes, none), and so does shared_input_matmul; both within
