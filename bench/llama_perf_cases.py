@@ -3,7 +3,8 @@
 
 test-backend-ops only runs perf cases from its own list, so the MoE expert shapes
 (DeepSeek-V4-Flash MXFP4, Kimi-K3 Q2_K/Q3_K) and a matrix several times the 60 MB L2
-(16384 inputs x 32768 rows, every type, decode only) are added before its
+(16384 inputs x 32768 rows, every type, decode only), at 1, 2, 4 and 8 tokens (the experts
+also at 512) are added before its
 "qwen3-30b-a3b" cases; and the experts as a layer's grouped product (MUL_MAT_ID: DeepSeek-V4's
 top-6 of 256, Kimi-K3's top-16 of 384, at 1 and 8 tokens), which bench-kernels' grouped launches
 do. Used by bench/llama-kernels.sh and bench/llama-prebuild.sh.
@@ -22,11 +23,11 @@ ROUTED = {'MXFP4': (256, 6), 'Q2_K': (384, 16), 'Q3_K': (384, 16)}
 
 def cases() -> str:
     add = ''.join(
-        '    for (int bs : {1, 8, 512}) {\n'
+        '    for (int bs : {1, 2, 4, 8, 512}) {\n'
         f'        test_cases.emplace_back(new test_mul_mat(GGML_TYPE_{t}, GGML_TYPE_F32, {m}, bs, {k}, {{1, 1}}, {{1, 1}}));\n'
         '    }\n' for t, m, k in EXPERTS)
     add += ''.join(
-        '    for (int bs : {1, 8}) {\n'
+        '    for (int bs : {1, 2, 4, 8}) {\n'
         f'        test_cases.emplace_back(new test_mul_mat(GGML_TYPE_{t}, GGML_TYPE_F32, 32768, bs, 16384, {{1, 1}}, {{1, 1}}));\n'
         '    }\n' for t in LARGE)
     add += ''.join(
