@@ -36,6 +36,10 @@ fi
 if [ $graphs = 0 ]; then export GGML_CUDA_DISABLE_GRAPHS=1; fi
 "$bin" perf -o MUL_MAT -b CUDA0 \
   -p 'type_a=(f32|f16|bf16|q8_0|q4_K|q5_K|q6_K|q2_K|q3_K|mxfp4),type_b=f32,m=(4096|2048|3072|3584|32768),n=(1|2|4|8|512),k=(14336|4096|2048|3584|3072|16384),bs=\[1,1\],nr=\[1,1\],'
+# Kimi-K3's experts at one token from a pool of 32 (llama_perf_cases.py): the same 16
+# experts' work as from its 384, set up in seconds, so it comes first.
+"$bin" perf -o MUL_MAT_ID -b CUDA0 \
+  -p 'type_a=(q2_K|q3_K),type_b=f32,n_mats=32,n_used=16,b=0,m=(3072|3584),n=1,k=(3584|3072)$'
 # The experts as one grouped product of a layer (llama_perf_cases.py's MUL_MAT_ID cases:
 # a bundle made before 2026-12-06 has none, and this prints no timing). Slow to set up:
 # test-backend-ops fills every expert of a case with random quantized data on the CPU,

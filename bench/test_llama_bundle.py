@@ -61,9 +61,15 @@ with tempfile.TemporaryDirectory() as d:
     check(text.count("GGML_TYPE_MXFP4, GGML_TYPE_F32, 32768, bs, 16384") == 1, "the matrix larger than the L2")
     check(text.count("test_mul_mat_id(GGML_TYPE_MXFP4, GGML_TYPE_F32, 256, 6, false, 2048, bs, 4096)") == 1,
           "DeepSeek-V4's routed experts as one grouped product")
+    check(text.count("test_mul_mat_id(GGML_TYPE_Q3_K, GGML_TYPE_F32, 32, 16, false, 3584, 1, 3072)") == 1,
+          "Kimi-K3's one-token step from a pool of 32")
     check(text.index("test_mul_mat") < text.index(MARKER) and text.endswith(MARKER + "b\n"), "before the marker")
     r = subprocess.run([sys.executable, CASES, tree], capture_output=True, text=True)
     check(r.returncode == 0 and open(cpp).read() == text, "a second run changes nothing")
+    older = text.replace("3584, 1, 3072)", "3584, 8, 3072)")
+    write(cpp, older)
+    r = subprocess.run([sys.executable, CASES, tree], capture_output=True, text=True)
+    check(r.returncode == 0 and open(cpp).read() == text, "an earlier list of ours is replaced, not added to")
     write(cpp, "a list without the marker\n")
     r = subprocess.run([sys.executable, CASES, tree], capture_output=True, text=True)
     check(r.returncode == 1 and "perf case list changed" in r.stderr, f"unknown list refused (rc {r.returncode})")
@@ -99,21 +105,24 @@ with tempfile.TemporaryDirectory() as d:
     check(r.returncode == 0 and r.stdout.startswith("test-backend-ops perf -o MUL_MAT -b CUDA0 -p type_a="),
           f"llama-kernels ran the prebuilt program (rc {r.returncode}: {r.stdout}{r.stderr})")
     check("\ntest-backend-ops perf -o MUL_MAT_ID -b CUDA0 -p type_a=" in r.stdout, "and its grouped experts")
-    check(r.stdout.count("[graphs off: 1]") == 2, "its CUDA graphs off")
+    check(r.stdout.count("[graphs off: 1]") == 3, "its CUDA graphs off")
     # Each filter is a std::regex_search over a case's vars() text; these are that text, as
     # test-backend-ops' VARS_TO_STR prints it (MUL_MAT_ID's ends at k: no trailing comma).
     filters = re.findall(r"-p (\S+) \[graphs", r.stdout)
-    check(len(filters) == 2 and re.search(filters[0], "type_a=q3_K,type_b=f32,m=3072,n=8,k=3584,bs=[1,1],"
+    check(len(filters) == 3 and re.search(filters[0], "type_a=q3_K,type_b=f32,m=3072,n=8,k=3584,bs=[1,1],"
                                           "nr=[1,1],per=[0,1,2,3],k_v=0,o=1")
           and not re.search(filters[0], "type_a=q4_0,type_b=f32,m=3072,n=8,k=3584,bs=[1,1],nr=[1,1],"),
           f"the MUL_MAT filter takes a real case and only the measured types ({filters})")
-    check(len(filters) == 2 and re.search(filters[1], "type_a=mxfp4,type_b=f32,n_mats=256,n_used=6,b=0,m=2048,n=1,k=4096")
-          and re.search(filters[1], "type_a=q2_K,type_b=f32,n_mats=384,n_used=16,b=0,m=3072,n=8,k=3584")
-          and not re.search(filters[1], "type_a=mxfp4,type_b=f32,n_mats=256,n_used=6,b=0,m=2048,n=1,k=40960"),
+    check(len(filters) == 3 and re.search(filters[1], "type_a=q2_K,type_b=f32,n_mats=32,n_used=16,b=0,m=3072,n=1,k=3584")
+          and not re.search(filters[1], "type_a=q2_K,type_b=f32,n_mats=384,n_used=16,b=0,m=3072,n=1,k=3584"),
+          f"the small pool's filter takes Kimi-K3's one-token case alone ({filters})")
+    check(len(filters) == 3 and re.search(filters[2], "type_a=mxfp4,type_b=f32,n_mats=256,n_used=6,b=0,m=2048,n=1,k=4096")
+          and re.search(filters[2], "type_a=q2_K,type_b=f32,n_mats=384,n_used=16,b=0,m=3072,n=8,k=3584")
+          and not re.search(filters[2], "type_a=mxfp4,type_b=f32,n_mats=256,n_used=6,b=0,m=2048,n=1,k=40960"),
           f"the MUL_MAT_ID filter takes the routed experts' cases ({filters})")
     r = subprocess.run(["bash", KERNELS, "--graphs", good, os.path.join(d, "lk3")], capture_output=True, text=True)
     check(r.returncode == 0 and r.stdout.startswith("test-backend-ops perf -o MUL_MAT") and
-          r.stdout.count("[graphs off: ]") == 2, f"--graphs: on (rc {r.returncode}: {r.stdout})")
+          r.stdout.count("[graphs off: ]") == 3, f"--graphs: on (rc {r.returncode}: {r.stdout})")
     r = subprocess.run(["bash", KERNELS, "--graphs"], capture_output=True, text=True)
     check(r.returncode == 2 and "usage" in r.stderr, f"no tarball: a usage error (rc {r.returncode})")
     r = subprocess.run(["bash", KERNELS, good, os.path.join(d, "lk2")], capture_output=True, text=True,
