@@ -204,7 +204,7 @@ void report(const char* kind, uint32_t type, int64_t ne0, int64_t ne1, int n, co
 int main(int argc, char** argv) {
   bool quick = false, few_only = false, decode_only = false, wave_per_problem = false, no_pipeline = false,
        mma_decode = false, no_mma_decode = false, no_dp4a = false, no_prestage = false, prestage_always = false,
-       two_products = false, group_barrier = false, q3k_wide = false, kq_mma = false, kq_decode = false, kq_auto = false;
+       two_products = false, group_barrier = false, q3k_wide = false, kq_mma = false, kq_decode = false, no_kq_decode = false;
   uint64_t block_threads = 0, row_threads = 0, mma_warps = 0, mma_tiles = 0, large_from = 0, f32_variant = 0,
            kq_split = 0;
   std::string only_type, only_shape, token_list;
@@ -265,10 +265,9 @@ int main(int argc, char** argv) {
            "(kquant_mmv.cu, whatever --kq-mma-decode says), at the decode rows' token counts");
   app.flag("--kq-mma-decode", &kq_decode,
            "Q2_K's and Q3_K's decode (matvec and grouped rows) on the int8 tensor cores at every token count "
-           "(kquant_mmv.cu; default: the dp4a units)");
-  app.flag("--kq-mma-auto", &kq_auto,
-           "Q2_K's and Q3_K's decode on the int8 tensor cores by their rule: from four tokens on, and from two where "
-           "the matrix fits the L2");
+           "(kquant_mmv.cu; default: by the rule, from four tokens on and from two where the matrix fits the L2)");
+  app.flag("--no-kq-mma-decode", &no_kq_decode,
+           "Q2_K's and Q3_K's decode on the dp4a units at every token count (default: the rule above)");
   app.count("--kq-split", "N", &kq_split,
             "with --kq-mma: at most N warps split a tile's row (default 16; the bits may differ)", 1, 16);
   app.flag("--no-dp4a", &no_dp4a,
@@ -316,10 +315,10 @@ int main(int argc, char** argv) {
   xk::dev::set_group_barrier(group_barrier);
   xk::dev::set_q3k_wide_loads(q3k_wide);
   xk::dev::set_kq_mmv_split(int(kq_split));
-  if (kq_decode && kq_auto) return app.usage_error("--kq-mma-decode or --kq-mma-auto, not both");
-  xk::dev::set_kq_mma(kq_decode ? xk::dev::kMmaDecodeAlways
-                      : kq_auto ? xk::dev::kMmaDecodeAuto
-                                : xk::dev::kMmaDecodeNever);
+  if (kq_decode && no_kq_decode) return app.usage_error("--kq-mma-decode or --no-kq-mma-decode, not both");
+  xk::dev::set_kq_mma(kq_decode      ? xk::dev::kMmaDecodeAlways
+                      : no_kq_decode ? xk::dev::kMmaDecodeNever
+                                     : xk::dev::kMmaDecodeAuto);
   const uint32_t all[] = {xk::kF32, xk::kF16, xk::kBF16, xk::kQ8_0, xk::kQ4_K,
                           xk::kQ5_K, xk::kQ6_K, xk::kQ2_K, xk::kQ3_K, xk::kMXFP4};
   std::vector<Shape> shapes = {

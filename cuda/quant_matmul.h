@@ -211,11 +211,10 @@ void set_q3k_wide_loads(bool on);
 
 // Where Q2_K and Q3_K decode with a context's scratch (matmul and its grouped and
 // shared-input forms) runs on the int8 tensor cores (kquant_mmv.cu; other bits
-// within the same bound): kMmaDecodeNever (the default, and any other value: the
-// dp4a units), kMmaDecodeAlways, or kMmaDecodeAuto (from four tokens on, and from
-// two where the matrix fits the L2, each problem of a grouped launch by its own
-// token count; measured fastest, but its grouped launches have not yet equalled
-// their problems alone on a GPU since a mend: doc/kernels.md). For bench-kernels'
+// within the same bound): kMmaDecodeAuto (the default, and any other value: from
+// four tokens on, and from two where the matrix fits the L2, each problem of a
+// grouped launch by its own token count; measured fastest, doc/kernels.md),
+// kMmaDecodeAlways, or kMmaDecodeNever (the dp4a units). For bench-kernels'
 // side-by-side runs and the tests.
 // Thread safety: safe from any thread; launches already enqueued keep theirs.
 void set_kq_mma(int mode);

@@ -491,7 +491,7 @@ std::atomic<bool> g_mma_one_product{true};
 std::atomic<int> g_f32_variant{-1};  // TF32V's variant (set_f32_variant; -1: f32_unit's rule)
 std::atomic<bool> g_group_bar{false};
 std::atomic<bool> g_q3k_wide{false};
-std::atomic<int> g_kq_mma{kMmaDecodeNever};  // set_kq_mma: off until its rule's grouped launches pass
+std::atomic<int> g_kq_mma{kMmaDecodeAuto};  // set_kq_mma
 struct Geometry {
   int block;         // threads per block: 256, 512, or 0: chosen per launch (launch_smem_x)
   bool shared_wave;  // the problems of a launch share one wave of blocks (else one wave each)
@@ -1031,7 +1031,7 @@ void dev::set_group_barrier(bool on) { g_group_bar.store(on, std::memory_order_r
 void dev::set_q3k_wide_loads(bool on) { g_q3k_wide.store(on, std::memory_order_relaxed); }
 
 void dev::set_kq_mma(int mode) {
-  g_kq_mma.store(mode == kMmaDecodeAlways || mode == kMmaDecodeAuto ? mode : kMmaDecodeNever,
+  g_kq_mma.store(mode == kMmaDecodeAlways || mode == kMmaDecodeNever ? mode : kMmaDecodeAuto,
                  std::memory_order_relaxed);
 }
 

@@ -1041,6 +1041,8 @@ TEST_CASE("dp4a decode: x's terms made once per launch equal each block's own, b
       const size_t token_bytes = type == xk::kMXFP4 ? size_t(ne0 / 32) * 144 : size_t(ne0 / 128) * 560;
       MadeOnce c(rng, st, type, ne0, 37, [](int prestage) {
         xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeAuto, 0, 0, true, prestage);
+        // A launch with a scratch would take Q2_K's and Q3_K's tensor cores where one without cannot.
+        xk::dev::set_kq_mma(xk::dev::kMmaDecodeNever);
       });
       c.check_scratches(
           [&](MadeOnce::Launch l) {
@@ -1049,6 +1051,7 @@ TEST_CASE("dp4a decode: x's terms made once per launch equal each block's own, b
           counters.as<uint32_t>(), xk::dev::kMatvecSplitCounters, ne0 >= 8192);
     }
   }
+  xk::dev::set_kq_mma(xk::dev::kMmaDecodeAuto);
 }
 
 // The MXFP4 tensor-core decode (forced on, rows of 7168 and 2560 inputs; no split
@@ -1289,11 +1292,10 @@ TEST_CASE("shared_input_matmul equals matmul of each product alone, bit for bit"
   xk::context_destroy(ctx);
 }
 
-// With the tensor cores on for Q2_K and Q3_K at every token count (set_kq_mma;
-// with its rule, kMmaDecodeAuto, grouped launches differed from alone on an H100,
-// 2026-12-06, mended by 7c02a2b but not yet rerun: not the default), grouped_matmul of
-// problems of 1-8 tokens equals matmul of each alone bit for bit, whatever the
-// workspace (the default; 160 KB, which holds 7168 inputs' x staged for two tokens
+// With the tensor cores on for Q2_K and Q3_K at every token count (set_kq_mma) and
+// by their rule (the default, which judges each problem by its own token count and
+// the workspace's room), grouped_matmul of problems of 1-8 tokens equals matmul of
+// each alone bit for bit, whatever the workspace (the default; 160 KB, which holds 7168 inputs' x staged for two tokens
 // but not for four; 32 bytes, none), and so does shared_input_matmul; both within
 // the bound.
 TEST_CASE("K-quants on the tensor cores: grouped and shared-input launches equal launches alone") {
@@ -1309,10 +1311,7 @@ TEST_CASE("K-quants on the tensor cores: grouped and shared-input launches equal
   xk::MatmulOptions dec{};  // the decode kernels up to 8 tokens, as xpack-run's trunk products
   dec.size = sizeof dec;
   dec.matvec_max_tokens = 8;
-  // XPACK_TEST_KQ_AUTO=1 adds the rule's mode, to find where it differs.
-  std::vector<int> modes = {xk::dev::kMmaDecodeAlways};
-  if (std::getenv("XPACK_TEST_KQ_AUTO")) modes.push_back(xk::dev::kMmaDecodeAuto);
-  for (const int mode : modes) {
+  for (const int mode : {xk::dev::kMmaDecodeAlways, xk::dev::kMmaDecodeAuto}) {
     xk::dev::set_kq_mma(mode);
     for (const uint32_t type : {xk::kQ2_K, xk::kQ3_K}) {
       CAPTURE(mode);
@@ -1382,7 +1381,7 @@ TEST_CASE("K-quants on the tensor cores: grouped and shared-input launches equal
       }
     }
   }
-  xk::dev::set_kq_mma(xk::dev::kMmaDecodeNever);
+  xk::dev::set_kq_mma(xk::dev::kMmaDecodeAuto);
   for (xk::Context* c : ctxs) xk::context_destroy(c);
 }
 
