@@ -204,7 +204,7 @@ void report(const char* kind, uint32_t type, int64_t ne0, int64_t ne1, int n, co
 int main(int argc, char** argv) {
   bool quick = false, few_only = false, decode_only = false, wave_per_problem = false, no_pipeline = false,
        mma_decode = false, no_mma_decode = false, no_dp4a = false, no_prestage = false, prestage_always = false,
-       two_products = false, group_barrier = false, q3k_wide = false, kq_mma = false, kq_decode = false, no_kq_decode = false;
+       two_products = false, group_barrier = false, q3k_wide = false, no_q3k_wide = false, kq_mma = false, kq_decode = false, no_kq_decode = false;
   uint64_t block_threads = 0, row_threads = 0, mma_warps = 0, mma_tiles = 0, large_from = 0, f32_variant = 0,
            kq_split = 0;
   std::string only_type, only_shape, token_list;
@@ -259,7 +259,9 @@ int main(int argc, char** argv) {
            "rounds of their sum (default: on the whole block's; the same bits)");
   app.flag("--q3k-wide-loads", &q3k_wide,
            "Q3_K's dp4a decode loads each half block's high bits and quants as three 16-byte windows instead of "
-           "nine 4-byte words each (the same bits)");
+           "nine 4-byte words each, for every matrix (default: matrices larger than the L2 and a lone product at "
+           "one token; the same bits)");
+  app.flag("--no-q3k-wide-loads", &no_q3k_wide, "Q3_K's dp4a decode loads 4-byte words for every matrix");
   app.flag("--kq-mma", &kq_mma,
            "also rows kind=kq-mma: Q2_K's and Q3_K's decode kernel on the int8 tensor cores alone "
            "(kquant_mmv.cu, whatever --kq-mma-decode says), at the decode rows' token counts");
@@ -313,7 +315,10 @@ int main(int argc, char** argv) {
   xk::dev::set_mma_large_from(int(large_from));
   xk::dev::set_f32_variant(f32_opt->count() > 0 ? int(f32_variant) : -1);
   xk::dev::set_group_barrier(group_barrier);
-  xk::dev::set_q3k_wide_loads(q3k_wide);
+  if (q3k_wide && no_q3k_wide) return app.usage_error("--q3k-wide-loads or --no-q3k-wide-loads, not both");
+  xk::dev::set_q3k_wide_loads(q3k_wide      ? xk::dev::kQ3kWideOn
+                              : no_q3k_wide ? xk::dev::kQ3kWideOff
+                                            : xk::dev::kQ3kWideAuto);
   xk::dev::set_kq_mmv_split(int(kq_split));
   if (kq_decode && no_kq_decode) return app.usage_error("--kq-mma-decode or --no-kq-mma-decode, not both");
   xk::dev::set_kq_mma(kq_decode      ? xk::dev::kMmaDecodeAlways

@@ -204,10 +204,14 @@ void set_f32_variant(int variant);
 void set_group_barrier(bool on);
 
 // Whether Q3_K's dp4a decode loads each half block's high bits and quants as 16-byte
-// windows (on: quant_blocks.cuh, ldwords16) or as 4-byte words (off, the default):
-// the same words, so the same bits. For bench-kernels' side-by-side runs and the tests.
+// windows (quant_blocks.cuh, ldwords16) or as 4-byte words: the same words, so the
+// same bits. kQ3kWideAuto (the default, and any other value): 16-byte windows where
+// they were measured faster (matrices larger than the L2, and a lone product at one
+// token; doc/kernels.md); kQ3kWideOn: always; kQ3kWideOff: never. For bench-kernels'
+// side-by-side runs and the tests.
 // Thread safety: safe from any thread; launches already enqueued keep theirs.
-void set_q3k_wide_loads(bool on);
+enum : int { kQ3kWideAuto = 0, kQ3kWideOn = 1, kQ3kWideOff = 2 };
+void set_q3k_wide_loads(int mode);
 
 // Where Q2_K and Q3_K decode with a context's scratch (matmul and its grouped and
 // shared-input forms) runs on the int8 tensor cores (kquant_mmv.cu; other bits

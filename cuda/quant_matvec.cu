@@ -490,7 +490,7 @@ std::atomic<int> g_prestage{kPrestageAuto};
 std::atomic<bool> g_mma_one_product{true};
 std::atomic<int> g_f32_variant{-1};  // TF32V's variant (set_f32_variant; -1: f32_unit's rule)
 std::atomic<bool> g_group_bar{false};
-std::atomic<bool> g_q3k_wide{false};
+std::atomic<int> g_q3k_wide{kQ3kWideAuto};
 std::atomic<int> g_kq_mma{kMmaDecodeAuto};  // set_kq_mma
 struct Geometry {
   int block;         // threads per block: 256, 512, or 0: chosen per launch (launch_smem_x)
@@ -504,7 +504,7 @@ struct Geometry {
   int prestage;          // kPrestage*: a dp4a launch's terms made once (stage_terms_kernel; the same bits either way)
   bool mma_one_product;  // mxfp4_mmv.cu from two tokens on: one product a block and pair of tokens (the same bits)
   bool group_bar;        // a group of rows' sum waits on a barrier of its own (group_sync; the same bits)
-  bool q3k_wide;         // Q3_K's dp4a unit loads through ldwords16 (TQ3_K8W; the same bits)
+  int q3k_wide;          // kQ3kWide*: Q3_K's dp4a unit loads through ldwords16 (TQ3_K8W; the same bits)
   int kq_mma;            // Q2_K and Q3_K on the int8 tensor cores (kquant_mmv.cu): kMmaDecode*
 };
 inline Geometry geometry() {
@@ -808,6 +808,17 @@ cudaError_t launch_dp4a(int nt_max, const GroupParams& gp_in, int ne0, int ne1, 
   return launch_passes<Ty>(pass, nt_max, gp, ne0, ne1, rb, x, y, sc, geom, stream);
 }
 
+// Whether Q3_K's dp4a unit loads 16-byte windows (the same bits either way), by
+// default where that was measured faster on an H100 (2026-12-06, bench-kernels
+// --q3k-wide-loads, doc/kernels.md): matrices larger than the L2, 1.06-1.10x at 1-3
+// tokens (16384 x 32768 at one token 112.4 -> 102.7 us); a lone product at one
+// token, 1.04-1.06x on 14336 x 4096 and 1.00-1.01x on Kimi-K3's expert. Not grouped
+// launches of matrices within the L2 (0.99x at 114 experts) nor 2-3 tokens there.
+bool q3k_wide_takes(const Geometry& g, int n_problems, int n_tokens, int64_t ne1, size_t rb) {
+  if (g.q3k_wide != kQ3kWideAuto) return g.q3k_wide == kQ3kWideOn;
+  return size_t(ne1) * rb > l2_bytes() || (n_problems == 1 && n_tokens == 1);
+}
+
 // Whether Q2_K and Q3_K rows (ne1 of rb bytes) of a problem of n_tokens take the
 // int8 tensor cores (kquant_mmv.cu): where a context's scratch holds their staged x,
 // with kMmaDecodeAuto from four tokens on, and from two where the matrix fits the L2.
@@ -906,7 +917,8 @@ cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, siz
   if constexpr (!std::is_void_v<Dp4aUnit<Ty>>) {
     if (sp.chunks <= 1 && dp4a_takes<Dp4aUnit<Ty>>(geom, ne0)) {
       if constexpr (std::is_same_v<Ty, TQ3_K>) {
-        if (geom.q3k_wide) return launch_dp4a<TQ3_K8W>(nt_max, gp, ne0, ne1, rb, x, y, sc, geom, stream);
+        if (q3k_wide_takes(geom, gp.n, nt_max, ne1, rb))
+          return launch_dp4a<TQ3_K8W>(nt_max, gp, ne0, ne1, rb, x, y, sc, geom, stream);
       }
       return launch_dp4a<Dp4aUnit<Ty>>(nt_max, gp, ne0, ne1, rb, x, y, sc, geom, stream);
     }
@@ -1028,7 +1040,9 @@ bool weight_aligned(uint32_t type, const void* w) {
 
 void dev::set_group_barrier(bool on) { g_group_bar.store(on, std::memory_order_relaxed); }
 
-void dev::set_q3k_wide_loads(bool on) { g_q3k_wide.store(on, std::memory_order_relaxed); }
+void dev::set_q3k_wide_loads(int mode) {
+  g_q3k_wide.store(mode == kQ3kWideOn || mode == kQ3kWideOff ? mode : kQ3kWideAuto, std::memory_order_relaxed);
+}
 
 void dev::set_kq_mma(int mode) {
   g_kq_mma.store(mode == kMmaDecodeAlways || mode == kMmaDecodeNever ? mode : kMmaDecodeAuto,

@@ -365,7 +365,8 @@ TEST_CASE("matvec: a group of rows' own barrier gives the block barrier's bits")
 // Q3_K's dp4a unit with its high bits and quants loaded as 16-byte windows
 // (set_q3k_wide_loads): the same words, so the same bits, at rows of 16384 inputs
 // (16-byte aligned rows) and of 3584 (14 blocks, 1540 bytes: every row at another
-// offset in its 16-byte segment), at 1, 3 and 8 tokens.
+// offset in its 16-byte segment), at 1, 3 and 8 tokens: always, never and by the
+// default rule (which takes them for this lone product at one token).
 TEST_CASE("matvec: Q3_K's wide loads give its usual bits") {
   std::mt19937 rng(53);
   Stream st;
@@ -375,9 +376,16 @@ TEST_CASE("matvec: Q3_K's wide loads give its usual bits") {
     MatvecCase c(xk::kQ3_K, ne0, ne1, 8, rng);
     for (const int n : {1, 3, 8}) {
       CAPTURE(n);
-      same_bits_switched(xk::dev::set_q3k_wide_loads, st, xk::kQ3_K, c, ne0, ne1, n);
+      xk::dev::set_q3k_wide_loads(xk::dev::kQ3kWideOff);
+      same_bits_switched(
+          [](bool on) { xk::dev::set_q3k_wide_loads(on ? xk::dev::kQ3kWideOn : xk::dev::kQ3kWideOff); }, st,
+          xk::kQ3_K, c, ne0, ne1, n);
+      same_bits_switched(
+          [](bool on) { xk::dev::set_q3k_wide_loads(on ? xk::dev::kQ3kWideAuto : xk::dev::kQ3kWideOff); }, st,
+          xk::kQ3_K, c, ne0, ne1, n);
     }
   }
+  xk::dev::set_q3k_wide_loads(xk::dev::kQ3kWideAuto);
 }
 
 // Q2_K and Q3_K on the int8 tensor cores (kquant_mmv.cu), within the fp32 bound
