@@ -242,10 +242,12 @@ int main(int argc, char** argv) {
            "MXFP4 decode on the int8 tensor cores (cuda/mxfp4_mmv.cu) for every shape of whole 512-input groups "
            "(default: where a rule of the shape takes it, doc/kernels.md)");
   app.flag("--no-mma-decode", &no_mma_decode, "MXFP4 decode on the FMA kernel for every shape");
-  app.count("--mma-warps", "N", &mma_warps, "the tensor-core kernel's warps sharing a tile of 16 rows, 4 or 8 (default 4)",
-            4, 8);
+  app.count("--mma-warps", "N", &mma_warps,
+            "the tensor-core kernel's warps sharing a tile of 16 rows, 4, 8 or 16 (default 4)", 4, 16);
   app.count("--mma-tiles", "N", &mma_tiles,
-            "the tensor-core kernel's tiles of 16 rows a block of threads, 2 or 4 (default 4; 8 warps take 2)", 2, 4);
+            "the tensor-core kernel's tiles of 16 rows a block of threads, 1, 2 or 4 (default 4; 8 warps take 2, "
+            "16 take 1)",
+            1, 4);
   app.count("--mma-large-from", "N", &large_from,
             "the prefill kernel's 128 x 64 tiles from N tokens whatever the grid (default: a rule of tokens and "
             "grid, cuda/quant_mma.cu; a large N: never)", 1, 1u << 30);
@@ -296,9 +298,12 @@ int main(int argc, char** argv) {
     return app.usage_error("--block-threads: 256 or 512");
   if (row_threads != 0 && row_threads != 32 && row_threads != 64 && row_threads != 128 && row_threads != 256)
     return app.usage_error("--row-threads: 32, 64, 128 or 256");
-  if ((mma_warps != 0 && mma_warps != 4 && mma_warps != 8) || (mma_tiles != 0 && mma_tiles != 2 && mma_tiles != 4))
-    return app.usage_error("--mma-warps: 4 or 8; --mma-tiles: 2 or 4");
+  if ((mma_warps != 0 && mma_warps != 4 && mma_warps != 8 && mma_warps != 16) ||
+      (mma_tiles != 0 && mma_tiles != 1 && mma_tiles != 2 && mma_tiles != 4))
+    return app.usage_error("--mma-warps: 4, 8 or 16; --mma-tiles: 1, 2 or 4");
   if (mma_warps == 8 && mma_tiles == 4) return app.usage_error("--mma-warps 8 takes --mma-tiles 2 (512 threads a block)");
+  if ((mma_warps == 16 && mma_tiles > 1) || (mma_tiles == 1 && mma_warps != 16))
+    return app.usage_error("--mma-warps 16 takes --mma-tiles 1 (512 threads a block), and one tile 16 warps");
   if (mma_decode && no_mma_decode) return app.usage_error("--mma-decode or --no-mma-decode, not both");
   if (no_prestage && prestage_always) return app.usage_error("--prestage or --no-prestage, not both");
   if ((mma_warps != 0 || mma_tiles != 0) && no_mma_decode)

@@ -92,7 +92,7 @@ struct OccupancyCache {
 // The tensor-core kernel's blocks of threads: warps a tile of 16 rows x tiles a
 // block (mxfp4_mmv.cu). The warps a tile split each row's sum, so the layout
 // orders it: one layout for every launch (set_matvec_geometry).
-enum class MmaLayout { k4x2 = 0, k4x4 = 1, k8x2 = 2 };
+enum class MmaLayout { k4x2 = 0, k4x4 = 1, k8x2 = 2, k16x1 = 3 };
 
 // The tensor-core decode's choices (set_matvec_geometry's): device memory it may
 // make a launch's x in once (a context's scratch; buf null: none), and when

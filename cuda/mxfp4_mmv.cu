@@ -663,6 +663,9 @@ cudaError_t launch_mxfp4_mmv(const GroupParams& gp, int ne0, int ne1, size_t row
   switch (layout) {
     case MmaLayout::k4x4: return launch_layout<4, 4>(gp, ne0, ne1, row_bytes, x, y, nt_max, shared_wave, st, stream);
     case MmaLayout::k8x2: return launch_layout<8, 2>(gp, ne0, ne1, row_bytes, x, y, nt_max, shared_wave, st, stream);
+    // One tile a block, its row split over 16 warps: four times the 4 x 4 layout's blocks
+    // for matrices of few tiles (4096 rows: 256 tiles, 48 % of a round of 132 SMs x 4).
+    case MmaLayout::k16x1: return launch_layout<16, 1>(gp, ne0, ne1, row_bytes, x, y, nt_max, shared_wave, st, stream);
     default: return launch_layout<4, 2>(gp, ne0, ne1, row_bytes, x, y, nt_max, shared_wave, st, stream);
   }
 }

@@ -167,9 +167,10 @@ int shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduct* pr
 // same bound): kMmaDecodeAuto (the default, and any other value: the matrices it
 // was measured faster on, a rule of the shape alone, doc/kernels.md),
 // kMmaDecodeAlways (every matrix of whole 512-input groups) or kMmaDecodeNever;
-// and that kernel's layout: mma_warps warps share a tile of 16 rows (4 or 8) and
-// mma_tiles tiles a block of threads (2 or 4; 8 warps take 2), which orders its
-// sums (within the same bound); any other values, the default: 4 warps, 4 tiles;
+// and that kernel's layout: mma_warps warps share a tile of 16 rows (4, 8 or 16) and
+// mma_tiles tiles a block of threads (2 or 4; 8 warps take 2, 16 take 1), which
+// orders its sums (within the same bound); any other values, the default: 4 warps,
+// 4 tiles;
 // and whether K-quant and MXFP4 rows short enough for a token's x to be staged as
 // int8 terms take the dp4a units (TQ2_K8 ... TQ6_K8, TMXFP4_8 in matvec_units.cuh,
 // MXFP4's where the tensor cores do not take the matrix: other bits

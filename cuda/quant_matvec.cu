@@ -689,7 +689,7 @@ bool mma_takes(const Geometry& g, int64_t ne0, int64_t ne1) {
   if (g.mma_decode == kMmaDecodeNever || ne0 % 512 != 0) return false;
   if (g.mma_decode == kMmaDecodeAlways) return true;
   if (ne0 < kMmaMinInputs) return false;
-  const int warps = g.mma_layout == MmaLayout::k8x2 ? 8 : 4;
+  const int warps = g.mma_layout == MmaLayout::k16x1 ? 16 : g.mma_layout == MmaLayout::k8x2 ? 8 : 4;
   const long long slots = (long long)sm_count() * (16 / warps);  // one block of 16 warps an SM
   const long long tiles = (ne1 + 15) / 16;
   if (slots <= 0) return false;
@@ -1062,7 +1062,10 @@ void dev::set_matvec_geometry(int block_threads, bool shared_wave, int row_threa
                    std::memory_order_relaxed);
   g_mma_decode.store(mma_decode == kMmaDecodeAlways || mma_decode == kMmaDecodeNever ? mma_decode : kMmaDecodeAuto,
                      std::memory_order_relaxed);
-  const MmaLayout layout = mma_warps == 8 ? MmaLayout::k8x2 : mma_tiles == 2 ? MmaLayout::k4x2 : MmaLayout::k4x4;
+  const MmaLayout layout = mma_warps == 16 ? MmaLayout::k16x1
+                           : mma_warps == 8 ? MmaLayout::k8x2
+                           : mma_tiles == 2 ? MmaLayout::k4x2
+                                            : MmaLayout::k4x4;
   g_mma_layout.store(int(layout), std::memory_order_relaxed);
   g_block.store(block_threads == 512 || block_threads == kThreads ? block_threads : 0, std::memory_order_relaxed);
   g_shared_wave.store(shared_wave, std::memory_order_relaxed);

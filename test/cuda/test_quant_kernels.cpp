@@ -110,7 +110,7 @@ std::vector<float> matvec_y(const Stream& st, uint32_t type, const DevBuf& dw, i
 }
 
 // The tensor-core kernel's layouts (warps a tile, tiles a block of threads).
-constexpr int kMmaLayouts[][2] = {{4, 2}, {4, 4}, {8, 2}};
+constexpr int kMmaLayouts[][2] = {{4, 2}, {4, 4}, {8, 2}, {16, 1}};
 void set_mma_layout(size_t l) {
   xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeAlways, kMmaLayouts[l][0], kMmaLayouts[l][1]);
 }
