@@ -211,8 +211,8 @@ int main(int argc, char** argv) {
   xpack::cli::App app("bench-kernels",
                       "bench-kernels [--quick] [--graph] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem] "
                       "[--row-threads N] [--no-pipeline] [--[no-]mma-decode] [--mma-warps N] [--mma-tiles N] "
-                      "[--mma-large-from N] [--mma-two-products] [--f32-variant N] [--group-barrier] [--q3k-wide-loads] "
-                      "[--kq-mma] [--kq-mma-decode|--kq-mma-auto] [--kq-split N] "
+                      "[--mma-large-from N] [--mma-two-products] [--f32-variant N] [--group-barrier] [--[no-]q3k-wide-loads] "
+                      "[--kq-mma] [--[no-]kq-mma-decode] [--kq-split N] "
                       "[--no-dp4a] [--[no-]prestage] [--tokens N,...] [--type T,...] [--shape S]",
                       "Microseconds per product and weight GB/s of the CUDA kernels (cuda/quant_matmul.h) for "
                       "every weight type, against a device-to-device copy measured in the same run; one RESULT "
