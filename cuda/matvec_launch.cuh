@@ -97,12 +97,14 @@ enum class MmaLayout { k4x2 = 0, k4x4 = 1, k8x2 = 2, k16x1 = 3 };
 // The tensor-core decode's choices (set_matvec_geometry's): device memory it may
 // make a launch's x in once (a context's scratch; buf null: none), and when
 // (kPrestageAuto, kPrestageAlways, kPrestageNever); whether from two tokens on a
-// block and pair of tokens takes one product or two (the same bits).
+// block and pair of tokens takes one product or two (the same bits); whether a
+// launch may run sliced (set_mma_slices: kSwitch*; the same bits).
 struct MmaOptions {
   uint8_t* buf;
   size_t bytes;
   int prestage;
   bool one_product;
+  int slices;
 };
 
 // Where kPrestageAuto makes a launch's x once, for the dp4a units (quant_matvec.cu)

@@ -227,18 +227,25 @@ __global__ void __launch_bounds__(256) stage_launch_kernel(const GroupParams gp,
   }
 }
 
-// Chunks [c0, c0 + nc) of a launch's staged x (pre: its problem's) into the block's.
+// Groups q0, q0 + qs, ... (n of them, kGroup chunks each) of a launch's staged x
+// (pre: its problem's) into the block's, one after another: a range of chunks
+// (qs = 1), or a sliced block's groups (mxfp4_mmv_kernel).
 template <int NT, int kThreads>
-__device__ void copy_staged(const uint8_t* pre, int units, int c0, int nc, uint8_t* bsm, float* xsc, int* xc) {
-  const uint8_t* src[3] = {pre + size_t(c0) * chunk_bytes(NT),
-                           pre + size_t(units) * chunk_bytes(NT) + size_t(c0) * 4 * NT,
-                           pre + size_t(units) * (chunk_bytes(NT) + 4 * NT) + size_t(c0) * 32 * NT};
+__device__ void copy_staged(const uint8_t* pre, int units, int q0, int qs, int n, uint8_t* bsm, float* xsc, int* xc) {
+  constexpr int kGroupChunks = 16;  // kGroup, defined below
+  const uint8_t* src[3] = {pre, pre + size_t(units) * chunk_bytes(NT),
+                           pre + size_t(units) * (chunk_bytes(NT) + 4 * NT)};
   uint8_t* dst[3] = {bsm, reinterpret_cast<uint8_t*>(xsc), reinterpret_cast<uint8_t*>(xc)};
-  const int pieces[3] = {nc * chunk_bytes(NT) / 16, nc * NT / 4, NT > 1 ? nc * NT * 2 : 0};
+  constexpr int kChunkBytes[3] = {chunk_bytes(NT), 4 * NT, NT > 1 ? 32 * NT : 0};
 #pragma unroll
-  for (int r = 0; r < 3; ++r)
-    for (int i = int(threadIdx.x); i < pieces[r]; i += kThreads)
-      __pipeline_memcpy_async(dst[r] + 16 * i, src[r] + 16 * size_t(i), 16);
+  for (int r = 0; r < 3; ++r) {
+    const int group_bytes = kGroupChunks * kChunkBytes[r], per_group = group_bytes / 16;
+    for (int i = int(threadIdx.x); i < n * per_group; i += kThreads) {
+      const int k = i / per_group, piece = i - k * per_group;
+      __pipeline_memcpy_async(dst[r] + size_t(k) * group_bytes + 16 * piece,
+                              src[r] + size_t(q0 + k * qs) * group_bytes + 16 * piece, 16);
+    }
+  }
   __pipeline_commit();
   __pipeline_wait_prior(0);
   __syncthreads();
@@ -426,19 +433,33 @@ __device__ __forceinline__ void one_product(Tile<NT>& tl, float (&big)[2][NT], u
 // At most 128 registers a thread at any layout (two blocks of 256 threads an SM, or one of 512).
 // kOne: one product a block and pair of tokens (one_product; from two tokens on),
 // else two (two_products).
-template <int NT, int kWarps, int kTiles, bool kOne>
+//
+// kSliced: the same sums, another assignment of the work. A block of the layout's
+// threads takes kWarps * kTiles tiles, one a warp, and one k-split w of them (w =
+// blockIdx.x % kWarps: the groups q % kWarps == w), staging only those groups of x;
+// each warp writes the sums the unsliced block puts in red to `part`, and
+// slice_sum_kernel adds a row's kWarps of them in warp order, as the unsliced block
+// does. So a launch may take either by its own measure: the bits are the same. Why:
+// from two tokens on, x staged is 41 bytes an input and token (four int8 terms and
+// the C fragments), 1.2x a tile of 16 rows' weights a token; an unsliced block reads
+// all of it for its kTiles tiles, a sliced one a kWarps-th for kWarps * kTiles tiles.
+// x must be staged once for the launch (pre).
+template <int NT, int kWarps, int kTiles, bool kOne, bool kSliced>
 __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout<kWarps, kTiles>::kThreads)
     mxfp4_mmv_kernel(const GroupParams gp, int ne0, int ne1, size_t row_bytes, const float* __restrict__ x,
-                     float* __restrict__ y, int seg_chunks, const uint8_t* __restrict__ pre) {
+                     float* __restrict__ y, int seg_chunks, const uint8_t* __restrict__ pre, float* __restrict__ part) {
   constexpr int kThreads = Layout<kWarps, kTiles>::kThreads;
+  constexpr int kBlockTiles = kSliced ? kWarps * kTiles : kTiles;
   extern __shared__ __align__(16) uint8_t stage[];
-  __shared__ float red[kTiles][kWarps][kTileRows][NT];
+  __shared__ float red[kSliced ? 1 : kTiles][kWarps][kTileRows][NT];
   const int p = blockIdx.y;
   const uint8_t* W = gp.w[p];
   const int row0 = gp.row[p];
   const int nt_real = gp.ntok[p];
   const int lane = int(threadIdx.x & 31);
-  const int sub = int(threadIdx.x >> 5) / kWarps, warp = int(threadIdx.x >> 5) % kWarps;  // tile, k-split
+  // This warp's tile in the block's set and its k-split.
+  const int sub = kSliced ? int(threadIdx.x >> 5) : int(threadIdx.x >> 5) / kWarps;
+  const int warp = kSliced ? int(blockIdx.x % kWarps) : int(threadIdx.x >> 5) % kWarps;
   const int g = lane >> 2, c = lane & 3;
   const int units = ne0 / 32;
   // The permutes' table in one register: as a constant (or any value it can tell
@@ -459,21 +480,28 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
   const XRows xr{x, ne0, row0, nt_real};
 
   if (pre) pre += size_t(gp.shared ? 0 : p) * x_stage_bytes<NT>(units);
-  // Chunks [c0, c0 + nc) of x into the block's stage: made here, or copied where the
-  // launch made them once (the same bytes).
-  auto load_x = [&](int c0, int nc) {
-    if (pre) copy_staged<NT, kThreads>(pre, units, c0, nc, bsm, xsc, xc);
-    else stage_x<NT, kThreads>(x, size_t(ne0), row0, nt_real, c0, nc, bsm, xsc, xc);
+  // The groups the block stages, l = 0, 1, ...: group qbase + qs * l of the row.
+  const int groups = units / kGroup;
+  const int qs = kSliced ? kWarps : 1, qbase = kSliced ? warp : 0;
+  const int staged = kSliced ? (groups > warp ? (groups - warp + kWarps - 1) / kWarps : 0) : groups;
+  const int seg_groups = seg_chunks / kGroup;
+  // Staged groups [l0, l0 + nl) into the block's stage: made here, or copied where
+  // the launch made them once (the same bytes).
+  auto load_x = [&](int l0, int nl) {
+    if (kSliced || pre) copy_staged<NT, kThreads>(pre, units, qbase + qs * l0, qs, nl, bsm, xsc, xc);
+    else stage_x<NT, kThreads>(x, size_t(ne0), row0, nt_real, l0 * kGroup, nl * kGroup, bsm, xsc, xc);
   };
-  const bool whole = seg_chunks >= units;
-  if (whole) load_x(0, units);
+  const bool whole = seg_groups >= staged;
+  if (whole) load_x(0, staged);
 
   int tiles = (ne1 + kTileRows - 1) / kTileRows;
   if (gp.shared) tiles = shared_groups(gp, kTileRows);
-  // Every warp walks the same sets of kTiles tiles (the staging's barriers); a warp
-  // whose tile is past the last computes nothing.
-  for (int set = blockIdx.x; set * kTiles < tiles; set += gridDim.x) {
-    const int tile = set * kTiles + sub;
+  // Every warp walks the same sets of kBlockTiles tiles (the staging's barriers); a
+  // warp whose tile is past the last computes nothing.
+  const int set0 = kSliced ? int(blockIdx.x / kWarps) : int(blockIdx.x);
+  const int sets_step = kSliced ? int(gridDim.x / kWarps) : int(gridDim.x);
+  for (int set = set0; set * kBlockTiles < tiles; set += sets_step) {
+    const int tile = set * kBlockTiles + sub;
     const bool live = tile < tiles;
     int tl_index = live ? tile : tiles - 1;
     if (gp.shared) {  // the tile's product: products' tiles one after another
@@ -498,20 +526,22 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
       for (int t = 0; t < NT; ++t) big[r][t] = 0.0f;
     tl.any_big = false;
 
-    for (int c0 = 0; c0 < units; c0 += seg_chunks) {
-      const int nc = min(seg_chunks, units - c0);
+    for (int l0 = 0; l0 < staged; l0 += seg_groups) {
+      const int nl = min(seg_groups, staged - l0);
       if (!whole) {
         __syncthreads();  // the previous segment's readers are done
-        load_x(c0, nc);
+        load_x(l0, nl);
       }
-      // This warp's groups of the segment: q = first, first + 4, ... (segments hold
-      // whole groups, so every warp walks its groups in ascending order).
-      const int q0 = c0 / kGroup, qn = (c0 + nc) / kGroup;
-      const int first = q0 + ((warp - q0) % kWarps + kWarps) % kWarps;
-      const int mine = live && first < qn ? (qn - first + kWarps - 1) / kWarps : 0;
-      if (mine > 0) copy_group(W, row_bytes, o0, ne1, first, lane, bufs);
+      // This warp's groups of the segment: q = warp, warp + kWarps, ... in
+      // ascending order (segments hold whole groups); sliced, every staged one.
+      const int lstep = kSliced ? 1 : kWarps;
+      const int first = kSliced ? l0 : l0 + ((warp - l0) % kWarps + kWarps) % kWarps;
+      const int mine = live && first < l0 + nl ? (l0 + nl - first + lstep - 1) / lstep : 0;
+      if (mine > 0) copy_group(W, row_bytes, o0, ne1, qbase + qs * first, lane, bufs);
       for (int i = 0; i < mine; ++i) {
-        const int q = first + kWarps * i;
+        const int l = first + lstep * i;  // the group's place among the staged
+        const int q = qbase + qs * l;
+        const int c0 = (q - l + l0) * kGroup;  // u - c0: block u's chunk in the stage
         uint32_t* cur = bufs + (i & 1) * kBufWords;
         if (i + 1 < mine) copy_group(W, row_bytes, o0, ne1, q + kWarps, lane, bufs + ((i + 1) & 1) * kBufWords);
         else __pipeline_commit();  // an empty group: wait_prior(1) below then means this one
@@ -567,10 +597,17 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
 #pragma unroll
           for (int t = 0; t < NT; ++t)
             if (t == tok && any_big) tot += bq[t];
-          red[sub][warp][g + 8 * r][tok] = tot;
+          if constexpr (kSliced) {
+            if (live)
+              part[((size_t(gp.shared ? 0 : p) * kWarps + warp) * size_t(tiles) + size_t(tile)) * (kTileRows * NT) +
+                   size_t(g + 8 * r) * NT + size_t(tok)] = tot;
+          } else {
+            red[sub][warp][g + 8 * r][tok] = tot;
+          }
         }
       }
     }
+    if constexpr (kSliced) continue;  // slice_sum_kernel writes y
     __syncthreads();
     for (int i = int(threadIdx.x) - sub * 32 * kWarps; i >= 0 && i < kTileRows * NT; i += 32 * kWarps) {
       const int r = i / NT, t = i - r * NT;
@@ -586,11 +623,58 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
   }
 }
 
+// y of a sliced launch (mxfp4_mmv_kernel): each row and token's kWarps sums added
+// in warp order, as the unsliced block adds its warps'.
+template <int NT, int kWarps>
+__global__ void __launch_bounds__(256) slice_sum_kernel(const GroupParams gp, int ne1, float* __restrict__ y,
+                                                        const float* __restrict__ part, int tiles) {
+  const int p = blockIdx.y;  // 0 for products of one input
+  const int row0 = gp.row[p], nt_real = gp.ntok[p];
+  const size_t per = size_t(tiles) * (kTileRows * NT);  // one warp's sums of every tile
+  const float* src = part + size_t(p) * kWarps * per;
+  for (size_t i = size_t(blockIdx.x) * 256 + threadIdx.x; i < per; i += size_t(gridDim.x) * 256) {
+    const int t = int(i % NT);
+    const size_t rt = i / NT;
+    int tile = int(rt / kTileRows);
+    const int r = int(rt % kTileRows);
+    float* yp = y;
+    int n1 = ne1;
+    if (gp.shared) {
+      const int q = shared_product(gp, kTileRows, tile);
+      yp = gp.y[q];
+      n1 = gp.ne1[q];
+    }
+    const int o = tile * kTileRows + r;
+    if (o >= n1 || t >= nt_real) continue;
+    float sum = src[i];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) sum += src[size_t(w) * per + i];
+    yp[size_t(row0 + t) * size_t(n1) + o] = sum;
+  }
+}
+
+// The kernel's launch setup, once per kernel: whether its shared memory could be
+// raised to `smem_max`, and its blocks per SM at a size.
+template <class K>
+struct KernelSetup {
+  K* kernel;
+  bool attr_ok;
+  OccupancyCache occ;
+  KernelSetup(K* k, size_t smem_max)
+      : kernel(k),
+        attr_ok(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_max)) == cudaSuccess) {}
+  int per_sm(int threads, size_t smem) { return attr_ok ? occ.blocks(kernel, threads, smem) : 0; }
+};
+
+// Where a sliced launch is built: the layouts that have few tiles' blocks, from
+// two tokens on with one product (and at one token): the others take the unsliced.
+template <int NT, int kWarps, int kTiles, bool kOne>
+constexpr bool kSliceable = (kWarps * kTiles == 16) && (kWarps == 4 || kWarps == 16) && (NT == 1 || kOne);
+
 template <int NT, int kWarps, int kTiles, bool kOne>
 cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y, bool shared_wave,
                       const MmaOptions& st, cudaStream_t stream) {
   constexpr int kThreads = Layout<kWarps, kTiles>::kThreads;
-  auto* k = mxfp4_mmv_kernel<NT, kWarps, kTiles, kOne>;
   constexpr size_t kBufs = size_t(kThreads / 32) * 2 * kBufBytes;
   constexpr size_t kRed = sizeof(float) * kTiles * kWarps * kTileRows * NT;  // the kernel's static array
   // Chunks of x a block stages at once: kStageBytes, or what the device's shared
@@ -604,38 +688,68 @@ cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const 
     return room <= 0 ? 0 : int(room / chunk_stage_bytes(NT)) / kGroup * kGroup;
   }();
   if (max_chunks < kGroup) return cudaErrorNotSupported;
-  static const bool attr_ok = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   int(x_stage_bytes<NT>(max_chunks) + kBufs)) == cudaSuccess;
+  const size_t smem_max = x_stage_bytes<NT>(max_chunks) + kBufs;
+  static KernelSetup plain(mxfp4_mmv_kernel<NT, kWarps, kTiles, kOne, false>, smem_max);
   const int units = ne0 / 32;
-  const int seg = std::min(units, max_chunks);
-  const size_t smem = x_stage_bytes<NT>(seg) + kBufs;
-  static OccupancyCache occ;
-  const int per_sm = attr_ok ? occ.blocks(k, kThreads, smem) : 0;
   const int sms = sm_count();
-  if (per_sm <= 0 || sms <= 0) return cudaErrorNotSupported;
   long long tiles = (ne1 + kTileRows - 1) / kTileRows;
   if (gp.shared) tiles = shared_groups(gp, kTileRows);
-  const long long sets = (tiles + kTiles - 1) / kTiles;
   const int probs = gp.shared ? 1 : gp.n;
-  const long long wave = shared_wave ? std::max(1, sms * per_sm / probs) : sms * per_sm;
-  const dim3 grid(unsigned(std::min(sets, wave)), unsigned(probs));
   // x made once for the launch, where the scratch holds it: by default from two
   // tokens on, and at one token for rows of kPrestageMinInputs and more. At one
   // token a block stages a row of up to 35840 inputs once for all its tiles, which
   // still pays where a block has few tiles for it: made once, rows of 12288-33792
   // inputs took 1.03-1.14x less time, those of 3584-7168 0.95-1.02x (H100, replayed,
   // 2026-12-06, bench-kernels --prestage against the default, doc/kernels.md).
-  const uint8_t* pre = nullptr;
   const size_t need = size_t(probs) * x_stage_bytes<NT>(units);
-  if (st.buf && need <= st.bytes &&
-      (st.prestage == kPrestageAlways || (st.prestage == kPrestageAuto && prestage_pays(NT, ne0)))) {
+  const bool fits = st.buf && need <= st.bytes;
+  // Sliced (the same bits): where x is made once and the scratch holds the warps'
+  // sums after it.
+  const size_t part_at = (need + 255) / 256 * 256;
+  const size_t part_bytes = size_t(probs) * kWarps * size_t(tiles) * kTileRows * NT * sizeof(float);
+  bool sliced = false;
+  int seg = std::min(units, max_chunks), per_sm = 0;
+  if constexpr (kSliceable<NT, kWarps, kTiles, kOne>) {
+    static KernelSetup cut(mxfp4_mmv_kernel<NT, kWarps, kTiles, kOne, true>, smem_max);
+    if (fits && st.slices != kSwitchOff && part_at + part_bytes <= st.bytes) {
+      const int sliced_seg = std::min((units / kGroup + kWarps - 1) / kWarps * kGroup, max_chunks);
+      per_sm = cut.per_sm(kThreads, x_stage_bytes<NT>(sliced_seg) + kBufs);
+      sliced = per_sm > 0;
+      if (sliced) seg = sliced_seg;
+    }
+  }
+  if (!sliced) per_sm = plain.per_sm(kThreads, x_stage_bytes<NT>(seg) + kBufs);
+  if (per_sm <= 0 || sms <= 0) return cudaErrorNotSupported;
+  const size_t smem = x_stage_bytes<NT>(seg) + kBufs;
+  const long long wave = shared_wave ? std::max(1, sms * per_sm / probs) : sms * per_sm;
+  const uint8_t* pre = nullptr;
+  if (fits && (sliced || st.prestage == kPrestageAlways || (st.prestage == kPrestageAuto && prestage_pays(NT, ne0)))) {
     const long long items = (long long)units * NT;
     const unsigned bx = unsigned(std::min<long long>((items + 7) / 8, (long long)sms * 8));
     stage_launch_kernel<NT><<<dim3(bx, unsigned(probs)), 256, 0, stream>>>(gp, ne0, x, st.buf);
     if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     pre = st.buf;
   }
-  k<<<grid, kThreads, smem, stream>>>(gp, ne0, ne1, rb, x, y, seg, pre);
+  if constexpr (kSliceable<NT, kWarps, kTiles, kOne>) {
+    if (sliced) {
+      // Each set of kWarps * kTiles tiles as kWarps blocks, one a k-split.
+      const long long sets = (tiles + kWarps * kTiles - 1) / (kWarps * kTiles);
+      const long long blocks = std::min(sets, std::max<long long>(1, wave / kWarps)) * kWarps;
+      float* part = reinterpret_cast<float*>(st.buf + part_at);
+      mxfp4_mmv_kernel<NT, kWarps, kTiles, kOne, true>
+          <<<dim3(unsigned(blocks), unsigned(probs)), kThreads, smem, stream>>>(gp, ne0, ne1, rb, x, y, seg, pre,
+                                                                                part);
+      if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+      const long long per = tiles * kTileRows * NT;
+      const unsigned bx = unsigned(std::min<long long>((per + 255) / 256, (long long)sms * 8));
+      slice_sum_kernel<NT, kWarps><<<dim3(bx, unsigned(probs)), 256, 0, stream>>>(gp, ne1, y, part, int(tiles));
+      return cudaGetLastError();
+    }
+  }
+  const long long sets = (tiles + kTiles - 1) / kTiles;
+  mxfp4_mmv_kernel<NT, kWarps, kTiles, kOne, false>
+      <<<dim3(unsigned(std::min(sets, wave)), unsigned(probs)), kThreads, smem, stream>>>(gp, ne0, ne1, rb, x, y, seg,
+                                                                                          pre, nullptr);
   return cudaGetLastError();
 }
 

@@ -183,6 +183,9 @@ int shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduct* pr
 // default) or two, as at one token (the same bits).
 // A switch for bench-kernels' side-by-side runs and the tests.
 // Thread safety: safe from any thread; launches already enqueued keep theirs.
+// A switch with a rule (the default), forced on, or forced off: set_q3k_wide_loads
+// and set_mma_slices.
+enum : int { kSwitchAuto = 0, kSwitchOn = 1, kSwitchOff = 2 };
 enum : int { kMmaDecodeAuto = 0, kMmaDecodeAlways = 1, kMmaDecodeNever = 2 };
 enum : int { kPrestageNever = 0, kPrestageAuto = 1, kPrestageAlways = 2 };
 void set_matvec_geometry(int block_threads, bool shared_wave, int row_threads = 0, bool pipeline = true,
@@ -206,13 +209,22 @@ void set_group_barrier(bool on);
 
 // Whether Q3_K's dp4a decode loads each half block's high bits and quants as 16-byte
 // windows (quant_blocks.cuh, ldwords16) or as 4-byte words: the same words, so the
-// same bits. kQ3kWideAuto (the default, and any other value): 16-byte windows where
+// same bits. kSwitchAuto (the default, and any other value): 16-byte windows where
 // they were measured faster (matrices larger than the L2, and a lone product at one
-// token; doc/kernels.md); kQ3kWideOn: always; kQ3kWideOff: never. For bench-kernels'
+// token; doc/kernels.md); kSwitchOn: always; kSwitchOff: never. For bench-kernels'
 // side-by-side runs and the tests.
 // Thread safety: safe from any thread; launches already enqueued keep theirs.
-enum : int { kQ3kWideAuto = 0, kQ3kWideOn = 1, kQ3kWideOff = 2 };
 void set_q3k_wide_loads(int mode);
+
+// Whether the MXFP4 tensor-core decode (mxfp4_mmv.cu) of layouts of 16 warps a block
+// of threads may run sliced: each block one k-split of 16 tiles, staging a quarter
+// (4 x 4) or a sixteenth (16 x 1) of x, its warps' sums added after by a second
+// launch in the unsliced block's order, so the same bits. kSwitchAuto (the
+// default, and any other value): where a context's scratch holds x made once and
+// the warps' sums; kSwitchOn: the same (a switch for a later rule); kSwitchOff:
+// never. For bench-kernels' side-by-side runs and the tests.
+// Thread safety: safe from any thread; launches already enqueued keep theirs.
+void set_mma_slices(int mode);
 
 // Where Q2_K and Q3_K decode with a context's scratch (matmul and its grouped and
 // shared-input forms) runs on the int8 tensor cores (kquant_mmv.cu; other bits

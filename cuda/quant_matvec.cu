@@ -490,8 +490,9 @@ std::atomic<int> g_prestage{kPrestageAuto};
 std::atomic<bool> g_mma_one_product{true};
 std::atomic<int> g_f32_variant{-1};  // TF32V's variant (set_f32_variant; -1: f32_unit's rule)
 std::atomic<bool> g_group_bar{false};
-std::atomic<int> g_q3k_wide{kQ3kWideAuto};
+std::atomic<int> g_q3k_wide{kSwitchAuto};
 std::atomic<int> g_kq_mma{kMmaDecodeAuto};  // set_kq_mma
+std::atomic<int> g_mma_slices{kSwitchAuto};   // set_mma_slices
 struct Geometry {
   int block;         // threads per block: 256, 512, or 0: chosen per launch (launch_smem_x)
   bool shared_wave;  // the problems of a launch share one wave of blocks (else one wave each)
@@ -504,8 +505,9 @@ struct Geometry {
   int prestage;          // kPrestage*: a dp4a launch's terms made once (stage_terms_kernel; the same bits either way)
   bool mma_one_product;  // mxfp4_mmv.cu from two tokens on: one product a block and pair of tokens (the same bits)
   bool group_bar;        // a group of rows' sum waits on a barrier of its own (group_sync; the same bits)
-  int q3k_wide;          // kQ3kWide*: Q3_K's dp4a unit loads through ldwords16 (TQ3_K8W; the same bits)
+  int q3k_wide;          // kSwitch*: Q3_K's dp4a unit loads through ldwords16 (TQ3_K8W; the same bits)
   int kq_mma;            // Q2_K and Q3_K on the int8 tensor cores (kquant_mmv.cu): kMmaDecode*
+  int mma_slices;        // kSwitch*: mxfp4_mmv.cu's launches may run sliced (the same bits)
 };
 inline Geometry geometry() {
   return Geometry{g_block.load(std::memory_order_relaxed), g_shared_wave.load(std::memory_order_relaxed),
@@ -514,7 +516,8 @@ inline Geometry geometry() {
                   MmaLayout(g_mma_layout.load(std::memory_order_relaxed)),
                   g_dp4a.load(std::memory_order_relaxed), g_prestage.load(std::memory_order_relaxed),
                   g_mma_one_product.load(std::memory_order_relaxed), g_group_bar.load(std::memory_order_relaxed),
-                  g_q3k_wide.load(std::memory_order_relaxed), g_kq_mma.load(std::memory_order_relaxed)};
+                  g_q3k_wide.load(std::memory_order_relaxed), g_kq_mma.load(std::memory_order_relaxed),
+                  g_mma_slices.load(std::memory_order_relaxed)};
 }
 // Threads per row group (log2) of the unsplit kernel. Fewer threads than the row
 // has units give each lane several units (MXFP4's loaded one ahead: kPipelines)
@@ -815,7 +818,7 @@ cudaError_t launch_dp4a(int nt_max, const GroupParams& gp_in, int ne0, int ne1, 
 // token, 1.04-1.06x on 14336 x 4096 and 1.00-1.01x on Kimi-K3's expert. Not grouped
 // launches of matrices within the L2 (0.99x at 114 experts) nor 2-3 tokens there.
 bool q3k_wide_takes(const Geometry& g, int n_problems, int n_tokens, int64_t ne1, size_t rb) {
-  if (g.q3k_wide != kQ3kWideAuto) return g.q3k_wide == kQ3kWideOn;
+  if (g.q3k_wide != kSwitchAuto) return g.q3k_wide == kSwitchOn;
   return size_t(ne1) * rb > l2_bytes() || (n_problems == 1 && n_tokens == 1);
 }
 
@@ -907,7 +910,7 @@ cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, siz
     // the first one's rows decide for all.
     if (sp.chunks <= 1 && mma_takes(geom, ne0, gp.shared ? gp.ne1[0] : ne1)) {
       const MmaOptions st{sc ? reinterpret_cast<uint8_t*>(sc->partial) : nullptr, sc ? sc->partial_bytes : 0,
-                          geom.prestage, geom.mma_one_product};
+                          geom.prestage, geom.mma_one_product, geom.mma_slices};
       const cudaError_t e =
           launch_mxfp4_mmv(gp, ne0, ne1, rb, x, y, nt_max, geom.mma_layout, geom.shared_wave, st, stream);
       if (e != cudaErrorNotSupported) return e;
@@ -1041,7 +1044,11 @@ bool weight_aligned(uint32_t type, const void* w) {
 void dev::set_group_barrier(bool on) { g_group_bar.store(on, std::memory_order_relaxed); }
 
 void dev::set_q3k_wide_loads(int mode) {
-  g_q3k_wide.store(mode == kQ3kWideOn || mode == kQ3kWideOff ? mode : kQ3kWideAuto, std::memory_order_relaxed);
+  g_q3k_wide.store(mode == kSwitchOn || mode == kSwitchOff ? mode : kSwitchAuto, std::memory_order_relaxed);
+}
+
+void dev::set_mma_slices(int mode) {
+  g_mma_slices.store(mode == kSwitchOn || mode == kSwitchOff ? mode : kSwitchAuto, std::memory_order_relaxed);
 }
 
 void dev::set_kq_mma(int mode) {

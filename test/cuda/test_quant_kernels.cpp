@@ -376,16 +376,16 @@ TEST_CASE("matvec: Q3_K's wide loads give its usual bits") {
     MatvecCase c(xk::kQ3_K, ne0, ne1, 8, rng);
     for (const int n : {1, 3, 8}) {
       CAPTURE(n);
-      xk::dev::set_q3k_wide_loads(xk::dev::kQ3kWideOff);
+      xk::dev::set_q3k_wide_loads(xk::dev::kSwitchOff);
       same_bits_switched(
-          [](bool on) { xk::dev::set_q3k_wide_loads(on ? xk::dev::kQ3kWideOn : xk::dev::kQ3kWideOff); }, st,
+          [](bool on) { xk::dev::set_q3k_wide_loads(on ? xk::dev::kSwitchOn : xk::dev::kSwitchOff); }, st,
           xk::kQ3_K, c, ne0, ne1, n);
       same_bits_switched(
-          [](bool on) { xk::dev::set_q3k_wide_loads(on ? xk::dev::kQ3kWideAuto : xk::dev::kQ3kWideOff); }, st,
+          [](bool on) { xk::dev::set_q3k_wide_loads(on ? xk::dev::kSwitchAuto : xk::dev::kSwitchOff); }, st,
           xk::kQ3_K, c, ne0, ne1, n);
     }
   }
-  xk::dev::set_q3k_wide_loads(xk::dev::kQ3kWideAuto);
+  xk::dev::set_q3k_wide_loads(xk::dev::kSwitchAuto);
 }
 
 // Q2_K and Q3_K on the int8 tensor cores (kquant_mmv.cu), within the fp32 bound
@@ -1089,6 +1089,105 @@ TEST_CASE("tensor-core MXFP4 decode: x made once per launch equals each block's 
     const auto two = c.grouped(nullptr, MadeOnce::kNp);
     xk::dev::set_matvec_geometry(0, true);
     CHECK(std::memcmp(two.data(), c.own.data(), two.size() * 4) == 0);
+  }
+}
+
+// The tensor-core MXFP4 decode sliced (set_mma_slices: each block one k-split of
+// 16 tiles, the warps' sums added by a second launch in the unsliced block's
+// order) gives the unsliced launch's bits, in the two layouts of 16 warps a block:
+// a grouped launch of problems of 1, 3 and 8 tokens, products of one input at 8,
+// and one problem at one token. 7168 inputs are 14 groups of 512 (4 x 4: 4, 4, 3
+// and 3 groups a k-split; 16 x 1: two k-splits with none) and 28672 are 56 (16 x 1: 3
+// or 4 a k-split); at eight tokens a 16-warp block stages at most 3 or 4 groups at
+// once (1312 bytes a chunk), so a k-split's groups also go in segments. 300 rows
+// make 19 tiles, the last partial: two sets of 16 tiles, the second mostly idle.
+// The run is sliced where the scratch's bytes after x's got written, and that must
+// happen once it has room; with the switch off they stay as they were.
+TEST_CASE("tensor-core MXFP4 decode: sliced launches equal unsliced ones bit for bit") {
+  std::mt19937 rng(61);
+  Stream st;
+  constexpr int kCounts[3] = {1, 3, 8};
+  constexpr int kRows = 1 + 3 + 8;
+  for (const int64_t ne0 : {int64_t(7168), int64_t(28672)}) {
+    const int64_t ne1 = 300;
+    CAPTURE(ne0);
+    std::vector<std::vector<uint8_t>> hw;
+    std::vector<std::unique_ptr<DevBuf>> ws, ys;
+    std::vector<xk::ExpertProblem> probs;
+    std::vector<xk::SharedInputProduct> ps;
+    for (int i = 0, row = 0; i < 3; row += kCounts[i], ++i) {
+      hw.push_back(random_weights(xk::kMXFP4, ne0, ne1, rng));
+      ws.push_back(std::make_unique<DevBuf>(hw.back().size()));
+      ws.back()->put(hw.back().data(), hw.back().size());
+      probs.push_back({ws.back()->p, row, kCounts[i]});
+      ys.push_back(std::make_unique<DevBuf>(size_t(8 * ne1) * 4));
+      ps.push_back({ws.back()->p, ne1 - 17 * i, ys.back()->as<float>()});  // 300, 283, 266 rows
+    }
+    const auto x = random_x(size_t(kRows) * size_t(ne0), rng);
+    DevBuf dx(x.size() * 4), dy(size_t(kRows * ne1) * 4);
+    dx.put(x.data(), x.size() * 4);
+    // x takes 1312 bytes a chunk at eight tokens and 132 at one, a problem's (products
+    // of one input: one) after another; the warps' sums follow at the next 256
+    // bytes, 16 a row and token at most (4 x 4: 4).
+    const auto sums_at = [&](int launch) {
+      const size_t x_bytes = size_t(launch == 0 ? 3 : 1) * size_t(ne0 / 32) * (launch == 2 ? 132 : 1312);
+      return (x_bytes + 255) / 256 * 256;
+    };
+    const size_t room = sums_at(0) + size_t(3) * 16 * 304 * 8 * 4;
+    DevBuf scratch(room);
+    const xk::dev::MatvecScratch sc{scratch.as<float>(), room, nullptr, 0};
+    for (size_t l : {size_t(1), size_t(3)}) {  // 4 x 4, 16 x 1
+      CAPTURE(kMmaLayouts[l][0]);
+      for (const int launch : {0, 1, 2}) {  // grouped, products of one input, one problem
+        CAPTURE(launch);
+        std::vector<float> runs[2];
+        bool wrote[2] = {};
+        for (const int mode : {xk::dev::kSwitchOff, xk::dev::kSwitchOn}) {
+          set_mma_layout(l);
+          xk::dev::set_mma_slices(mode);
+          check_cuda(cudaMemset(scratch.p, 0xA5, scratch.n));
+          check_cuda(cudaDeviceSynchronize());
+          std::vector<float> got;
+          if (launch == 1) {
+            for (auto& y : ys) y->poison();
+            REQUIRE(xk::dev::shared_input_matvec(xk::kMXFP4, ne0, ps.data(), 3, dx.as<float>(), 8, st.s, &sc) ==
+                    xk::kOk);
+            st.sync();
+            for (int i = 0; i < 3; ++i) {
+              const auto y = fetch(*ys[size_t(i)], size_t(8 * ps[size_t(i)].ne1));
+              got.insert(got.end(), y.begin(), y.end());
+            }
+          } else {
+            dy.poison();
+            REQUIRE(xk::dev::grouped_matvec_scratch(&sc, xk::kMXFP4, ne0, ne1, probs.data(), launch == 0 ? 3 : 1,
+                                                    dx.as<float>(), dy.as<float>(), kRows, st.s) == xk::kOk);
+            st.sync();
+            got = fetch(dy, size_t(launch == 0 ? kRows : 1) * size_t(ne1));
+          }
+          xk::dev::set_mma_slices(xk::dev::kSwitchAuto);
+          xk::dev::set_matvec_geometry(0, true);
+          const size_t at = sums_at(launch);
+          std::vector<uint8_t> after(room - at);
+          check_cuda(cudaMemcpy(after.data(), static_cast<uint8_t*>(scratch.p) + at, after.size(),
+                                cudaMemcpyDeviceToHost));
+          wrote[mode == xk::dev::kSwitchOn] =
+              std::any_of(after.begin(), after.end(), [](uint8_t b) { return b != 0xA5; });
+          runs[mode == xk::dev::kSwitchOn] = std::move(got);
+        }
+        CHECK_FALSE(wrote[0]);
+        CHECK(wrote[1]);
+        REQUIRE(runs[0].size() == runs[1].size());
+        CHECK(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * 4) == 0);
+        if (launch == 0) {
+          for (int i = 0; i < 3; ++i) {
+            const auto& p = probs[size_t(i)];
+            const std::vector<float> g(runs[1].begin() + p.row * ne1, runs[1].begin() + (p.row + p.n_tokens) * ne1);
+            CHECK(count_bad(g, reference(xk::kMXFP4, hw[size_t(i)], ne0, ne1, x.data() + p.row * ne0, p.n_tokens),
+                            kTolFp32, "mxfp4 sliced") == 0);
+          }
+        }
+      }
+    }
   }
 }
 
