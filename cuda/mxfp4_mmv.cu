@@ -703,15 +703,15 @@ cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const 
   // 2026-12-06, bench-kernels --prestage against the default, doc/kernels.md).
   const size_t need = size_t(probs) * x_stage_bytes<NT>(units);
   const bool fits = st.buf && need <= st.bytes;
-  // Sliced (the same bits): where x is made once and the scratch holds the warps'
-  // sums after it.
+  // Sliced (the same bits): where x may be made once and the scratch holds the
+  // warps' sums after it.
   const size_t part_at = (need + 255) / 256 * 256;
   const size_t part_bytes = size_t(probs) * kWarps * size_t(tiles) * kTileRows * NT * sizeof(float);
   bool sliced = false;
   int seg = std::min(units, max_chunks), per_sm = 0;
   if constexpr (kSliceable<NT, kWarps, kTiles, kOne>) {
     static KernelSetup cut(mxfp4_mmv_kernel<NT, kWarps, kTiles, kOne, true>, smem_max);
-    if (fits && st.slices != kSwitchOff && part_at + part_bytes <= st.bytes) {
+    if (fits && st.slices != kSwitchOff && st.prestage != kPrestageNever && part_at + part_bytes <= st.bytes) {
       const int sliced_seg = std::min((units / kGroup + kWarps - 1) / kWarps * kGroup, max_chunks);
       per_sm = cut.per_sm(kThreads, x_stage_bytes<NT>(sliced_seg) + kBufs);
       sliced = per_sm > 0;

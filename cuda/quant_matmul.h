@@ -220,9 +220,9 @@ void set_q3k_wide_loads(int mode);
 // of threads may run sliced: each block one k-split of 16 tiles, staging a quarter
 // (4 x 4) or a sixteenth (16 x 1) of x, its warps' sums added after by a second
 // launch in the unsliced block's order, so the same bits. kSwitchAuto (the
-// default, and any other value): where a context's scratch holds x made once and
-// the warps' sums; kSwitchOn: the same (a switch for a later rule); kSwitchOff:
-// never. For bench-kernels' side-by-side runs and the tests.
+// default, and any other value): where x may be made once (not kPrestageNever) and a
+// context's scratch holds it and the warps' sums; kSwitchOn: the same (a switch for
+// a later rule); kSwitchOff: never. For bench-kernels' side-by-side runs and the tests.
 // Thread safety: safe from any thread; launches already enqueued keep theirs.
 void set_mma_slices(int mode);
 
