@@ -240,13 +240,15 @@ int main(int argc, char** argv) {
            "default: a unit ahead, while the one before is computed)");
   app.flag("--mma-decode", &mma_decode,
            "MXFP4 decode on the int8 tensor cores (cuda/mxfp4_mmv.cu) for every shape of whole 512-input groups "
-           "(default: where a rule of the shape takes it, doc/kernels.md)");
+           "(default: where a rule of the shape and token count takes it, doc/kernels.md)");
   app.flag("--no-mma-decode", &no_mma_decode, "MXFP4 decode on the FMA kernel for every shape");
   app.count("--mma-warps", "N", &mma_warps,
-            "the tensor-core kernel's warps sharing a tile of 16 rows, 4, 8 or 16 (default 4)", 4, 16);
+            "the tensor-core kernel's warps sharing a tile of 16 rows, 4, 8 or 16 (default: each problem's by its "
+            "shape and token count, 4 x 4 or 16 x 1)",
+            4, 16);
   app.count("--mma-tiles", "N", &mma_tiles,
-            "the tensor-core kernel's tiles of 16 rows a block of threads, 1, 2 or 4 (default 4; 8 warps take 2, "
-            "16 take 1)",
+            "the tensor-core kernel's tiles of 16 rows a block of threads, 1, 2 or 4 (default: as --mma-warps'; 8 "
+            "warps take 2, 16 take 1)",
             1, 4);
   app.count("--mma-large-from", "N", &large_from,
             "the prefill kernel's 128 x 64 tiles from N tokens whatever the grid (default: a rule of tokens and "

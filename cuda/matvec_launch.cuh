@@ -91,8 +91,9 @@ struct OccupancyCache {
 
 // The tensor-core kernel's blocks of threads: warps a tile of 16 rows x tiles a
 // block (mxfp4_mmv.cu). The warps a tile split each row's sum, so the layout
-// orders it: one layout for every launch (set_matvec_geometry).
-enum class MmaLayout { k4x2 = 0, k4x4 = 1, k8x2 = 2, k16x1 = 3 };
+// orders it: set_matvec_geometry's for every launch, or kAuto (the default): each
+// problem's by its own shape and token count (quant_matvec.cu, mma_layout_for).
+enum class MmaLayout { k4x2 = 0, k4x4 = 1, k8x2 = 2, k16x1 = 3, kAuto = 4 };
 
 // The tensor-core decode's choices (set_matvec_geometry's): device memory it may
 // make a launch's x in once (a context's scratch; buf null: none), and when

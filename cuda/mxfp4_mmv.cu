@@ -671,6 +671,8 @@ struct KernelSetup {
 template <int NT, int kWarps, int kTiles, bool kOne>
 constexpr bool kSliceable = (kWarps * kTiles == 16) && (kWarps == 4 || kWarps == 16) && (NT == 1 || kOne);
 
+constexpr int kSliceMinInputs = 7168;
+
 template <int NT, int kWarps, int kTiles, bool kOne>
 cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const float* x, float* y, bool shared_wave,
                       const MmaOptions& st, cudaStream_t stream) {
@@ -704,14 +706,22 @@ cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const 
   const size_t need = size_t(probs) * x_stage_bytes<NT>(units);
   const bool fits = st.buf && need <= st.bytes;
   // Sliced (the same bits): where x may be made once and the scratch holds the
-  // warps' sums after it.
+  // warps' sums after it; by default (kSwitchAuto) from two tokens on, for rows of
+  // kSliceMinInputs and more or a launch of several problems. Measured on an H100
+  // (2026-12-07, bench-kernels --no-mma-slices against the default, doc/kernels.md):
+  // at 2-8 tokens 4 x 4 took 1.01-1.38x less time sliced on rows of 7168-33792
+  // inputs, 16 x 1 1.09-2.6x; on rows of 3584-6144 inputs 0.86-1.05x and
+  // 0.78-1.74x; at one token 0.86-1.07x and 0.67-1.26x. A grouped launch of 48
+  // DeepSeek-V4 experts (4096 inputs) at one token took 1.79x less time sliced in 16 x 1.
   const size_t part_at = (need + 255) / 256 * 256;
   const size_t part_bytes = size_t(probs) * kWarps * size_t(tiles) * kTileRows * NT * sizeof(float);
   bool sliced = false;
   int seg = std::min(units, max_chunks), per_sm = 0;
   if constexpr (kSliceable<NT, kWarps, kTiles, kOne>) {
     static KernelSetup cut(mxfp4_mmv_kernel<NT, kWarps, kTiles, kOne, true>, smem_max);
-    if (fits && st.slices != kSwitchOff && st.prestage != kPrestageNever && part_at + part_bytes <= st.bytes) {
+    const bool pays = NT >= 2 && (ne0 >= kSliceMinInputs || gp.n > 1);
+    if (fits && (st.slices == kSwitchOn || (st.slices == kSwitchAuto && pays)) && st.prestage != kPrestageNever &&
+        part_at + part_bytes <= st.bytes) {
       const int sliced_seg = std::min((units / kGroup + kWarps - 1) / kWarps * kGroup, max_chunks);
       per_sm = cut.per_sm(kThreads, x_stage_bytes<NT>(sliced_seg) + kBufs);
       sliced = per_sm > 0;

@@ -164,13 +164,14 @@ int shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduct* pr
 // one before is computed (the default) or each unit just before its products
 // (the layout before 2026-12-03; the same bits); and where MXFP4 decode runs on the
 // int8 tensor cores instead of the FMA kernel (mxfp4_mmv.cu: other bits within the
-// same bound): kMmaDecodeAuto (the default, and any other value: the matrices it
-// was measured faster on, a rule of the shape alone, doc/kernels.md),
+// same bound): kMmaDecodeAuto (the default, and any other value: the problems it
+// was measured faster on, a rule of the shape and token count, doc/kernels.md),
 // kMmaDecodeAlways (every matrix of whole 512-input groups) or kMmaDecodeNever;
 // and that kernel's layout: mma_warps warps share a tile of 16 rows (4, 8 or 16) and
 // mma_tiles tiles a block of threads (2 or 4; 8 warps take 2, 16 take 1), which
-// orders its sums (within the same bound); any other values, the default: 4 warps,
-// 4 tiles;
+// orders its sums (within the same bound); any other values, the default: each
+// problem's by its shape and token count (4 x 4, or 16 x 1 from two tokens on where
+// 4 x 4 would leave the GPU's rounds of tiles less than 80 % full);
 // and whether K-quant and MXFP4 rows short enough for a token's x to be staged as
 // int8 terms take the dp4a units (TQ2_K8 ... TQ6_K8, TMXFP4_8 in matvec_units.cuh,
 // MXFP4's where the tensor cores do not take the matrix: other bits
@@ -220,9 +221,10 @@ void set_q3k_wide_loads(int mode);
 // of threads may run sliced: each block one k-split of 16 tiles, staging a quarter
 // (4 x 4) or a sixteenth (16 x 1) of x, its warps' sums added after by a second
 // launch in the unsliced block's order, so the same bits. kSwitchAuto (the
-// default, and any other value): where x may be made once (not kPrestageNever) and a
-// context's scratch holds it and the warps' sums; kSwitchOn: the same (a switch for
-// a later rule); kSwitchOff: never. For bench-kernels' side-by-side runs and the tests.
+// default, and any other value): from two tokens on, for rows of 7168 inputs and more
+// or launches of several problems; kSwitchOn: at any token count; kSwitchOff: never;
+// either only where x may be made once (not kPrestageNever) and a context's scratch
+// holds it and the warps' sums. For bench-kernels' side-by-side runs and the tests.
 // Thread safety: safe from any thread; launches already enqueued keep theirs.
 void set_mma_slices(int mode);
 

@@ -484,7 +484,7 @@ std::atomic<bool> g_shared_wave{true};
 std::atomic<int> g_row_threads{0};
 std::atomic<bool> g_pipeline{true};
 std::atomic<int> g_mma_decode{kMmaDecodeAuto};
-std::atomic<int> g_mma_layout{int(MmaLayout::k4x4)};
+std::atomic<int> g_mma_layout{int(MmaLayout::kAuto)};
 std::atomic<bool> g_dp4a{true};
 std::atomic<int> g_prestage{kPrestageAuto};
 std::atomic<bool> g_mma_one_product{true};
@@ -677,27 +677,56 @@ inline bool split_fits(const MatvecScratch* sc, int ne1, const Split& sp) {
 // token, doc/kernels.md: 1.04-1.29x from 3584 inputs on, 1.00x at 2048).
 constexpr int kMmaMinInputs = 3584;
 
-// Whether an unsplit MXFP4 decode of a matrix of ne1 rows of ne0 inputs runs on the
-// tensor cores: a function of the matrix and the device alone, never of the token
-// count or the launch's other problems (grouped and products-of-one-input launches
-// equal separate ones bit for bit). By default where it was measured faster at one
-// token (doc/kernels.md, "MXFP4 on the int8 tensor cores"): rows of whole groups of
-// 16 blocks, at least kMmaMinInputs long, and enough tiles of 16 rows that the
-// rounds of the device's concurrent tiles are at least 70 % full. The kernel keeps
-// a tile's 16 rows together, so a matrix of 12288 rows (768 tiles) on 132 SMs x 4
-// tiles takes two rounds, 73 % full: 0.92x the FMA kernel at first, 1.00x since
-// its blocks lost the rare exponents' inline path (2026-12-03), and 3x at 8 tokens;
-// 7168 rows (85 %) gave 1.21x and 163840 rows (97 %) 1.38x; 4096 rows (48 %) 0.74x.
-bool mma_takes(const Geometry& g, int64_t ne0, int64_t ne1) {
+// How full, in percent, the rounds of the device's concurrent tiles are over a
+// matrix of ne1 rows (one block of 16 warps an SM, 16 / warps tiles a block); 0 on
+// an unknown device.
+int mma_round_fill(int64_t ne1, int warps) {
+  const long long slots = (long long)sm_count() * (16 / warps);
+  if (slots <= 0) return 0;
+  const long long tiles = (ne1 + 15) / 16;
+  const long long rounds = (tiles + slots - 1) / slots;
+  return int(100 * tiles / (rounds * slots));
+}
+
+// The tensor-core layout of a problem of ne1 rows at n_tokens (set_matvec_geometry's,
+// or by default by its shape and token count, so grouped launches equal separate
+// ones bit for bit): at one token 4 x 4; from two tokens on 16 x 1 where 4 x 4's
+// rounds are less than kMmaWideBelowFill full, 4 x 4 elsewhere. Measured on an H100
+// (2026-12-07, bench-kernels --mma-decode with and without --mma-warps 16
+// --mma-tiles 1, sliced, doc/kernels.md): 16 x 1 was faster at 2-8 tokens on 4096
+// rows (48 %: 1.35-1.37x at 14336 inputs) and 12288 (73 %: 1.07-1.13x at 7168),
+// slower on 7168 (85 %: 0.74-0.83x at 12288 inputs), 33792 and 163840 rows (100 %,
+// 97 %: 0.82-0.90x); at one token 16 x 1 unsliced lost to the units chosen before.
+constexpr int kMmaWideBelowFill = 80;
+MmaLayout mma_layout_for(const Geometry& g, int64_t ne1, int n_tokens) {
+  if (g.mma_layout != MmaLayout::kAuto) return g.mma_layout;
+  return n_tokens >= 2 && mma_round_fill(ne1, 4) < kMmaWideBelowFill ? MmaLayout::k16x1 : MmaLayout::k4x4;
+}
+
+// Whether an unsplit MXFP4 decode of a problem of ne1 rows of ne0 inputs at n_tokens
+// runs on the tensor cores: a function of the problem's shape, its token count and
+// the device, never of the launch's other problems (a grouped launch takes its
+// problems of one token apart from the others, and products of one input are split
+// so that their rule agrees: both equal separate launches bit for bit). By
+// default: rows of whole groups of 16 blocks, at least kMmaMinInputs long; from two
+// tokens on every such matrix, in the layout mma_layout_for gives (H100,
+// 2026-12-07: 14336 inputs x 4096 rows 1.14x, 1.88x and 2.19x the dp4a units at 2,
+// 4 and 8 tokens; DeepSeek-V4's expert gate/up, 4096 x 2048, 1.05x, 1.18x, 1.06x); at
+// one token where it was measured faster there (doc/kernels.md, "MXFP4 on the int8
+// tensor cores"): enough tiles of 16 rows that the rounds of the device's concurrent
+// tiles are at least 70 % full. The kernel keeps a tile's 16 rows together, so a
+// matrix of 12288 rows (768 tiles) on 132 SMs x 4 tiles takes two rounds, 73 % full:
+// 0.92x the FMA kernel at first, 1.00x since its blocks lost the rare exponents'
+// inline path (2026-12-03); 7168 rows (85 %) gave 1.21x and 163840 rows (97 %)
+// 1.38x; 4096 rows (48 %) 0.74x.
+bool mma_takes(const Geometry& g, int64_t ne0, int64_t ne1, int n_tokens) {
   if (g.mma_decode == kMmaDecodeNever || ne0 % 512 != 0) return false;
   if (g.mma_decode == kMmaDecodeAlways) return true;
   if (ne0 < kMmaMinInputs) return false;
-  const int warps = g.mma_layout == MmaLayout::k16x1 ? 16 : g.mma_layout == MmaLayout::k8x2 ? 8 : 4;
-  const long long slots = (long long)sm_count() * (16 / warps);  // one block of 16 warps an SM
-  const long long tiles = (ne1 + 15) / 16;
-  if (slots <= 0) return false;
-  const long long rounds = (tiles + slots - 1) / slots;
-  return 10 * tiles >= 7 * rounds * slots;
+  if (n_tokens >= 2) return true;
+  const MmaLayout l = mma_layout_for(g, ne1, n_tokens);
+  const int warps = l == MmaLayout::k16x1 ? 16 : l == MmaLayout::k8x2 ? 8 : 4;
+  return 10 * mma_round_fill(ne1, warps) >= 7 * 100;
 }
 
 // launch_nt at the launch's token count rounded up to 1, 2, 4, 8: a problem with
@@ -908,11 +937,24 @@ cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, siz
   if constexpr (std::is_same_v<Ty, TMXFP4>) {
     // Products of one input were split so that their rule agrees (shared_input_matvec):
     // the first one's rows decide for all.
-    if (sp.chunks <= 1 && mma_takes(geom, ne0, gp.shared ? gp.ne1[0] : ne1)) {
+    const int64_t rows = gp.shared ? gp.ne1[0] : ne1;
+    if (sp.chunks <= 1 && !gp.shared && nt_max > 1 &&
+        (mma_takes(geom, ne0, rows, 1) != mma_takes(geom, ne0, rows, 2) ||
+         mma_layout_for(geom, rows, 1) != mma_layout_for(geom, rows, 2))) {
+      // The rule's answer at one token differs from the one at more (the same at 2
+      // to 8): each problem takes its own, the ones of one token in a launch apart.
+      GroupParams one, more;
+      partition_problems(gp, [](int nt) { return nt == 1; }, one, more);
+      if (one.n > 0 && more.n > 0) {
+        if (const cudaError_t e = launch_type<Ty>(1, one, ne0, ne1, rb, x, y, sc, stream); e != cudaSuccess) return e;
+        return launch_type<Ty>(max_tokens(more), more, ne0, ne1, rb, x, y, sc, stream);
+      }
+    }
+    if (sp.chunks <= 1 && mma_takes(geom, ne0, rows, nt_max)) {
       const MmaOptions st{sc ? reinterpret_cast<uint8_t*>(sc->partial) : nullptr, sc ? sc->partial_bytes : 0,
                           geom.prestage, geom.mma_one_product, geom.mma_slices};
-      const cudaError_t e =
-          launch_mxfp4_mmv(gp, ne0, ne1, rb, x, y, nt_max, geom.mma_layout, geom.shared_wave, st, stream);
+      const cudaError_t e = launch_mxfp4_mmv(gp, ne0, ne1, rb, x, y, nt_max, mma_layout_for(geom, rows, nt_max),
+                                             geom.shared_wave, st, stream);
       if (e != cudaErrorNotSupported) return e;
       (void)cudaGetLastError();  // the FMA kernel below
     }
@@ -1069,10 +1111,11 @@ void dev::set_matvec_geometry(int block_threads, bool shared_wave, int row_threa
                    std::memory_order_relaxed);
   g_mma_decode.store(mma_decode == kMmaDecodeAlways || mma_decode == kMmaDecodeNever ? mma_decode : kMmaDecodeAuto,
                      std::memory_order_relaxed);
-  const MmaLayout layout = mma_warps == 16 ? MmaLayout::k16x1
-                           : mma_warps == 8 ? MmaLayout::k8x2
-                           : mma_tiles == 2 ? MmaLayout::k4x2
-                                            : MmaLayout::k4x4;
+  const MmaLayout layout = mma_warps == 16                   ? MmaLayout::k16x1
+                           : mma_warps == 8                  ? MmaLayout::k8x2
+                           : mma_tiles == 2                  ? MmaLayout::k4x2
+                           : mma_warps == 4 || mma_tiles == 4 ? MmaLayout::k4x4
+                                                              : MmaLayout::kAuto;
   g_mma_layout.store(int(layout), std::memory_order_relaxed);
   g_block.store(block_threads == 512 || block_threads == kThreads ? block_threads : 0, std::memory_order_relaxed);
   g_shared_wave.store(shared_wave, std::memory_order_relaxed);
@@ -1174,13 +1217,18 @@ int dev::shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduc
     // Each product on the kernel it would get alone: those the tensor cores take in
     // one launch, the rest in another.
     const dev::Geometry g = dev::geometry();
-    const auto mma = [&](int64_t ne1) {
-      if (type == kMXFP4) return dev::mma_takes(g, ne0, ne1);
-      return dev::kq_takes(g, sc, int(ne0), ne1, row_bytes(type, ne0), n_tokens);
+    // The kernel: 0 the units without tensor cores, else the tensor cores (MXFP4:
+    // 1 + its layout).
+    const auto kernel = [&](int64_t ne1) {
+      if (type == kMXFP4)
+        return dev::mma_takes(g, ne0, ne1, n_tokens) ? 1 + int(dev::mma_layout_for(g, ne1, n_tokens)) : 0;
+      return dev::kq_takes(g, sc, int(ne0), ne1, row_bytes(type, ne0), n_tokens) ? 1 : 0;
     };
+    // The first product's kernel in one launch, the others after (split again).
     SharedInputProduct on[kMaxSharedInputProducts], off[kMaxSharedInputProducts];
     int n_on = 0, n_off = 0;
-    for (int i = 0; i < n; ++i) (mma(products[i].ne1) ? on[n_on++] : off[n_off++]) = products[i];
+    const int first = kernel(products[0].ne1);
+    for (int i = 0; i < n; ++i) (kernel(products[i].ne1) == first ? on[n_on++] : off[n_off++]) = products[i];
     if (n_on > 0 && n_off > 0) {
       if (const int st = shared_input_matvec(type, ne0, on, n_on, x, n_tokens, stream, sc); st != kOk) return st;
       return shared_input_matvec(type, ne0, off, n_off, x, n_tokens, stream, sc);

@@ -817,14 +817,17 @@ std::vector<float> fetch(const DevBuf& d, size_t n) {
   return v;
 }
 
-// MXFP4 decode by default (kMmaDecodeAuto): each matrix goes to the tensor cores or
-// the dp4a unit by its shape alone. At 7168 inputs, 8192 rows fill 97 % of the
-// rounds of an H200's 528 concurrent tiles (the rule takes them), 1000 and 24 rows
-// far less: each product's result is bit for bit what one of the two kernels gives
-// forced, within the bound, and products of one input split between the kernels
-// equal their launches alone, also at 8 tokens, whose terms the dp4a launch stages
-// in passes of fewer tokens (7168 inputs: 32 KB a token).
-TEST_CASE("MXFP4 decode: the default kernel is chosen by the matrix alone; products of one input keep their bits") {
+// MXFP4 decode by default (kMmaDecodeAuto): each problem goes to the tensor cores or
+// the dp4a unit by its shape and token count. At 7168 inputs, 8192 rows fill 97 % of
+// the rounds of an H100's or H200's 528 concurrent tiles (the rule takes them at one
+// token), 1000 and 24 rows far less (the tensor cores from two tokens on, in 16 x
+// 1): each product's result is bit for bit what one of the two kernels gives forced
+// (in the default layout), within the bound; products of one input split between
+// the kernels and layouts equal their launches alone, also at 8 tokens, whose terms
+// the dp4a launch stages in passes of fewer tokens (7168 inputs: 32 KB a token); and
+// a grouped launch of problems of 1, 3 and 8 tokens with a scratch (the one-token
+// problem on other units, the others sliced) equals each problem's launch alone.
+TEST_CASE("MXFP4 decode: the default kernel is chosen by the shape and token count; grouped and shared launches keep their bits") {
   std::mt19937 rng(14);
   Stream st;
   const int64_t ne0 = 7168, rows[] = {8192, 1000, 24};
@@ -836,10 +839,10 @@ TEST_CASE("MXFP4 decode: the default kernel is chosen by the matrix alone; produ
     ws.push_back(std::make_unique<DevBuf>(hw.back().size()));
     ws.back()->put(hw.back().data(), hw.back().size());
   }
-  const auto x = random_x(size_t(8) * size_t(ne0), rng);
+  const auto x = random_x(size_t(12) * size_t(ne0), rng);
   DevBuf dx(x.size() * 4);
   dx.put(x.data(), x.size() * 4);
-  int on_tensor_cores = 0;
+  int on_tensor_cores = 0, more_on_tensor_cores = 0;
   for (const int n : {1, 3, 8}) {
     CAPTURE(n);
     std::vector<std::vector<float>> alone(np);
@@ -862,6 +865,7 @@ TEST_CASE("MXFP4 decode: the default kernel is chosen by the matrix alone; produ
         const bool mma = std::memcmp(y.data(), forced[0].data(), m * 4) == 0;
         CHECK((mma || std::memcmp(y.data(), forced[1].data(), m * 4) == 0));
         on_tensor_cores += mma && n == 1;
+        more_on_tensor_cores += mma && n > 1;
         const Ref ref = reference(xk::kMXFP4, hw[size_t(i)], ne0, rows[i], x.data(), n);
         CHECK(count_bad(y, ref, kTolFp32, "mxfp4, the default kernel") == 0);
         alone[size_t(i)] = std::move(y);
@@ -884,6 +888,29 @@ TEST_CASE("MXFP4 decode: the default kernel is chosen by the matrix alone; produ
     }
   }
   MESSAGE("products the default put on the tensor cores at one token: " << on_tensor_cores << " of " << np);
+  CHECK(more_on_tensor_cores == 2 * np);
+  // Grouped: problems of 1, 3 and 8 tokens (x's rows 0, 1..3, 4..11) on one matrix.
+  const size_t room = size_t(4) << 20;
+  DevBuf scratch(room);
+  const xk::dev::MatvecScratch sc{scratch.as<float>(), room, nullptr, 0};
+  for (int i = 0; i < 2; ++i) {
+    CAPTURE(rows[i]);
+    const xk::ExpertProblem probs[3] = {{ws[size_t(i)]->p, 0, 1}, {ws[size_t(i)]->p, 1, 3}, {ws[size_t(i)]->p, 4, 8}};
+    const size_t m = size_t(12 * rows[i]);
+    DevBuf dy(m * 4), dsep(m * 4);
+    dy.poison();
+    dsep.poison();
+    REQUIRE(xk::dev::grouped_matvec_scratch(&sc, xk::kMXFP4, ne0, rows[i], probs, 3, dx.as<float>(), dy.as<float>(),
+                                            12, st.s) == xk::kOk);
+    for (const auto& p : probs)
+      REQUIRE(xk::dev::grouped_matvec_scratch(&sc, xk::kMXFP4, ne0, rows[i], &p, 1, dx.as<float>(), dsep.as<float>(),
+                                              12, st.s) == xk::kOk);
+    st.sync();
+    const auto a = fetch(dy, m), b = fetch(dsep, m);
+    CHECK(std::memcmp(a.data(), b.data(), m * 4) == 0);
+    const Ref ref = reference(xk::kMXFP4, hw[size_t(i)], ne0, rows[i], x.data(), 12);
+    CHECK(count_bad(a, ref, kTolFp32, "mxfp4 grouped, the default kernels") == 0);
+  }
   xk::dev::set_matvec_geometry(0, true);
 }
 
