@@ -1,8 +1,8 @@
 // MXFP4 decode (1..8 tokens) on the int8 tensor cores, within the fp32 bound.
-// The default for the matrices a rule of the shape gives it (mma_takes in
-// quant_matvec.cu): on the H200 (2026-12-03, doc/kernels.md) it is 1.2-1.4x the
-// FMA kernel at one token on large matrices and 2.8-3.9x at eight, but slower
-// where its tiles of 16 rows leave SMs idle.
+// The default for the problems a rule of the shape and token count gives it
+// (mma_takes in quant_matvec.cu): on the H200 (2026-12-03, doc/kernels.md) it is
+// 1.2-1.4x the FMA kernel at one token on large matrices and 2.8-3.9x at eight, but
+// slower at one token where its tiles of 16 rows leave SMs idle.
 //
 // Why: the FMA kernel (quant_matvec.cu) spends about six instructions a weight
 // (SASS, 2026-12-03: decoding a nibble into an exact float takes four, then its
