@@ -153,18 +153,23 @@ TEST_CASE("matvec: every type, 1..8 tokens, four row lengths, odd row counts") {
         const auto got = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
         CHECK(count_bad(got, head(c.ref, size_t(n * ne1)), kTolFp32, xk::type_name(type)) == 0);
         if (xk::block_elems(type) == 256 || type == xk::kMXFP4) {
-          // K-quant rows, and MXFP4 rows the tensor cores do not take (37 rows: 3
-          // tiles), take the dp4a units by default (up to about 46000 inputs on an
-          // H200, in passes of fewer tokens where 8 tokens' x does not fit: 6656 and
-          // 17408 inputs here): the first token's bits do not change with the token
-          // count; the FMA unit, switched back on, keeps the bound and gives other bits.
-          if (n == 1) first = got;
-          CHECK(std::memcmp(got.data(), first.data(), size_t(ne1) * 4) == 0);
-          xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeAuto, 0, 0, false);
+          // K-quant rows, and MXFP4 rows with the tensor cores off (by default they
+          // take rows of whole 512-input groups from two tokens on: 6656 inputs), take
+          // the dp4a units (up to about 46000 inputs on an H200, in passes of fewer
+          // tokens where 8 tokens' x does not fit: 6656 and 17408 inputs here): the
+          // first token's bits do not change with the token count; the FMA unit,
+          // switched back on, keeps the bound and gives other bits.
+          const int mma_mode = type == xk::kMXFP4 ? xk::dev::kMmaDecodeNever : xk::dev::kMmaDecodeAuto;
+          xk::dev::set_matvec_geometry(0, true, 0, true, mma_mode);
+          const auto dp4a = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
+          CHECK(count_bad(dp4a, head(c.ref, size_t(n * ne1)), kTolFp32, "the dp4a unit") == 0);
+          if (n == 1) first = dp4a;
+          CHECK(std::memcmp(dp4a.data(), first.data(), size_t(ne1) * 4) == 0);
+          xk::dev::set_matvec_geometry(0, true, 0, true, mma_mode, 0, 0, false);
           const auto fma = matvec_y(st, type, c.dw, ne0, ne1, c.dx, n, c.dy);
           xk::dev::set_matvec_geometry(0, true);
           CHECK(count_bad(fma, head(c.ref, size_t(n * ne1)), kTolFp32, "the FMA unit") == 0);
-          CHECK(std::memcmp(fma.data(), got.data(), got.size() * 4) != 0);
+          CHECK(std::memcmp(fma.data(), dp4a.data(), dp4a.size() * 4) != 0);
         }
         if (type != xk::kMXFP4) continue;
         // MXFP4 on the tensor cores stages x in segments that depend on the token
@@ -1075,7 +1080,8 @@ TEST_CASE("dp4a decode: x's terms made once per launch equal each block's own, b
       CAPTURE(ne0);
       const size_t token_bytes = type == xk::kMXFP4 ? size_t(ne0 / 32) * 144 : size_t(ne0 / 128) * 560;
       MadeOnce c(rng, st, type, ne0, 37, [](int prestage) {
-        xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeAuto, 0, 0, true, prestage);
+        // MXFP4's tensor cores off: they take rows of 7168 inputs from two tokens on.
+        xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeNever, 0, 0, true, prestage);
         // A launch with a scratch would take Q2_K's and Q3_K's tensor cores where one without cannot.
         xk::dev::set_kq_mma(xk::dev::kMmaDecodeNever);
       });
@@ -1100,8 +1106,10 @@ TEST_CASE("tensor-core MXFP4 decode: x made once per launch equals each block's 
   Stream st;
   for (const int64_t ne0 : {int64_t(7168), int64_t(2560)}) {
     CAPTURE(ne0);
+    // One layout for every token count (by default the layout may differ between
+    // one token and more, which sends a grouped launch's one-token problem apart).
     const auto mma = [](int prestage, bool one_product) {
-      xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeAlways, 0, 0, true, prestage, one_product);
+      xk::dev::set_matvec_geometry(0, true, 0, true, xk::dev::kMmaDecodeAlways, 4, 4, true, prestage, one_product);
     };
     MadeOnce c(rng, st, xk::kMXFP4, ne0, 40, [&](int prestage) { mma(prestage, true); });
     c.check_scratches(
