@@ -230,7 +230,8 @@ __global__ void __launch_bounds__(256) stage_launch_kernel(const GroupParams gp,
 // Groups q0, q0 + qs, ... (n of them, kGroup chunks each) of a launch's staged x
 // (pre: its problem's) into the block's, one after another: a range of chunks
 // (qs = 1), or a sliced block's groups (mxfp4_mmv_kernel).
-template <int NT, int kThreads>
+// kStrided false: qs is 1, one range (the unsliced kernel's; no division a piece).
+template <int NT, int kThreads, bool kStrided>
 __device__ void copy_staged(const uint8_t* pre, int units, int q0, int qs, int n, uint8_t* bsm, float* xsc, int* xc) {
   constexpr int kGroupChunks = 16;  // kGroup, defined below
   const uint8_t* src[3] = {pre, pre + size_t(units) * chunk_bytes(NT),
@@ -240,10 +241,15 @@ __device__ void copy_staged(const uint8_t* pre, int units, int q0, int qs, int n
 #pragma unroll
   for (int r = 0; r < 3; ++r) {
     const int group_bytes = kGroupChunks * kChunkBytes[r], per_group = group_bytes / 16;
-    for (int i = int(threadIdx.x); i < n * per_group; i += kThreads) {
-      const int k = i / per_group, piece = i - k * per_group;
-      __pipeline_memcpy_async(dst[r] + size_t(k) * group_bytes + 16 * piece,
-                              src[r] + size_t(q0 + k * qs) * group_bytes + 16 * piece, 16);
+    if constexpr (!kStrided) {
+      for (int i = int(threadIdx.x); i < n * per_group; i += kThreads)
+        __pipeline_memcpy_async(dst[r] + 16 * i, src[r] + size_t(q0) * group_bytes + 16 * size_t(i), 16);
+    } else {
+      for (int i = int(threadIdx.x); i < n * per_group; i += kThreads) {
+        const int k = i / per_group, piece = i - k * per_group;
+        __pipeline_memcpy_async(dst[r] + size_t(k) * group_bytes + 16 * piece,
+                                src[r] + size_t(q0 + k * qs) * group_bytes + 16 * piece, 16);
+      }
     }
   }
   __pipeline_commit();
@@ -488,7 +494,7 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
   // Staged groups [l0, l0 + nl) into the block's stage: made here, or copied where
   // the launch made them once (the same bytes).
   auto load_x = [&](int l0, int nl) {
-    if (kSliced || pre) copy_staged<NT, kThreads>(pre, units, qbase + qs * l0, qs, nl, bsm, xsc, xc);
+    if (kSliced || pre) copy_staged<NT, kThreads, kSliced>(pre, units, qbase + qs * l0, qs, nl, bsm, xsc, xc);
     else stage_x<NT, kThreads>(x, size_t(ne0), row0, nt_real, l0 * kGroup, nl * kGroup, bsm, xsc, xc);
   };
   const bool whole = seg_groups >= staged;
