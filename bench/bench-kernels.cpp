@@ -267,8 +267,8 @@ int main(int argc, char** argv) {
            "one token; the same bits)");
   app.flag("--no-q3k-wide-loads", &no_q3k_wide, "Q3_K's dp4a decode loads 4-byte words for every matrix");
   app.flag("--no-mma-slices", &no_mma_slices,
-           "MXFP4's tensor-core decode never runs sliced (default: sliced where a context's scratch holds it, "
-           "layouts of 16 warps a block; the same bits)");
+           "MXFP4's tensor-core decode never runs sliced (default: from two tokens on, rows of 7168+ inputs or "
+           "several problems, where a context's scratch holds it; the same bits)");
   app.flag("--kq-mma", &kq_mma,
            "also rows kind=kq-mma: Q2_K's and Q3_K's decode kernel on the int8 tensor cores alone "
            "(kquant_mmv.cu, whatever --kq-mma-decode says), at the decode rows' token counts");

@@ -78,6 +78,8 @@ struct Layout {
   static_assert(kThreads <= 512, "a block's registers: 128 a thread at 512 threads");
 };
 constexpr int kTileRows = 16;
+// Blocks (32-input chunks) of a row a warp copies and sums at once: a group.
+constexpr int kGroup = 16;
 // Staged x per block of threads, at most: 4.1 bytes an input and token, so a whole
 // row of 35840 inputs at one token where the copy buffers leave room (two blocks of
 // 8 warps an SM up to 8192 inputs); longer rows, and more tokens, are staged in
@@ -233,14 +235,13 @@ __global__ void __launch_bounds__(256) stage_launch_kernel(const GroupParams gp,
 // kStrided false: qs is 1, one range (the unsliced kernel's; no division a piece).
 template <int NT, int kThreads, bool kStrided>
 __device__ void copy_staged(const uint8_t* pre, int units, int q0, int qs, int n, uint8_t* bsm, float* xsc, int* xc) {
-  constexpr int kGroupChunks = 16;  // kGroup, defined below
   const uint8_t* src[3] = {pre, pre + size_t(units) * chunk_bytes(NT),
                            pre + size_t(units) * (chunk_bytes(NT) + 4 * NT)};
   uint8_t* dst[3] = {bsm, reinterpret_cast<uint8_t*>(xsc), reinterpret_cast<uint8_t*>(xc)};
   constexpr int kChunkBytes[3] = {chunk_bytes(NT), 4 * NT, NT > 1 ? 32 * NT : 0};
 #pragma unroll
   for (int r = 0; r < 3; ++r) {
-    const int group_bytes = kGroupChunks * kChunkBytes[r], per_group = group_bytes / 16;
+    const int group_bytes = kGroup * kChunkBytes[r], per_group = group_bytes / 16;
     if constexpr (!kStrided) {
       for (int i = int(threadIdx.x); i < n * per_group; i += kThreads)
         __pipeline_memcpy_async(dst[r] + 16 * i, src[r] + size_t(q0) * group_bytes + 16 * size_t(i), 16);
@@ -266,7 +267,6 @@ __device__ void copy_staged(const uint8_t* pre, int units, int q0, int qs, int n
 // group before; the fragments are then 4-byte reads at constant offsets. Rows
 // are 272 * (units / 16) bytes, so the path needs units % 16 == 0 (ne0 % 512:
 // every real model's shapes) and 16-byte aligned weights.
-constexpr int kGroup = 16;             // blocks of a row a warp copies at once
 constexpr int kGroupBytes = 17 * kGroup;  // 272
 constexpr int kPieces = kGroupBytes / 16;  // 17 pieces of 16 bytes a row
 // Words between rows in a copy buffer: 68, a group exactly. The 8 rows one fragment
