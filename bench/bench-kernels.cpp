@@ -204,14 +204,14 @@ void report(const char* kind, uint32_t type, int64_t ne0, int64_t ne1, int n, co
 int main(int argc, char** argv) {
   bool quick = false, few_only = false, decode_only = false, wave_per_problem = false, no_pipeline = false,
        mma_decode = false, no_mma_decode = false, no_dp4a = false, no_prestage = false, prestage_always = false,
-       two_products = false, group_barrier = false, q3k_wide = false, no_q3k_wide = false, no_mma_slices = false, kq_mma = false, kq_decode = false, no_kq_decode = false;
+       two_products = false, group_barrier = false, q3k_wide = false, no_q3k_wide = false, mma_slices = false, no_mma_slices = false, kq_mma = false, kq_decode = false, no_kq_decode = false;
   uint64_t block_threads = 0, row_threads = 0, mma_warps = 0, mma_tiles = 0, large_from = 0, f32_variant = 0,
            kq_split = 0;
   std::string only_type, only_shape, token_list;
   xpack::cli::App app("bench-kernels",
                       "bench-kernels [--quick] [--graph] [--few-rows] [--decode] [--block-threads N] [--wave-per-problem] "
                       "[--row-threads N] [--no-pipeline] [--[no-]mma-decode] [--mma-warps N] [--mma-tiles N] "
-                      "[--mma-large-from N] [--mma-two-products] [--no-mma-slices] [--f32-variant N] [--group-barrier] [--[no-]q3k-wide-loads] "
+                      "[--mma-large-from N] [--mma-two-products] [--[no-]mma-slices] [--f32-variant N] [--group-barrier] [--[no-]q3k-wide-loads] "
                       "[--kq-mma] [--[no-]kq-mma-decode] [--kq-split N] "
                       "[--no-dp4a] [--[no-]prestage] [--tokens N,...] [--type T,...] [--shape S]",
                       "Microseconds per product and weight GB/s of the CUDA kernels (cuda/quant_matmul.h) for "
@@ -266,6 +266,9 @@ int main(int argc, char** argv) {
            "nine 4-byte words each, for every matrix (default: matrices larger than the L2 and a lone product at "
            "one token; the same bits)");
   app.flag("--no-q3k-wide-loads", &no_q3k_wide, "Q3_K's dp4a decode loads 4-byte words for every matrix");
+  app.flag("--mma-slices", &mma_slices,
+           "MXFP4's tensor-core decode runs sliced wherever a context's scratch holds it, one token included "
+           "(the same bits)");
   app.flag("--no-mma-slices", &no_mma_slices,
            "MXFP4's tensor-core decode never runs sliced (default: from two tokens on, rows of 7168+ inputs or "
            "several problems, where a context's scratch holds it; the same bits)");
@@ -330,7 +333,10 @@ int main(int argc, char** argv) {
                               : no_q3k_wide ? xk::dev::kSwitchOff
                                             : xk::dev::kSwitchAuto);
   xk::dev::set_kq_mmv_split(int(kq_split));
-  xk::dev::set_mma_slices(no_mma_slices ? xk::dev::kSwitchOff : xk::dev::kSwitchAuto);
+  if (mma_slices && no_mma_slices) return app.usage_error("--mma-slices or --no-mma-slices, not both");
+  xk::dev::set_mma_slices(mma_slices      ? xk::dev::kSwitchOn
+                          : no_mma_slices ? xk::dev::kSwitchOff
+                                          : xk::dev::kSwitchAuto);
   if (kq_decode && no_kq_decode) return app.usage_error("--kq-mma-decode or --no-kq-mma-decode, not both");
   xk::dev::set_kq_mma(kq_decode      ? xk::dev::kMmaDecodeAlways
                       : no_kq_decode ? xk::dev::kMmaDecodeNever
