@@ -780,10 +780,10 @@ cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const 
   const size_t smem = x_stage_bytes<NT>(seg) + kBufs;
   const long long wave = shared_wave ? std::max(1, sms * per_sm / probs) : sms * per_sm;
   const uint8_t* pre = nullptr;
+  unsigned* const done = sliced ? reinterpret_cast<unsigned*>(st.buf + done_at) : nullptr;
   if (fits && (sliced || st.prestage == kPrestageAlways || (st.prestage == kPrestageAuto && prestage_pays(NT, ne0)))) {
     const long long items = (long long)units * NT;
     const unsigned bx = unsigned(std::min<long long>((items + 7) / 8, (long long)sms * 8));
-    unsigned* done = sliced ? reinterpret_cast<unsigned*>(st.buf + done_at) : nullptr;
     stage_launch_kernel<NT>
         <<<dim3(bx, unsigned(probs)), 256, 0, stream>>>(gp, ne0, x, st.buf, done, sliced ? int(sets16) : 0);
     if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
@@ -794,7 +794,6 @@ cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const 
       // Each set of kWarps * kTiles tiles as a block for each k-split with groups.
       const long long blocks = std::min(sets16, std::max<long long>(1, wave / splits)) * splits;
       float* part = reinterpret_cast<float*>(st.buf + part_at);
-      unsigned* done = reinterpret_cast<unsigned*>(st.buf + done_at);
       mxfp4_mmv_kernel<NT, kWarps, kTiles, kOne, true><<<dim3(unsigned(blocks), unsigned(probs)), kThreads, smem,
                                                          stream>>>(gp, ne0, ne1, rb, x, y, seg, pre, part, done);
       return cudaGetLastError();
