@@ -534,9 +534,10 @@ int main(int argc, char** argv) {
       // Each count as it runs by default and on the fp32 tile path (the baseline);
       // up to 8 tokens also on the decode kernel (variant 2: where matvec_max_tokens
       // should sit for a prompt's experts).
-      for (int tokens : {4, 8, 12, 24, 96})
+      for (int tokens : {4, 5, 6, 7, 8, 12, 24, 96})
         for (int variant : {0, 1, 2}) {
           if (variant == 2 && tokens > xk::kMaxMatvecTokens) continue;
+          if (variant == 1 && tokens > 4 && tokens < 8) continue;  // the baseline's shape is known from 4 and 8
           const int tiles = variant == 1;
           const int np = std::min(copies, std::min(xk::kMaxGroupedProblems, nmax / tokens));
           std::vector<xk::ExpertProblem> pr(static_cast<size_t>(np));

@@ -211,15 +211,10 @@ __device__ void stage_x(const float* x, size_t ne0, int row0, int nt_real, int c
 // set of 64 rows (16 KB a 1.3 KB chunk: a row of 16384 inputs in four segments),
 // and making the terms cost each block about as many instructions as its products
 // (SASS, 2026-12-06).
-// A sliced launch's counters (done, per_problem a problem) are zeroed here, the launch
-// before it.
 template <int NT>
 __global__ void __launch_bounds__(256) stage_launch_kernel(const GroupParams gp, int ne0, const float* __restrict__ x,
-                                                           uint8_t* __restrict__ out, unsigned* __restrict__ done,
-                                                           int per_problem) {
+                                                           uint8_t* __restrict__ out) {
   const int p = blockIdx.y, lane = int(threadIdx.x & 31);
-  if (done && blockIdx.x == 0)
-    for (int i = int(threadIdx.x); i < per_problem; i += 256) done[size_t(p) * per_problem + i] = 0;
   const int units = ne0 / 32;
   uint8_t* bsm = out + size_t(p) * x_stage_bytes<NT>(units);
   float* xsc = reinterpret_cast<float*>(bsm + size_t(units) * chunk_bytes(NT));
@@ -441,51 +436,16 @@ __device__ __forceinline__ void one_product(Tile<NT>& tl, float (&big)[2][NT], u
   }
 }
 
-// y of set `set` of a sliced launch (mxfp4_mmv_kernel), by its last block: each row
-// and token's kWarps sums added in warp order, as the unsliced block adds its warps'
-// (k-splits without groups, from `splits` on, add 0: their warps' sums there). The
-// sums were written by other SMs: read from the L2.
-template <int NT, int kWarps, int kBlockTiles, int kThreads>
-__device__ void sum_set(const GroupParams& gp, int p, int set, int tiles, int splits, int ne1, float* y,
-                        const float* part) {
-  const int row0 = gp.row[p], nt_real = gp.ntok[p];
-  const size_t per = size_t(tiles) * (kTileRows * NT);  // one k-split's sums of every tile
-  const float* src = part + size_t(gp.shared ? 0 : p) * kWarps * per;
-  for (int i = int(threadIdx.x); i < kBlockTiles * kTileRows * NT; i += kThreads) {
-    const int t = i % NT, rt = i / NT;
-    int tile = set * kBlockTiles + rt / kTileRows;
-    const int r = rt % kTileRows;
-    if (tile >= tiles) break;  // i ascends, and so does its tile
-    const size_t at = size_t(tile) * (kTileRows * NT) + size_t(r) * NT + size_t(t);
-    float* yp = y;
-    int n1 = ne1;
-    if (gp.shared) {
-      const int q = shared_product(gp, kTileRows, tile);
-      yp = gp.y[q];
-      n1 = gp.ne1[q];
-    }
-    const int o = tile * kTileRows + r;
-    if (o >= n1 || t >= nt_real) continue;
-    float sum = __ldcg(src + at);
-#pragma unroll
-    for (int w = 1; w < kWarps; ++w) sum += w < splits ? __ldcg(src + size_t(w) * per + at) : 0.0f;
-    yp[size_t(row0 + t) * size_t(n1) + o] = sum;
-  }
-}
-
 // At most 128 registers a thread at any layout (two blocks of 256 threads an SM, or one of 512).
 // kOne: one product a block and pair of tokens (one_product; from two tokens on),
 // else two (two_products).
 //
 // kSliced: the same sums, another assignment of the work. A block of the layout's
-// threads takes kWarps * kTiles tiles, one a warp, and one k-split w of them (the
-// groups q % kWarps == w), staging only those groups of x; each warp writes the sums
-// the unsliced block puts in red to `part`, and the last of a set's blocks to finish
-// (counted in `done`, zeroed by the launch that made x) adds a row's kWarps of them
-// in warp order, as the unsliced block does (sum_set). A row of fewer groups than
-// kWarps gets blocks for its k-splits with groups only: the others' sums are 0, which
-// sum_set adds as 0. So a launch may take either by its own measure: the bits are
-// the same. Why:
+// threads takes kWarps * kTiles tiles, one a warp, and one k-split w of them (w =
+// blockIdx.x % kWarps: the groups q % kWarps == w), staging only those groups of x;
+// each warp writes the sums the unsliced block puts in red to `part`, and
+// slice_sum_kernel adds a row's kWarps of them in warp order, as the unsliced block
+// does. So a launch may take either by its own measure: the bits are the same. Why:
 // from two tokens on, x staged is 41 bytes an input and token (four int8 terms and
 // the C fragments), 1.2x a tile of 16 rows' weights a token; an unsliced block reads
 // all of it for its kTiles tiles, a sliced one a kWarps-th for kWarps * kTiles tiles.
@@ -493,26 +453,21 @@ __device__ void sum_set(const GroupParams& gp, int p, int set, int tiles, int sp
 template <int NT, int kWarps, int kTiles, bool kOne, bool kSliced>
 __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout<kWarps, kTiles>::kThreads)
     mxfp4_mmv_kernel(const GroupParams gp, int ne0, int ne1, size_t row_bytes, const float* __restrict__ x,
-                     float* __restrict__ y, int seg_chunks, const uint8_t* __restrict__ pre, float* __restrict__ part,
-                     unsigned* __restrict__ done) {
+                     float* __restrict__ y, int seg_chunks, const uint8_t* __restrict__ pre, float* __restrict__ part) {
   constexpr int kThreads = Layout<kWarps, kTiles>::kThreads;
   constexpr int kBlockTiles = kSliced ? kWarps * kTiles : kTiles;
   extern __shared__ __align__(16) uint8_t stage[];
   __shared__ float red[kSliced ? 1 : kTiles][kWarps][kTileRows][NT];
-  __shared__ bool last;  // sliced: this block is its set's last
   const int p = blockIdx.y;
   const uint8_t* W = gp.w[p];
   const int row0 = gp.row[p];
   const int nt_real = gp.ntok[p];
   const int lane = int(threadIdx.x & 31);
-  const int units = ne0 / 32;
-  const int groups = units / kGroup;
-  // Sliced: the k-splits that have groups, a block each.
-  const int splits = kSliced ? min(kWarps, groups) : kWarps;
   // This warp's tile in the block's set and its k-split.
   const int sub = kSliced ? int(threadIdx.x >> 5) : int(threadIdx.x >> 5) / kWarps;
-  const int warp = kSliced ? int(blockIdx.x % splits) : int(threadIdx.x >> 5) % kWarps;
+  const int warp = kSliced ? int(blockIdx.x % kWarps) : int(threadIdx.x >> 5) % kWarps;
   const int g = lane >> 2, c = lane & 3;
+  const int units = ne0 / 32;
   // The permutes' table in one register: as a constant (or any value it can tell
   // is the warp's), the compiler copied it from a uniform register before each
   // permute, eight moves a block.
@@ -532,6 +487,7 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
 
   if (pre) pre += size_t(gp.shared ? 0 : p) * x_stage_bytes<NT>(units);
   // The groups the block stages, l = 0, 1, ...: group qbase + qs * l of the row.
+  const int groups = units / kGroup;
   const int qs = kSliced ? kWarps : 1, qbase = kSliced ? warp : 0;
   const int staged = kSliced ? (groups > warp ? (groups - warp + kWarps - 1) / kWarps : 0) : groups;
   const int seg_groups = seg_chunks / kGroup;
@@ -542,15 +498,14 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
     else stage_x<NT, kThreads>(x, size_t(ne0), row0, nt_real, l0 * kGroup, nl * kGroup, bsm, xsc, xc);
   };
   const bool whole = seg_groups >= staged;
-  if (whole && !kSliced) load_x(0, staged);
-  bool x_in = !kSliced;  // sliced and whole: staged once, in the first set
+  if (whole) load_x(0, staged);
 
   int tiles = (ne1 + kTileRows - 1) / kTileRows;
   if (gp.shared) tiles = shared_groups(gp, kTileRows);
   // Every warp walks the same sets of kBlockTiles tiles (the staging's barriers); a
   // warp whose tile is past the last computes nothing.
-  const int set0 = kSliced ? int(blockIdx.x / splits) : int(blockIdx.x);
-  const int sets_step = kSliced ? int(gridDim.x / splits) : int(gridDim.x);
+  const int set0 = kSliced ? int(blockIdx.x / kWarps) : int(blockIdx.x);
+  const int sets_step = kSliced ? int(gridDim.x / kWarps) : int(gridDim.x);
   for (int set = set0; set * kBlockTiles < tiles; set += sets_step) {
     const int tile = set * kBlockTiles + sub;
     const bool live = tile < tiles;
@@ -579,23 +534,16 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
 
     for (int l0 = 0; l0 < staged; l0 += seg_groups) {
       const int nl = min(seg_groups, staged - l0);
+      if (!whole) {
+        __syncthreads();  // the previous segment's readers are done
+        load_x(l0, nl);
+      }
       // This warp's groups of the segment: q = warp, warp + kWarps, ... in
       // ascending order (segments hold whole groups); sliced, every staged one.
       const int lstep = kSliced ? 1 : kWarps;
       const int first = kSliced ? l0 : l0 + ((warp - l0) % kWarps + kWarps) % kWarps;
       const int mine = live && first < l0 + nl ? (l0 + nl - first + lstep - 1) / lstep : 0;
-      // Sliced, the first group's weights are on their way while x is staged (a
-      // block of a small problem has a group or two a warp: the two waits were its
-      // time). Not so in the unsliced kernel, whose spills it doubled.
-      if (kSliced && mine > 0) copy_group(W, row_bytes, o0, ne1, qbase + qs * first, lane, bufs);
-      if (!whole) {
-        __syncthreads();  // the previous segment's readers are done
-        load_x(l0, nl);
-      } else if (!x_in) {
-        load_x(0, staged);
-        x_in = true;
-      }
-      if (!kSliced && mine > 0) copy_group(W, row_bytes, o0, ne1, qbase + qs * first, lane, bufs);
+      if (mine > 0) copy_group(W, row_bytes, o0, ne1, qbase + qs * first, lane, bufs);
       for (int i = 0; i < mine; ++i) {
         const int l = first + lstep * i;  // the group's place among the staged
         const int q = qbase + qs * l;
@@ -665,21 +613,7 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
         }
       }
     }
-    if constexpr (kSliced) {
-      // Every thread's sums reach the L2 before the count says so; the set's last
-      // block reads them there (sum_set).
-      __threadfence();
-      __syncthreads();
-      const int sets = (tiles + kBlockTiles - 1) / kBlockTiles;
-      if (threadIdx.x == 0)
-        last = atomicAdd(done + size_t(gp.shared ? 0 : p) * sets + set, 1u) == unsigned(splits - 1);
-      __syncthreads();
-      if (last) {
-        __threadfence();
-        sum_set<NT, kWarps, kBlockTiles, kThreads>(gp, p, set, tiles, splits, ne1, y, part);
-      }
-      continue;
-    }
+    if constexpr (kSliced) continue;  // slice_sum_kernel writes y
     __syncthreads();
     for (int i = int(threadIdx.x) - sub * 32 * kWarps; i >= 0 && i < kTileRows * NT; i += 32 * kWarps) {
       const int r = i / NT, t = i - r * NT;
@@ -692,6 +626,36 @@ __global__ void __launch_bounds__(Layout<kWarps, kTiles>::kThreads, 512 / Layout
       }
     }
     __syncthreads();  // red is reused by the next tile
+  }
+}
+
+// y of a sliced launch (mxfp4_mmv_kernel): each row and token's kWarps sums added
+// in warp order, as the unsliced block adds its warps'.
+template <int NT, int kWarps>
+__global__ void __launch_bounds__(256) slice_sum_kernel(const GroupParams gp, int ne1, float* __restrict__ y,
+                                                        const float* __restrict__ part, int tiles) {
+  const int p = blockIdx.y;  // 0 for products of one input
+  const int row0 = gp.row[p], nt_real = gp.ntok[p];
+  const size_t per = size_t(tiles) * (kTileRows * NT);  // one warp's sums of every tile
+  const float* src = part + size_t(p) * kWarps * per;
+  for (size_t i = size_t(blockIdx.x) * 256 + threadIdx.x; i < per; i += size_t(gridDim.x) * 256) {
+    const int t = int(i % NT);
+    const size_t rt = i / NT;
+    int tile = int(rt / kTileRows);
+    const int r = int(rt % kTileRows);
+    float* yp = y;
+    int n1 = ne1;
+    if (gp.shared) {
+      const int q = shared_product(gp, kTileRows, tile);
+      yp = gp.y[q];
+      n1 = gp.ne1[q];
+    }
+    const int o = tile * kTileRows + r;
+    if (o >= n1 || t >= nt_real) continue;
+    float sum = src[i];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) sum += src[size_t(w) * per + i];
+    yp[size_t(row0 + t) * size_t(n1) + o] = sum;
   }
 }
 
@@ -755,20 +719,15 @@ cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const 
   // inputs, 16 x 1 1.09-2.6x; on rows of 3584-6144 inputs 0.86-1.05x and
   // 0.78-1.74x; at one token 0.86-1.07x and 0.67-1.26x. A grouped launch of 48
   // DeepSeek-V4 experts (4096 inputs) at one token took 1.79x less time sliced in 16 x 1.
-  // The scratch of a sliced launch: x, the warps' sums, a count of blocks done a set.
   const size_t part_at = (need + 255) / 256 * 256;
   const size_t part_bytes = size_t(probs) * kWarps * size_t(tiles) * kTileRows * NT * sizeof(float);
-  const long long sets16 = (tiles + kWarps * kTiles - 1) / (kWarps * kTiles);  // a sliced block's sets
-  const size_t done_at = (part_at + part_bytes + 255) / 256 * 256;
-  const size_t done_bytes = size_t(probs) * size_t(sets16) * sizeof(unsigned);
-  const int splits = std::min(kWarps, units / kGroup);
   bool sliced = false;
   int seg = std::min(units, max_chunks), per_sm = 0;
   if constexpr (kSliceable<NT, kWarps, kTiles, kOne>) {
     static KernelSetup cut(mxfp4_mmv_kernel<NT, kWarps, kTiles, kOne, true>, smem_max);
     const bool pays = NT >= 2 && (ne0 >= kSliceMinInputs || gp.n > 1);
     if (fits && (st.slices == kSwitchOn || (st.slices == kSwitchAuto && pays)) && st.prestage != kPrestageNever &&
-        done_at + done_bytes <= st.bytes) {
+        part_at + part_bytes <= st.bytes) {
       const int sliced_seg = std::min((units / kGroup + kWarps - 1) / kWarps * kGroup, max_chunks);
       per_sm = cut.per_sm(kThreads, x_stage_bytes<NT>(sliced_seg) + kBufs);
       sliced = per_sm > 0;
@@ -780,29 +739,33 @@ cudaError_t launch_nt(const GroupParams& gp, int ne0, int ne1, size_t rb, const 
   const size_t smem = x_stage_bytes<NT>(seg) + kBufs;
   const long long wave = shared_wave ? std::max(1, sms * per_sm / probs) : sms * per_sm;
   const uint8_t* pre = nullptr;
-  unsigned* const done = sliced ? reinterpret_cast<unsigned*>(st.buf + done_at) : nullptr;
   if (fits && (sliced || st.prestage == kPrestageAlways || (st.prestage == kPrestageAuto && prestage_pays(NT, ne0)))) {
     const long long items = (long long)units * NT;
     const unsigned bx = unsigned(std::min<long long>((items + 7) / 8, (long long)sms * 8));
-    stage_launch_kernel<NT>
-        <<<dim3(bx, unsigned(probs)), 256, 0, stream>>>(gp, ne0, x, st.buf, done, sliced ? int(sets16) : 0);
+    stage_launch_kernel<NT><<<dim3(bx, unsigned(probs)), 256, 0, stream>>>(gp, ne0, x, st.buf);
     if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     pre = st.buf;
   }
   if constexpr (kSliceable<NT, kWarps, kTiles, kOne>) {
     if (sliced) {
-      // Each set of kWarps * kTiles tiles as a block for each k-split with groups.
-      const long long blocks = std::min(sets16, std::max<long long>(1, wave / splits)) * splits;
+      // Each set of kWarps * kTiles tiles as kWarps blocks, one a k-split.
+      const long long sets = (tiles + kWarps * kTiles - 1) / (kWarps * kTiles);
+      const long long blocks = std::min(sets, std::max<long long>(1, wave / kWarps)) * kWarps;
       float* part = reinterpret_cast<float*>(st.buf + part_at);
-      mxfp4_mmv_kernel<NT, kWarps, kTiles, kOne, true><<<dim3(unsigned(blocks), unsigned(probs)), kThreads, smem,
-                                                         stream>>>(gp, ne0, ne1, rb, x, y, seg, pre, part, done);
+      mxfp4_mmv_kernel<NT, kWarps, kTiles, kOne, true>
+          <<<dim3(unsigned(blocks), unsigned(probs)), kThreads, smem, stream>>>(gp, ne0, ne1, rb, x, y, seg, pre,
+                                                                                part);
+      if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+      const long long per = tiles * kTileRows * NT;
+      const unsigned bx = unsigned(std::min<long long>((per + 255) / 256, (long long)sms * 8));
+      slice_sum_kernel<NT, kWarps><<<dim3(bx, unsigned(probs)), 256, 0, stream>>>(gp, ne1, y, part, int(tiles));
       return cudaGetLastError();
     }
   }
   const long long sets = (tiles + kTiles - 1) / kTiles;
   mxfp4_mmv_kernel<NT, kWarps, kTiles, kOne, false>
       <<<dim3(unsigned(std::min(sets, wave)), unsigned(probs)), kThreads, smem, stream>>>(gp, ne0, ne1, rb, x, y, seg,
-                                                                                          pre, nullptr, nullptr);
+                                                                                          pre, nullptr);
   return cudaGetLastError();
 }
 

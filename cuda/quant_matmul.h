@@ -219,13 +219,12 @@ void set_q3k_wide_loads(int mode);
 
 // Whether the MXFP4 tensor-core decode (mxfp4_mmv.cu) of layouts of 16 warps a block
 // of threads may run sliced: each block one k-split of 16 tiles, staging a quarter
-// (4 x 4) or a sixteenth (16 x 1) of x, its warps' sums added by the last of the
-// set's blocks to finish, in the unsliced block's order, so the same bits. kSwitchAuto (the
+// (4 x 4) or a sixteenth (16 x 1) of x, its warps' sums added after by a second
+// launch in the unsliced block's order, so the same bits. kSwitchAuto (the
 // default, and any other value): from two tokens on, for rows of 7168 inputs and more
 // or launches of several problems; kSwitchOn: at any token count; kSwitchOff: never;
 // either only where x may be made once (not kPrestageNever) and a context's scratch
-// holds it, the warps' sums and a count a set. For bench-kernels' side-by-side runs
-// and the tests.
+// holds it and the warps' sums. For bench-kernels' side-by-side runs and the tests.
 // Thread safety: safe from any thread; launches already enqueued keep theirs.
 void set_mma_slices(int mode);
 

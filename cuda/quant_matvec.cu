@@ -938,11 +938,12 @@ cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, siz
     // Products of one input were split so that their rule agrees (shared_input_matvec):
     // the first one's rows decide for all.
     const int64_t rows = gp.shared ? gp.ne1[0] : ne1;
+    const bool mma_one = mma_takes(geom, ne0, rows, 1), mma_more = mma_takes(geom, ne0, rows, 2);
     if (sp.chunks <= 1 && !gp.shared && nt_max > 1 &&
-        (mma_takes(geom, ne0, rows, 1) != mma_takes(geom, ne0, rows, 2) ||
-         mma_layout_for(geom, rows, 1) != mma_layout_for(geom, rows, 2))) {
+        (mma_one != mma_more || (mma_one && mma_layout_for(geom, rows, 1) != mma_layout_for(geom, rows, 2)))) {
       // The rule's answer at one token differs from the one at more (the same at 2
       // to 8): each problem takes its own, the ones of one token in a launch apart.
+      // Where neither takes the tensor cores, the layout is not used: one launch.
       GroupParams one, more;
       partition_problems(gp, [](int nt) { return nt == 1; }, one, more);
       if (one.n > 0 && more.n > 0) {

@@ -1128,12 +1128,12 @@ TEST_CASE("tensor-core MXFP4 decode: x made once per launch equals each block's 
 }
 
 // The tensor-core MXFP4 decode sliced (set_mma_slices: each block one k-split of
-// 16 tiles, the warps' sums added by the last of a set's blocks in the unsliced
-// block's order) gives the unsliced launch's bits, in the two layouts of 16 warps a
-// block: a grouped launch of problems of 1, 3 and 8 tokens, products of one input at
-// 8, and one problem at one token. 7168 inputs are 14 groups of 512 (4 x 4: 4, 4, 3
-// and 3 groups a k-split; 16 x 1: two k-splits with none, which get no block, their
-// zero sums added by the sum) and 28672 are 56 (16 x 1: 3 or 4 a k-split); at eight tokens a 16-warp block stages at most 3 or 4 groups at
+// 16 tiles, the warps' sums added by a second launch in the unsliced block's
+// order) gives the unsliced launch's bits, in the two layouts of 16 warps a block:
+// a grouped launch of problems of 1, 3 and 8 tokens, products of one input at 8,
+// and one problem at one token. 7168 inputs are 14 groups of 512 (4 x 4: 4, 4, 3
+// and 3 groups a k-split; 16 x 1: two k-splits with none) and 28672 are 56 (16 x 1: 3
+// or 4 a k-split); at eight tokens a 16-warp block stages at most 3 or 4 groups at
 // once (1312 bytes a chunk), so a k-split's groups also go in segments. 300 rows
 // make 19 tiles, the last partial: two sets of 16 tiles, the second mostly idle.
 // The run is sliced where the scratch's bytes after x's got written, and that must
@@ -1163,13 +1163,12 @@ TEST_CASE("tensor-core MXFP4 decode: sliced launches equal unsliced ones bit for
     dx.put(x.data(), x.size() * 4);
     // x takes 1312 bytes a chunk at eight tokens and 132 at one, a problem's (products
     // of one input: one) after another; the warps' sums follow at the next 256
-    // bytes, 16 a row and token at most (4 x 4: 4), then a count a set of 16 tiles
-    // and problem (256 bytes hold them).
+    // bytes, 16 a row and token at most (4 x 4: 4).
     const auto sums_at = [&](int launch) {
       const size_t x_bytes = size_t(launch == 0 ? 3 : 1) * size_t(ne0 / 32) * (launch == 2 ? 132 : 1312);
       return (x_bytes + 255) / 256 * 256;
     };
-    const size_t room = sums_at(0) + size_t(3) * 16 * 304 * 8 * 4 + 256;
+    const size_t room = sums_at(0) + size_t(3) * 16 * 304 * 8 * 4;
     DevBuf scratch(room);
     const xk::dev::MatvecScratch sc{scratch.as<float>(), room, nullptr, 0};
     for (size_t l : {size_t(1), size_t(3)}) {  // 4 x 4, 16 x 1
