@@ -2,11 +2,13 @@
 """Packs what the tests of some suites run, from a CUDA build made on this (CPU) machine,
 so that the GPU machine runs them without building (bench/gpu-suites.sh --prebuilt).
 
-usage: bench/prebuilt.py BUILD OUT.tar.xz [--suite NAME ...] [--also PATH ...]
+usage: bench/prebuilt.py BUILD OUT.tar.xz [--suite NAME ...] [--test GLOB ...] [--also PATH ...]
   BUILD: a build directory configured with -Dcuda=enabled and built (ninja -C BUILD)
   OUT.tar.xz: the bundle; its paths are BUILD's own, so it unpacks into the GPU
     machine's build directory of the same checkout (configured there, not built)
   --suite NAME: the suites whose tests it carries (default: cuda and python)
+  --test GLOB: of those, only the tests whose names match (fnmatch; e.g. 'cuda_kimi*'),
+    for a bundle that leaves room in the carry for large fixtures
   --also PATH: one more file of BUILD to carry (e.g. bench/bench-kernels)
 
 What a test runs is read from Meson (`meson introspect --tests --targets`): its command's
@@ -16,6 +18,7 @@ outside BUILD that the GPU machine lacks (libcpp-httplib; .deps brings liburing 
 xxHash) go to prebuilt-lib/, which gpu-suites.sh puts on LD_LIBRARY_PATH. Exit status 0;
 1 when BUILD was not built or a file is missing; 2 on a usage error."""
 import argparse
+import fnmatch
 import json
 import os
 import shutil
@@ -45,14 +48,17 @@ def inside(path, build):
     return p == build or p.startswith(build + os.sep)
 
 
-def files_of_tests(build, suites):
+def files_of_tests(build, suites, names=None):
     """The files inside BUILD that the chosen suites' tests need, as paths relative to it."""
     tests = introspect(build, "--tests")
     targets = {t["id"]: t for t in introspect(build, "--targets")}
     want = set()
     chosen = [t for t in tests if any(s.split(":")[-1] in suites for s in t["suite"])]
+    if names:
+        chosen = [t for t in chosen if any(fnmatch.fnmatchcase(t["name"], g) for g in names)]
     if not chosen:
-        fail(f"no test of suite {', '.join(sorted(suites))} in {build} (built with -Dcuda=enabled?)")
+        which = f" named {', '.join(names)}" if names else ""
+        fail(f"no test{which} of suite {', '.join(sorted(suites))} in {build} (built with -Dcuda=enabled?)")
     for t in chosen:
         # The build's files that its command and environment name.
         words = list(t["cmd"]) + [part for value in t["env"].values() for part in value.split(os.pathsep)]
@@ -96,13 +102,14 @@ def main():
     ap.add_argument("build")
     ap.add_argument("out")
     ap.add_argument("--suite", action="append", default=None)
+    ap.add_argument("--test", action="append", default=None)
     ap.add_argument("--also", action="append", default=[])
     a = ap.parse_args()
     build = os.path.realpath(a.build)
     if not os.path.isfile(os.path.join(build, "build.ninja")):
         fail(f"{a.build} is not a configured build directory", 2)
     suites = set(a.suite or ["cuda", "python"])
-    chosen, want = files_of_tests(build, suites)
+    chosen, want = files_of_tests(build, suites, a.test)
     for extra in a.also:
         p = os.path.join(build, extra)
         if not os.path.isfile(p):

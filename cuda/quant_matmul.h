@@ -272,8 +272,8 @@ enum Precision : int {
 struct MatmulOptions {
   size_t size;          // sizeof(MatmulOptions); a zero-filled struct means the defaults
   int precision;        // Precision; 0 = kPrecisionFp32
-  int matvec_max_tokens;  // up to this many tokens use matvec (in fp32, whatever precision says); 0 = 4 for the
-                          // types with a tensor-core path (MXFP4, Q8_0, Q3_K, Q2_K), 8 otherwise
+  int matvec_max_tokens;  // up to this many tokens use matvec (in fp32, whatever precision says); 0 = 4 for
+                          // MXFP4 and Q8_0 (their tensor-core tiles win on a prompt's experts), 8 otherwise
   int fp32_tiles;       // 1: fp32 products beyond matvec always take the dequantized-tile +
                         // SGEMM path (the baseline the tensor-core path is measured against)
 };

@@ -70,7 +70,8 @@ xpack::rt::RopeParams rope_params(const RopeSpec& spec) {
 // (H100, 2026-12-06, doc/kernels.md, "Decode, 2026-12-06, evening"). Taller products,
 // whose tiles fill more of the GPU, were not measured both ways and keep the kernels'
 // default, as do the experts (grouped_matmul): a prompt's experts fill the GPU, and
-// there the tiles were 1.5-1.9x faster at 8 tokens. Either rule is the problem's own,
+// there the tiles were 1.5-1.9x faster at 8 tokens for MXFP4 (Q2_K and Q3_K take
+// their decode kernel to 8 tokens by default: cuda/quant_matmul.cu). Either rule is the problem's own,
 // so a product's bits never depend on which launch took it.
 constexpr int64_t kTrunkDecodeRows = 4096;
 const xk::MatmulOptions* trunk_options(int64_t rows) {
