@@ -3,7 +3,7 @@
 (meson test bench_prebuilt): a test of suite cuda whose executable loads a shared library
 of the build and reads a file the environment names, a test of another suite, and a test
 that depends on a second executable. The bundle carries what the chosen suite's tests need
-and nothing else; unpacked into a fresh configured (never built) build of the same project,
+and nothing else (--test: only the tests of matching names); unpacked into a fresh configured (never built) build of the same project,
 `meson test --no-rebuild` passes there; a target not built is refused; usage errors exit 2.
 Needs meson, ninja and a C compiler (the test suite's own build needs them too)."""
 import os
@@ -98,6 +98,16 @@ with tempfile.TemporaryDirectory() as d:
     r = run("meson", "test", "-C", there, "--no-rebuild", "--suite", "cuda")
     check(r.returncode == 0 and re.search(r"^Ok:\s+2\s*$", r.stdout, re.M) is not None,
           f"the cuda suite passes from the bundle: {r.stdout[-600:]}")
+    # --test: only the matching tests of the suite (with_helper's helper left out).
+    only = os.path.join(d, "only.tar.xz")
+    r = run(sys.executable, TOOL, here, only, "--suite", "cuda", "--test", "gpu_*")
+    check(r.returncode == 0 and "1 tests" in r.stdout, f"--test packed one test (rc {r.returncode}: {r.stdout} {r.stderr})")
+    if os.path.exists(only):
+        with tarfile.open(only) as t:
+            got = {m.name.lstrip("./") for m in t.getmembers()}
+        check("needs_lib" in got and "helper" not in got, f"--test gpu_* carries gpu_like's files only: {sorted(got)}")
+    r = run(sys.executable, TOOL, here, only, "--suite", "cuda", "--test", "elsewhere")
+    check(r.returncode == 1 and "no test named elsewhere" in r.stderr, "--test of another suite's test matches none")
     # Usage errors and a suite without tests.
     r = run(sys.executable, TOOL, os.path.join(d, "nope"), bundle)
     check(r.returncode == 2 and "not a configured build" in r.stderr, "a missing build directory")
