@@ -228,11 +228,12 @@ int read_opts(const MatmulOptions* o, Opts* out) {
 // few for the GPU, and the decode kernel was 2.7-6x faster at 2 to 8 tokens on every
 // shape; a prompt's 64-128 experts fill it, and there the decode kernel was
 // 0.99-1.49x the tiles at 4 tokens but 0.53-0.69x at 8. Four tokens keeps both uses
-// at their faster path or within 1 % for MXFP4 and Q8_0. Q2_K and Q3_K have since got
+// at their faster path or within 1 %: MXFP4's (Q8_0 keeps it too; no Q8_0 experts were
+// measured). Q2_K and Q3_K have since got
 // a tensor-core decode (kquant_mmv.cu), and on an H100 (2026-12-07, bench-kernels
 // --quick --graph --tokens 8 --shape kimi-expert-*) it took their prompt experts at
-// 5-8 tokens as well: Kimi-K3's Q2_K gate/up 1.50-1.60x the tiles, its Q3_K down
-// 0.97-1.01x; alone, 5.5-6.9x. So they stay on it to its 8 tokens.
+// 5-8 tokens as well: Kimi-K3's Q2_K gate/up 1.51-1.63x the tiles, its Q3_K down
+// 0.97-1.01x; alone, 5.5-6.5x. So they stay on it to its 8 tokens.
 int mv_default(uint32_t type) { return type == kMXFP4 || type == kQ8_0 ? 4 : kMaxMatvecTokens; }
 
 // Whatever the precision: decode is bound by the weights' bytes, so rounding x
