@@ -9,7 +9,7 @@
 #     in the device tool's carry, with .deps. The carry holds 64 MiB in all: deepseek4's
 #     files are about 8 MB, kimi-k3's about 47, so one call may not carry both; beside
 #     kimi-k3's, carry a bundle of its tests only (bench/prebuilt.py --test 'cuda_kimi_k3*'
-#     --test 'cuda_oracle_kimi*': about 8 MiB).
+#     --test 'cuda_oracle_kimi*': about 5 MiB).
 #   --models LIST: deepseek4, kimi-k3 or both, comma-separated (default both)
 #   --fixtures DIR: on the GPU machine, DIR from --fixtures-to: linked as ../shared/oracle
 #     (deepseek4) and named in XPACK_KIMI_FIXTURE_DIR (kimi-k3)
