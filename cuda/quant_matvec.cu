@@ -729,6 +729,12 @@ bool mma_takes(const Geometry& g, int64_t ne0, int64_t ne1, int n_tokens) {
   return 10 * mma_round_fill(ne1, warps) >= 7 * 100;
 }
 
+// The MXFP4 decode kernel a problem gets: 0 the units without tensor cores, else 1 +
+// the tensor cores' layout. Problems that share a launch must agree on it.
+int mma_kernel(const Geometry& g, int64_t ne0, int64_t ne1, int n_tokens) {
+  return mma_takes(g, ne0, ne1, n_tokens) ? 1 + int(mma_layout_for(g, ne1, n_tokens)) : 0;
+}
+
 // launch_nt at the launch's token count rounded up to 1, 2, 4, 8: a problem with
 // fewer tokens skips the extra ones.
 template <class Ty>
@@ -938,12 +944,11 @@ cudaError_t launch_type(int nt_max, const GroupParams& gp, int ne0, int ne1, siz
     // Products of one input were split so that their rule agrees (shared_input_matvec):
     // the first one's rows decide for all.
     const int64_t rows = gp.shared ? gp.ne1[0] : ne1;
-    const bool mma_one = mma_takes(geom, ne0, rows, 1), mma_more = mma_takes(geom, ne0, rows, 2);
     if (sp.chunks <= 1 && !gp.shared && nt_max > 1 &&
-        (mma_one != mma_more || (mma_one && mma_layout_for(geom, rows, 1) != mma_layout_for(geom, rows, 2)))) {
+        mma_kernel(geom, ne0, rows, 1) != mma_kernel(geom, ne0, rows, 2)) {
       // The rule's answer at one token differs from the one at more (the same at 2
       // to 8): each problem takes its own, the ones of one token in a launch apart.
-      // Where neither takes the tensor cores, the layout is not used: one launch.
+      // A layout counts only where the tensor cores take the problem.
       GroupParams one, more;
       partition_problems(gp, [](int nt) { return nt == 1; }, one, more);
       if (one.n > 0 && more.n > 0) {
@@ -1219,10 +1224,10 @@ int dev::shared_input_matvec(uint32_t type, int64_t ne0, const SharedInputProduc
     // one launch, the rest in another.
     const dev::Geometry g = dev::geometry();
     // The kernel: 0 the units without tensor cores, else the tensor cores (MXFP4:
-    // 1 + its layout).
+    // 1 + its layout, mma_kernel).
     const auto kernel = [&](int64_t ne1) {
       if (type == kMXFP4)
-        return dev::mma_takes(g, ne0, ne1, n_tokens) ? 1 + int(dev::mma_layout_for(g, ne1, n_tokens)) : 0;
+        return dev::mma_kernel(g, ne0, ne1, n_tokens);
       return dev::kq_takes(g, sc, int(ne0), ne1, row_bytes(type, ne0), n_tokens) ? 1 : 0;
     };
     // The first product's kernel in one launch, the others after (split again).
