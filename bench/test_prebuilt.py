@@ -3,8 +3,9 @@
 (meson test bench_prebuilt): a test of suite cuda whose executable loads a shared library
 of the build and reads a file the environment names, a test of another suite, and a test
 that depends on a second executable. The bundle carries what the chosen suite's tests need
-and nothing else (--test: only the tests of matching names); unpacked into a fresh configured (never built) build of the same project,
-`meson test --no-rebuild` passes there; a target not built is refused; usage errors exit 2.
+and nothing else (--test: only the tests of matching names); unpacked into a fresh
+configured (never built) build of the same project, `meson test --no-rebuild` passes
+there; a target not built is refused; usage errors exit 2.
 Needs meson, ninja and a C compiler (the test suite's own build needs them too)."""
 import os
 import re
